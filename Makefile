@@ -1,0 +1,45 @@
+# ghcrsync — see README.md. Two commands do all set-up: `make demo` and `make test`.
+
+GO       ?= go
+BIN      := bin
+# Control-plane binaries are cached outside the clone (CI runs in a fresh clone).
+export GHCRSYNC_CONTROL_PLANE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/control-plane/k8s-v1.37.2-etcd-v3.6.16
+
+.PHONY: all build control-plane test unit demo bench vet check-leaks clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ghcrsync ./cmd/ghcrsync
+	$(GO) build -o $(BIN)/ghcrsync-sandbox ./cmd/ghcrsync-sandbox
+
+# Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler once (20-30 min
+# cold on 2 cores), then reuses them.
+control-plane:
+	@scripts/build-control-plane.sh >/dev/null
+
+vet:
+	$(GO) vet ./...
+
+# All tests, including the sandbox ones (a real control plane per test package), then a check
+# that no sandbox process outlived them.
+test: control-plane vet
+	$(GO) test -count=1 -timeout 40m ./...
+	@scripts/check-leaks.sh
+
+# Tests that need no sandbox.
+unit: vet
+	$(GO) test -count=1 -short ./...
+
+# The main job on the local sandbox.
+demo: control-plane build
+	@scripts/demo.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+check-leaks:
+	@scripts/check-leaks.sh
+
+clean:
+	rm -rf $(BIN)

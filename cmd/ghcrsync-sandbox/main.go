@@ -1,0 +1,383 @@
+// Command ghcrsync-sandbox runs the local sandbox: a real Kubernetes control plane with a
+// simulated Talos fleet, cluster autoscaler, registry and CI API (see docs/sandbox.md).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "ghcrsync-sandbox",
+		Short:         "A local Talos/Kubernetes sandbox for ghcrsync",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newUp(), newDown(), newCtl(), newStatus())
+
+	return root
+}
+
+func newUp() *cobra.Command {
+	var (
+		o        sandbox.Options
+		detach   bool
+		logLevel string
+	)
+
+	cmd := &cobra.Command{
+		Use:   "up --dir DIR",
+		Short: "Start the sandbox and run it in the foreground until SIGINT/SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Dir == "" {
+				return errors.New("--dir is required")
+			}
+
+			if detach {
+				return upDetached(cmd, o.Dir)
+			}
+
+			return upForeground(cmd, o, logLevel)
+		},
+	}
+
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "dir", "", "directory for the sandbox's files (kubeconfig, talosconfig, env, ...)")
+	f.IntVar(&o.ControlPlanes, "control-planes", 3, "control-plane machines")
+	f.IntVar(&o.Workers, "workers", 3, "static worker machines")
+	f.IntVar(&o.Autoscaled, "autoscaled", 2, "autoscaler-managed worker machines")
+	f.Int64Var(&o.Seed, "seed", 1, "seed for names and autoscaler decisions")
+	f.DurationVar(&o.Heartbeat, "heartbeat", 10*time.Second, "kubelet status heartbeat interval")
+	f.DurationVar(&o.Reboot, "reboot", 5*time.Second, "how long a machine reboot takes")
+	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
+	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl)")
+	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
+	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live)")
+	f.BoolVar(&o.VIP, "vip", false, "serve the API endpoint on a VIP that fails over across control planes")
+	f.BoolVar(&o.InSync, "in-sync", false, "start the fleet on the secret file's credential (nothing to rotate)")
+	f.BoolVar(&o.NoWorkloads, "no-workloads", false, "do not create the demo DaemonSet and Deployment")
+	f.BoolVar(&detach, "detach", false, "start in the background and return once ready (stop with `down`)")
+	f.StringVar(&logLevel, "log-level", "info", "log level (trace, debug, info, warn, error)")
+
+	return cmd
+}
+
+func upForeground(cmd *cobra.Command, o sandbox.Options, logLevel string) error {
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return err
+	}
+
+	logFile, err := os.OpenFile(filepath.Join(o.Dir, "sandbox.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+
+	o.Logger = hclog.New(&hclog.LoggerOptions{
+		Name: "sandbox", Level: hclog.LevelFromString(logLevel), Output: io.MultiWriter(cmd.ErrOrStderr(), logFile),
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	sb, err := sandbox.Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer sb.Stop()
+
+	printFleet(cmd.OutOrStdout(), sb.FleetInfo())
+	fmt.Fprintf(cmd.OutOrStdout(), "\nSandbox ready. Use it with: source %s\n", sb.Path(sandbox.EnvFile))
+
+	<-ctx.Done()
+	fmt.Fprintln(cmd.ErrOrStderr(), "stopping sandbox")
+
+	return nil
+}
+
+// upDetached re-runs `up` without --detach in its own session and waits until it is ready.
+func upDetached(cmd *cobra.Command, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+
+	_ = os.Remove(filepath.Join(dir, sandbox.ReadyFile))
+
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a != "--detach" && a != "--detach=true" {
+			args = append(args, a)
+		}
+	}
+
+	out, err := os.OpenFile(filepath.Join(dir, "sandbox.out"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+
+	child := exec.Command(exe, args...)
+	child.Stdout, child.Stderr = out, out
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if err := child.Start(); err != nil {
+		return err
+	}
+
+	exited := make(chan error, 1)
+
+	go func() { exited <- child.Wait() }()
+
+	deadline := time.After(5 * time.Minute)
+
+	for {
+		if _, err := os.Stat(filepath.Join(dir, sandbox.ReadyFile)); err == nil {
+			break
+		}
+
+		select {
+		case err := <-exited:
+			return fmt.Errorf("sandbox exited before it was ready (%v); see %s", err, filepath.Join(dir, "sandbox.out"))
+		case <-deadline:
+			_ = child.Process.Signal(syscall.SIGTERM)
+
+			return fmt.Errorf("sandbox not ready after 5m; see %s", filepath.Join(dir, "sandbox.out"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	pid := child.Process.Pid
+	_ = child.Process.Release()
+
+	var fleet []sandbox.MachineInfo
+	if err := call(dir, "fleet", sandbox.Request{}, &fleet); err != nil {
+		return err
+	}
+
+	printFleet(cmd.OutOrStdout(), fleet)
+	fmt.Fprintf(cmd.OutOrStdout(), "\nSandbox ready (pid %d). Use it with: source %s\nStop it with: ghcrsync-sandbox down --dir %s\n",
+		pid, filepath.Join(dir, sandbox.EnvFile), dir)
+
+	return nil
+}
+
+func newDown() *cobra.Command {
+	var dir string
+
+	cmd := &cobra.Command{
+		Use:   "down --dir DIR",
+		Short: "Stop a sandbox started with --detach and wait until nothing of it runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info, err := sandbox.ReadInfo(dir)
+			if err != nil {
+				return err
+			}
+
+			pids := append([]int{info.PID}, info.ControlPlanePIDs...)
+			_ = syscall.Kill(info.PID, syscall.SIGTERM)
+
+			deadline := time.Now().Add(60 * time.Second)
+			for alive(pids) {
+				if time.Now().After(deadline) {
+					for _, p := range pids {
+						_ = syscall.Kill(p, syscall.SIGKILL)
+					}
+
+					break
+				}
+
+				time.Sleep(100 * time.Millisecond)
+			}
+
+			if alive(pids) {
+				return fmt.Errorf("sandbox processes %v still running after SIGKILL", pids)
+			}
+
+			_ = os.Remove(filepath.Join(dir, sandbox.InfoFile))
+			fmt.Fprintln(cmd.OutOrStdout(), "sandbox stopped")
+
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the sandbox's directory")
+	_ = cmd.MarkFlagRequired("dir")
+
+	return cmd
+}
+
+func alive(pids []int) bool {
+	for _, p := range pids {
+		if p <= 0 {
+			continue
+		}
+
+		// A zombie is not alive; /proc tells.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err == nil && !strings.Contains(string(b), ") Z ") {
+			return true
+		}
+	}
+
+	return false
+}
+
+func newCtl() *cobra.Command {
+	var dir string
+
+	cmd := &cobra.Command{
+		Use:   "ctl --dir DIR VERB [ARGS]",
+		Short: "Inject a fault or read counters: " + strings.Join(sandbox.Verbs, ", "),
+		Long: `Verbs:
+  reboot NODE                    reboot a machine out of band (the safety witness judges it)
+  scale-down NODE                the cluster autoscaler scales the node down
+  scale-up                       the cluster autoscaler adds a node
+  delete-node NODE               the machine and its Node vanish
+  pause-autoscaler | resume-autoscaler
+  revoke-credential USER         the registry stops accepting USER
+  set-run-status ID ATTEMPT STATUS   the CI API's run attempt status
+  stats                          {"unsafe_writes", "talos_writes", "reboots", "pulls"}
+  fleet                          the machines and their credential state`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			verb, rest := args[0], args[1:]
+			need := map[string]int{"reboot": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3}
+
+			if len(rest) != need[verb] {
+				return fmt.Errorf("%s takes %d argument(s)", verb, need[verb])
+			}
+
+			var req sandbox.Request
+
+			switch verb {
+			case "reboot", "scale-down", "delete-node":
+				req.Node = rest[0]
+			case "revoke-credential":
+				req.User = rest[0]
+			case "set-run-status":
+				req.ID, req.Attempt, req.Status = rest[0], rest[1], rest[2]
+			}
+
+			var out json.RawMessage
+			if err := call(dir, verb, req, &out); err != nil {
+				return err
+			}
+
+			var pretty bytes.Buffer
+			_ = json.Indent(&pretty, out, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), pretty.String())
+
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the sandbox's directory")
+	_ = cmd.MarkFlagRequired("dir")
+
+	return cmd
+}
+
+func newStatus() *cobra.Command {
+	var dir string
+
+	cmd := &cobra.Command{
+		Use:   "status --dir DIR",
+		Short: "Print the fleet: nodes, roles, Talos versions, credential state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var fleet []sandbox.MachineInfo
+			if err := call(dir, "fleet", sandbox.Request{}, &fleet); err != nil {
+				return err
+			}
+
+			printFleet(cmd.OutOrStdout(), fleet)
+
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the sandbox's directory")
+	_ = cmd.MarkFlagRequired("dir")
+
+	return cmd
+}
+
+func call(dir, verb string, req sandbox.Request, out any) error {
+	info, err := sandbox.ReadInfo(dir)
+	if err != nil {
+		return err
+	}
+
+	body, _ := json.Marshal(req)
+
+	resp, err := http.Post(info.Admin+"/v1/"+verb, "application/json", bytes.NewReader(body)) //nolint:noctx
+	if err != nil {
+		return fmt.Errorf("sandbox admin API %s: %w (is the sandbox running?)", info.Admin, err)
+	}
+	defer resp.Body.Close()
+
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		_ = json.Unmarshal(data, &e)
+
+		return fmt.Errorf("%s: %s", verb, e.Error)
+	}
+
+	return json.Unmarshal(data, out)
+}
+
+func printFleet(w io.Writer, fleet []sandbox.MachineInfo) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tIP\tTALOS\tCONFIGURED\tEFFECTIVE\tSECRET FILE")
+
+	for _, m := range fleet {
+		role := m.Role
+		if m.Autoscaled {
+			role += " (autoscaled)"
+		}
+
+		if m.Endpoint {
+			role += " (API endpoint)"
+		}
+
+		sync := "rotation due"
+		if m.InSync {
+			sync = "in sync"
+		}
+
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, role, m.IP, m.TalosVersion, m.Configured, m.Effective, sync)
+	}
+
+	_ = tw.Flush()
+}

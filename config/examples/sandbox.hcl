@@ -1,0 +1,46 @@
+# ghcrsync configuration for the local sandbox.
+#
+# `ghcrsync-sandbox up --dir DIR` writes a filled-in copy to DIR/ghcrsync.hcl: relative paths
+# resolve against that folder, where the sandbox also writes kubeconfig, talosconfig,
+# age.key and secret.enc.yaml. The blocks are described in docs/config.md.
+
+cluster {
+  kubeconfig = "kubeconfig"
+}
+
+talos {
+  talosconfig = "talosconfig"
+}
+
+credential "ghcr" {
+  registry  = "ghcr.io"
+  # Where ghcr.io is served in the sandbox (the credential is still keyed by "ghcr.io").
+  endpoint  = "http://127.0.0.1:5000"
+  sops_file = "secret.enc.yaml"
+  key       = ["stringData", "ghcr_dockerconfigjson"]
+  prove     = ["ghcrsync/private-probe:v1"]
+}
+
+nodes {
+  autoscaler_candidates = "deselect"
+  worker_parallelism    = 1
+  drain_timeout         = "2m"
+  ready_timeout         = "2m"
+
+  runtime_probe {
+    image     = "ghcr.io/ghcrsync/private-probe:v1"
+    namespace = "ghcrsync-system"
+  }
+}
+
+lease {
+  namespace = "flux-system"
+  name      = "ghcr-auth-refresh"
+  duration  = "120s"
+  heartbeat = "30s"
+}
+
+state {
+  backend = "local"
+  path    = "ghcrsync.state.json"
+}

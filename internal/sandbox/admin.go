@@ -1,0 +1,241 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// adminAPI is the loopback fault-injection API `ghcrsync-sandbox ctl` talks to.
+type adminAPI struct {
+	srv  *http.Server
+	addr string
+}
+
+// Request is the body of a POST to the admin API.
+type Request struct {
+	Node    string `json:"node,omitempty"`
+	User    string `json:"user,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Attempt string `json:"attempt,omitempty"`
+	Status  string `json:"status,omitempty"`
+}
+
+// Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
+var Verbs = []string{
+	"reboot", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
+	"revoke-credential", "set-run-status", "stats", "fleet",
+}
+
+func startAdminAPI(s *Sandbox) (*adminAPI, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/{verb}", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if r.ContentLength != 0 {
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request body: " + err.Error()})
+
+				return
+			}
+		}
+
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+		defer cancel()
+
+		out, err := s.Do(ctx, r.PathValue("verb"), req)
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": err.Error()})
+
+			return
+		}
+
+		writeJSON(w, http.StatusOK, out)
+	})
+
+	a := &adminAPI{addr: l.Addr().String(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+
+	go func() { _ = a.srv.Serve(l) }()
+
+	return a, nil
+}
+
+func (a *adminAPI) url() string { return "http://" + a.addr }
+
+func (a *adminAPI) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = a.srv.Shutdown(ctx)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// MachineInfo describes one machine for `ctl fleet` and `make demo`.
+type MachineInfo struct {
+	Name         string `json:"name"`
+	Role         string `json:"role"`
+	Autoscaled   bool   `json:"autoscaled"`
+	IP           string `json:"ip"`
+	TalosVersion string `json:"talos_version"`
+	BootID       string `json:"boot_id"`
+	Configured   string `json:"configured_credential"` // a username: never a secret
+	Effective    string `json:"effective_credential"`
+	InSync       bool   `json:"in_sync_with_secret_file"`
+	Endpoint     bool   `json:"api_endpoint"`
+}
+
+// Fleet describes the machines.
+func (s *Sandbox) FleetInfo() []MachineInfo {
+	var out []MachineInfo
+
+	for _, m := range s.fleet.Machines() {
+		conf, eff := m.Configured(), m.Effective()
+		out = append(out, MachineInfo{
+			Name: m.Name, Role: string(m.Role), Autoscaled: m.Autoscaled, IP: m.IP, TalosVersion: m.TalosTag,
+			BootID: m.BootID(), Configured: conf.Username, Effective: eff.Username,
+			InSync:   conf == s.newCred && eff == s.newCred,
+			Endpoint: s.fleet.endpoint.owner == m.Name,
+		})
+	}
+
+	return out
+}
+
+// Do performs one admin verb. It is what the admin API and in-process tests call.
+func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error) {
+	machine := func() (*Machine, error) {
+		m, ok := s.fleet.Machine(req.Node)
+		if !ok {
+			return nil, fmt.Errorf("no machine %q", req.Node)
+		}
+
+		return m, nil
+	}
+
+	switch verb {
+	case "stats":
+		return s.fleet.Stats(), nil
+	case "fleet":
+		return s.FleetInfo(), nil
+	case "reboot":
+		// An out-of-band reboot (power button, provider maintenance): no witness exemption.
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		m.reboot("ctl reboot")
+
+		return map[string]string{"rebooting": m.Name}, nil
+	case "scale-down":
+		if err := s.autoscaler.scaleDown(ctx, req.Node); err != nil {
+			return nil, err
+		}
+
+		return map[string]string{"deleted": req.Node}, nil
+	case "scale-up":
+		m, err := s.autoscaler.scaleUp(ctx)
+		if err != nil {
+			return nil, err
+		}
+
+		if err := s.WaitNodesReady(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+
+		return map[string]string{"added": m.Name}, nil
+	case "delete-node":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		s.fleet.removeMachine(m)
+
+		if err := s.Kube().CoreV1().Nodes().Delete(ctx, m.Name, deleteOpts); err != nil {
+			return nil, err
+		}
+
+		return map[string]string{"deleted": m.Name}, nil
+	case "pause-autoscaler":
+		s.autoscaler.setPaused(true)
+
+		return map[string]bool{"paused": true}, nil
+	case "resume-autoscaler":
+		s.autoscaler.setPaused(false)
+
+		return map[string]bool{"paused": false}, nil
+	case "revoke-credential":
+		if !s.registry.RevokeCredential(req.User) {
+			return nil, fmt.Errorf("no registry credential for user %q", req.User)
+		}
+
+		return map[string]string{"revoked": req.User}, nil
+	case "set-run-status":
+		if req.ID == "" || req.Attempt == "" || req.Status == "" {
+			return nil, fmt.Errorf("set-run-status needs ID ATTEMPT STATUS")
+		}
+
+		s.ci.SetRunStatus(req.ID, req.Attempt, req.Status)
+
+		return map[string]string{"run": req.ID + "/" + req.Attempt, "status": req.Status}, nil
+	}
+
+	return nil, fmt.Errorf("unknown verb %q (one of %v)", verb, Verbs)
+}
+
+// Info is DIR/sandbox.json: how `ctl` and `down` find a running sandbox.
+type Info struct {
+	PID              int    `json:"pid"`
+	Admin            string `json:"admin_url"`
+	Registry         string `json:"registry_url"`
+	CIAPI            string `json:"ci_api_url"`
+	APIEndpoint      string `json:"api_endpoint"`
+	TalosEndpoint    string `json:"talos_endpoint"`
+	OldCredential    string `json:"old_credential_user"`
+	NewCredential    string `json:"new_credential_user"`
+	ControlPlanePIDs []int  `json:"control_plane_pids"`
+}
+
+func (s *Sandbox) writeInfo() error {
+	if err := s.writeEnv(); err != nil {
+		return err
+	}
+
+	b, err := json.MarshalIndent(Info{
+		PID: os.Getpid(), Admin: s.admin.url(), Registry: s.registry.URL(), CIAPI: s.ci.url(),
+		APIEndpoint: s.fleet.endpoint.url(), TalosEndpoint: s.apid.addr,
+		OldCredential: s.oldCred.Username, NewCredential: s.newCred.Username,
+		ControlPlanePIDs: s.cp.pids(),
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+
+	return os.WriteFile(filepath.Join(s.opts.Dir, InfoFile), append(b, '\n'), 0o600)
+}
+
+// ReadInfo reads DIR/sandbox.json.
+func ReadInfo(dir string) (Info, error) {
+	var info Info
+
+	b, err := os.ReadFile(filepath.Join(dir, InfoFile))
+	if err != nil {
+		return info, fmt.Errorf("no sandbox in %s (%w): start one with `ghcrsync-sandbox up --dir %s`", dir, err, dir)
+	}
+
+	return info, json.Unmarshal(b, &info)
+}

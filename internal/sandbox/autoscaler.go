@@ -1,0 +1,368 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// autoscaler simulates the cluster autoscaler on the autoscaler-managed nodes: every interval
+// it adds, re-writes (new timestamp) or removes the advisory DeletionCandidateOfClusterAutoscaler
+// taint, and on a seeded schedule scales down a candidate (ToBeDeletedByClusterAutoscaler taint,
+// cordon, evict, delete the Node and its machine) or scales up a new node. Nodes annotated
+// cluster-autoscaler.kubernetes.io/scale-down-disabled=true are left alone. Deterministic per
+// seed for a given sequence of ticks.
+type autoscaler struct {
+	f   *Fleet
+	rng *mrand.Rand
+
+	mu         sync.Mutex
+	paused     bool
+	candidates map[string]int // node -> ticks as a candidate
+	maxNodes   int
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newAutoscaler(f *Fleet) *autoscaler {
+	return &autoscaler{
+		f:          f,
+		rng:        mrand.New(mrand.NewPCG(uint64(f.opts.Seed), 0xa5)),
+		candidates: map[string]int{},
+		maxNodes:   f.opts.Autoscaled + 2,
+	}
+}
+
+func (a *autoscaler) start() {
+	ctx, cancel := context.WithCancel(a.f.ctx)
+	a.cancel, a.done = cancel, make(chan struct{})
+
+	go func() {
+		defer close(a.done)
+
+		t := time.NewTicker(a.f.opts.AutoscalerInterval)
+		defer t.Stop()
+
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !a.isPaused() {
+					a.tick(ctx)
+				}
+			}
+		}
+	}()
+}
+
+func (a *autoscaler) stop() {
+	if a.cancel != nil {
+		a.cancel()
+		<-a.done
+	}
+}
+
+func (a *autoscaler) setPaused(p bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.paused = p
+}
+
+func (a *autoscaler) isPaused() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	return a.paused
+}
+
+func (a *autoscaler) managed(ctx context.Context) ([]corev1.Node, error) {
+	list, err := a.f.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeGroupLabel})
+	if err != nil {
+		return nil, err
+	}
+
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+
+	return list.Items, nil
+}
+
+func (a *autoscaler) tick(ctx context.Context) {
+	nodes, err := a.managed(ctx)
+	if err != nil {
+		a.f.log.Debug("autoscaler list", "error", err)
+
+		return
+	}
+
+	for _, n := range nodes {
+		if hasTaint(&n, ToBeDeletedTaint) {
+			continue
+		}
+
+		disabled := n.Annotations[ScaleDownDisabledAnnotation] == "true"
+		candidate := hasTaint(&n, DeletionCandidateTaint)
+		roll := a.rng.Float64()
+
+		var action string
+
+		switch {
+		case disabled && candidate:
+			action = "remove"
+		case disabled:
+			continue
+		case candidate && roll < 0.75:
+			action = "refresh"
+		case candidate:
+			action = "remove"
+		case roll < 0.5:
+			action = "add"
+		default:
+			continue
+		}
+
+		if err := a.setCandidate(ctx, n.Name, action != "remove"); err != nil {
+			a.f.log.Debug("autoscaler taint", "node", n.Name, "error", err)
+
+			continue
+		}
+
+		a.mu.Lock()
+		if action == "remove" {
+			delete(a.candidates, n.Name)
+		} else {
+			a.candidates[n.Name]++
+		}
+		a.mu.Unlock()
+	}
+
+	rate := a.f.opts.AutoscalerScaleRate
+	if rate <= 0 {
+		return
+	}
+
+	if a.rng.Float64() < rate {
+		if victim := a.longestCandidate(); victim != "" {
+			if err := a.scaleDown(ctx, victim); err != nil {
+				a.f.log.Info("autoscaler scale-down abandoned", "node", victim, "error", err)
+			}
+		}
+	}
+
+	if a.rng.Float64() < rate && len(nodes) < a.maxNodes {
+		if _, err := a.scaleUp(ctx); err != nil {
+			a.f.log.Info("autoscaler scale-up failed", "error", err)
+		}
+	}
+}
+
+func (a *autoscaler) longestCandidate() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	best, ticks := "", 1
+	for n, t := range a.candidates {
+		if t > ticks || (t == ticks && best != "" && n < best) {
+			best, ticks = n, t
+		}
+	}
+
+	return best
+}
+
+// updateNode is the autoscaler's read-modify-write of a Node, retried on conflict as the real
+// one does: this is the concurrent writer ghcrsync's claims race against.
+func (a *autoscaler) updateNode(ctx context.Context, name string, mutate func(*corev1.Node) bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := a.f.admin.CoreV1().Nodes().Get(ctx, name, getOpts)
+		if err != nil {
+			return err
+		}
+
+		if !mutate(n) {
+			return nil
+		}
+
+		_, err = a.f.admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+
+		return err
+	})
+}
+
+func (a *autoscaler) setCandidate(ctx context.Context, name string, present bool) error {
+	return a.updateNode(ctx, name, func(n *corev1.Node) bool {
+		taints := withoutTaint(n.Spec.Taints, DeletionCandidateTaint)
+		if present {
+			taints = append(taints, corev1.Taint{
+				Key: DeletionCandidateTaint, Value: strconv.FormatInt(time.Now().Unix(), 10), Effect: corev1.TaintEffectPreferNoSchedule,
+			})
+		}
+
+		n.Spec.Taints = taints
+
+		return true
+	})
+}
+
+// scaleDown deletes an autoscaled node the way the cluster autoscaler does. If its pods cannot
+// be evicted in time the scale-down is abandoned and the node restored.
+func (a *autoscaler) scaleDown(ctx context.Context, name string) error {
+	m, ok := a.f.Machine(name)
+	if !ok || !m.Autoscaled {
+		return fmt.Errorf("%s is not an autoscaler-managed machine", name)
+	}
+
+	n, err := a.f.admin.CoreV1().Nodes().Get(ctx, name, getOpts)
+	if err != nil {
+		return err
+	}
+
+	if n.Annotations[ScaleDownDisabledAnnotation] == "true" {
+		return fmt.Errorf("%s has %s=true: the autoscaler does not scale it down", name, ScaleDownDisabledAnnotation)
+	}
+
+	wasCordoned := n.Spec.Unschedulable
+
+	if err := a.updateNode(ctx, name, func(n *corev1.Node) bool {
+		n.Spec.Taints = append(withoutTaint(n.Spec.Taints, DeletionCandidateTaint), corev1.Taint{
+			Key: ToBeDeletedTaint, Value: strconv.FormatInt(time.Now().Unix(), 10), Effect: corev1.TaintEffectNoSchedule,
+		})
+		n.Spec.Unschedulable = true
+
+		return true
+	}); err != nil {
+		return err
+	}
+
+	a.f.log.Info("autoscaler scaling down", "node", name)
+
+	if err := a.evictAll(ctx, name, 20*time.Second); err != nil {
+		_ = a.updateNode(ctx, name, func(n *corev1.Node) bool {
+			n.Spec.Taints = withoutTaint(n.Spec.Taints, ToBeDeletedTaint)
+			n.Spec.Unschedulable = wasCordoned
+
+			return true
+		})
+
+		return err
+	}
+
+	a.f.removeMachine(m)
+
+	err = a.f.admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+
+	a.mu.Lock()
+	delete(a.candidates, name)
+	a.mu.Unlock()
+
+	a.f.log.Info("autoscaler deleted node", "node", name)
+
+	return nil
+}
+
+// evictAll evicts every evictable pod through the Eviction API (PDBs honoured) and waits
+// until they are gone.
+func (a *autoscaler) evictAll(ctx context.Context, node string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+
+	for {
+		pods, err := a.f.admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+
+		remaining := 0
+
+		var lastErr error
+
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if !Evictable(p) {
+				continue
+			}
+
+			remaining++
+
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+
+			err := a.f.admin.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+			})
+			if err != nil && !apierrors.IsNotFound(err) {
+				lastErr = fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+			}
+		}
+
+		if remaining == 0 {
+			return nil
+		}
+
+		if time.Now().After(deadline) {
+			if lastErr == nil {
+				lastErr = errors.New("pods still terminating")
+			}
+
+			return fmt.Errorf("drain of %s timed out: %w", node, lastErr)
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (a *autoscaler) scaleUp(ctx context.Context) (*Machine, error) {
+	a.f.mu.Lock()
+	cred := a.f.template
+	a.f.mu.Unlock()
+
+	m, err := a.f.addMachine(ctx, a.f.autoscaledName(), RoleWorker, true, cred)
+	if err != nil {
+		return nil, err
+	}
+
+	a.f.log.Info("autoscaler added node", "node", m.Name)
+
+	return m, nil
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+
+	return false
+}
+
+func withoutTaint(taints []corev1.Taint, key string) []corev1.Taint {
+	out := make([]corev1.Taint, 0, len(taints))
+
+	for _, t := range taints {
+		if t.Key != key {
+			out = append(out, t)
+		}
+	}
+
+	return out
+}

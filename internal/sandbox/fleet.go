@@ -1,0 +1,388 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Annotations and labels the sandbox reads or writes on Nodes.
+const (
+	// OwnerAnnotation marks a node fenced by a ghcrsync run; the safety witness requires it
+	// (with a cordon) before a reboot.
+	OwnerAnnotation = "ghcrsync.dev/owner"
+	// ScaleDownDisabledAnnotation makes the cluster autoscaler leave a node alone.
+	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	// NodeGroupLabel marks autoscaler-managed nodes.
+	NodeGroupLabel = "sandbox.ghcrsync.dev/node-group"
+	// DeletionCandidateTaint is the autoscaler's advisory scale-down candidate taint.
+	DeletionCandidateTaint = "DeletionCandidateOfClusterAutoscaler"
+	// ToBeDeletedTaint means the autoscaler has started deleting the node.
+	ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+)
+
+// Fleet is the set of simulated machines and what they share: the Kubernetes API, the
+// registry, the API endpoint and the counters tests read.
+type Fleet struct {
+	ctx   context.Context
+	opts  Options
+	log   hclog.Logger
+	admin kubernetes.Interface
+	cp    *controlPlane
+	reg   *Registry
+	net   subnet
+	rng   *mrand.Rand // seeded: names, autoscaler decisions
+
+	endpoint *endpointProxy
+
+	mu        sync.Mutex
+	machines  map[string]*Machine
+	byIP      map[string]*Machine
+	nextIndex int
+	template  Credential // the credential new autoscaled machines boot with
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// Stats are the counters `ghcrsync-sandbox ctl stats` reports.
+type Stats struct {
+	UnsafeWrites int            `json:"unsafe_writes"`
+	TalosWrites  map[string]int `json:"talos_writes"`
+	Reboots      map[string]int `json:"reboots"`
+	Pulls        PullStats      `json:"pulls"`
+	Unsafe       []UnsafeWrite  `json:"unsafe,omitempty"`
+}
+
+// PullStats counts image pulls by outcome.
+type PullStats struct {
+	OK     int `json:"ok"`
+	Denied int `json:"denied"`
+}
+
+// UnsafeWrite is one reboot the safety witness judged unsafe.
+type UnsafeWrite struct {
+	Node    string    `json:"node"`
+	Cause   string    `json:"cause"`
+	Reasons []string  `json:"reasons"`
+	At      time.Time `json:"at"`
+}
+
+func (f *Fleet) countTalosWrite(node string) {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	f.stats.TalosWrites[node]++
+}
+
+func (f *Fleet) countReboot(node string) {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	f.stats.Reboots[node]++
+}
+
+// Stats returns a copy of the counters.
+func (f *Fleet) Stats() Stats {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+
+	s := f.stats
+	s.TalosWrites, s.Reboots = map[string]int{}, map[string]int{}
+
+	for k, v := range f.stats.TalosWrites {
+		s.TalosWrites[k] = v
+	}
+
+	for k, v := range f.stats.Reboots {
+		s.Reboots[k] = v
+	}
+
+	s.Unsafe = append([]UnsafeWrite(nil), f.stats.Unsafe...)
+
+	return s
+}
+
+// witnessReboot is the safety witness: a reboot is safe only if the node is cordoned, carries
+// a ghcrsync owner annotation, and runs no evictable pod. Anything else is counted and logged.
+func (f *Fleet) witnessReboot(m *Machine, cause string) {
+	f.countTalosWrite(m.Name)
+
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+
+	var reasons []string
+
+	node, err := f.admin.CoreV1().Nodes().Get(ctx, m.Name, getOpts)
+
+	switch {
+	case apierrors.IsNotFound(err):
+		reasons = append(reasons, "node object not found")
+	case err != nil:
+		reasons = append(reasons, "node unreadable: "+err.Error())
+	default:
+		if !node.Spec.Unschedulable {
+			reasons = append(reasons, "not cordoned")
+		}
+
+		if node.Annotations[OwnerAnnotation] == "" {
+			reasons = append(reasons, "no "+OwnerAnnotation+" annotation")
+		}
+
+		pods, err := f.admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + m.Name})
+		if err != nil {
+			reasons = append(reasons, "pods unreadable: "+err.Error())
+		} else {
+			for i := range pods.Items {
+				if Evictable(&pods.Items[i]) {
+					reasons = append(reasons, "runs evictable pod "+pods.Items[i].Namespace+"/"+pods.Items[i].Name)
+				}
+			}
+		}
+	}
+
+	if len(reasons) == 0 {
+		return
+	}
+
+	f.statsMu.Lock()
+	f.stats.UnsafeWrites++
+	f.stats.Unsafe = append(f.stats.Unsafe, UnsafeWrite{Node: m.Name, Cause: cause, Reasons: reasons, At: time.Now().UTC()})
+	f.statsMu.Unlock()
+
+	f.log.Warn("UNSAFE WRITE: reboot of an unfenced node", "node", m.Name, "cause", cause, "reasons", strings.Join(reasons, "; "))
+}
+
+// Evictable reports whether a drain must evict the pod before its node may reboot: not
+// finished, not owned by a DaemonSet, not a static (mirror) pod.
+func Evictable(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return false
+		}
+	}
+
+	return true
+}
+
+func (f *Fleet) pullImage(ctx context.Context, m *Machine, image string, creds []Credential) error {
+	var err error
+
+	for _, c := range creds {
+		if err = f.reg.pull(ctx, image, c); err == nil {
+			break
+		}
+	}
+
+	if !strings.HasPrefix(image, RegistryHost+"/") {
+		return err
+	}
+
+	f.statsMu.Lock()
+	if err == nil {
+		f.stats.Pulls.OK++
+	} else if errors.Is(err, errPullDenied) {
+		f.stats.Pulls.Denied++
+	}
+	f.statsMu.Unlock()
+
+	if err != nil {
+		f.log.Debug("image pull failed", "node", m.Name, "image", image, "error", err)
+	}
+
+	return err
+}
+
+// Machine returns the machine with the given name or IP.
+func (f *Fleet) Machine(nameOrIP string) (*Machine, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if m, ok := f.machines[nameOrIP]; ok {
+		return m, true
+	}
+
+	m, ok := f.byIP[nameOrIP]
+
+	return m, ok
+}
+
+// Machines lists the live machines: control planes, workers, then autoscaled, by name.
+func (f *Fleet) Machines() []*Machine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	out := make([]*Machine, 0, len(f.machines))
+	for _, m := range f.machines {
+		out = append(out, m)
+	}
+
+	rank := func(m *Machine) int {
+		switch {
+		case m.Role == RoleControlPlane:
+			return 0
+		case !m.Autoscaled:
+			return 1
+		}
+
+		return 2
+	}
+
+	sort.Slice(out, func(i, j int) bool {
+		if rank(out[i]) != rank(out[j]) {
+			return rank(out[i]) < rank(out[j])
+		}
+
+		return out[i].Name < out[j].Name
+	})
+
+	return out
+}
+
+func (f *Fleet) autoscaledName() string {
+	f.mu.Lock()
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, f.rng.Uint64())
+	f.mu.Unlock()
+
+	return "autoscale-cx43-" + hex.EncodeToString(b)
+}
+
+// addMachine boots a new machine and registers its Node.
+func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscaled bool, cred Credential) (*Machine, error) {
+	f.mu.Lock()
+	ip := f.net.host(f.nextIndex)
+	f.nextIndex++
+	f.mu.Unlock()
+
+	tag, err := talosTag(f.opts.TalosVersion)
+	if err != nil {
+		return nil, err
+	}
+
+	m := &Machine{
+		Name: name, IP: ip, Role: role, Autoscaled: autoscaled, TalosTag: tag,
+		fleet: f, bootID: newBootID(), booted: time.Now(), effective: cred, criStarted: time.Now(),
+	}
+
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	m.memberID = binary.BigEndian.Uint64(idb[:])
+
+	data, err := renderMachineConfig(string(role), name, tag, f.endpoint.url(), f.cp.kubeCA.certPEM(), cred)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := m.initConfig(ctx, data); err != nil {
+		return nil, err
+	}
+
+	kp, err := f.cp.kubeCA.client("system:node:"+name, "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+
+	cfg := rest.CopyConfig(f.cp.admin)
+	cfg.CertData, cfg.KeyData = kp.CrtPEM, kp.KeyPEM
+	cfg.QPS, cfg.Burst = 50, 100
+
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	m.kubelet = &kubelet{m: m, client: client}
+
+	if err := m.kubelet.register(ctx); err != nil {
+		return nil, fmt.Errorf("sandbox: register node %s: %w", name, err)
+	}
+
+	// Talos labels its nodes with the cluster-admin identity, not the kubelet's (NodeRestriction
+	// forbids node-role labels to kubelets).
+	labels := map[string]string{}
+	if role == RoleControlPlane {
+		labels["node-role.kubernetes.io/control-plane"] = ""
+	}
+
+	if autoscaled {
+		labels[NodeGroupLabel] = "autoscale-cx43"
+	}
+
+	if len(labels) > 0 {
+		patch := mergePatch(map[string]any{"metadata": map[string]any{"labels": labels}})
+		if _, err := f.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("sandbox: label node %s: %w", name, err)
+		}
+	}
+
+	f.mu.Lock()
+	f.machines[name] = m
+	f.byIP[ip] = m
+	f.mu.Unlock()
+
+	m.kubelet.boot()
+
+	return m, nil
+}
+
+// removeMachine stops a machine and forgets it; the caller deletes the Node if it should.
+func (f *Fleet) removeMachine(m *Machine) {
+	m.remove()
+
+	f.mu.Lock()
+	delete(f.machines, m.Name)
+	delete(f.byIP, m.IP)
+	f.mu.Unlock()
+}
+
+func (f *Fleet) endpointDown(m *Machine) { f.endpoint.machineDown(m) }
+func (f *Fleet) endpointUp(m *Machine)   { f.endpoint.machineUp(m) }
+
+// controlPlanesUp counts control planes not rebooting.
+func (f *Fleet) controlPlanesUp() int {
+	n := 0
+
+	for _, m := range f.Machines() {
+		if m.Role == RoleControlPlane && m.BootID() != "" {
+			n++
+		}
+	}
+
+	return n
+}
+
+func (f *Fleet) stop() {
+	for _, m := range f.Machines() {
+		m.kubelet.stop()
+	}
+}
+
+func mergePatch(v map[string]any) []byte {
+	b, _ := json.Marshal(v)
+
+	return b
+}

@@ -1,0 +1,476 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+var (
+	getOpts    = metav1.GetOptions{}
+	everything = labels.Everything()
+)
+
+// kubelet simulates a node's kubelet with the node's own identity (system:node:NAME, so the
+// Node authorizer and NodeRestriction apply): it registers the Node, posts status heartbeats
+// and renews its kube-node-lease Lease every heartbeat (each status write bumps the Node's
+// resourceVersion, as a real kubelet's does), runs the pods bound to it by pulling their
+// images from the sandbox registry with the machine's effective credential, and finalises
+// graceful deletions.
+type kubelet struct {
+	m      *Machine
+	client kubernetes.Interface
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	backoff map[types.UID]time.Time
+	queue   chan string // pod names to sync
+}
+
+func (k *kubelet) heartbeat() time.Duration { return k.m.fleet.opts.Heartbeat }
+
+// register creates the Node object with the kubelet's registration fields.
+func (k *kubelet) register(ctx context.Context) error {
+	m := k.m
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": m.Name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+			},
+		},
+		Status: k.status(true, ""),
+	}
+
+	if m.Role == RoleControlPlane {
+		node.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
+	}
+
+	if m.Autoscaled {
+		node.Labels["node.kubernetes.io/instance-type"] = "cx43"
+	}
+
+	_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+
+	return err
+}
+
+func (k *kubelet) status(ready bool, message string) corev1.NodeStatus {
+	m := k.m
+	now := metav1.Now()
+
+	m.mu.Lock()
+	bootID := m.bootID
+	m.mu.Unlock()
+
+	readyCond := corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "kubelet is posting ready status", LastHeartbeatTime: now,
+	}
+	if !ready {
+		readyCond.Status, readyCond.Reason, readyCond.Message = corev1.ConditionFalse, "KubeletNotReady", message
+	}
+
+	conds := []corev1.NodeCondition{readyCond}
+	for c, reason := range map[corev1.NodeConditionType]string{
+		corev1.NodeMemoryPressure: "KubeletHasSufficientMemory",
+		corev1.NodeDiskPressure:   "KubeletHasNoDiskPressure",
+		corev1.NodePIDPressure:    "KubeletHasSufficientPID",
+	} {
+		conds = append(conds, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse, Reason: reason, LastHeartbeatTime: now})
+	}
+
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("4"),
+		corev1.ResourceMemory: resource.MustParse("8Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+
+	return corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Conditions:  conds,
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: m.IP},
+			{Type: corev1.NodeHostName, Address: m.Name},
+		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID: strings.ReplaceAll(bootID, "-", ""), SystemUUID: m.Name, BootID: bootID,
+			KernelVersion: "6.12.48-talos", OSImage: fmt.Sprintf("Talos (%s)", m.TalosTag),
+			ContainerRuntimeVersion: "containerd://2.1.4", KubeletVersion: "v1.37.2",
+			OperatingSystem: "linux", Architecture: "amd64",
+		},
+	}
+}
+
+// postStatus patches the Node's status (strategic merge, conditions merged by type).
+func (k *kubelet) postStatus(ctx context.Context, ready bool, message string) error {
+	st := k.status(ready, message)
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"conditions": st.Conditions,
+		"nodeInfo":   st.NodeInfo,
+		"addresses":  st.Addresses,
+	}})
+	if err != nil {
+		return err
+	}
+
+	_, err = k.client.CoreV1().Nodes().PatchStatus(ctx, k.m.Name, patch)
+
+	return err
+}
+
+// renewLease renews the node's heartbeat Lease in kube-node-lease.
+func (k *kubelet) renewLease(ctx context.Context) error {
+	leases := k.client.CoordinationV1().Leases("kube-node-lease")
+	now := metav1.NewMicroTime(time.Now())
+
+	lease, err := leases.Get(ctx, k.m.Name, getOpts)
+	if apierrors.IsNotFound(err) {
+		node, nerr := k.client.CoreV1().Nodes().Get(ctx, k.m.Name, getOpts)
+		if nerr != nil {
+			return nerr
+		}
+
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: k.m.Name,
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+				}},
+			},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(k.m.Name), LeaseDurationSeconds: ptr.To(int32(40)), RenewTime: &now,
+			},
+		}
+		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+
+		return err
+	}
+
+	if err != nil {
+		return err
+	}
+
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+
+	return err
+}
+
+// boot starts the kubelet's loops: Ready status, heartbeats, pods.
+func (k *kubelet) boot() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	if k.cancel != nil {
+		return
+	}
+
+	ctx, cancel := context.WithCancel(k.m.fleet.ctx)
+	k.cancel = cancel
+	k.backoff = map[types.UID]time.Time{}
+	k.queue = make(chan string, 1024)
+
+	k.wg.Add(2)
+
+	go k.heartbeatLoop(ctx)
+	go k.podLoop(ctx)
+}
+
+func (k *kubelet) heartbeatLoop(ctx context.Context) {
+	defer k.wg.Done()
+
+	t := time.NewTicker(k.heartbeat())
+	defer t.Stop()
+
+	for {
+		if err := k.postStatus(ctx, true, ""); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+			k.m.fleet.log.Debug("kubelet status", "node", k.m.Name, "error", err)
+		}
+
+		if err := k.renewLease(ctx); err != nil && ctx.Err() == nil {
+			k.m.fleet.log.Debug("kubelet lease", "node", k.m.Name, "error", err)
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// halt stops the loops and waits for them.
+func (k *kubelet) halt() {
+	k.mu.Lock()
+	cancel := k.cancel
+	k.cancel = nil
+	k.mu.Unlock()
+
+	if cancel != nil {
+		cancel()
+		k.wg.Wait()
+	}
+}
+
+// shutdown is a graceful node shutdown: the kubelet reports NotReady and stops.
+func (k *kubelet) shutdown(ctx context.Context) {
+	k.halt()
+
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+
+	if err := k.postStatus(sctx, false, "node is shutting down"); err != nil && !apierrors.IsNotFound(err) {
+		k.m.fleet.log.Debug("kubelet shutdown status", "node", k.m.Name, "error", err)
+	}
+}
+
+// stop ends the kubelet without a status (the machine is gone).
+func (k *kubelet) stop() { k.halt() }
+
+func (k *kubelet) podLoop(ctx context.Context) {
+	defer k.wg.Done()
+
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + k.m.Name }))
+	podInformer := factory.Core().V1().Pods()
+	enqueue := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			select {
+			case k.queue <- p.Namespace + "/" + p.Name:
+			default:
+			}
+		}
+	}
+
+	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
+		return
+	}
+
+	lister := podInformer.Lister()
+	resync := time.NewTicker(k.heartbeat())
+	defer resync.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-k.queue:
+			ns, name, _ := strings.Cut(key, "/")
+			if pod, err := lister.Pods(ns).Get(name); err == nil {
+				k.syncPod(ctx, pod)
+			}
+		case <-resync.C:
+			pods, _ := lister.List(everything)
+			for _, pod := range pods {
+				k.syncPod(ctx, pod)
+			}
+		}
+	}
+}
+
+func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
+	if pod.DeletionTimestamp != nil {
+		// Containers stopped: finalise the graceful deletion.
+		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To(int64(0)),
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+			k.m.fleet.log.Debug("kubelet delete pod", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+		}
+
+		return
+	}
+
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return
+	case corev1.PodRunning:
+		if podReady(pod) {
+			return
+		}
+	}
+
+	if until, ok := k.backoff[pod.UID]; ok && time.Now().Before(until) {
+		return
+	}
+
+	creds := k.pullCredentials(ctx, pod)
+	st := pod.Status.DeepCopy()
+	now := metav1.Now()
+	st.HostIP = k.m.IP
+	st.HostIPs = []corev1.HostIP{{IP: k.m.IP}}
+
+	if st.StartTime == nil {
+		st.StartTime = &now
+	}
+
+	var pullErr error
+
+	statuses := make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
+
+	for _, c := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+
+		if err := k.m.fleet.pullImage(ctx, k.m, c.Image, creds); err != nil {
+			pullErr = err
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
+		} else if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			cs.ImageID = c.Image
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
+		} else {
+			cs.ImageID = c.Image
+			cs.Ready, cs.Started = true, ptr.To(true)
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		}
+
+		statuses = append(statuses, cs)
+	}
+
+	st.ContainerStatuses = statuses
+
+	switch {
+	case pullErr != nil:
+		st.Phase = corev1.PodPending
+		st.Conditions = podConditions(false, now)
+		k.backoff[pod.UID] = time.Now().Add(2 * k.heartbeat())
+	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		st.Phase = corev1.PodSucceeded
+		st.Conditions = podConditions(false, now)
+	default:
+		st.Phase = corev1.PodRunning
+		st.PodIP = podIP(pod.UID)
+		st.PodIPs = []corev1.PodIP{{IP: st.PodIP}}
+		st.Conditions = podConditions(true, now)
+	}
+
+	updated := pod.DeepCopy()
+	updated.Status = *st
+
+	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+		// A stale copy: the next event or resync retries.
+		k.m.fleet.log.Debug("kubelet pod status", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+	}
+}
+
+// pullCredentials returns the credentials a pull may use, in the order a kubelet tries them:
+// the pod's image pull secrets for the registry, then the runtime's own (the machine's
+// effective credential from its Talos config).
+func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Credential {
+	var creds []Credential
+
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		s, err := k.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, getOpts)
+		if err != nil || s.Type != corev1.SecretTypeDockerConfigJson {
+			continue
+		}
+
+		if c, err := DockerConfigCredential(s.Data[corev1.DockerConfigJsonKey], RegistryHost); err == nil {
+			creds = append(creds, c)
+		}
+	}
+
+	return append(creds, k.m.Effective())
+}
+
+// DockerConfigCredential extracts host's credential from a .dockerconfigjson document.
+func DockerConfigCredential(data []byte, host string) (Credential, error) {
+	var doc struct {
+		Auths map[string]struct {
+			Username string `json:"username"`
+			Password string `json:"password"`
+			Auth     string `json:"auth"`
+		} `json:"auths"`
+	}
+
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return Credential{}, err
+	}
+
+	e, ok := doc.Auths[host]
+	if !ok {
+		return Credential{}, fmt.Errorf("no auths entry for %s", host)
+	}
+
+	if e.Username != "" {
+		return Credential{Username: e.Username, Password: e.Password}, nil
+	}
+
+	raw, err := base64.StdEncoding.DecodeString(e.Auth)
+	if err != nil {
+		return Credential{}, err
+	}
+
+	user, pass, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return Credential{}, errors.New("auth is not user:password")
+	}
+
+	return Credential{Username: user, Password: pass}, nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
+func podConditions(ready bool, now metav1.Time) []corev1.PodCondition {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+
+	return []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: status, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: status, LastTransitionTime: now},
+	}
+}
+
+func podIP(uid types.UID) string {
+	var h uint32
+	for _, c := range string(uid) {
+		h = h*31 + uint32(c)
+	}
+
+	return fmt.Sprintf("10.244.%d.%d", (h>>8)%250+1, h%250+1)
+}

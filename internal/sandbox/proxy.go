@@ -1,0 +1,154 @@
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+)
+
+// endpointProxy is the Kubernetes API endpoint the kubeconfig names. Without --vip it is owned
+// by one control-plane machine (the "endpoint node"): while that machine reboots the address
+// refuses connections and open connections are cut, as when a run reboots the node its own
+// kubeconfig points at. With --vip it is a virtual IP that fails over across control planes
+// and is down only while none is up.
+type endpointProxy struct {
+	host   string // listen address (endpoint node's IP, or the VIP)
+	target string // the apiserver
+	owner  string // endpoint node ("" with --vip)
+	fleet  *Fleet
+
+	mu    sync.Mutex
+	l     net.Listener
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func (p *endpointProxy) addr() string { return net.JoinHostPort(p.host, strconv.Itoa(apiPort)) }
+func (p *endpointProxy) url() string  { return "https://" + p.addr() }
+
+func (p *endpointProxy) open() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	if p.l != nil {
+		return nil
+	}
+
+	l, err := net.Listen("tcp", p.addr())
+	if err != nil {
+		return err
+	}
+
+	p.l = l
+	if p.conns == nil {
+		p.conns = map[net.Conn]struct{}{}
+	}
+
+	p.wg.Add(1)
+
+	go p.serve(l)
+
+	return nil
+}
+
+func (p *endpointProxy) serve(l net.Listener) {
+	defer p.wg.Done()
+
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+
+			continue
+		}
+
+		go p.forward(c)
+	}
+}
+
+func (p *endpointProxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+
+		return
+	}
+
+	p.mu.Lock()
+	if p.l == nil { // went down meanwhile
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+
+		return
+	}
+
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	c.Close()
+	up.Close()
+
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// close stops listening and cuts every open connection: connections are refused until open.
+func (p *endpointProxy) close() {
+	p.mu.Lock()
+	l := p.l
+	p.l = nil
+
+	for c := range p.conns {
+		c.Close()
+	}
+
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+
+	if l != nil {
+		l.Close()
+	}
+
+	p.wg.Wait()
+}
+
+func (p *endpointProxy) machineDown(m *Machine) {
+	if m.Role != RoleControlPlane {
+		return
+	}
+
+	if p.owner == m.Name || (p.owner == "" && p.fleet.controlPlanesUp() == 0) {
+		p.fleet.log.Info("API endpoint down", "endpoint", p.addr(), "node", m.Name)
+		p.close()
+	}
+}
+
+func (p *endpointProxy) machineUp(m *Machine) {
+	if m.Role != RoleControlPlane || (p.owner != "" && p.owner != m.Name) {
+		return
+	}
+
+	if err := p.open(); err != nil {
+		p.fleet.log.Error("API endpoint did not come back", "endpoint", p.addr(), "error", err)
+
+		return
+	}
+
+	p.fleet.log.Info("API endpoint up", "endpoint", p.addr())
+}

@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// Registry is a real OCI registry (go-containerregistry's) behind Docker token auth, as
+// ghcr.io is: /token trades Basic credentials for a bearer token, and every repository
+// under privateOrg needs one. Credentials can be added and revoked while it runs.
+type Registry struct {
+	inner http.Handler
+	srv   *http.Server
+	addr  string
+
+	mu     sync.Mutex
+	users  map[string]string // username -> password
+	tokens map[string]grant
+}
+
+type grant struct {
+	user    string // "" for an anonymous token
+	expires time.Time
+}
+
+// privateOrg is the registry namespace whose images need credentials.
+const privateOrg = "ghcrsync"
+
+// RegistryHost is the host name credentials are keyed by (the dockerconfigjson "auths" key
+// and the RegistryAuthConfig name). Pulls of RegistryHost/... are served by the sandbox
+// registry, as a Talos registry mirror would route them.
+const RegistryHost = "ghcr.io"
+
+// PrivateImages are seeded at start; all need credentials.
+var PrivateImages = []string{privateOrg + "/private-probe:v1", privateOrg + "/app:v1"}
+
+func startRegistry() (*Registry, error) {
+	r := &Registry{
+		inner:  ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
+		users:  map[string]string{},
+		tokens: map[string]grant{},
+	}
+
+	if err := r.seed(); err != nil {
+		return nil, err
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+
+	r.addr = l.Addr().String()
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+
+	go func() { _ = r.srv.Serve(l) }()
+
+	return r, nil
+}
+
+// seed pushes the private images straight into the unauthenticated inner handler.
+func (r *Registry) seed() error {
+	ts := httptest.NewServer(r.inner)
+	defer ts.Close()
+
+	host := strings.TrimPrefix(ts.URL, "http://")
+
+	for _, image := range PrivateImages {
+		img, err := random.Image(512, 1)
+		if err != nil {
+			return err
+		}
+
+		ref, err := name.ParseReference(host+"/"+image, name.Insecure)
+		if err != nil {
+			return err
+		}
+
+		if err := remote.Write(ref, img); err != nil {
+			return fmt.Errorf("sandbox: seed registry image %s: %w", image, err)
+		}
+	}
+
+	return nil
+}
+
+// Addr is host:port of the registry (plain HTTP on loopback).
+func (r *Registry) Addr() string { return r.addr }
+
+// URL is the registry's base URL.
+func (r *Registry) URL() string { return "http://" + r.addr }
+
+// AddCredential makes username/password valid.
+func (r *Registry) AddCredential(username, password string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.users[username] = password
+}
+
+// RevokeCredential invalidates username and every token issued to it. It reports whether
+// the user existed.
+func (r *Registry) RevokeCredential(username string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	_, ok := r.users[username]
+	delete(r.users, username)
+
+	for t, g := range r.tokens {
+		if g.user == username {
+			delete(r.tokens, t)
+		}
+	}
+
+	return ok
+}
+
+func (r *Registry) close(ctx context.Context) { _ = r.srv.Shutdown(ctx) }
+
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch {
+	case req.URL.Path == "/token":
+		r.token(w, req)
+	case strings.HasPrefix(req.URL.Path, "/v2"):
+		r.v2(w, req)
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+func (r *Registry) token(w http.ResponseWriter, req *http.Request) {
+	user, pass, hasBasic := req.BasicAuth()
+
+	r.mu.Lock()
+	want, known := r.users[user]
+	r.mu.Unlock()
+
+	if hasBasic && (!known || want != pass) {
+		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: invalid username or password")
+
+		return
+	}
+
+	if !hasBasic {
+		user = ""
+	}
+
+	buf := make([]byte, 24)
+	_, _ = rand.Read(buf)
+	tok := hex.EncodeToString(buf)
+
+	r.mu.Lock()
+	r.tokens[tok] = grant{user: user, expires: time.Now().Add(5 * time.Minute)}
+	r.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "access_token": tok, "expires_in": 300})
+}
+
+func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		registryError(w, http.StatusForbidden, "DENIED", "this registry is read-only")
+
+		return
+	}
+
+	repo := repository(req.URL.Path)
+	challenge := fmt.Sprintf(`Bearer realm="http://%s/token",service="sandbox-registry"`, r.addr)
+
+	if repo != "" {
+		challenge += fmt.Sprintf(`,scope="repository:%s:pull"`, repo)
+	}
+
+	tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		w.Header().Set("WWW-Authenticate", challenge)
+		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
+
+		return
+	}
+
+	r.mu.Lock()
+	g, valid := r.tokens[tok]
+	_, userLive := r.users[g.user]
+	r.mu.Unlock()
+
+	switch {
+	case !valid || time.Now().After(g.expires) || (g.user != "" && !userLive):
+		w.Header().Set("WWW-Authenticate", challenge)
+		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
+
+		return
+	case g.user == "" && strings.HasPrefix(repo, privateOrg+"/"):
+		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
+
+		return
+	}
+
+	r.inner.ServeHTTP(w, req)
+}
+
+// repository extracts "org/name" from /v2/org/name/{manifests,blobs,tags}/...
+func repository(path string) string {
+	rest := strings.TrimPrefix(path, "/v2/")
+	for _, sep := range []string{"/manifests/", "/blobs/", "/tags/"} {
+		if i := strings.Index(rest, sep); i > 0 {
+			return rest[:i]
+		}
+	}
+
+	return ""
+}
+
+func registryError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}})
+}
+
+// errPullDenied marks a pull the registry refused (401/403): the kubelet reports ErrImagePull.
+var errPullDenied = errors.New("pull access denied")
+
+// pull fetches an image manifest as a container runtime does: the registry's token dance
+// with the given credential (none = anonymous). Images outside RegistryHost are treated as
+// already present on the machine (pause, system images).
+func (r *Registry) pull(ctx context.Context, image string, cred Credential) error {
+	rest, ok := strings.CutPrefix(image, RegistryHost+"/")
+	if !ok {
+		return nil
+	}
+
+	ref, err := name.ParseReference(r.addr+"/"+rest, name.Insecure)
+	if err != nil {
+		return fmt.Errorf("invalid image reference %q: %w", image, err)
+	}
+
+	auth := authn.Anonymous
+	if !cred.IsZero() {
+		auth = &authn.Basic{Username: cred.Username, Password: cred.Password}
+	}
+
+	_, err = remote.Get(ref, remote.WithAuth(auth), remote.WithContext(ctx))
+
+	var terr *transport.Error
+	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference: %w: %d %s",
+			image, errPullDenied, terr.StatusCode, http.StatusText(terr.StatusCode))
+	}
+
+	if err != nil {
+		return fmt.Errorf("failed to pull image %q: %w", image, err)
+	}
+
+	return nil
+}

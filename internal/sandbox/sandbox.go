@@ -1,0 +1,537 @@
+// Package sandbox runs a local stand-in for a Talos Linux Kubernetes cluster on loopback: a
+// real etcd, kube-apiserver, kube-controller-manager and kube-scheduler; simulated machines
+// whose kubelets use the real API with node identities and whose Talos API is the real
+// MachineService and COSI State gRPC API, served over mTLS behind one apid-style endpoint; a
+// cluster-autoscaler simulation; a real OCI registry behind token auth; a fake of the GitHub
+// Actions run-attempt API; and SOPS/age fixtures. It never leaks into the product binary.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/siderolabs/crypto/x509"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/zclconf/go-cty/cty"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ghcrsync/ghcrsync/config/examples"
+)
+
+// Options configure a sandbox. Zero values take the defaults of `ghcrsync-sandbox up`.
+type Options struct {
+	Dir                 string
+	BinDir              string // control-plane binaries; default ControlPlaneDir()
+	ControlPlanes       int
+	Workers             int
+	Autoscaled          int
+	Seed                int64
+	Heartbeat           time.Duration
+	Reboot              time.Duration
+	AutoscalerInterval  time.Duration
+	AutoscalerScaleRate float64 // chance per tick of a scale-down and of a scale-up; 0 = only on request
+	AutoscalerPaused    bool
+	TalosVersion        string
+	VIP                 bool
+	InSync              bool // start the fleet on the secret file's credential
+	NoWorkloads         bool // skip the demo Deployment
+	Logger              hclog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.ControlPlanes == 0 {
+		o.ControlPlanes = 3
+	}
+
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+
+	if o.Heartbeat == 0 {
+		o.Heartbeat = 10 * time.Second
+	}
+
+	if o.Reboot == 0 {
+		o.Reboot = 5 * time.Second
+	}
+
+	if o.AutoscalerInterval == 0 {
+		o.AutoscalerInterval = 10 * time.Second
+	}
+
+	if o.TalosVersion == "" {
+		o.TalosVersion = "1.13"
+	}
+
+	if o.BinDir == "" {
+		o.BinDir = ControlPlaneDir()
+	}
+
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+// ControlPlaneDir is where scripts/build-control-plane.sh caches the binaries.
+func ControlPlaneDir() string {
+	if d := os.Getenv("GHCRSYNC_CONTROL_PLANE_DIR"); d != "" {
+		return d
+	}
+
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+
+	return filepath.Join(cache, "ghcrsync", "control-plane", "k8s-v1.37.2-etcd-v3.6.16")
+}
+
+// Sandbox is a running sandbox.
+type Sandbox struct {
+	opts   Options
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	cp         *controlPlane
+	fleet      *Fleet
+	registry   *Registry
+	ci         *ciAPI
+	apid       *apid
+	autoscaler *autoscaler
+	admin      *adminAPI
+
+	oldCred, newCred Credential
+}
+
+// Files the sandbox writes into its directory.
+const (
+	KubeconfigFile        = "kubeconfig"
+	TalosconfigFile       = "talosconfig"
+	TalosconfigReaderFile = "talosconfig-reader"
+	AgeKeyFile            = "age.key"
+	SecretFile            = "secret.enc.yaml"
+	EnvFile               = "env"
+	ConfigFile            = "ghcrsync.hcl"
+	ReadyFile             = "ready"
+	InfoFile              = "sandbox.json"
+)
+
+// Start brings a sandbox up and returns once every node is Ready and the files are written.
+func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
+	opts.defaults()
+
+	if opts.Dir == "" {
+		return nil, errors.New("sandbox: a directory is required")
+	}
+
+	if _, err := talosTag(opts.TalosVersion); err != nil {
+		return nil, err
+	}
+
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+
+	opts.Dir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+
+	_ = os.Remove(filepath.Join(dir, ReadyFile))
+
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Sandbox{opts: opts, ctx: sctx, cancel: cancel}
+
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	log := opts.Logger
+	start := time.Now()
+
+	sub, err := pickSubnet(mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))))
+	if err != nil {
+		return nil, err
+	}
+
+	endpointHost, owner := sub.host(0), "prod-control-plane-1"
+	if opts.VIP {
+		endpointHost, owner = sub.vip(), ""
+	}
+
+	sans := []net.IP{net.ParseIP(sub.vip())}
+	for i := range opts.ControlPlanes {
+		sans = append(sans, net.ParseIP(sub.host(i)))
+	}
+
+	s.cp, err = startControlPlane(ctx, controlPlaneOptions{
+		binDir:    opts.BinDir,
+		dir:       dir,
+		extraSANs: sans,
+		nodeGrace: max(5*time.Second, 4*opts.Heartbeat),
+		logf:      func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) },
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	admin, err := kubernetes.NewForConfig(s.cp.admin)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := s.cp.waitHealthy(ctx, admin); err != nil {
+		return nil, err
+	}
+
+	if s.registry, err = startRegistry(); err != nil {
+		return nil, err
+	}
+
+	s.oldCred, s.newCred = newCredential("fleet-old"), newCredential("fleet-new")
+	s.registry.AddCredential(s.oldCred.Username, s.oldCred.Password)
+	s.registry.AddCredential(s.newCred.Username, s.newCred.Password)
+
+	if s.ci, err = startCIAPI(); err != nil {
+		return nil, err
+	}
+
+	fleetCred := s.oldCred
+	if opts.InSync {
+		fleetCred = s.newCred
+	}
+
+	f := &Fleet{
+		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
+		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
+		machines: map[string]*Machine{}, byIP: map[string]*Machine{},
+		template: fleetCred,
+		stats:    Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
+	}
+	f.endpoint = &endpointProxy{host: endpointHost, target: s.cp.apiAddr, owner: owner, fleet: f}
+	s.fleet = f
+
+	if err := f.endpoint.open(); err != nil {
+		return nil, fmt.Errorf("sandbox: API endpoint %s: %w", f.endpoint.addr(), err)
+	}
+
+	talosCA, err := newAuthority("talos")
+	if err != nil {
+		return nil, err
+	}
+
+	if s.apid, err = startAPID(f, talosCA); err != nil {
+		return nil, err
+	}
+
+	for i := range opts.ControlPlanes {
+		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-control-plane-%d", i+1), RoleControlPlane, false, fleetCred); err != nil {
+			return nil, err
+		}
+	}
+
+	for i := range opts.Workers {
+		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-worker-%d", i+1), RoleWorker, false, fleetCred); err != nil {
+			return nil, err
+		}
+	}
+
+	for range opts.Autoscaled {
+		if _, err := f.addMachine(ctx, f.autoscaledName(), RoleWorker, true, fleetCred); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := s.seedCluster(ctx, admin); err != nil {
+		return nil, err
+	}
+
+	if err := s.WaitNodesReady(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+
+	if err := s.writeFiles(talosCA); err != nil {
+		return nil, err
+	}
+
+	s.autoscaler = newAutoscaler(f)
+	s.autoscaler.setPaused(opts.AutoscalerPaused)
+	s.autoscaler.start()
+
+	if s.admin, err = startAdminAPI(s); err != nil {
+		return nil, err
+	}
+
+	if err := s.writeInfo(); err != nil {
+		return nil, err
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, ReadyFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	log.Info("sandbox ready", "dir", dir, "nodes", len(f.Machines()), "took", time.Since(start).Round(time.Millisecond))
+
+	return s, nil
+}
+
+// seedCluster creates the namespaces ghcrsync uses and, unless disabled, a small workload
+// (a DaemonSet and a Deployment with a PodDisruptionBudget) pulling a private image.
+func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) error {
+	for _, ns := range []string{"flux-system", "ghcrsync-system", "apps"} {
+		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+
+	if s.opts.NoWorkloads {
+		return nil
+	}
+
+	return createDemoWorkloads(ctx, kube)
+}
+
+// WaitNodesReady waits until every machine's Node is Ready.
+func (s *Sandbox) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+
+	for {
+		notReady := []string{}
+
+		for _, m := range s.fleet.Machines() {
+			n, err := s.Kube().CoreV1().Nodes().Get(ctx, m.Name, getOpts)
+			if err != nil || !NodeReady(n) {
+				notReady = append(notReady, m.Name)
+			}
+		}
+
+		if len(notReady) == 0 {
+			return nil
+		}
+
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox: nodes not Ready after %s: %s", timeout, strings.Join(notReady, ", "))
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// NodeReady reports the Node's Ready condition.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
+func (s *Sandbox) writeFiles(talosCA *authority) error {
+	dir := s.opts.Dir
+	p := func(name string) string { return filepath.Join(dir, name) }
+
+	adminKP, err := s.cp.kubeCA.client("sandbox-admin", "system:masters")
+	if err != nil {
+		return err
+	}
+
+	if err := writeKubeconfig(p(KubeconfigFile), s.fleet.endpoint.url(), s.cp.kubeCA.certPEM(), adminKP.CrtPEM, adminKP.KeyPEM); err != nil {
+		return err
+	}
+
+	var nodes []string
+	for _, m := range s.fleet.Machines() {
+		if m.Role == RoleControlPlane {
+			nodes = append(nodes, m.IP)
+
+			break
+		}
+	}
+
+	for file, role := range map[string]string{TalosconfigFile: roleAdmin, TalosconfigReaderFile: roleReader} {
+		kp, err := talosCA.client("sandbox-"+strings.TrimPrefix(role, "os:"), role)
+		if err != nil {
+			return err
+		}
+
+		cfg := clientconfig.NewConfig("sandbox", []string{s.apid.addr}, talosCA.certPEM(),
+			&x509.PEMEncodedCertificateAndKey{Crt: kp.CrtPEM, Key: kp.KeyPEM})
+		cfg.Contexts["sandbox"].Nodes = nodes
+
+		if err := cfg.Save(p(file)); err != nil {
+			return err
+		}
+
+		if err := os.Chmod(p(file), 0o600); err != nil {
+			return err
+		}
+	}
+
+	identity, recipient, err := newAgeKey()
+	if err != nil {
+		return err
+	}
+
+	if err := os.WriteFile(p(AgeKeyFile), identity, 0o600); err != nil {
+		return err
+	}
+
+	enc, err := encryptSecretFile(DockerConfigJSON(s.newCred), recipient)
+	if err != nil {
+		return err
+	}
+
+	if err := os.WriteFile(p(SecretFile), enc, 0o600); err != nil {
+		return err
+	}
+
+	hcl, err := s.renderConfig()
+	if err != nil {
+		return err
+	}
+
+	if err := os.WriteFile(p(ConfigFile), hcl, 0o600); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// renderConfig fills config/examples/sandbox.hcl in for this sandbox: where ghcr.io is served,
+// and a short Lease so that recovery tests are quick.
+func (s *Sandbox) renderConfig() ([]byte, error) {
+	src, err := examples.FS.ReadFile("sandbox.hcl")
+	if err != nil {
+		return nil, err
+	}
+
+	f, diags := hclwrite.ParseConfig(src, "sandbox.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("sandbox: config/examples/sandbox.hcl: %s", diags.Error())
+	}
+
+	for _, b := range f.Body().Blocks() {
+		switch b.Type() {
+		case "credential":
+			b.Body().SetAttributeValue("endpoint", cty.StringVal(s.registry.URL()))
+		case "lease":
+			b.Body().SetAttributeValue("duration", cty.StringVal("15s"))
+			b.Body().SetAttributeValue("heartbeat", cty.StringVal("5s"))
+		}
+	}
+
+	return f.Bytes(), nil
+}
+
+func (s *Sandbox) writeEnv() error {
+	lines := []string{
+		"KUBECONFIG=" + filepath.Join(s.opts.Dir, KubeconfigFile),
+		"TALOSCONFIG=" + filepath.Join(s.opts.Dir, TalosconfigFile),
+		"SOPS_AGE_KEY_FILE=" + filepath.Join(s.opts.Dir, AgeKeyFile),
+		"GHCRSYNC_SANDBOX_ADMIN=" + s.admin.url(),
+		"GHCRSYNC_SANDBOX_REGISTRY=" + s.registry.URL(),
+		"GHCRSYNC_SANDBOX_CI_API=" + s.ci.url(),
+	}
+
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("export " + l + "\n")
+	}
+
+	return os.WriteFile(filepath.Join(s.opts.Dir, EnvFile), []byte(b.String()), 0o600)
+}
+
+// Stop stops everything the sandbox started and waits for its child processes to exit.
+func (s *Sandbox) Stop() {
+	if s.autoscaler != nil {
+		s.autoscaler.stop()
+	}
+
+	if s.admin != nil {
+		s.admin.close()
+	}
+
+	if s.fleet != nil {
+		s.fleet.stop()
+	}
+
+	s.cancel()
+
+	if s.apid != nil {
+		s.apid.stop()
+	}
+
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	if s.registry != nil {
+		s.registry.close(sctx)
+	}
+
+	if s.ci != nil {
+		_ = s.ci.srv.Shutdown(sctx)
+	}
+
+	if s.fleet != nil && s.fleet.endpoint != nil {
+		s.fleet.endpoint.close()
+	}
+
+	if s.cp != nil {
+		s.cp.stop()
+	}
+
+	_ = os.Remove(filepath.Join(s.opts.Dir, ReadyFile))
+}
+
+// Accessors for tests and the CLI.
+
+func (s *Sandbox) Dir() string                   { return s.opts.Dir }
+func (s *Sandbox) Path(name string) string       { return filepath.Join(s.opts.Dir, name) }
+func (s *Sandbox) Options() Options              { return s.opts }
+func (s *Sandbox) Fleet() *Fleet                 { return s.fleet }
+func (s *Sandbox) Registry() *Registry           { return s.registry }
+func (s *Sandbox) AdminRESTConfig() *rest.Config { return rest.CopyConfig(s.cp.admin) }
+func (s *Sandbox) APIServerAddr() string         { return s.cp.apiAddr }
+func (s *Sandbox) EndpointURL() string           { return s.fleet.endpoint.url() }
+func (s *Sandbox) TalosEndpoint() string         { return s.apid.addr }
+func (s *Sandbox) CIURL() string                 { return s.ci.url() }
+func (s *Sandbox) ChildPIDs() []int              { return s.cp.pids() }
+
+// OldCredential is the credential the fleet starts on (unless InSync).
+func (s *Sandbox) OldCredential() Credential { return s.oldCred }
+
+// NewCredential is the credential in secret.enc.yaml.
+func (s *Sandbox) NewCredential() Credential { return s.newCred }
+
+// Kube is a direct admin client (bypasses the endpoint proxy).
+func (s *Sandbox) Kube() kubernetes.Interface {
+	k, _ := kubernetes.NewForConfig(s.cp.admin)
+
+	return k
+}
+

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `make demo`: bring the sandbox up, show the fleet, and shut it down cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=$(mktemp -d "${TMPDIR:-/tmp}/ghcrsync-demo.XXXXXX")
+cleanup() {
+  bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+echo "==> Starting the sandbox (3 control planes, 3 workers, 2 autoscaled; Talos 1.13)"
+bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 2s --autoscaler-interval 5s --autoscaler-scale-rate 0
+echo
+echo "==> Safety counters"
+bin/ghcrsync-sandbox ctl --dir "$dir" stats
+echo
+echo "==> Stopping the sandbox"
+bin/ghcrsync-sandbox down --dir "$dir"
+trap - EXIT
+rm -rf "$dir"
+scripts/check-leaks.sh

@@ -1,0 +1,2 @@
+// Package state holds the state model (lineage, serial, fence records) and its backends.
+package state
