@@ -285,7 +285,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 
 	m := &Machine{
 		Name: name, IP: ip, Role: role, Autoscaled: autoscaled, TalosTag: tag,
-		fleet: f, bootID: newBootID(), booted: time.Now(), effective: cred, criStarted: time.Now(),
+		fleet: f, bootID: newBootID(), booted: time.Now(), effective: cred,
 	}
 
 	var idb [8]byte
@@ -300,6 +300,9 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	if err := m.initConfig(ctx, data); err != nil {
 		return nil, err
 	}
+
+	// At boot Talos loads the machine config before it starts the container runtime.
+	m.criStarted = time.Now()
 
 	kp, err := f.cp.kubeCA.client("system:node:"+name, "system:nodes")
 	if err != nil {

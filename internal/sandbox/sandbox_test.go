@@ -65,26 +65,65 @@ func TestJSONPatchTestFailureIs422AndStaleUpdateIs409(t *testing.T) {
 	}
 
 	// Negative control: the same patch with a test that holds is applied.
-	okPatch := []byte(`[{"op":"test","path":"/spec/unschedulable","value":null},
-		{"op":"add","path":"/metadata/annotations/ghcrsync.dev~1probe","value":"x"}]`)
+	okPatch := fmt.Appendf(nil, `[{"op":"test","path":"/metadata/uid","value":%q},
+		{"op":"add","path":"/metadata/labels/ghcrsync.dev~1probe","value":"x"}]`, before.UID)
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, okPatch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("passing test op refused: %v", err)
+	}
+
+	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/probe": nil}}}) })
+
 	if before.Spec.Unschedulable {
 		t.Fatalf("%s unexpectedly cordoned", name)
 	}
 
-	if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, okPatch, metav1.PatchOptions{}); err != nil {
-		// spec.unschedulable is omitted when false: "test" against null is how it reads.
-		t.Fatalf("passing test op refused: %v", err)
-	}
-
-	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"ghcrsync.dev/probe": nil}}}) })
-
 	// A stale resourceVersion in an update is 409 Conflict.
 	stale := before.DeepCopy()
-	stale.Labels["ghcrsync.dev/probe"] = "x"
+	stale.Labels["ghcrsync.dev/probe"] = "y"
 
 	if _, err := kube.CoreV1().Nodes().Update(ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 		t.Fatalf("stale update: want 409 Conflict, got %v", err)
 	}
+}
+
+// Pins the apiserver's JSON-patch semantics for asserting that an annotation is absent
+// (`test` against null): it holds for an absent key of an existing annotations map, fails
+// with 422 for a present key, and fails with 422 when the annotations map itself is absent.
+func TestJSONPatchTestNullSemantics(t *testing.T) {
+	ctx := context.Background()
+	kube := sandboxtest.Kube(t)
+	const name = "prod-worker-3"
+
+	claim := []byte(`[{"op":"test","path":"/metadata/annotations/ghcrsync.dev~1owner","value":null},
+		{"op":"add","path":"/metadata/annotations/ghcrsync.dev~1owner","value":"run-a"}]`)
+	apply := func() error {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, claim, metav1.PatchOptions{})
+
+		return err
+	}
+
+	// No annotations map at all: the test op has no parent and fails.
+	patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": nil}})
+
+	if err := apply(); !apierrors.IsInvalid(err) {
+		t.Fatalf("absent annotations map: want 422 Invalid, got %v", err)
+	}
+
+	// A map without the key: the test holds and the add lands.
+	patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"ghcrsync.dev/probe": "x"}}})
+
+	if err := apply(); err != nil {
+		t.Fatalf("absent key in an existing map: want success, got %v", err)
+	}
+
+	// The key is now present: the same claim is refused.
+	if err := apply(); !apierrors.IsInvalid(err) {
+		t.Fatalf("present key: want 422 Invalid, got %v", err)
+	}
+
+	patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		"ghcrsync.dev/probe": nil, "ghcrsync.dev/owner": nil,
+	}}})
 }
 
 // The kubelet's status heartbeat alone bumps the Node's resourceVersion: the race that broke
