@@ -77,6 +77,7 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 		"apiserver.key": serving.KeyPEM,
 		"sa.key":        saKey,
 		"sa.pub":        saPub,
+		"audit.yaml":    []byte(auditPolicy),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(pki, name), data, 0o600); err != nil {
@@ -146,6 +147,10 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
+		"--audit-policy-file=" + filepath.Join(pki, "audit.yaml"),
+		"--audit-log-path=" + filepath.Join(logs, AuditLogFile),
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
 		"--v=1",
 	}, logs)
 	if err != nil {
@@ -223,6 +228,20 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 
 	return cp, nil
 }
+
+// AuditLogFile (under DIR/logs) is the apiserver's audit log: every write request, with the
+// user who made it. Tests read it to prove that a command wrote nothing.
+const AuditLogFile = "audit.log"
+
+// auditPolicy records the writes (at Metadata level, so no object content and no secret).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`
 
 // waitHealthy waits until the controllers have done the work the rest of the sandbox depends
 // on: the default ServiceAccount exists (without it every Pod is rejected).

@@ -2,13 +2,17 @@ package sandbox
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"text/template"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
 
 // Credential is a registry username/password pair.
@@ -105,4 +109,17 @@ func registryCredential(cfg config.Config) Credential {
 	}
 
 	return Credential{}
+}
+
+// newCredential makes a random credential for the named user.
+func newCredential(user string) Credential {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+
+	return Credential{Username: user, Password: "ghp_" + hex.EncodeToString(b)}
+}
+
+// DockerConfigJSON renders the credential as a .dockerconfigjson for RegistryHost.
+func DockerConfigJSON(c Credential) []byte {
+	return secretfile.DockerConfigJSON(RegistryHost, c.Username, c.Password)
 }

@@ -8,6 +8,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
 
 // Options configure a sandbox. Zero values take the defaults of `ghcrsync-sandbox up`.
@@ -392,7 +394,7 @@ func (s *Sandbox) writeFiles(talosCA *authority) error {
 		}
 	}
 
-	identity, recipient, err := newAgeKey()
+	identity, recipient, err := secretfile.NewAgeKey()
 	if err != nil {
 		return err
 	}
@@ -401,7 +403,7 @@ func (s *Sandbox) writeFiles(talosCA *authority) error {
 		return err
 	}
 
-	enc, err := encryptSecretFile(DockerConfigJSON(s.newCred), recipient)
+	enc, err := secretfile.Encrypt(DockerConfigJSON(s.newCred), recipient)
 	if err != nil {
 		return err
 	}
@@ -508,6 +510,57 @@ func (s *Sandbox) Stop() {
 	_ = os.Remove(filepath.Join(s.opts.Dir, ReadyFile))
 }
 
+// WriteKubeconfig writes a kubeconfig for a new client identity (user, groups) that reaches
+// the API through the endpoint, as the sandbox's own kubeconfig does. Tests use distinct
+// identities to find their requests in the audit log.
+func (s *Sandbox) WriteKubeconfig(path, user string, groups ...string) error {
+	kp, err := s.cp.kubeCA.client(user, groups...)
+	if err != nil {
+		return err
+	}
+
+	return writeKubeconfig(path, s.fleet.endpoint.url(), s.cp.kubeCA.certPEM(), kp.CrtPEM, kp.KeyPEM)
+}
+
+// AuditEvent is one write recorded in the apiserver's audit log.
+type AuditEvent struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// AuditedWrites returns the write requests user made, as the apiserver's audit log records them.
+func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
+	b, err := os.ReadFile(filepath.Join(s.opts.Dir, "logs", AuditLogFile))
+	if err != nil {
+		return nil, err
+	}
+
+	var out []AuditEvent
+
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+
+		var ev AuditEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+
+		if ev.User.Username == user {
+			out = append(out, ev)
+		}
+	}
+
+	return out, nil
+}
+
 // Accessors for tests and the CLI.
 
 func (s *Sandbox) Dir() string                   { return s.opts.Dir }
@@ -534,4 +587,3 @@ func (s *Sandbox) Kube() kubernetes.Interface {
 
 	return k
 }
-

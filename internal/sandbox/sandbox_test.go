@@ -71,7 +71,9 @@ func TestJSONPatchTestFailureIs422AndStaleUpdateIs409(t *testing.T) {
 		t.Fatalf("passing test op refused: %v", err)
 	}
 
-	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/probe": nil}}}) })
+	t.Cleanup(func() {
+		patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/probe": nil}}})
+	})
 
 	if before.Spec.Unschedulable {
 		t.Fatalf("%s unexpectedly cordoned", name)
@@ -766,4 +768,44 @@ func TestCIAPIRunAttemptStatus(t *testing.T) {
 			t.Fatalf("status %d %q, want %q", code, got, st)
 		}
 	}
+}
+
+// The audit log attributes writes to identities and records no reads: the evidence a
+// read-only command is checked against.
+func TestAuditLogRecordsWritesByIdentity(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	path := t.TempDir() + "/kubeconfig"
+
+	if err := sb.WriteKubeconfig(path, "audit-probe", "system:masters"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("KUBECONFIG", path)
+
+	kube := sandboxtest.KubeFrom(t, path)
+	if _, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if writes, err := sb.AuditedWrites("audit-probe"); err != nil || len(writes) != 0 {
+		t.Fatalf("a read was audited as a write: %v %+v", err, writes)
+	}
+
+	if _, err := kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "audit-probe"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 5*time.Second, "write audited", func() error {
+		writes, err := sb.AuditedWrites("audit-probe")
+		if err != nil {
+			return err
+		}
+
+		if len(writes) != 1 || writes[0].Verb != "create" {
+			return fmt.Errorf("audited writes %+v", writes)
+		}
+
+		return nil
+	})
 }

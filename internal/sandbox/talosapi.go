@@ -418,4 +418,3 @@ func (r *cosiRouter) Update(context.Context, *cosiv1alpha1.UpdateRequest) (*cosi
 func (r *cosiRouter) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
 	return nil, readOnly("destroy")
 }
-

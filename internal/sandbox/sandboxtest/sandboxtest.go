@@ -112,7 +112,14 @@ func Get(t testing.TB) *sandbox.Sandbox {
 func Kube(t testing.TB) kubernetes.Interface {
 	t.Helper()
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", Get(t).Path(sandbox.KubeconfigFile))
+	return KubeFrom(t, Get(t).Path(sandbox.KubeconfigFile))
+}
+
+// KubeFrom is a client built from the given kubeconfig file.
+func KubeFrom(t testing.TB, path string) kubernetes.Interface {
+	t.Helper()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
 	}
