@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 )
 
 // Annotations and labels the sandbox reads or writes on Nodes.
@@ -46,7 +48,7 @@ type Fleet struct {
 	log   hclog.Logger
 	admin kubernetes.Interface
 	cp    *controlPlane
-	reg   *Registry
+	reg   *registry.Registry
 	net   subnet
 	rng   *mrand.Rand // seeded: names, autoscaler decisions
 
@@ -192,19 +194,19 @@ func (f *Fleet) pullImage(ctx context.Context, m *Machine, image string, creds [
 	var err error
 
 	for _, c := range creds {
-		if err = f.reg.pull(ctx, image, c); err == nil {
+		if err = f.reg.Pull(ctx, image, c.Username, c.Password); err == nil {
 			break
 		}
 	}
 
-	if !strings.HasPrefix(image, RegistryHost+"/") {
+	if !strings.HasPrefix(image, registry.RegistryHost+"/") {
 		return err
 	}
 
 	f.statsMu.Lock()
 	if err == nil {
 		f.stats.Pulls.OK++
-	} else if errors.Is(err, errPullDenied) {
+	} else if errors.Is(err, registry.ErrPullDenied) {
 		f.stats.Pulls.Denied++
 	}
 	f.statsMu.Unlock()

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 )
 
 var (
@@ -398,7 +400,7 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 			continue
 		}
 
-		if c, err := DockerConfigCredential(s.Data[corev1.DockerConfigJsonKey], RegistryHost); err == nil {
+		if c, err := DockerConfigCredential(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost); err == nil {
 			creds = append(creds, c)
 		}
 	}

@@ -12,8 +12,12 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
+
+// RegistryHost is the host name credentials are keyed by (see registry.RegistryHost).
+const RegistryHost = registry.RegistryHost
 
 // Credential is a registry username/password pair.
 type Credential struct {
@@ -75,7 +79,7 @@ func renderMachineConfig(machineType, hostname, tag, endpoint string, caPEM []by
 		"Hostname": hostname,
 		"Tag":      tag,
 		"Endpoint": endpoint,
-		"Registry": RegistryHost,
+		"Registry": registry.RegistryHost,
 		"Username": cred.Username,
 		"Password": cred.Password,
 	})
@@ -93,7 +97,7 @@ func renderMachineConfig(machineType, hostname, tag, endpoint string, caPEM []by
 // registryCredential is the credential a config gives the registry: Talos merges the
 // RegistryAuthConfig documents with the legacy machine.registries.config section.
 func registryCredential(cfg config.Config) Credential {
-	auth, ok := cfg.RegistryAuthConfigs()[RegistryHost]
+	auth, ok := cfg.RegistryAuthConfigs()[registry.RegistryHost]
 	if !ok || auth == nil {
 		return Credential{}
 	}
@@ -119,7 +123,7 @@ func newCredential(user string) Credential {
 	return Credential{Username: user, Password: "ghp_" + hex.EncodeToString(b)}
 }
 
-// DockerConfigJSON renders the credential as a .dockerconfigjson for RegistryHost.
+// DockerConfigJSON renders the credential as a .dockerconfigjson for registry.RegistryHost.
 func DockerConfigJSON(c Credential) []byte {
-	return secretfile.DockerConfigJSON(RegistryHost, c.Username, c.Password)
+	return secretfile.DockerConfigJSON(registry.RegistryHost, c.Username, c.Password)
 }

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
 
@@ -111,7 +112,7 @@ type Sandbox struct {
 
 	cp         *controlPlane
 	fleet      *Fleet
-	registry   *Registry
+	registry   *registry.Registry
 	ci         *ciAPI
 	apid       *apid
 	autoscaler *autoscaler
@@ -204,7 +205,7 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
-	if s.registry, err = startRegistry(); err != nil {
+	if s.registry, err = registry.Start(); err != nil {
 		return nil, err
 	}
 
@@ -492,7 +493,7 @@ func (s *Sandbox) Stop() {
 	defer cancel()
 
 	if s.registry != nil {
-		s.registry.close(sctx)
+		s.registry.Close(sctx)
 	}
 
 	if s.ci != nil {
@@ -567,7 +568,7 @@ func (s *Sandbox) Dir() string                   { return s.opts.Dir }
 func (s *Sandbox) Path(name string) string       { return filepath.Join(s.opts.Dir, name) }
 func (s *Sandbox) Options() Options              { return s.opts }
 func (s *Sandbox) Fleet() *Fleet                 { return s.fleet }
-func (s *Sandbox) Registry() *Registry           { return s.registry }
+func (s *Sandbox) Registry() *registry.Registry  { return s.registry }
 func (s *Sandbox) AdminRESTConfig() *rest.Config { return rest.CopyConfig(s.cp.admin) }
 func (s *Sandbox) APIServerAddr() string         { return s.cp.apiAddr }
 func (s *Sandbox) EndpointURL() string           { return s.fleet.endpoint.url() }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 )
 
 var deleteOpts = metav1.DeleteOptions{}
@@ -49,7 +51,7 @@ func createDemoWorkloads(ctx context.Context, kube kubernetes.Interface) error {
 				ObjectMeta: metav1.ObjectMeta{Labels: web},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To(int64(1)),
-					Containers:                    []corev1.Container{{Name: "web", Image: RegistryHost + "/" + privateOrg + "/app:v1"}},
+					Containers:                    []corev1.Container{{Name: "web", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1"}},
 				},
 			},
 		},

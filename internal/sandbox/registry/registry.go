@@ -1,4 +1,6 @@
-package sandbox
+// Package registry is the sandbox's OCI registry: go-containerregistry's registry behind
+// Docker token auth, as ghcr.io is.
+package registry
 
 import (
 	"context"
@@ -26,7 +28,7 @@ import (
 
 // Registry is a real OCI registry (go-containerregistry's) behind Docker token auth, as
 // ghcr.io is: /token trades Basic credentials for a bearer token, and every repository
-// under privateOrg needs one. Credentials can be added and revoked while it runs.
+// under PrivateOrg needs one. Credentials can be added and revoked while it runs.
 type Registry struct {
 	inner http.Handler
 	srv   *http.Server
@@ -42,8 +44,8 @@ type grant struct {
 	expires time.Time
 }
 
-// privateOrg is the registry namespace whose images need credentials.
-const privateOrg = "ghcrsync"
+// PrivateOrg is the registry namespace whose images need credentials.
+const PrivateOrg = "ghcrsync"
 
 // RegistryHost is the host name credentials are keyed by (the dockerconfigjson "auths" key
 // and the RegistryAuthConfig name). Pulls of RegistryHost/... are served by the sandbox
@@ -51,9 +53,10 @@ const privateOrg = "ghcrsync"
 const RegistryHost = "ghcr.io"
 
 // PrivateImages are seeded at start; all need credentials.
-var PrivateImages = []string{privateOrg + "/private-probe:v1", privateOrg + "/app:v1"}
+var PrivateImages = []string{PrivateOrg + "/private-probe:v1", PrivateOrg + "/app:v1"}
 
-func startRegistry() (*Registry, error) {
+// Start seeds the private images and serves the registry on a loopback port.
+func Start() (*Registry, error) {
 	r := &Registry{
 		inner:  ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
 		users:  map[string]string{},
@@ -134,7 +137,8 @@ func (r *Registry) RevokeCredential(username string) bool {
 	return ok
 }
 
-func (r *Registry) close(ctx context.Context) { _ = r.srv.Shutdown(ctx) }
+// Close stops the registry.
+func (r *Registry) Close(ctx context.Context) { _ = r.srv.Shutdown(ctx) }
 
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
@@ -209,7 +213,7 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 
 		return
-	case g.user == "" && strings.HasPrefix(repo, privateOrg+"/"):
+	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/"):
 		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
 
 		return
@@ -236,13 +240,13 @@ func registryError(w http.ResponseWriter, status int, code, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}})
 }
 
-// errPullDenied marks a pull the registry refused (401/403): the kubelet reports ErrImagePull.
-var errPullDenied = errors.New("pull access denied")
+// ErrPullDenied marks a pull the registry refused (401/403): a kubelet reports ErrImagePull.
+var ErrPullDenied = errors.New("pull access denied")
 
-// pull fetches an image manifest as a container runtime does: the registry's token dance
-// with the given credential (none = anonymous). Images outside RegistryHost are treated as
-// already present on the machine (pause, system images).
-func (r *Registry) pull(ctx context.Context, image string, cred Credential) error {
+// Pull fetches an image manifest as a container runtime does: the registry's token dance with
+// the given credential (empty = anonymous). Images outside RegistryHost are treated as already
+// present on the machine (pause, system images).
+func (r *Registry) Pull(ctx context.Context, image, username, password string) error {
 	rest, ok := strings.CutPrefix(image, RegistryHost+"/")
 	if !ok {
 		return nil
@@ -254,8 +258,8 @@ func (r *Registry) pull(ctx context.Context, image string, cred Credential) erro
 	}
 
 	auth := authn.Anonymous
-	if !cred.IsZero() {
-		auth = &authn.Basic{Username: cred.Username, Password: cred.Password}
+	if username != "" || password != "" {
+		auth = &authn.Basic{Username: username, Password: password}
 	}
 
 	_, err = remote.Get(ref, remote.WithAuth(auth), remote.WithContext(ctx))
@@ -263,7 +267,7 @@ func (r *Registry) pull(ctx context.Context, image string, cred Credential) erro
 	var terr *transport.Error
 	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
 		return fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference: %w: %d %s",
-			image, errPullDenied, terr.StatusCode, http.StatusText(terr.StatusCode))
+			image, ErrPullDenied, terr.StatusCode, http.StatusText(terr.StatusCode))
 	}
 
 	if err != nil {

@@ -1,4 +1,4 @@
-package sandbox_test
+package registry
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
 // The registry speaks Docker token auth like ghcr.io: a private manifest needs a bearer token,
@@ -16,7 +14,13 @@ import (
 // repositories, and a revoked user's tokens stop working at once.
 func TestRegistryTokenAuth(t *testing.T) {
 	ctx := context.Background()
-	reg := sandboxtest.Get(t).Registry()
+	reg, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(context.Background()) })
+
 	reg.AddCredential("reg-test", "s3cret")
 
 	manifest := reg.URL() + "/v2/ghcrsync/private-probe/manifests/v1"

@@ -1,0 +1,551 @@
+// Package config decodes ghcrsync's HCL configuration (see docs/config.md). Decoding touches
+// no network: it reads the file, checks the files it names exist, and reports every problem as
+// an HCL diagnostic with file, line and column.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Config is a decoded, validated configuration with defaults applied and relative paths
+// resolved against the config file's folder.
+type Config struct {
+	Path   string // absolute path of the file
+	Digest string // hex SHA-256 of the file's bytes
+
+	Cluster    Cluster
+	Talos      Talos
+	Credential Credential
+	Nodes      Nodes
+	Consumers  []Consumer
+	FluxRoot   *FluxRoot
+	Lease      Lease
+	State      State
+}
+
+// Cluster is how to reach Kubernetes. Empty fields follow the kubeconfig loading rules.
+type Cluster struct {
+	Kubeconfig string
+	Context    string
+}
+
+// Talos is how to reach the Talos API. Empty fields follow TALOSCONFIG.
+type Talos struct {
+	Talosconfig string
+	Context     string
+	Endpoints   []string
+}
+
+// Credential is where the pull credential comes from and how it is proved.
+type Credential struct {
+	Name     string
+	Registry string   // the auths key, e.g. ghcr.io
+	Endpoint string   // base URL the registry is reached at (default https://REGISTRY)
+	SopsFile string   // absolute
+	Key      []string // path of the dockerconfigjson in the decrypted document
+	Prove    []string // repository:tag references the credential must pull
+}
+
+// Nodes selects the fleet and bounds the fence transaction.
+type Nodes struct {
+	Selector             string
+	Exclude              []string
+	AutoscalerCandidates string // AutoscalerDeselect or AutoscalerInclude
+	WorkerParallelism    int
+	DrainTimeout         time.Duration
+	ReadyTimeout         time.Duration
+	Probe                Probe
+}
+
+// Autoscaler candidate policies.
+const (
+	AutoscalerDeselect = "deselect"
+	AutoscalerInclude  = "include"
+)
+
+// Probe is the runtime proof: a pod pinned to the node pulling Image with no pull secret.
+type Probe struct {
+	Image     string
+	Namespace string
+}
+
+// Consumer is a pull secret the credential is fanned out to.
+type Consumer struct {
+	Name      string
+	Namespace string
+	Secret    string
+}
+
+// FluxRoot is the root Flux secret, switched last.
+type FluxRoot struct {
+	Namespace string
+	Secret    string
+}
+
+// Lease is the run's coordination.k8s.io Lease.
+type Lease struct {
+	Namespace string
+	Name      string
+	Duration  time.Duration
+	Heartbeat time.Duration
+}
+
+// State is where the state lives.
+type State struct {
+	Backend string
+	Path    string // absolute, for the local backend
+}
+
+// file mirrors the HCL schema. Durations are expressions so that errors point at them.
+type file struct {
+	Cluster     *clusterBlock     `hcl:"cluster,block"`
+	Talos       *talosBlock       `hcl:"talos,block"`
+	Credentials []credentialBlock `hcl:"credential,block"`
+	Nodes       *nodesBlock       `hcl:"nodes,block"`
+	Consumers   []consumerBlock   `hcl:"consumer,block"`
+	FluxRoot    *fluxRootBlock    `hcl:"flux_root,block"`
+	Lease       *leaseBlock       `hcl:"lease,block"`
+	State       *stateBlock       `hcl:"state,block"`
+}
+
+type clusterBlock struct {
+	Kubeconfig *string `hcl:"kubeconfig,optional"`
+	Context    *string `hcl:"context,optional"`
+}
+
+type talosBlock struct {
+	Talosconfig *string  `hcl:"talosconfig,optional"`
+	Context     *string  `hcl:"context,optional"`
+	Endpoints   []string `hcl:"endpoints,optional"`
+}
+
+type credentialBlock struct {
+	Name     string         `hcl:"name,label"`
+	Registry string         `hcl:"registry"`
+	Endpoint *string        `hcl:"endpoint,optional"`
+	SopsFile hcl.Expression `hcl:"sops_file"`
+	Key      []string       `hcl:"key,optional"`
+	Prove    []string       `hcl:"prove,optional"`
+	Remain   hcl.Body       `hcl:",remain"`
+}
+
+type nodesBlock struct {
+	Selector             *string        `hcl:"selector,optional"`
+	Exclude              []string       `hcl:"exclude,optional"`
+	AutoscalerCandidates hcl.Expression `hcl:"autoscaler_candidates,optional"`
+	WorkerParallelism    hcl.Expression `hcl:"worker_parallelism,optional"`
+	DrainTimeout         hcl.Expression `hcl:"drain_timeout,optional"`
+	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
+	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
+}
+
+type probeBlock struct {
+	Image     *string `hcl:"image,optional"`
+	Namespace *string `hcl:"namespace,optional"`
+}
+
+type consumerBlock struct {
+	Name      string `hcl:"name,label"`
+	Namespace string `hcl:"namespace"`
+	Secret    string `hcl:"secret"`
+}
+
+type fluxRootBlock struct {
+	Namespace string `hcl:"namespace"`
+	Secret    string `hcl:"secret"`
+}
+
+type leaseBlock struct {
+	Namespace *string        `hcl:"namespace,optional"`
+	Name      *string        `hcl:"name,optional"`
+	Duration  hcl.Expression `hcl:"duration,optional"`
+	Heartbeat hcl.Expression `hcl:"heartbeat,optional"`
+}
+
+type stateBlock struct {
+	Backend hcl.Expression `hcl:"backend,optional"`
+	Path    *string        `hcl:"path,optional"`
+}
+
+// Error carries the diagnostics of a configuration that did not decode. Its message lists each
+// as FILE:LINE:COL: summary; detail.
+type Error struct {
+	Diagnostics hcl.Diagnostics
+	Files       map[string]*hcl.File
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+
+	for i, d := range e.Diagnostics.Errs() {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+
+		b.WriteString(formatDiag(d.(*hcl.Diagnostic)))
+	}
+
+	return b.String()
+}
+
+func formatDiag(d *hcl.Diagnostic) string {
+	where := ""
+	if d.Subject != nil {
+		where = fmt.Sprintf("%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+	}
+
+	msg := where + d.Summary
+	if d.Detail != "" {
+		msg += "; " + d.Detail
+	}
+
+	return msg
+}
+
+// Load reads and validates the configuration at path.
+func Load(path string) (*Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+
+	src, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("read configuration %s: %w (pass --config FILE, or create ghcrsync.hcl; see docs/config.md)", path, err)
+	}
+
+	return Parse(src, abs)
+}
+
+// Parse decodes src as if read from the absolute path filename.
+func Parse(src []byte, filename string) (*Config, error) {
+	p := hclparse.NewParser()
+	name := filepath.Base(filename)
+
+	f, diags := p.ParseHCL(src, name)
+	if diags.HasErrors() {
+		return nil, &Error{Diagnostics: diags, Files: p.Files()}
+	}
+
+	d := &decoder{dir: filepath.Dir(filename), ctx: evalContext()}
+
+	var raw file
+	diags = append(diags, gohcl.DecodeBody(f.Body, d.ctx, &raw)...)
+
+	if diags.HasErrors() {
+		return nil, &Error{Diagnostics: diags, Files: p.Files()}
+	}
+
+	sum := sha256.Sum256(src)
+	cfg := d.build(&raw, f.Body)
+	cfg.Path, cfg.Digest = filename, hex.EncodeToString(sum[:])
+
+	if d.diags.HasErrors() {
+		return nil, &Error{Diagnostics: d.diags, Files: p.Files()}
+	}
+
+	return cfg, nil
+}
+
+func evalContext() *hcl.EvalContext {
+	return &hcl.EvalContext{Functions: map[string]function.Function{
+		"env": function.New(&function.Spec{
+			Params: []function.Parameter{{Name: "name", Type: cty.String}},
+			Type:   function.StaticReturnType(cty.String),
+			Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+				name := args[0].AsString()
+
+				v, ok := os.LookupEnv(name)
+				if !ok {
+					return cty.NilVal, fmt.Errorf("environment variable %s is not set", name)
+				}
+
+				return cty.StringVal(v), nil
+			},
+		}),
+	}}
+}
+
+type decoder struct {
+	dir   string
+	ctx   *hcl.EvalContext
+	diags hcl.Diagnostics
+}
+
+func (d *decoder) errorf(rng hcl.Range, summary, detail string, args ...any) {
+	r := rng
+	d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(detail, args...), Subject: &r})
+}
+
+// expr evaluates an optional expression to a string; null or absent gives def.
+func (d *decoder) str(e hcl.Expression, def string) (string, hcl.Range, bool) {
+	if e == nil {
+		return def, hcl.Range{}, true
+	}
+
+	v, diags := e.Value(d.ctx)
+	if diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+
+		return def, e.Range(), false
+	}
+
+	if v.IsNull() {
+		return def, e.Range(), true
+	}
+
+	if v.Type() != cty.String {
+		d.errorf(e.Range(), "Incorrect attribute value type", "Expected a string, got %s.", v.Type().FriendlyName())
+
+		return def, e.Range(), false
+	}
+
+	return v.AsString(), e.Range(), true
+}
+
+func (d *decoder) duration(e hcl.Expression, def time.Duration, what string) time.Duration {
+	s, rng, ok := d.str(e, "")
+	if !ok || s == "" {
+		return def
+	}
+
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		d.errorf(rng, "Invalid duration", "%s must be a positive duration like \"90s\", \"10m\" or \"1h30m\"; %q is not.", what, s)
+
+		return def
+	}
+
+	return v
+}
+
+func (d *decoder) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+
+	return filepath.Join(d.dir, p)
+}
+
+func (d *decoder) existingFile(p string, rng hcl.Range, what string) string {
+	abs := d.path(p)
+	if _, err := os.Stat(abs); err != nil {
+		d.errorf(rng, "File not found", "%s %q (resolved to %s) does not exist. Relative paths resolve against the configuration file's folder.", what, p, abs)
+	}
+
+	return abs
+}
+
+// attrRange finds where an attribute of a block was written, for diagnostics about values
+// decoded as plain Go types.
+func attrRange(body hcl.Body, block, attr string) hcl.Range {
+	content, _, _ := body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: block, LabelNames: nil}}})
+	for _, b := range content.Blocks {
+		attrs, _ := b.Body.JustAttributes()
+		if a, ok := attrs[attr]; ok {
+			return a.Range
+		}
+
+		return b.DefRange
+	}
+
+	return body.MissingItemRange()
+}
+
+var proveRef = regexp.MustCompile(`^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})$`)
+
+func (d *decoder) build(raw *file, body hcl.Body) *Config {
+	cfg := &Config{}
+
+	if c := raw.Cluster; c != nil {
+		if c.Kubeconfig != nil {
+			cfg.Cluster.Kubeconfig = d.existingFile(*c.Kubeconfig, attrRange(body, "cluster", "kubeconfig"), "kubeconfig")
+		}
+
+		if c.Context != nil {
+			cfg.Cluster.Context = *c.Context
+		}
+	}
+
+	if t := raw.Talos; t != nil {
+		if t.Talosconfig != nil {
+			cfg.Talos.Talosconfig = d.existingFile(*t.Talosconfig, attrRange(body, "talos", "talosconfig"), "talosconfig")
+		}
+
+		if t.Context != nil {
+			cfg.Talos.Context = *t.Context
+		}
+
+		cfg.Talos.Endpoints = t.Endpoints
+	}
+
+	d.credential(raw, body, cfg)
+	d.nodes(raw, body, cfg)
+
+	for _, c := range raw.Consumers {
+		cfg.Consumers = append(cfg.Consumers, Consumer(c))
+	}
+
+	if raw.FluxRoot != nil {
+		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret}
+	}
+
+	cfg.Lease = Lease{Namespace: "flux-system", Name: "ghcr-auth-refresh", Duration: 120 * time.Second, Heartbeat: 30 * time.Second}
+
+	if l := raw.Lease; l != nil {
+		if l.Namespace != nil {
+			cfg.Lease.Namespace = *l.Namespace
+		}
+
+		if l.Name != nil {
+			cfg.Lease.Name = *l.Name
+		}
+
+		cfg.Lease.Duration = d.duration(l.Duration, cfg.Lease.Duration, "lease.duration")
+		cfg.Lease.Heartbeat = d.duration(l.Heartbeat, cfg.Lease.Heartbeat, "lease.heartbeat")
+
+		if cfg.Lease.Heartbeat*2 > cfg.Lease.Duration {
+			d.errorf(l.Heartbeat.Range(), "Lease heartbeat too slow",
+				"lease.heartbeat (%s) must be at most half of lease.duration (%s), so that one missed renewal does not lose the Lease.",
+				cfg.Lease.Heartbeat, cfg.Lease.Duration)
+		}
+	}
+
+	cfg.State = State{Backend: "local", Path: d.path("ghcrsync.state.json")}
+
+	if s := raw.State; s != nil {
+		backend, rng, _ := d.str(s.Backend, "local")
+		if backend != "local" {
+			d.errorf(rng, "Unsupported state backend", "backend must be \"local\"; %q is not supported yet.", backend)
+		}
+
+		cfg.State.Backend = backend
+
+		if s.Path != nil {
+			cfg.State.Path = d.path(*s.Path)
+		}
+	}
+
+	return cfg
+}
+
+func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
+	switch len(raw.Credentials) {
+	case 0:
+		d.errorf(body.MissingItemRange(), "Missing credential block",
+			"The configuration needs one credential \"NAME\" { registry, sops_file } block naming the SOPS file that holds the pull credential.")
+
+		return
+	case 1:
+	default:
+		d.errorf(attrRange(body, "credential", "registry"), "Duplicate credential block", "Only one credential block is supported.")
+
+		return
+	}
+
+	c := raw.Credentials[0]
+	sops, rng, _ := d.str(c.SopsFile, "")
+
+	cfg.Credential = Credential{
+		Name:     c.Name,
+		Registry: c.Registry,
+		Endpoint: "https://" + c.Registry,
+		SopsFile: d.existingFile(sops, rng, "sops_file"),
+		Key:      []string{"stringData", "ghcr_dockerconfigjson"},
+		Prove:    c.Prove,
+	}
+
+	if c.Registry == "" || strings.Contains(c.Registry, "/") {
+		d.errorf(attrRange(body, "credential", "registry"), "Invalid registry",
+			"registry is the host name the credential is keyed by in the dockerconfigjson (e.g. \"ghcr.io\"), not %q.", c.Registry)
+	}
+
+	if c.Endpoint != nil {
+		cfg.Credential.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
+		if !strings.HasPrefix(cfg.Credential.Endpoint, "https://") && !strings.HasPrefix(cfg.Credential.Endpoint, "http://") {
+			d.errorf(attrRange(body, "credential", "endpoint"), "Invalid endpoint", "endpoint must be an http(s) URL, not %q.", *c.Endpoint)
+		}
+	}
+
+	if len(c.Key) > 0 {
+		cfg.Credential.Key = c.Key
+	}
+
+	for _, p := range c.Prove {
+		if !proveRef.MatchString(p) {
+			d.errorf(attrRange(body, "credential", "prove"), "Invalid image reference",
+				"prove entries are repository:tag (or repository@sha256:…) on the registry, like \"org/private-image:v1\"; %q is not.", p)
+		}
+	}
+}
+
+func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
+	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
+
+	if len(cfg.Credential.Prove) > 0 {
+		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0], Namespace: "ghcrsync-system"}
+	}
+
+	if b := raw.Nodes; b != nil {
+		if b.Selector != nil {
+			if _, err := labels.Parse(*b.Selector); err != nil {
+				d.errorf(attrRange(body, "nodes", "selector"), "Invalid selector", "selector %q is not a Kubernetes label selector: %v.", *b.Selector, err)
+			}
+
+			n.Selector = *b.Selector
+		}
+
+		n.Exclude = b.Exclude
+
+		policy, rng, _ := d.str(b.AutoscalerCandidates, AutoscalerDeselect)
+		if !slices.Contains([]string{AutoscalerDeselect, AutoscalerInclude}, policy) {
+			d.errorf(rng, "Invalid autoscaler_candidates", "autoscaler_candidates must be \"deselect\" or \"include\", not %q.", policy)
+		}
+
+		n.AutoscalerCandidates = policy
+
+		if b.WorkerParallelism != nil {
+			v, diags := b.WorkerParallelism.Value(d.ctx)
+			d.diags = append(d.diags, diags...)
+
+			if !diags.HasErrors() && !v.IsNull() {
+				var p int
+				if diags := gohcl.DecodeExpression(b.WorkerParallelism, d.ctx, &p); diags.HasErrors() || p < 1 {
+					d.errorf(b.WorkerParallelism.Range(), "Invalid worker_parallelism", "worker_parallelism must be a whole number of at least 1.")
+				} else {
+					n.WorkerParallelism = p
+				}
+			}
+		}
+
+		n.DrainTimeout = d.duration(b.DrainTimeout, n.DrainTimeout, "nodes.drain_timeout")
+		n.ReadyTimeout = d.duration(b.ReadyTimeout, n.ReadyTimeout, "nodes.ready_timeout")
+
+		if p := b.RuntimeProbe; p != nil {
+			if p.Image != nil {
+				n.Probe.Image = *p.Image
+			}
+
+			if p.Namespace != nil {
+				n.Probe.Namespace = *p.Namespace
+			}
+		}
+	}
+
+	cfg.Nodes = n
+}

@@ -1,0 +1,152 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const valid = `
+cluster {
+  kubeconfig = "kubeconfig"
+}
+talos {
+  talosconfig = "talosconfig"
+}
+credential "ghcr" {
+  registry  = "ghcr.io"
+  endpoint  = "http://127.0.0.1:5000"
+  sops_file = "secret.enc.yaml"
+  prove     = ["org/private:v1"]
+}
+nodes {
+  exclude            = ["prod-worker-9"]
+  worker_parallelism = 2
+  drain_timeout      = "5m"
+}
+lease {
+  duration  = "15s"
+  heartbeat = "5s"
+}
+`
+
+func writeDir(t *testing.T, hcl string) string {
+	t.Helper()
+
+	dir := t.TempDir()
+	for _, f := range []string{"kubeconfig", "talosconfig", "secret.enc.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	path := filepath.Join(dir, "ghcrsync.hcl")
+	if err := os.WriteFile(path, []byte(hcl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return path
+}
+
+func TestLoadValid(t *testing.T) {
+	path := writeDir(t, valid)
+
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Dir(path)
+	checks := map[string]bool{
+		"kubeconfig resolved":   cfg.Cluster.Kubeconfig == filepath.Join(dir, "kubeconfig"),
+		"sops resolved":         cfg.Credential.SopsFile == filepath.Join(dir, "secret.enc.yaml"),
+		"default key path":      strings.Join(cfg.Credential.Key, ".") == "stringData.ghcr_dockerconfigjson",
+		"endpoint":              cfg.Credential.Endpoint == "http://127.0.0.1:5000",
+		"parallelism":           cfg.Nodes.WorkerParallelism == 2,
+		"drain":                 cfg.Nodes.DrainTimeout == 5*time.Minute,
+		"ready default":         cfg.Nodes.ReadyTimeout == 10*time.Minute,
+		"candidates default":    cfg.Nodes.AutoscalerCandidates == AutoscalerDeselect,
+		"probe default":         cfg.Nodes.Probe.Image == "ghcr.io/org/private:v1",
+		"lease defaults+values": cfg.Lease.Name == "ghcr-auth-refresh" && cfg.Lease.Duration == 15*time.Second,
+		"state default":         cfg.State.Backend == "local" && cfg.State.Path == filepath.Join(dir, "ghcrsync.state.json"),
+		"digest":                len(cfg.Digest) == 64,
+	}
+
+	for name, ok := range checks {
+		if !ok {
+			t.Errorf("%s: %+v", name, cfg)
+		}
+	}
+}
+
+func TestEnvFunction(t *testing.T) {
+	t.Setenv("GHCRSYNC_TEST_REGISTRY", "ghcr.io")
+
+	path := writeDir(t, strings.Replace(valid, `registry  = "ghcr.io"`, `registry  = env("GHCRSYNC_TEST_REGISTRY")`, 1))
+
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if cfg.Credential.Registry != "ghcr.io" {
+		t.Fatal(cfg.Credential.Registry)
+	}
+}
+
+// Every bad input names the file, line and column, and says what is wrong.
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(string) string
+		want []string
+	}{
+		{"syntax", func(s string) string { return s + "\nnodes {\n" }, []string{"ghcrsync.hcl:", "Unclosed configuration block"}},
+		{"unknown_attribute", func(s string) string { return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout = "5m"`+"\n  drain_timout = \"1m\"", 1) },
+			[]string{"ghcrsync.hcl:18:3", "Unsupported argument", "drain_timout"}},
+		{"unknown_block", func(s string) string { return s + "\nfences {}\n" }, []string{"Unsupported block type", "fences"}},
+		{"wrong_type", func(s string) string { return strings.Replace(s, "worker_parallelism = 2", `worker_parallelism = "many"`, 1) },
+			[]string{"ghcrsync.hcl:16:24", "worker_parallelism"}},
+		{"zero_parallelism", func(s string) string { return strings.Replace(s, "worker_parallelism = 2", "worker_parallelism = 0", 1) },
+			[]string{"ghcrsync.hcl:16:24", "at least 1"}},
+		{"bad_duration", func(s string) string { return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout      = "5 minutes"`, 1) },
+			[]string{"ghcrsync.hcl:17:24", "Invalid duration", `"5 minutes"`}},
+		{"missing_sops_file", func(s string) string { return strings.Replace(s, "secret.enc.yaml", "nope.enc.yaml", 1) },
+			[]string{"ghcrsync.hcl:11:", "File not found", "nope.enc.yaml"}},
+		{"missing_kubeconfig", func(s string) string { return strings.Replace(s, `kubeconfig = "kubeconfig"`, `kubeconfig = "kc"`, 1) },
+			[]string{"ghcrsync.hcl:3:", "kubeconfig", "does not exist"}},
+		{"no_credential", func(s string) string { return s[:strings.Index(s, "credential")] }, []string{"Missing credential block"}},
+		{"bad_policy", func(s string) string { return strings.Replace(s, "exclude ", "autoscaler_candidates = \"sometimes\"\n  exclude ", 1) },
+			[]string{"autoscaler_candidates", `"sometimes"`}},
+		{"heartbeat_too_slow", func(s string) string { return strings.Replace(s, `heartbeat = "5s"`, `heartbeat = "10s"`, 1) },
+			[]string{"ghcrsync.hcl:21:15", "at most half"}},
+		{"unset_env", func(s string) string { return strings.Replace(s, `"ghcr.io"`, `env("GHCRSYNC_SURELY_UNSET")`, 1) },
+			[]string{"GHCRSYNC_SURELY_UNSET is not set"}},
+		{"bad_prove", func(s string) string { return strings.Replace(s, `"org/private:v1"`, `"https://ghcr.io/org/x"`, 1) },
+			[]string{"Invalid image reference"}},
+		{"registry_with_path", func(s string) string { return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1) },
+			[]string{"Invalid registry"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeDir(t, tc.edit(valid)))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "absent.hcl"))
+	if err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Fatalf("want a hint to pass --config: %v", err)
+	}
+}

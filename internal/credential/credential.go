@@ -1,0 +1,227 @@
+// Package credential loads the pull credential from its SOPS file, checks it, digests it, and
+// proves it against the registry. The plaintext exists only in memory: it is never logged,
+// printed or written (Credential's String and GoString redact it).
+package credential
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/getsops/sops/v3/cmd/sops/formats"
+	"github.com/getsops/sops/v3/decrypt"
+	"sigs.k8s.io/yaml"
+)
+
+// Credential is a registry credential decoded from a dockerconfigjson.
+type Credential struct {
+	Registry string
+	Username string
+	password string
+	raw      []byte // the dockerconfigjson as stored
+}
+
+// Password returns the secret. Call it only to hand the secret to the registry, Talos or a
+// Kubernetes Secret.
+func (c *Credential) Password() string { return c.password }
+
+// DockerConfigJSON returns the dockerconfigjson bytes exactly as stored in the file.
+func (c *Credential) DockerConfigJSON() []byte { return c.raw }
+
+// Revision identifies the credential: the hex SHA-256 of the decrypted dockerconfigjson.
+func (c *Credential) Revision() string {
+	sum := sha256.Sum256(c.raw)
+
+	return hex.EncodeToString(sum[:])
+}
+
+// AuthDigest identifies the registry's username/password pair; see AuthDigest.
+func (c *Credential) AuthDigest() string { return AuthDigest(c.Username, c.password) }
+
+// String never includes the secret.
+func (c *Credential) String() string {
+	return fmt.Sprintf("credential(registry=%s user=%s revision=%.12s)", c.Registry, c.Username, c.Revision())
+}
+
+// GoString never includes the secret.
+func (c *Credential) GoString() string { return c.String() }
+
+// AuthDigest is the digest ghcrsync compares between the desired credential and what a node's
+// Talos config carries for the registry: hex SHA-256 of "username:password". Registry tokens
+// are high-entropy, so the digest does not reveal them.
+func AuthDigest(username, password string) string {
+	if username == "" && password == "" {
+		return ""
+	}
+
+	sum := sha256.Sum256([]byte(username + ":" + password))
+
+	return hex.EncodeToString(sum[:])
+}
+
+// Load decrypts the SOPS file in-process (age keys from SOPS_AGE_KEY_FILE or SOPS_AGE_KEY),
+// extracts the dockerconfigjson at keyPath and validates it for registry.
+func Load(path string, keyPath []string, registry string) (*Credential, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("credential: read SOPS file %s: %w", path, err)
+	}
+
+	plain, err := decrypt.DataWithFormat(data, formats.FormatForPath(path))
+	if err != nil {
+		return nil, decryptError(path, err)
+	}
+
+	value, err := lookup(plain, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("credential: %s: %w", path, err)
+	}
+
+	c, err := Parse(value, registry)
+	if err != nil {
+		return nil, fmt.Errorf("credential: %s at %s: %w", path, strings.Join(keyPath, "."), err)
+	}
+
+	return c, nil
+}
+
+func decryptError(path string, err error) error {
+	msg := err.Error()
+
+	switch {
+	case strings.Contains(msg, "sops metadata not found"):
+		return fmt.Errorf("credential: %s is not SOPS-encrypted (no sops metadata): encrypt it with sops, or point sops_file at the encrypted file", path)
+	case strings.Contains(msg, "get data key") || strings.Contains(msg, "Error getting data key") || strings.Contains(msg, "failed to decrypt"):
+		keyFile, keySet := os.Getenv("SOPS_AGE_KEY_FILE"), os.Getenv("SOPS_AGE_KEY") != ""
+
+		return fmt.Errorf("credential: cannot decrypt %s with the available age keys (SOPS_AGE_KEY_FILE=%q, SOPS_AGE_KEY set: %t): "+
+			"use the age key whose recipient the file is encrypted for", path, keyFile, keySet)
+	case strings.Contains(msg, "MAC mismatch"), strings.Contains(msg, "message authentication failed"):
+		return fmt.Errorf("credential: %s was modified after encryption (MAC mismatch): restore it from Git", path)
+	}
+
+	return fmt.Errorf("credential: decrypt %s: %w", path, err)
+}
+
+// lookup walks keyPath through the decrypted YAML/JSON document. Values under a Secret's
+// "data" are base64 and are decoded.
+func lookup(doc []byte, keyPath []string) ([]byte, error) {
+	var root any
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil, fmt.Errorf("decrypted document is not YAML: %w", err)
+	}
+
+	cur := root
+
+	for i, k := range keyPath {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("key path %s: %s is not a map", strings.Join(keyPath, "."), strings.Join(keyPath[:i], "."))
+		}
+
+		next, ok := m[k]
+		if !ok {
+			keys := make([]string, 0, len(m))
+			for kk := range m {
+				keys = append(keys, kk)
+			}
+
+			return nil, fmt.Errorf("key path %s not found: no %q under %q (keys there: %s); set credential.key in the configuration",
+				strings.Join(keyPath, "."), k, strings.Join(keyPath[:i], "."), strings.Join(keys, ", "))
+		}
+
+		cur = next
+	}
+
+	s, ok := cur.(string)
+	if !ok {
+		return nil, fmt.Errorf("key path %s does not hold a string", strings.Join(keyPath, "."))
+	}
+
+	if len(keyPath) > 0 && keyPath[0] == "data" {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("key path %s: data values are base64, and this one is not", strings.Join(keyPath, "."))
+		}
+
+		return b, nil
+	}
+
+	return []byte(s), nil
+}
+
+// ErrInvalid marks a dockerconfigjson that breaks a rule.
+var ErrInvalid = errors.New("invalid dockerconfigjson")
+
+// Parse validates a dockerconfigjson for registry: an "auths" entry for it with a non-empty
+// username and password, or an "auth" that is base64 of "user:pass"; when both forms are
+// present they must agree.
+func Parse(dockerconfigjson []byte, registry string) (*Credential, error) {
+	var doc struct {
+		Auths map[string]struct {
+			Username string `json:"username"`
+			Password string `json:"password"`
+			Auth     string `json:"auth"`
+		} `json:"auths"`
+	}
+
+	if err := json.Unmarshal(dockerconfigjson, &doc); err != nil {
+		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, jsonErr(err))
+	}
+
+	e, ok := doc.Auths[registry]
+	if !ok {
+		hosts := make([]string, 0, len(doc.Auths))
+		for h := range doc.Auths {
+			hosts = append(hosts, h)
+		}
+
+		return nil, fmt.Errorf("%w: no auths entry for %q (entries: %s)", ErrInvalid, registry, strings.Join(hosts, ", "))
+	}
+
+	user, pass := e.Username, e.Password
+
+	if e.Auth != "" {
+		raw, err := base64.StdEncoding.DecodeString(e.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("%w: auths[%q].auth is not base64", ErrInvalid, registry)
+		}
+
+		au, ap, ok := strings.Cut(string(raw), ":")
+		if !ok || au == "" || ap == "" {
+			return nil, fmt.Errorf("%w: auths[%q].auth is not base64 of \"user:password\"", ErrInvalid, registry)
+		}
+
+		if (user != "" || pass != "") && (au != user || ap != pass) {
+			return nil, fmt.Errorf("%w: auths[%q]: username/password and auth disagree", ErrInvalid, registry)
+		}
+
+		user, pass = au, ap
+	}
+
+	if user == "" || pass == "" {
+		return nil, fmt.Errorf("%w: auths[%q] needs a non-empty username and password (or auth)", ErrInvalid, registry)
+	}
+
+	return &Credential{Registry: registry, Username: user, password: pass, raw: append([]byte(nil), dockerconfigjson...)}, nil
+}
+
+// jsonErr describes a JSON syntax error without quoting the input (which may hold the secret).
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	}
+
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%s has the wrong type", te.Field)
+	}
+
+	return "malformed"
+}

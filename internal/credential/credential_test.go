@@ -1,0 +1,187 @@
+package credential
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
+)
+
+const (
+	user = "fleet-new"
+	pass = "ghp_0123456789abcdef0123456789abcdef"
+)
+
+var keyPath = []string{"stringData", "ghcr_dockerconfigjson"}
+
+// fixture writes an age key and a SOPS file holding dockerconfigjson, and points
+// SOPS_AGE_KEY_FILE at the key.
+func fixture(t *testing.T, dockerconfigjson []byte) string {
+	t.Helper()
+
+	dir := t.TempDir()
+
+	id, recipient, err := secretfile.NewAgeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	enc, err := secretfile.Encrypt(dockerconfigjson, recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "age.key"), id, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "secret.enc.yaml"), enc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("SOPS_AGE_KEY_FILE", filepath.Join(dir, "age.key"))
+	t.Setenv("SOPS_AGE_KEY", "")
+
+	return filepath.Join(dir, "secret.enc.yaml")
+}
+
+func TestLoad(t *testing.T) {
+	doc := secretfile.DockerConfigJSON("ghcr.io", user, pass)
+	path := fixture(t, doc)
+
+	c, err := Load(path, keyPath, "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if c.Username != user || c.Password() != pass || string(c.DockerConfigJSON()) != string(doc) {
+		t.Fatalf("decoded %s", c)
+	}
+
+	if len(c.Revision()) != 64 || c.AuthDigest() != AuthDigest(user, pass) || AuthDigest(user, pass) == AuthDigest(user, pass+"x") {
+		t.Fatal("digests")
+	}
+
+	for _, f := range []string{"%v", "%+v", "%s", "%#v"} {
+		if s := fmt.Sprintf(f, c); strings.Contains(s, pass) {
+			t.Fatalf("%s prints the secret: %s", f, s)
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	auth := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+	for _, tc := range []struct {
+		name    string
+		doc     string
+		setup   func(t *testing.T, path string)
+		keyPath []string
+		want    string
+	}{
+		{name: "wrong_age_key", doc: string(secretfile.DockerConfigJSON("ghcr.io", user, pass)), setup: func(t *testing.T, _ string) {
+			id, _, _ := secretfile.NewAgeKey()
+			other := filepath.Join(t.TempDir(), "other.key")
+			_ = os.WriteFile(other, id, 0o600)
+			t.Setenv("SOPS_AGE_KEY_FILE", other)
+		}, want: "cannot decrypt"},
+		{name: "not_sops", doc: "{}", setup: func(t *testing.T, path string) {
+			_ = os.WriteFile(path, []byte("stringData:\n  ghcr_dockerconfigjson: x\n"), 0o600)
+		}, want: "not SOPS-encrypted"},
+		{name: "tampered", doc: string(secretfile.DockerConfigJSON("ghcr.io", user, pass)), setup: func(t *testing.T, path string) {
+			b, _ := os.ReadFile(path)
+			// Swap two characters inside the encrypted value: GCM authentication fails.
+			s := string(b)
+			i := strings.Index(s, "ghcr_dockerconfigjson: ENC[AES256_GCM,data:") + len("ghcr_dockerconfigjson: ENC[AES256_GCM,data:") + 4
+			s = s[:i] + string(s[i+1]) + string(s[i]) + s[i+2:]
+			_ = os.WriteFile(path, []byte(s), 0o600)
+		}, want: "modified after encryption"},
+		{name: "missing_key_path", doc: "{}", keyPath: []string{"stringData", "other"}, want: `no "other" under "stringData"`},
+		{name: "not_json", doc: "{not json", want: "not JSON"},
+		{name: "no_registry_entry", doc: `{"auths":{"docker.io":{"username":"u","password":"p"}}}`, want: `no auths entry for "ghcr.io"`},
+		{name: "empty_password", doc: `{"auths":{"ghcr.io":{"username":"u","password":""}}}`, want: "non-empty username and password"},
+		{name: "auth_not_base64", doc: `{"auths":{"ghcr.io":{"auth":"%%%"}}}`, want: "not base64"},
+		{name: "auth_no_colon", doc: fmt.Sprintf(`{"auths":{"ghcr.io":{"auth":%q}}}`, auth("nocolon")), want: `not base64 of "user:password"`},
+		{name: "forms_disagree", doc: fmt.Sprintf(`{"auths":{"ghcr.io":{"username":"u","password":"p","auth":%q}}}`, auth("u:other")), want: "disagree"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fixture(t, []byte(tc.doc))
+			if tc.setup != nil {
+				tc.setup(t, path)
+			}
+
+			kp := keyPath
+			if tc.keyPath != nil {
+				kp = tc.keyPath
+			}
+
+			_, err := Load(path, kp, "ghcr.io")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+
+			if strings.Contains(err.Error(), pass) || strings.Contains(err.Error(), "other") && tc.name == "forms_disagree" {
+				t.Fatalf("error reveals a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestAuthOnlyForm(t *testing.T) {
+	doc := fmt.Sprintf(`{"auths":{"ghcr.io":{"auth":%q}}}`, base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+
+	c, err := Parse([]byte(doc), "ghcr.io")
+	if err != nil || c.Username != user || c.Password() != pass {
+		t.Fatalf("%v %v", c, err)
+	}
+}
+
+// Prove runs the token flow against the sandbox registry: accepted, rejected at the token step,
+// and a public image refused as proof.
+func TestProve(t *testing.T) {
+	ctx := context.Background()
+
+	reg, err := registry.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(ctx) })
+
+	reg.AddCredential(user, pass)
+
+	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	targets := []string{"ghcrsync/private-probe:v1", "ghcrsync/app:v1"}
+	if err := Prove(ctx, http.DefaultClient, reg.URL(), c, targets); err != nil {
+		t.Fatalf("valid credential: %v", err)
+	}
+
+	if err := Prove(ctx, http.DefaultClient, reg.URL(), c, []string{"ghcrsync/absent:v1"}); err == nil {
+		t.Fatal("a missing image was proved")
+	}
+
+	reg.RevokeCredential(user)
+
+	err = Prove(ctx, http.DefaultClient, reg.URL(), c, targets)
+
+	var pe *ProofError
+	if !errors.As(err, &pe) || pe.Step != "token" || pe.Status != http.StatusUnauthorized {
+		t.Fatalf("revoked credential: want a 401 at the token step, got %v", err)
+	}
+
+	if !strings.Contains(err.Error(), "rejects this credential") || strings.Contains(err.Error(), pass) {
+		t.Fatalf("message: %v", err)
+	}
+}

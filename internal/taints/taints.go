@@ -1,0 +1,108 @@
+// Package taints holds the one rule for comparing a node's scheduling taints across time.
+//
+// Some taints change all the time for reasons that do not matter to a fence: the cluster
+// autoscaler re-writes DeletionCandidateOfClusterAutoscaler with a new timestamp every ~10 s,
+// node.kubernetes.io/unschedulable mirrors spec.unschedulable, and lifecycle taints come and go
+// with readiness (expected while a fenced node reboots). Everything else — including
+// ToBeDeletedByClusterAutoscaler, which means deletion has started — is a genuine change.
+package taints
+
+import (
+	"slices"
+	"strings"
+)
+
+// Taint keys ghcrsync knows by name.
+const (
+	Unschedulable       = "node.kubernetes.io/unschedulable"
+	NotReady            = "node.kubernetes.io/not-ready"
+	Unreachable         = "node.kubernetes.io/unreachable"
+	CiliumAgentNotReady = "node.cilium.io/agent-not-ready"
+	DeletionCandidate   = "DeletionCandidateOfClusterAutoscaler"
+	ToBeDeleted         = "ToBeDeletedByClusterAutoscaler"
+)
+
+// Taint is a node taint, independent of the Kubernetes API types.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// String is the canonical form key[=value]:Effect.
+func (t Taint) String() string {
+	if t.Value == "" {
+		return t.Key + ":" + t.Effect
+	}
+
+	return t.Key + "=" + t.Value + ":" + t.Effect
+}
+
+// Lifecycle reports whether key is a readiness taint that appears while a node reboots.
+func Lifecycle(key string) bool {
+	return key == NotReady || key == Unreachable || key == CiliumAgentNotReady
+}
+
+// Scheduling returns the taints that define a node's scheduling state, canonical and sorted:
+// without the unschedulable mirror taint, without the advisory autoscaler candidate taint,
+// and — when lifecycleExpected (the node is, or may be, rebooting) — without lifecycle taints.
+func Scheduling(ts []Taint, lifecycleExpected bool) []string {
+	out := make([]string, 0, len(ts))
+
+	for _, t := range ts {
+		switch {
+		case t.Key == Unschedulable, t.Key == DeletionCandidate:
+			continue
+		case lifecycleExpected && Lifecycle(t.Key):
+			continue
+		}
+
+		out = append(out, t.String())
+	}
+
+	slices.Sort(out)
+
+	return slices.Compact(out)
+}
+
+// Diff lists what changed between two Scheduling results: added and removed taints.
+func Diff(before, after []string) (added, removed []string) {
+	for _, t := range after {
+		if !slices.Contains(before, t) {
+			added = append(added, t)
+		}
+	}
+
+	for _, t := range before {
+		if !slices.Contains(after, t) {
+			removed = append(removed, t)
+		}
+	}
+
+	return added, removed
+}
+
+// DescribeDiff renders a Diff as "+ a, - b" for messages.
+func DescribeDiff(added, removed []string) string {
+	parts := make([]string, 0, len(added)+len(removed))
+	for _, a := range added {
+		parts = append(parts, "+ "+a)
+	}
+
+	for _, r := range removed {
+		parts = append(parts, "- "+r)
+	}
+
+	return strings.Join(parts, ", ")
+}
+
+// Find returns the taint with key.
+func Find(ts []Taint, key string) (Taint, bool) {
+	for _, t := range ts {
+		if t.Key == key {
+			return t, true
+		}
+	}
+
+	return Taint{}, false
+}

@@ -1,0 +1,46 @@
+package taints
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestScheduling(t *testing.T) {
+	candidate := func(ts string) Taint { return Taint{Key: DeletionCandidate, Value: ts, Effect: "PreferNoSchedule"} }
+	maint := Taint{Key: "example.com/maintenance", Effect: "NoSchedule"}
+	notReady := Taint{Key: NotReady, Effect: "NoSchedule"}
+
+	for _, tc := range []struct {
+		name      string
+		before    []Taint
+		after     []Taint
+		lifecycle bool
+		same      bool
+	}{
+		{name: "candidate_timestamp_rewritten", before: []Taint{candidate("1700000000")}, after: []Taint{candidate("1700000010")}, same: true},
+		{name: "candidate_added", before: nil, after: []Taint{candidate("1")}, same: true},
+		{name: "candidate_removed", before: []Taint{candidate("1"), maint}, after: []Taint{maint}, same: true},
+		{name: "unschedulable_mirror", before: nil, after: []Taint{{Key: Unschedulable, Effect: "NoSchedule"}}, same: true},
+		{name: "foreign_taint_added", before: nil, after: []Taint{maint}, same: false},
+		{name: "foreign_taint_value_changed", before: []Taint{{Key: "a", Value: "1", Effect: "NoSchedule"}}, after: []Taint{{Key: "a", Value: "2", Effect: "NoSchedule"}}, same: false},
+		{name: "to_be_deleted_is_genuine", before: nil, after: []Taint{{Key: ToBeDeleted, Value: "1", Effect: "NoSchedule"}}, same: false},
+		{name: "lifecycle_expected_while_rebooting", before: nil, after: []Taint{notReady}, lifecycle: true, same: true},
+		{name: "lifecycle_unexpected", before: nil, after: []Taint{notReady}, lifecycle: false, same: false},
+		{name: "order_and_duplicates", before: []Taint{maint, {Key: "b", Effect: "NoExecute"}}, after: []Taint{{Key: "b", Effect: "NoExecute"}, maint, maint}, same: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, a := Scheduling(tc.before, tc.lifecycle), Scheduling(tc.after, tc.lifecycle)
+			if got := slices.Equal(a, b); got != tc.same {
+				added, removed := Diff(b, a)
+				t.Fatalf("same=%t want %t (%s)", got, tc.same, DescribeDiff(added, removed))
+			}
+		})
+	}
+}
+
+func TestDiffDescribe(t *testing.T) {
+	added, removed := Diff([]string{"a:NoSchedule"}, []string{"b=1:NoExecute"})
+	if got := DescribeDiff(added, removed); got != "+ b=1:NoExecute, - a:NoSchedule" {
+		t.Fatal(got)
+	}
+}
