@@ -1,0 +1,217 @@
+// Package view renders ghcrsync's results for people (Terraform-like text) and machines
+// (versioned JSON). It computes nothing: every fact comes from the value it renders.
+package view
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+var symbols = []struct {
+	action plan.Action
+	symbol string
+	legend string
+}{
+	{plan.ActionFence, "!", "fence: claim, cordon, drain, configure, reboot, prove, release"},
+	{plan.ActionApplyLive, "~", "apply live: configure and prove, no cordon, no reboot"},
+	{plan.ActionDeselect, "-", "deselect: left alone by this run"},
+}
+
+func symbol(a plan.Action) string {
+	for _, s := range symbols {
+		if s.action == a {
+			return s.symbol
+		}
+	}
+
+	return " "
+}
+
+var verbs = map[plan.Action]string{
+	plan.ActionFence:     "will be fenced",
+	plan.ActionApplyLive: "will be updated live",
+	plan.ActionDeselect:  "will be left alone",
+	plan.ActionNoOp:      "is unchanged",
+}
+
+func describe(n plan.NodePlan) string {
+	var attrs []string
+	if n.Role != "" {
+		attrs = append(attrs, string(n.Role))
+	}
+
+	if n.Endpoint {
+		attrs = append(attrs, "API endpoint")
+	}
+
+	if n.Talos != "" {
+		attrs = append(attrs, "Talos "+n.Talos)
+	}
+
+	if len(attrs) == 0 {
+		return n.Name
+	}
+
+	return n.Name + " (" + strings.Join(attrs, ", ") + ")"
+}
+
+// PlanHuman renders a plan the way `ghcrsync plan` and `ghcrsync show` print it.
+func PlanHuman(w io.Writer, p *plan.Plan) {
+	fmt.Fprintf(w, "Credential revision %s for %s", short(p.CredentialRevision), p.Registry)
+
+	if p.ProofSkipped {
+		fmt.Fprint(w, " (not proved: --skip-proof)")
+	}
+
+	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", p.CreatedAt.Format("2006-01-02 15:04:05Z"), p.ExpiresAt.Format("2006-01-02 15:04:05Z"))
+
+	used := map[plan.Action]bool{}
+	for _, n := range p.Nodes {
+		used[n.Action] = true
+	}
+
+	if p.Changes() || used[plan.ActionDeselect] {
+		fmt.Fprintln(w, "Symbols:")
+
+		for _, s := range symbols {
+			if used[s.action] {
+				fmt.Fprintf(w, "  %s %s\n", s.symbol, s.legend)
+			}
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	if p.Changes() {
+		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (workers, then control planes one at a time, the API endpoint's node last):")
+		fmt.Fprintln(w)
+
+		for _, n := range p.Nodes {
+			if n.Order > 0 {
+				node(w, n, fmt.Sprintf("%d. ", n.Order))
+			}
+		}
+	}
+
+	section := func(title string, a plan.Action) {
+		first := true
+
+		for _, n := range p.Nodes {
+			if n.Action != a {
+				continue
+			}
+
+			if first {
+				fmt.Fprintln(w, title)
+				fmt.Fprintln(w)
+
+				first = false
+			}
+
+			node(w, n, "")
+		}
+	}
+
+	section("Unchanged:", plan.ActionNoOp)
+	section("Deselected:", plan.ActionDeselect)
+
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+	}
+
+	s := p.Summary
+	if !p.Changes() {
+		fmt.Fprintf(w, "No changes. The fleet already uses credential revision %s", short(p.CredentialRevision))
+
+		if s.Deselected > 0 {
+			fmt.Fprintf(w, " on every node ghcrsync may act on; %d deselected", s.Deselected)
+		}
+
+		fmt.Fprintln(w, ".")
+
+		return
+	}
+
+	fmt.Fprintf(w, "Plan: %d to fence, %d to apply live, %d unchanged, %d deselected.\n", s.Fence, s.ApplyLive, s.Unchanged, s.Deselected)
+}
+
+func node(w io.Writer, n plan.NodePlan, prefix string) {
+	fmt.Fprintf(w, "  %s %s%s %s\n", symbol(n.Action), prefix, describe(n), verbs[n.Action])
+	fmt.Fprintf(w, "      # (because %s)\n\n", n.Sentence)
+}
+
+// PlanJSON is the machine-readable plan (`--json`).
+type PlanJSON struct {
+	FormatVersion      string        `json:"format_version"`
+	CredentialRevision string        `json:"credential_revision"`
+	Registry           string        `json:"registry"`
+	ConfigDigest       string        `json:"config_digest"`
+	ProofSkipped       bool          `json:"proof_skipped"`
+	CreatedAt          string        `json:"created_at"`
+	ExpiresAt          string        `json:"expires_at"`
+	State              plan.StateRef `json:"state"`
+	APIEndpoint        string        `json:"api_endpoint"`
+	EndpointNode       string        `json:"endpoint_node,omitempty"`
+	Nodes              []NodeJSON    `json:"nodes"`
+	Consumers          []any         `json:"consumers"`
+	Warnings           []string      `json:"warnings"`
+	Summary            plan.Summary  `json:"summary"`
+	Changes            bool          `json:"changes"`
+}
+
+// NodeJSON is one node of PlanJSON.
+type NodeJSON struct {
+	Name         string `json:"name"`
+	UID          string `json:"uid"`
+	Role         string `json:"role"`
+	Action       string `json:"action"`
+	ReasonCode   string `json:"reason_code"`
+	Reason       string `json:"reason"`
+	Order        int    `json:"order"`
+	APIEndpoint  bool   `json:"api_endpoint"`
+	TalosVersion string `json:"talos_version,omitempty"`
+}
+
+// PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version.
+const PlanJSONFormatVersion = "1.0"
+
+// NewPlanJSON converts a plan to its JSON view.
+func NewPlanJSON(p *plan.Plan) PlanJSON {
+	out := PlanJSON{
+		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
+		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped,
+		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
+		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
+		Nodes: []NodeJSON{}, Consumers: []any{}, Warnings: append([]string{}, p.Warnings...),
+		Summary: p.Summary, Changes: p.Changes(),
+	}
+
+	for _, n := range p.Nodes {
+		out.Nodes = append(out.Nodes, NodeJSON{
+			Name: n.Name, UID: n.UID, Role: string(n.Role), Action: string(n.Action), ReasonCode: string(n.Reason),
+			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos,
+		})
+	}
+
+	return out
+}
+
+// PlanJSONTo writes the JSON view, indented.
+func PlanJSONTo(w io.Writer, p *plan.Plan) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+
+	return enc.Encode(NewPlanJSON(p))
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+
+	return s
+}

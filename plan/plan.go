@@ -1,0 +1,327 @@
+// Package plan is the pure planner: Make turns a snapshot of the fleet and the desired
+// credential into one action per node, with its reason, in execution order. It performs no
+// I/O; the saved-plan format (file.go) is the only thing in this package that touches a file.
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+)
+
+// Make decides every node's action. The same inputs always give the same plan.
+func Make(s Snapshot, in Input) *Plan {
+	p := &Plan{
+		FormatVersion:      FormatVersion,
+		CreatedAt:          in.Now.UTC(),
+		ExpiresAt:          in.Now.Add(in.TTL).UTC(),
+		CredentialRevision: in.CredentialRevision,
+		AuthDigest:         in.AuthDigest,
+		Registry:           in.Registry,
+		ProofSkipped:       in.ProofSkipped,
+		ConfigDigest:       in.ConfigDigest,
+		State:              in.State,
+		APIEndpoint:        s.APIEndpoint,
+	}
+
+	seen := map[string]bool{}
+
+	for _, n := range s.Nodes {
+		seen[n.Name] = true
+		np := classify(n, in, s.TakenAt)
+
+		if endpointOf(n, s.APIEndpoint) {
+			np.Endpoint = true
+			p.EndpointNode = n.Name
+		}
+
+		p.Nodes = append(p.Nodes, np)
+	}
+
+	known := make([]string, 0, len(in.Known))
+	for name := range in.Known {
+		known = append(known, name)
+	}
+
+	sort.Strings(known)
+
+	for _, name := range known {
+		if seen[name] {
+			continue
+		}
+
+		p.Nodes = append(p.Nodes, NodePlan{
+			Name: name, UID: in.Known[name], Action: ActionDeselect, Reason: ReasonNotFound,
+			Sentence:   ReasonNotFound.Sentence(name, "recorded by an earlier run, no Node of that name now"),
+			Invariants: Invariants{UID: in.Known[name]},
+		})
+	}
+
+	order(p.Nodes)
+	p.Summary = summarize(p.Nodes)
+	p.Warnings = warnings(p, s, in)
+
+	return p
+}
+
+func classify(n Node, in Input, now time.Time) NodePlan {
+	np := NodePlan{
+		Name: n.Name, UID: n.UID, Role: RoleWorker,
+		Invariants: Invariants{
+			UID:              n.UID,
+			Unschedulable:    n.Unschedulable,
+			SchedulingTaints: taints.Scheduling(n.Taints, false),
+			Owner:            n.Annotations[OwnerAnnotation],
+			BootID:           n.BootID,
+		},
+	}
+
+	if n.ControlPlane {
+		np.Role = RoleControlPlane
+	}
+
+	if n.Talos != nil {
+		np.Talos = n.Talos.Version
+		np.Invariants.ConfiguredDigest = n.Talos.ConfiguredDigest
+	}
+
+	deselect := func(r Reason, detail string) NodePlan {
+		np.Action, np.Reason, np.Sentence = ActionDeselect, r, r.Sentence(n.Name, detail)
+
+		return np
+	}
+
+	if slices.Contains(in.Exclude, n.Name) {
+		return deselect(ReasonExcluded, "nodes.exclude")
+	}
+
+	if n.Deleting != nil {
+		return deselect(ReasonDeleting, "deletionTimestamp "+clock(*n.Deleting))
+	}
+
+	if t, ok := taints.Find(n.Taints, taints.ToBeDeleted); ok {
+		return deselect(ReasonAutoscalerDeleting, taints.ToBeDeleted+" since "+taintTime(t))
+	}
+
+	if owner := n.Annotations[OwnerAnnotation]; owner != "" {
+		detail := OwnerAnnotation + "=" + owner
+		if phase := n.Annotations[PhaseAnnotation]; phase != "" {
+			detail += ", phase " + phase
+		}
+
+		return deselect(ReasonFencedByOther, detail)
+	}
+
+	if n.Talos == nil {
+		detail := n.TalosError
+		if detail == "" {
+			detail = "no facts"
+		}
+
+		return deselect(ReasonTalosUnreachable, detail)
+	}
+
+	live, err := LiveRegistryAuth(n.Talos.Version)
+	if err != nil {
+		return deselect(ReasonUnclassifiable, err.Error())
+	}
+
+	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" {
+		var proof string
+
+		switch {
+		case live:
+			proof = "Talos " + n.Talos.Version + " loads registry auth live"
+		case n.Annotations[VerifiedRevisionAnnotation] == in.CredentialRevision:
+			proof = "its runtime was verified by ghcrsync"
+			if b := n.Annotations[VerifiedBootAnnotation]; b != "" {
+				proof += " on boot " + short(b)
+			}
+		case !n.Talos.CRIStarted.IsZero() && n.Talos.CRIStarted.After(n.Talos.ConfigUpdated):
+			proof = "its container runtime started at " + clock(n.Talos.CRIStarted) + ", after its config last changed at " + clock(n.Talos.ConfigUpdated)
+		}
+
+		if proof != "" {
+			np.Action, np.Reason = ActionNoOp, ReasonInSync
+			np.Sentence = ReasonInSync.Sentence(n.Name, short(in.CredentialRevision)) + ": " + proof
+
+			return np
+		}
+	}
+
+	// The node needs a change. Deselections that only matter when ghcrsync would act:
+	if t, ok := taints.Find(n.Taints, taints.DeletionCandidate); ok && in.AutoscalerPolicy != "include" {
+		return deselect(ReasonAutoscalerCandidate, "taint since "+taintTime(t))
+	}
+
+	if !n.Ready {
+		return deselect(ReasonNotReady, "Ready condition is not True")
+	}
+
+	reason, detail := ReasonConfigOutdated, "configured "+digestOrNone(n.Talos.ConfiguredDigest)+", desired "+short(in.AuthDigest)
+	if n.Talos.ConfiguredDigest == in.AuthDigest {
+		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
+	}
+
+	np.Reason = reason
+
+	if live {
+		np.Action = ActionApplyLive
+		np.Sentence = reason.Sentence(n.Name, detail) + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
+	} else {
+		np.Action = ActionFence
+		np.Sentence = reason.Sentence(n.Name, detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
+	}
+
+	return np
+}
+
+// LiveRegistryAuth reports whether a Talos version reloads registry auth without a reboot
+// (1.14 and later). An unparsable version is an error: the caller fails closed.
+func LiveRegistryAuth(version string) (bool, error) {
+	v := strings.TrimPrefix(version, "v")
+	parts := strings.SplitN(v, ".", 3)
+
+	if len(parts) < 2 {
+		return false, fmt.Errorf("unknown Talos version %q", version)
+	}
+
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+
+	if err1 != nil || err2 != nil {
+		return false, fmt.Errorf("unknown Talos version %q", version)
+	}
+
+	return major > 1 || (major == 1 && minor >= 14), nil
+}
+
+func endpointOf(n Node, host string) bool {
+	return host != "" && slices.Contains(n.Addresses, host)
+}
+
+// order numbers the nodes acted on: workers first, then control planes one at a time, the API
+// endpoint's node last; the rest follow, by name.
+func order(nodes []NodePlan) {
+	rank := func(n NodePlan) int {
+		switch {
+		case n.Action != ActionFence && n.Action != ActionApplyLive:
+			return 3
+		case n.Role != RoleControlPlane:
+			return 0
+		case n.Endpoint:
+			return 2
+		}
+
+		return 1
+	}
+
+	sort.SliceStable(nodes, func(i, j int) bool {
+		ri, rj := rank(nodes[i]), rank(nodes[j])
+		if ri != rj {
+			return ri < rj
+		}
+
+		return nodes[i].Name < nodes[j].Name
+	})
+
+	for i := range nodes {
+		if rank(nodes[i]) < 3 {
+			nodes[i].Order = i + 1
+		}
+	}
+}
+
+func summarize(nodes []NodePlan) Summary {
+	var s Summary
+
+	for _, n := range nodes {
+		switch n.Action {
+		case ActionFence:
+			s.Fence++
+		case ActionApplyLive:
+			s.ApplyLive++
+		case ActionNoOp:
+			s.Unchanged++
+		case ActionDeselect:
+			s.Deselected++
+		}
+	}
+
+	return s
+}
+
+func warnings(p *Plan, s Snapshot, in Input) []string {
+	var w []string
+
+	if in.ProofSkipped {
+		w = append(w, "The credential was not proved against the registry (--skip-proof).")
+	}
+
+	controlPlanes := 0
+
+	for _, n := range s.Nodes {
+		if n.ControlPlane {
+			controlPlanes++
+		}
+	}
+
+	for _, n := range p.Nodes {
+		if n.Endpoint && n.Action == ActionFence {
+			w = append(w, fmt.Sprintf("%s serves the kubeconfig's API endpoint %s and the kubeconfig has no other endpoint: "+
+				"it is fenced last, the API is unreachable while it reboots, and apply reconnects when it is back.", n.Name, s.APIEndpoint))
+		}
+	}
+
+	if controlPlanes == 1 && p.Summary.Fence > 0 {
+		w = append(w, "This cluster has a single control plane: its Kubernetes API goes away while that node reboots.")
+	}
+
+	if p.EndpointNode == "" && s.APIEndpoint != "" {
+		w = append(w, fmt.Sprintf("The API endpoint %s is not a node address (a VIP or load balancer): no node is held back for it.", s.APIEndpoint))
+	}
+
+	if l := s.Lease; l != nil && l.Holder != "" {
+		age := "never renewed"
+		if l.RenewTime != nil {
+			age = "renewed " + s.TakenAt.Sub(*l.RenewTime).Round(time.Second).String() + " ago"
+		}
+
+		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
+			l.Namespace, l.Name, l.Holder, age, l.DurationSeconds))
+	}
+
+	return w
+}
+
+func taintTime(t taints.Taint) string {
+	sec, err := strconv.ParseInt(t.Value, 10, 64)
+	if err != nil {
+		return "value " + strconv.Quote(t.Value)
+	}
+
+	return clock(time.Unix(sec, 0))
+}
+
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+
+	return s
+}
+
+func digestOrNone(d string) string {
+	if d == "" {
+		return "none"
+	}
+
+	return short(d)
+}

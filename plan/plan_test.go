@@ -1,0 +1,261 @@
+package plan_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+type goldenInput struct {
+	Now                time.Time         `json:"now"`
+	TTLSeconds         int               `json:"ttl_seconds"`
+	CredentialRevision string            `json:"credential_revision"`
+	AuthDigest         string            `json:"auth_digest"`
+	Registry           string            `json:"registry"`
+	ProofSkipped       bool              `json:"proof_skipped"`
+	ConfigDigest       string            `json:"config_digest"`
+	Exclude            []string          `json:"exclude"`
+	AutoscalerPolicy   string            `json:"autoscaler_policy"`
+	State              plan.StateRef     `json:"state"`
+	Known              map[string]string `json:"known"`
+}
+
+func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
+	t.Helper()
+
+	var s plan.Snapshot
+
+	var in goldenInput
+
+	for file, v := range map[string]any{"snapshot.json": &s, "input.json": &in} {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+
+		if err := dec.Decode(v); err != nil {
+			t.Fatalf("%s/%s: %v", dir, file, err)
+		}
+	}
+
+	return s, plan.Input{
+		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision,
+		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, ConfigDigest: in.ConfigDigest,
+		Exclude: in.Exclude, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
+	}
+}
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+
+		return
+	}
+
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./plan -update to create it)", err)
+	}
+
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the output (go test ./plan -update rewrites it):\n--- got\n%s", path, got)
+	}
+}
+
+// Each case is a snapshot and its inputs under testdata/CASE; the expected human and JSON
+// renderings sit beside them.
+func TestGolden(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/*/snapshot.json")
+	if len(dirs) == 0 {
+		t.Fatal("no golden cases")
+	}
+
+	reasons := map[plan.Reason]bool{}
+	actions := map[plan.Action]bool{}
+
+	for _, f := range dirs {
+		dir := filepath.Dir(f)
+
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			s, in := load(t, dir)
+			p := plan.Make(s, in)
+
+			for _, n := range p.Nodes {
+				reasons[n.Reason] = true
+				actions[n.Action] = true
+			}
+
+			var human, js bytes.Buffer
+
+			view.PlanHuman(&human, p)
+
+			if err := view.PlanJSONTo(&js, p); err != nil {
+				t.Fatal(err)
+			}
+
+			golden(t, filepath.Join(dir, "plan.txt"), human.Bytes())
+			golden(t, filepath.Join(dir, "plan.json"), js.Bytes())
+
+			// The planner is a function: the same inputs give the same plan.
+			again, _ := json.Marshal(plan.Make(s, in))
+			first, _ := json.Marshal(p)
+
+			if !bytes.Equal(first, again) {
+				t.Fatal("planning twice gave different plans")
+			}
+		})
+	}
+
+	for _, r := range plan.Reasons {
+		if !reasons[r] {
+			t.Errorf("no golden case covers reason %s", r)
+		}
+	}
+
+	for _, a := range []plan.Action{plan.ActionFence, plan.ActionApplyLive, plan.ActionNoOp, plan.ActionDeselect} {
+		if !actions[a] {
+			t.Errorf("no golden case covers action %s", a)
+		}
+	}
+}
+
+// Workers first, then control planes one at a time, the API endpoint's node last.
+func TestOrdering(t *testing.T) {
+	s, in := load(t, "testdata/rotation")
+	p := plan.Make(s, in)
+
+	var acted []plan.NodePlan
+
+	for _, n := range p.Nodes {
+		if n.Order > 0 {
+			acted = append(acted, n)
+		}
+	}
+
+	if len(acted) < 4 {
+		t.Fatalf("too few nodes acted on: %d", len(acted))
+	}
+
+	seenCP := false
+
+	for i, n := range acted {
+		if n.Order != i+1 {
+			t.Fatalf("order numbers not consecutive: %+v", acted)
+		}
+
+		if n.Role == plan.RoleControlPlane {
+			seenCP = true
+		} else if seenCP {
+			t.Fatalf("worker %s ordered after a control plane", n.Name)
+		}
+	}
+
+	last := acted[len(acted)-1]
+	if !last.Endpoint || last.Name != p.EndpointNode || p.EndpointNode != "prod-control-plane-1" {
+		t.Fatalf("the API endpoint's node is not last: %+v", last)
+	}
+}
+
+func TestInvariantsSnapshot(t *testing.T) {
+	s, in := load(t, "testdata/rotation")
+	p := plan.Make(s, in)
+
+	for _, n := range p.Nodes {
+		if n.Name != "prod-worker-2" {
+			continue
+		}
+
+		inv := n.Invariants
+		if inv.UID != "uid-prod-worker-2" || !inv.Unschedulable || inv.BootID != "boot-prod-worker-2" ||
+			!slices.Equal(inv.SchedulingTaints, []string{"example.com/maintenance:NoSchedule"}) {
+			t.Fatalf("invariants: %+v", inv)
+		}
+
+		return
+	}
+
+	t.Fatal("prod-worker-2 missing")
+}
+
+func TestLiveRegistryAuth(t *testing.T) {
+	for v, want := range map[string]bool{"v1.13.9": false, "v1.14.0": true, "1.14.2": true, "v2.0.0": true, "v1.9.5": false} {
+		if got, err := plan.LiveRegistryAuth(v); err != nil || got != want {
+			t.Errorf("%s: %t %v", v, got, err)
+		}
+	}
+
+	for _, v := range []string{"", "banana", "v1"} {
+		if _, err := plan.LiveRegistryAuth(v); err == nil {
+			t.Errorf("%q accepted", v)
+		}
+	}
+}
+
+func TestPlanFile(t *testing.T) {
+	s, in := load(t, "testdata/rotation")
+	p := plan.Make(s, in)
+	path := filepath.Join(t.TempDir(), "plan.out")
+
+	if err := plan.Save(path, p); err != nil {
+		t.Fatal(err)
+	}
+
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("plan file mode %v", fi.Mode())
+	}
+
+	got, err := plan.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a, _ := json.Marshal(p)
+	b, _ := json.Marshal(got)
+
+	if !bytes.Equal(a, b) {
+		t.Fatal("plan changed through save and load")
+	}
+
+	data, _ := os.ReadFile(path)
+
+	for name, edit := range map[string]func(string) string{
+		"edited_action":  func(s string) string { return strings.Replace(s, `"action": "fence"`, `"action": "no-op"`, 1) },
+		"edited_value":   func(s string) string { return strings.Replace(s, "prod-worker-1", "prod-worker-X", 1) },
+		"truncated":      func(s string) string { return s[:len(s)/2] },
+		"empty":          func(string) string { return "" },
+		"other_checksum": func(s string) string { return strings.Replace(s, "sha256:", "sha256:00", 1) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := filepath.Join(t.TempDir(), "plan.out")
+			edited := edit(string(data))
+
+			if edited == string(data) {
+				t.Fatal("the edit changed nothing")
+			}
+
+			_ = os.WriteFile(bad, []byte(edited), 0o600)
+
+			if _, err := plan.Load(bad); err == nil || !strings.Contains(err.Error(), "the plan file is corrupt or was edited") {
+				t.Fatalf("want corrupt, got %v", err)
+			}
+		})
+	}
+}

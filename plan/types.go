@@ -1,0 +1,158 @@
+package plan
+
+import (
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+)
+
+// Annotations ghcrsync reads and writes on Nodes.
+const (
+	OwnerAnnotation            = "ghcrsync.dev/owner"
+	PhaseAnnotation            = "ghcrsync.dev/phase"
+	RecordAnnotation           = "ghcrsync.dev/record"
+	VerifiedRevisionAnnotation = "ghcrsync.dev/verified-revision"
+	VerifiedBootAnnotation     = "ghcrsync.dev/verified-boot-id"
+)
+
+// Snapshot is what the planner looks at: the fleet as observed, with no client in sight.
+type Snapshot struct {
+	TakenAt time.Time `json:"taken_at"`
+	// APIEndpoint is the host of the kubeconfig's server.
+	APIEndpoint string `json:"api_endpoint"`
+	Nodes       []Node `json:"nodes"`
+	Lease       *Lease `json:"lease,omitempty"`
+}
+
+// Node is one observed Kubernetes Node with its Talos facts.
+type Node struct {
+	Name          string            `json:"name"`
+	UID           string            `json:"uid"`
+	ControlPlane  bool              `json:"control_plane"`
+	Addresses     []string          `json:"addresses,omitempty"`
+	Unschedulable bool              `json:"unschedulable,omitempty"`
+	Taints        []taints.Taint    `json:"taints,omitempty"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+	Deleting      *time.Time        `json:"deleting,omitempty"`
+	Ready         bool              `json:"ready"`
+	BootID        string            `json:"boot_id,omitempty"`
+	Talos         *TalosFacts       `json:"talos,omitempty"`
+	TalosError    string            `json:"talos_error,omitempty"`
+}
+
+// TalosFacts are read from the node's Talos API.
+type TalosFacts struct {
+	Version string `json:"version"`
+	// ConfiguredDigest is the AuthDigest of the registry's credential in the active machine
+	// config ("" if it has none); StagedDigest the same for the persistent (next-boot) config.
+	ConfiguredDigest string    `json:"configured_digest,omitempty"`
+	StagedDigest     string    `json:"staged_digest,omitempty"`
+	ConfigUpdated    time.Time `json:"config_updated"`
+	CRIStarted       time.Time `json:"cri_started"`
+}
+
+// Lease is the observed run Lease.
+type Lease struct {
+	Namespace       string     `json:"namespace"`
+	Name            string     `json:"name"`
+	Holder          string     `json:"holder,omitempty"`
+	RenewTime       *time.Time `json:"renew_time,omitempty"`
+	DurationSeconds int        `json:"duration_seconds,omitempty"`
+	Transitions     int        `json:"transitions,omitempty"`
+}
+
+// Input is everything besides the snapshot that decides the plan.
+type Input struct {
+	Now                time.Time
+	TTL                time.Duration // how long the plan stays valid
+	CredentialRevision string
+	AuthDigest         string // of the desired credential for Registry
+	Registry           string
+	ProofSkipped       bool
+	ConfigDigest       string
+	Exclude            []string
+	AutoscalerPolicy   string // "deselect" or "include"
+	State              StateRef
+	// Known lists nodes the prior state or a previous plan recorded (name -> uid).
+	Known map[string]string
+}
+
+// StateRef binds a plan to the state it was made against.
+type StateRef struct {
+	Lineage string `json:"lineage"`
+	Serial  int64  `json:"serial"`
+}
+
+// Action is what the plan does to a node.
+type Action string
+
+const (
+	ActionFence     Action = "fence"
+	ActionApplyLive Action = "apply-live"
+	ActionNoOp      Action = "no-op"
+	ActionDeselect  Action = "deselect"
+)
+
+// Role is a node's role.
+type Role string
+
+const (
+	RoleControlPlane Role = "control-plane"
+	RoleWorker       Role = "worker"
+)
+
+// Plan is the saved plan: no secret, only digests.
+type Plan struct {
+	FormatVersion      string     `json:"format_version"`
+	CreatedAt          time.Time  `json:"created_at"`
+	ExpiresAt          time.Time  `json:"expires_at"`
+	CredentialRevision string     `json:"credential_revision"`
+	AuthDigest         string     `json:"auth_digest"`
+	Registry           string     `json:"registry"`
+	ProofSkipped       bool       `json:"proof_skipped,omitempty"`
+	ConfigDigest       string     `json:"config_digest"`
+	State              StateRef   `json:"state"`
+	APIEndpoint        string     `json:"api_endpoint"`
+	EndpointNode       string     `json:"endpoint_node,omitempty"`
+	Nodes              []NodePlan `json:"nodes"`
+	Warnings           []string   `json:"warnings,omitempty"`
+	Summary            Summary    `json:"summary"`
+}
+
+// FormatVersion of Plan; additive changes keep the major version.
+const FormatVersion = "1.0"
+
+// NodePlan is one node's action, why, and the invariants apply re-validates.
+type NodePlan struct {
+	Name       string     `json:"name"`
+	UID        string     `json:"uid,omitempty"`
+	Role       Role       `json:"role,omitempty"`
+	Action     Action     `json:"action"`
+	Reason     Reason     `json:"reason_code"`
+	Sentence   string     `json:"reason"`
+	Order      int        `json:"order,omitempty"` // 1.. for nodes that are acted on
+	Endpoint   bool       `json:"api_endpoint,omitempty"`
+	Talos      string     `json:"talos_version,omitempty"`
+	Invariants Invariants `json:"invariants"`
+}
+
+// Invariants are the facts a plan snapshots and apply re-validates before it touches a node.
+type Invariants struct {
+	UID              string   `json:"uid"`
+	Unschedulable    bool     `json:"unschedulable"`
+	SchedulingTaints []string `json:"scheduling_taints"`
+	Owner            string   `json:"owner,omitempty"`
+	ConfiguredDigest string   `json:"configured_digest,omitempty"`
+	BootID           string   `json:"boot_id,omitempty"`
+}
+
+// Summary counts the actions.
+type Summary struct {
+	Fence      int `json:"fence"`
+	ApplyLive  int `json:"apply_live"`
+	Unchanged  int `json:"unchanged"`
+	Deselected int `json:"deselected"`
+}
+
+// Changes reports whether the plan acts on any node.
+func (p *Plan) Changes() bool { return p.Summary.Fence+p.Summary.ApplyLive > 0 }
