@@ -29,6 +29,7 @@ type Node struct {
 	Name          string            `json:"name"`
 	UID           string            `json:"uid"`
 	ControlPlane  bool              `json:"control_plane"`
+	InternalIP    string            `json:"internal_ip,omitempty"` // where its Talos API is reached
 	Addresses     []string          `json:"addresses,omitempty"`
 	Unschedulable bool              `json:"unschedulable,omitempty"`
 	Taints        []taints.Taint    `json:"taints,omitempty"`

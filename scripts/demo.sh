@@ -11,8 +11,13 @@ trap cleanup EXIT
 
 echo "==> Starting the sandbox (3 control planes, 3 workers, 2 autoscaled; Talos 1.13)"
 bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 2s --autoscaler-interval 5s --autoscaler-scale-rate 0
+# shellcheck disable=SC1091
+source "$dir/env"
 echo
-echo "==> Safety counters"
+echo "==> ghcrsync plan (read-only) against the sandbox"
+bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --out "$dir/rotation.plan"
+echo
+echo "==> Safety counters (plan wrote nothing through Talos)"
 bin/ghcrsync-sandbox ctl --dir "$dir" stats
 echo
 echo "==> Stopping the sandbox"

@@ -16,6 +16,8 @@ import (
 	"github.com/getsops/sops/v3/cmd/sops/formats"
 	"github.com/getsops/sops/v3/decrypt"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 )
 
 // Credential is a registry credential decoded from a dockerconfigjson.
@@ -40,8 +42,8 @@ func (c *Credential) Revision() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// AuthDigest identifies the registry's username/password pair; see AuthDigest.
-func (c *Credential) AuthDigest() string { return AuthDigest(c.Username, c.password) }
+// AuthDigest identifies the registry's username/password pair (authdigest.Of).
+func (c *Credential) AuthDigest() string { return authdigest.Of(c.Username, c.password) }
 
 // String never includes the secret.
 func (c *Credential) String() string {
@@ -50,19 +52,6 @@ func (c *Credential) String() string {
 
 // GoString never includes the secret.
 func (c *Credential) GoString() string { return c.String() }
-
-// AuthDigest is the digest ghcrsync compares between the desired credential and what a node's
-// Talos config carries for the registry: hex SHA-256 of "username:password". Registry tokens
-// are high-entropy, so the digest does not reveal them.
-func AuthDigest(username, password string) string {
-	if username == "" && password == "" {
-		return ""
-	}
-
-	sum := sha256.Sum256([]byte(username + ":" + password))
-
-	return hex.EncodeToString(sum[:])
-}
 
 // Load decrypts the SOPS file in-process (age keys from SOPS_AGE_KEY_FILE or SOPS_AGE_KEY),
 // extracts the dockerconfigjson at keyPath and validates it for registry.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
@@ -66,7 +67,7 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("decoded %s", c)
 	}
 
-	if len(c.Revision()) != 64 || c.AuthDigest() != AuthDigest(user, pass) || AuthDigest(user, pass) == AuthDigest(user, pass+"x") {
+	if len(c.Revision()) != 64 || c.AuthDigest() != authdigest.Of(user, pass) {
 		t.Fatal("digests")
 	}
 

@@ -1,0 +1,200 @@
+// Package cluster reads Kubernetes into ghcrsync's snapshot types. It decides nothing.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// ScaleDownDisabledAnnotation tells the cluster autoscaler to leave a node alone.
+const ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+
+// Connection is a Kubernetes client and the API endpoint host it talks to.
+type Connection struct {
+	Client   kubernetes.Interface
+	Config   *rest.Config
+	Server   string // the kubeconfig's server URL
+	Endpoint string // its host
+}
+
+// Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
+// and context ("" = current). It does not contact the cluster.
+func Connect(kubeconfig, context string) (*Connection, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
+
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w (set cluster.kubeconfig in the configuration, or KUBECONFIG)", describePath(kubeconfig), err)
+	}
+
+	cfg.UserAgent = "ghcrsync"
+	cfg.Timeout = 30 * time.Second
+
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig server %q is not a URL: %w", cfg.Host, err)
+	}
+
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	host := u.Hostname()
+	if h, _, err := net.SplitHostPort(u.Host); err == nil {
+		host = h
+	}
+
+	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host}, nil
+}
+
+func describePath(p string) string {
+	if p == "" {
+		return "(default loading rules)"
+	}
+
+	return p
+}
+
+// Unreachable wraps an error talking to the API with where and what to check.
+func (c *Connection) Unreachable(what string, err error) error {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return fmt.Errorf("%s: the Kubernetes API at %s refused ghcrsync's identity: %w (check the kubeconfig user and its RBAC)", what, c.Server, err)
+	}
+
+	return fmt.Errorf("%s: cannot reach the Kubernetes API at %s: %w (check the kubeconfig's server and that the cluster is up)", what, c.Server, err)
+}
+
+// Nodes lists the fleet's Nodes (one LIST, filtered by the label selector).
+func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, error) {
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, c.Unreachable("list nodes", err)
+	}
+
+	out := make([]plan.Node, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, FromNode(&list.Items[i]))
+	}
+
+	return out, nil
+}
+
+// FromNode converts a Node to the snapshot type. Only ghcrsync's and the autoscaler's
+// annotations are kept.
+func FromNode(n *corev1.Node) plan.Node {
+	out := plan.Node{
+		Name:          n.Name,
+		UID:           string(n.UID),
+		Unschedulable: n.Spec.Unschedulable,
+		Taints:        Taints(n.Spec.Taints),
+		BootID:        n.Status.NodeInfo.BootID,
+		Ready:         Ready(n),
+	}
+
+	_, out.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
+
+	for _, a := range n.Status.Addresses {
+		out.Addresses = append(out.Addresses, a.Address)
+
+		if a.Type == corev1.NodeInternalIP && out.InternalIP == "" {
+			out.InternalIP = a.Address
+		}
+	}
+
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, "ghcrsync.dev/") || k == ScaleDownDisabledAnnotation {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+
+			out.Annotations[k] = v
+		}
+	}
+
+	if n.DeletionTimestamp != nil {
+		t := n.DeletionTimestamp.UTC()
+		out.Deleting = &t
+	}
+
+	return out
+}
+
+// Taints converts Kubernetes taints to the type the taint rule compares.
+func Taints(ts []corev1.Taint) []taints.Taint {
+	out := make([]taints.Taint, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, taints.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+
+	return out
+}
+
+// Ready reports the Node's Ready condition.
+func Ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
+// Lease reads the run Lease; absent is nil.
+func (c *Connection) Lease(ctx context.Context, namespace, name string) (*plan.Lease, error) {
+	l, err := c.Client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+
+	if err != nil {
+		return nil, c.Unreachable("read lease "+namespace+"/"+name, err)
+	}
+
+	return FromLease(l), nil
+}
+
+// FromLease converts a Lease to the snapshot type.
+func FromLease(l *coordinationv1.Lease) *plan.Lease {
+	out := &plan.Lease{Namespace: l.Namespace, Name: l.Name}
+
+	if l.Spec.HolderIdentity != nil {
+		out.Holder = *l.Spec.HolderIdentity
+	}
+
+	if l.Spec.RenewTime != nil {
+		t := l.Spec.RenewTime.UTC()
+		out.RenewTime = &t
+	}
+
+	if l.Spec.LeaseDurationSeconds != nil {
+		out.DurationSeconds = int(*l.Spec.LeaseDurationSeconds)
+	}
+
+	if l.Spec.LeaseTransitions != nil {
+		out.Transitions = int(*l.Spec.LeaseTransitions)
+	}
+
+	return out
+}
