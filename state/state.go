@@ -1,44 +1,158 @@
-// Package state holds ghcrsync's state: its identity (lineage, serial) and one record per
-// fence, written before every mutation (by apply) so that recovery can trust it.
+// Package state holds ghcrsync's state: its identity (lineage, serial), the run, and one record
+// per fence. apply writes it before every mutation, so that a kill -9 at any point leaves a
+// state that tells the truth about what may have been done.
 package state
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
+	"time"
 )
 
 // FormatVersion is the state file's format.
 const FormatVersion = "1"
+
+// Phase is where a node's transaction is: the same word in the state file, the node's
+// ghcrsync.dev/phase annotation, `fences` and `release`.
+type Phase string
+
+// The phases, in order. A record's phase is the last step whose mutation may have started.
+const (
+	PhaseSelected   Phase = "selected"
+	PhaseClaimed    Phase = "claimed"
+	PhaseGuarded    Phase = "guarded"
+	PhaseDrained    Phase = "drained"
+	PhaseConfigured Phase = "configured"
+	PhaseRebooting  Phase = "rebooting"
+	PhaseReady      Phase = "ready"
+	PhaseProved     Phase = "proved"
+	PhaseReleased   Phase = "released"
+)
+
+var phaseOrder = []Phase{PhaseSelected, PhaseClaimed, PhaseGuarded, PhaseDrained, PhaseConfigured, PhaseRebooting, PhaseReady, PhaseProved, PhaseReleased}
+
+// AtOrAfter reports whether p is at or past q.
+func (p Phase) AtOrAfter(q Phase) bool {
+	pi, qi := -1, -1
+
+	for i, x := range phaseOrder {
+		if x == p {
+			pi = i
+		}
+
+		if x == q {
+			qi = i
+		}
+	}
+
+	return pi >= qi && qi >= 0
+}
+
+// Outcomes of a record.
+const (
+	OutcomeInProgress        = ""
+	OutcomeDone              = "done"
+	OutcomeDeselected        = "deselected"
+	OutcomeGoneAfterMutation = "gone-after-mutation"
+	OutcomeFailed            = "failed"
+)
 
 // State is the whole state.
 type State struct {
 	FormatVersion string   `json:"format_version"`
 	Lineage       string   `json:"lineage"`
 	Serial        int64    `json:"serial"`
+	Run           *Run     `json:"run,omitempty"`
 	Records       []Record `json:"records"`
+}
+
+// Run describes the last apply.
+type Run struct {
+	Holder             string     `json:"holder"`
+	CredentialRevision string     `json:"credential_revision"`
+	Started            time.Time  `json:"started"`
+	Finished           *time.Time `json:"finished,omitempty"`
+	Outcome            string     `json:"outcome,omitempty"`
 }
 
 // Record is what ghcrsync did, or is doing, to one node.
 type Record struct {
-	Node  string `json:"node"`
-	UID   string `json:"uid"`
-	Phase string `json:"phase"`
+	Node               string     `json:"node"`
+	UID                string     `json:"uid"`
+	Owner              string     `json:"owner"`
+	Action             string     `json:"action"`
+	Phase              Phase      `json:"phase"`
+	WasCordoned        bool       `json:"was_cordoned"`
+	ScaleDownGuardOurs bool       `json:"scale_down_guard_ours"`
+	InitialTaints      []string   `json:"initial_taints"`
+	DesiredRevision    string     `json:"desired_revision"`
+	BootBefore         string     `json:"boot_id_before,omitempty"`
+	BootAfter          string     `json:"boot_id_after,omitempty"`
+	Started            time.Time  `json:"started"`
+	Updated            time.Time  `json:"updated"`
+	Outcome            string     `json:"outcome,omitempty"`
+	Reason             string     `json:"reason,omitempty"` // deselect reason code
+	LastError          string     `json:"last_error,omitempty"`
+	Finished           *time.Time `json:"finished,omitempty"`
 }
 
-// Terminal reports whether a record's phase ends its transaction.
-func (r Record) Terminal() bool {
-	switch r.Phase {
-	case "released", "deselected", "gone-after-mutation":
-		return true
+// Terminal reports whether the record's transaction has ended.
+func (r Record) Terminal() bool { return r.Outcome != OutcomeInProgress }
+
+// Holds reports whether the record may still hold a fence on the cluster.
+func (r Record) Holds() bool {
+	return !r.Terminal() || (r.Outcome == OutcomeFailed && r.Phase != PhaseReleased)
+}
+
+// Record returns the record for node, or nil.
+func (s *State) Record(node string) *Record {
+	for i := range s.Records {
+		if s.Records[i].Node == node {
+			return &s.Records[i]
+		}
 	}
 
-	return false
+	return nil
 }
 
-// ReadLocal reads a local state file. A missing file is an empty state (no lineage yet).
+// Put replaces node's record, or appends it.
+func (s *State) Put(r Record) {
+	if cur := s.Record(r.Node); cur != nil {
+		*cur = r
+
+		return
+	}
+
+	s.Records = append(s.Records, r)
+}
+
+// Clone deep-copies the state.
+func (s *State) Clone() *State {
+	b, _ := json.Marshal(s)
+
+	var out State
+	_ = json.Unmarshal(b, &out)
+
+	return &out
+}
+
+// Local is the local-file backend: one JSON file, written atomically (temp file, fsync,
+// rename, fsync of the folder), 0600, with an exclusive lock while a command holds it.
+type Local struct {
+	Path string
+	lock *os.File
+}
+
+// Read reads the state. A missing file is an empty state (no lineage yet).
+func (l *Local) Read() (*State, error) { return ReadLocal(l.Path) }
+
+// ReadLocal reads a local state file. A missing file is an empty state.
 func ReadLocal(path string) (*State, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -59,4 +173,93 @@ func ReadLocal(path string) (*State, error) {
 	}
 
 	return &s, nil
+}
+
+// Write stores s as the next serial (assigning a lineage on the first write).
+func (l *Local) Write(s *State) error {
+	if s.Lineage == "" {
+		s.Lineage = newUUID()
+	}
+
+	s.FormatVersion = FormatVersion
+	s.Serial++
+
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+
+	dir := filepath.Dir(l.Path)
+
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(l.Path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write state %s: %w", l.Path, err)
+	}
+
+	defer os.Remove(tmp.Name())
+
+	if err := tmp.Chmod(0o600); err == nil {
+		_, err = tmp.Write(append(data, '\n'))
+		if err == nil {
+			err = tmp.Sync()
+		}
+	}
+
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+
+	if err == nil {
+		err = os.Rename(tmp.Name(), l.Path)
+	}
+
+	if err != nil {
+		return fmt.Errorf("write state %s: %w", l.Path, err)
+	}
+
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+
+	return nil
+}
+
+// Lock takes the exclusive lock (PATH.lock) or fails at once naming the holder's process.
+func (l *Local) Lock() error {
+	f, err := os.OpenFile(l.Path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("lock state %s: %w", l.Path, err)
+	}
+
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(l.Path + ".lock")
+		f.Close()
+
+		return fmt.Errorf("state %s is locked by another ghcrsync command (%s): wait for it to finish", l.Path, string(holder))
+	}
+
+	_ = f.Truncate(0)
+	_, _ = fmt.Fprintf(f, "pid %d", os.Getpid())
+	l.lock = f
+
+	return nil
+}
+
+// Unlock releases the lock.
+func (l *Local) Unlock() {
+	if l.lock != nil {
+		_ = syscall.Flock(int(l.lock.Fd()), syscall.LOCK_UN)
+		l.lock.Close()
+		l.lock = nil
+	}
+}
+
+func newUUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

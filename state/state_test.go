@@ -23,12 +23,60 @@ func TestReadLocal(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
 
-	p := filepath.Join(dir, "ok.json")
-	_ = os.WriteFile(p, []byte(`{"format_version":"1","lineage":"l","serial":3,"records":[{"node":"a","phase":"drained"},{"node":"b","phase":"released"}]}`), 0o600)
+func TestLocalWriteAndLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ghcrsync.state.json")
+	l := &Local{Path: path}
 
-	s, err = ReadLocal(p)
-	if err != nil || s.Serial != 3 || s.Records[0].Terminal() || !s.Records[1].Terminal() {
-		t.Fatalf("%+v %v", s, err)
+	s, _ := l.Read()
+	s.Put(Record{Node: "a", Phase: PhaseDrained})
+
+	if err := l.Write(s); err != nil {
+		t.Fatal(err)
+	}
+
+	lineage := s.Lineage
+	s.Put(Record{Node: "a", Phase: PhaseConfigured})
+
+	if err := l.Write(s); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := l.Read()
+	if err != nil || got.Lineage != lineage || got.Serial != 2 || got.Record("a").Phase != PhaseConfigured || len(lineage) != 36 {
+		t.Fatalf("%+v %v", got, err)
+	}
+
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+
+	if err := l.Lock(); err != nil {
+		t.Fatal(err)
+	}
+
+	other := &Local{Path: path}
+	if err := other.Lock(); err == nil || !strings.Contains(err.Error(), "locked by another") {
+		t.Fatalf("second lock: %v", err)
+	}
+
+	l.Unlock()
+
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+
+	other.Unlock()
+}
+
+func TestPhaseOrder(t *testing.T) {
+	if !PhaseRebooting.AtOrAfter(PhaseConfigured) || PhaseDrained.AtOrAfter(PhaseConfigured) || !PhaseConfigured.AtOrAfter(PhaseConfigured) {
+		t.Fatal("order")
+	}
+
+	r := Record{Outcome: OutcomeFailed, Phase: PhaseDrained}
+	if !r.Holds() || (Record{Outcome: OutcomeDone, Phase: PhaseReleased}).Holds() || !(Record{Phase: PhaseClaimed}).Holds() {
+		t.Fatal("holds")
 	}
 }

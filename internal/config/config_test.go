@@ -104,21 +104,31 @@ func TestLoadErrors(t *testing.T) {
 		want []string
 	}{
 		{"syntax", func(s string) string { return s + "\nnodes {\n" }, []string{"ghcrsync.hcl:", "Unclosed configuration block"}},
-		{"unknown_attribute", func(s string) string { return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout = "5m"`+"\n  drain_timout = \"1m\"", 1) },
+		{"unknown_attribute", func(s string) string {
+			return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout = "5m"`+"\n  drain_timout = \"1m\"", 1)
+		},
 			[]string{"ghcrsync.hcl:18:3", "Unsupported argument", "drain_timout"}},
 		{"unknown_block", func(s string) string { return s + "\nfences {}\n" }, []string{"Unsupported block type", "fences"}},
-		{"wrong_type", func(s string) string { return strings.Replace(s, "worker_parallelism = 2", `worker_parallelism = "many"`, 1) },
+		{"wrong_type", func(s string) string {
+			return strings.Replace(s, "worker_parallelism = 2", `worker_parallelism = "many"`, 1)
+		},
 			[]string{"ghcrsync.hcl:16:24", "worker_parallelism"}},
-		{"zero_parallelism", func(s string) string { return strings.Replace(s, "worker_parallelism = 2", "worker_parallelism = 0", 1) },
+		{"zero_parallelism", func(s string) string {
+			return strings.Replace(s, "worker_parallelism = 2", "worker_parallelism = 0", 1)
+		},
 			[]string{"ghcrsync.hcl:16:24", "at least 1"}},
-		{"bad_duration", func(s string) string { return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout      = "5 minutes"`, 1) },
+		{"bad_duration", func(s string) string {
+			return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout      = "5 minutes"`, 1)
+		},
 			[]string{"ghcrsync.hcl:17:24", "Invalid duration", `"5 minutes"`}},
 		{"missing_sops_file", func(s string) string { return strings.Replace(s, "secret.enc.yaml", "nope.enc.yaml", 1) },
 			[]string{"ghcrsync.hcl:11:", "File not found", "nope.enc.yaml"}},
 		{"missing_kubeconfig", func(s string) string { return strings.Replace(s, `kubeconfig = "kubeconfig"`, `kubeconfig = "kc"`, 1) },
 			[]string{"ghcrsync.hcl:3:", "kubeconfig", "does not exist"}},
 		{"no_credential", func(s string) string { return s[:strings.Index(s, "credential")] }, []string{"Missing credential block"}},
-		{"bad_policy", func(s string) string { return strings.Replace(s, "exclude ", "autoscaler_candidates = \"sometimes\"\n  exclude ", 1) },
+		{"bad_policy", func(s string) string {
+			return strings.Replace(s, "exclude ", "autoscaler_candidates = \"sometimes\"\n  exclude ", 1)
+		},
 			[]string{"autoscaler_candidates", `"sometimes"`}},
 		{"heartbeat_too_slow", func(s string) string { return strings.Replace(s, `heartbeat = "5s"`, `heartbeat = "10s"`, 1) },
 			[]string{"ghcrsync.hcl:21:15", "at most half"}},
@@ -126,7 +136,9 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"GHCRSYNC_SURELY_UNSET is not set"}},
 		{"bad_prove", func(s string) string { return strings.Replace(s, `"org/private:v1"`, `"https://ghcr.io/org/x"`, 1) },
 			[]string{"Invalid image reference"}},
-		{"registry_with_path", func(s string) string { return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1) },
+		{"registry_with_path", func(s string) string {
+			return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1)
+		},
 			[]string{"Invalid registry"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -87,7 +87,7 @@ func Plan(ctx context.Context, o PlanOptions) (*PlanResult, error) {
 	known := map[string]string{}
 
 	for _, r := range prior.Records {
-		if !r.Terminal() {
+		if r.Holds() {
 			known[r.Node] = r.UID
 		}
 	}

@@ -1,0 +1,399 @@
+// Package lease holds ghcrsync's run Lease (coordination.k8s.io/v1): it acquires it only when
+// it is absent, free or already ours — never by taking over a holder on expiry, since a Talos
+// write cannot be fenced by a token — renews it in the background, lets every mutation assert
+// it still holds it, and releases it with a compare-and-swap on the holder alone.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Failure classes of a renewal.
+const (
+	APIUnreachable = "api-unreachable"
+	HeldByAnother  = "held-by-another"
+	Expired        = "expired"
+)
+
+// Error is a lost or refused Lease, with the evidence.
+type Error struct {
+	Class       string
+	Ours        string
+	Holder      string
+	Transitions int32
+	RenewTime   *time.Time
+	Duration    time.Duration
+	Err         error
+}
+
+func (e *Error) Error() string {
+	renew := "never"
+	if e.RenewTime != nil {
+		renew = e.RenewTime.UTC().Format(time.RFC3339) + " (" + time.Since(*e.RenewTime).Round(time.Second).String() + " ago)"
+	}
+
+	msg := fmt.Sprintf("lease %s: ours=%s holder=%s same_holder=%t transitions=%d renewTime=%s duration=%s",
+		e.Class, e.Ours, e.Holder, e.Ours == e.Holder, e.Transitions, renew, e.Duration)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Lease is a held run Lease.
+type Lease struct {
+	kube      kubernetes.Interface
+	namespace string
+	name      string
+	holder    string
+	duration  time.Duration
+	heartbeat time.Duration
+	logf      func(format string, args ...any)
+
+	mu        sync.Mutex
+	lastRenew time.Time
+	lost      error
+	apiDown   bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Options configure Acquire.
+type Options struct {
+	Namespace, Name     string
+	Holder              string
+	Duration, Heartbeat time.Duration
+	Logf                func(format string, args ...any)
+}
+
+// Holder builds a holder identity: <revision[:16]>-<run ref>-<host>-<pid>-<random>.
+func Holder(revision, runRef string) string {
+	host, _ := os.Hostname()
+	if runRef == "" {
+		runRef = "local"
+	}
+
+	if len(revision) > 16 {
+		revision = revision[:16]
+	}
+
+	b := make([]byte, 3)
+	_, _ = randRead(b)
+
+	return fmt.Sprintf("%s-%s-%s-%d-%x", revision, runRef, host, os.Getpid(), b)
+}
+
+// RunRef is gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT> in GitHub Actions, else explicit, else "local".
+func RunRef(explicit string) string {
+	if explicit != "" {
+		return explicit
+	}
+
+	if id := os.Getenv("GITHUB_RUN_ID"); id != "" {
+		attempt := os.Getenv("GITHUB_RUN_ATTEMPT")
+		if attempt == "" {
+			attempt = "1"
+		}
+
+		return "gh" + id + "." + attempt
+	}
+
+	return "local"
+}
+
+// Acquire takes the Lease if it is absent, has no holder, or is already ours. A Lease held by
+// anyone else is refused, whether or not it has expired.
+func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease, error) {
+	l := &Lease{
+		kube: kube, namespace: o.Namespace, name: o.Name, holder: o.Holder,
+		duration: o.Duration, heartbeat: o.Heartbeat, logf: o.Logf,
+	}
+	if l.logf == nil {
+		l.logf = func(string, ...any) {}
+	}
+
+	leases := kube.CoordinationV1().Leases(o.Namespace)
+
+	for attempt := 0; attempt < 5; attempt++ {
+		now := metav1.NewMicroTime(time.Now())
+
+		cur, err := leases.Get(ctx, o.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity: ptr.To(o.Holder), LeaseDurationSeconds: ptr.To(int32(o.Duration.Seconds())),
+					AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To(int32(0)),
+				},
+			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+
+			if err != nil {
+				return nil, fmt.Errorf("create lease %s/%s: %w", o.Namespace, o.Name, err)
+			}
+
+			l.lastRenew = now.Time
+
+			return l, nil
+		}
+
+		if err != nil {
+			return nil, fmt.Errorf("read lease %s/%s: %w", o.Namespace, o.Name, err)
+		}
+
+		holder := ptr.Deref(cur.Spec.HolderIdentity, "")
+		if holder != "" && holder != o.Holder {
+			return nil, l.errorFrom(HeldByAnother, cur, errors.New("ghcrsync never takes over a held Lease, even an expired one; inspect it with `ghcrsync fences`"))
+		}
+
+		if holder == "" {
+			cur.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
+			cur.Spec.AcquireTime = &now
+		}
+
+		cur.Spec.HolderIdentity = ptr.To(o.Holder)
+		cur.Spec.RenewTime = &now
+		cur.Spec.LeaseDurationSeconds = ptr.To(int32(o.Duration.Seconds()))
+
+		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("acquire lease %s/%s: %w", o.Namespace, o.Name, err)
+		}
+
+		l.lastRenew = now.Time
+
+		return l, nil
+	}
+
+	return nil, fmt.Errorf("acquire lease %s/%s: it kept changing under us; try again", o.Namespace, o.Name)
+}
+
+func (l *Lease) errorFrom(class string, cur *coordinationv1.Lease, err error) *Error {
+	e := &Error{Class: class, Ours: l.holder, Duration: l.duration, Err: err}
+	if cur != nil {
+		e.Holder = ptr.Deref(cur.Spec.HolderIdentity, "")
+		e.Transitions = ptr.Deref(cur.Spec.LeaseTransitions, 0)
+
+		if cur.Spec.RenewTime != nil {
+			t := cur.Spec.RenewTime.Time
+			e.RenewTime = &t
+		}
+
+		if cur.Spec.LeaseDurationSeconds != nil {
+			e.Duration = time.Duration(*cur.Spec.LeaseDurationSeconds) * time.Second
+		}
+	}
+
+	return e
+}
+
+// Holder is our identity.
+func (l *Lease) Holder() string { return l.holder }
+
+// Start begins renewing in the background, each renewal scheduled from the last successful
+// one (so API latency does not drift the schedule).
+func (l *Lease) Start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	l.cancel, l.done = cancel, make(chan struct{})
+
+	go func() {
+		defer close(l.done)
+
+		for {
+			l.mu.Lock()
+			next := l.lastRenew.Add(l.heartbeat)
+			if l.apiDown {
+				next = time.Now().Add(min(l.heartbeat, time.Second)) // retry an outage promptly
+			}
+			l.mu.Unlock()
+
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(next)):
+			}
+
+			if err := l.renew(ctx); err != nil {
+				var le *Error
+				if errors.As(err, &le) && le.Class != APIUnreachable {
+					l.mu.Lock()
+					l.lost = err
+					l.mu.Unlock()
+					l.logf("%v", err)
+
+					return
+				}
+			}
+		}
+	}()
+}
+
+// renew renews once. An unreachable API is retried until the Lease would have expired.
+func (l *Lease) renew(ctx context.Context) error {
+	leases := l.kube.CoordinationV1().Leases(l.namespace)
+
+	cur, err := leases.Get(ctx, l.name, metav1.GetOptions{})
+	if err == nil {
+		if h := ptr.Deref(cur.Spec.HolderIdentity, ""); h != l.holder {
+			return l.errorFrom(HeldByAnother, cur, nil)
+		}
+
+		now := metav1.NewMicroTime(time.Now())
+		cur.Spec.RenewTime = &now
+
+		if _, err = leases.Update(ctx, cur, metav1.UpdateOptions{}); err == nil {
+			l.mu.Lock()
+			if l.apiDown {
+				l.logf("lease %s/%s: the API is back and the Lease still names us; renewed (outage %s)",
+					l.namespace, l.name, time.Since(l.lastRenew).Round(time.Second))
+			}
+			l.lastRenew, l.apiDown = now.Time, false
+			l.mu.Unlock()
+
+			return nil
+		}
+	}
+
+	if ctx.Err() != nil {
+		return nil // cancelled by Stop: not a failure
+	}
+
+	if apierrors.IsNotFound(err) {
+		return l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	if time.Since(l.lastRenew) >= l.duration {
+		return l.errorFrom(Expired, cur, err)
+	}
+
+	if !l.apiDown {
+		l.logf("lease %s/%s: renewal failed (%s), retrying until it would expire at %s: %v",
+			l.namespace, l.name, APIUnreachable, l.lastRenew.Add(l.duration).UTC().Format(time.RFC3339), err)
+	}
+
+	l.apiDown = true
+
+	return &Error{Class: APIUnreachable, Ours: l.holder, Duration: l.duration, Err: err}
+}
+
+// margin is how close to expiry ghcrsync stops starting mutations.
+func (l *Lease) margin() time.Duration { return l.duration / 5 }
+
+// Assert reports an error unless the Lease is held and live: call it before every mutation.
+func (l *Lease) Assert() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	if l.lost != nil {
+		return l.lost
+	}
+
+	if age := time.Since(l.lastRenew); age > l.duration-l.margin() {
+		return &Error{Class: Expired, Ours: l.holder, Holder: l.holder, Duration: l.duration,
+			Err: fmt.Errorf("last renewed %s ago: not starting a mutation so close to expiry", age.Round(time.Second))}
+	}
+
+	return nil
+}
+
+// WaitLive waits (bounded by ctx) until the Lease is live again, e.g. after an API outage.
+// It returns at once if the Lease was lost.
+func (l *Lease) WaitLive(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		lost := l.lost
+		l.mu.Unlock()
+
+		if lost != nil {
+			return lost
+		}
+
+		if l.Assert() == nil {
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return l.Assert()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the heartbeat and waits until no renewal is in flight.
+func (l *Lease) Stop() {
+	if l.cancel != nil {
+		l.cancel()
+		<-l.done
+		l.cancel = nil
+	}
+}
+
+// Release stops the heartbeat, then clears the holder with a JSON-patch test of the holder alone
+// (no resourceVersion, so nothing else's write can fail it), re-reading on failure. An absent
+// or already-free Lease counts as released.
+func (l *Lease) Release(ctx context.Context) error {
+	l.Stop()
+
+	leases := l.kube.CoordinationV1().Leases(l.namespace)
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/spec/holderIdentity", "value": l.holder},
+		{"op": "replace", "path": "/spec/holderIdentity", "value": ""},
+	})
+
+	var lastErr error
+
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err := leases.Patch(ctx, l.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+
+		lastErr = err
+
+		cur, gerr := leases.Get(ctx, l.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) {
+			return nil
+		}
+
+		if gerr == nil {
+			switch h := ptr.Deref(cur.Spec.HolderIdentity, ""); {
+			case h == "":
+				return nil
+			case h != l.holder:
+				return l.errorFrom(HeldByAnother, cur, errors.New("the Lease was taken by another holder before ghcrsync released it"))
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+
+	return fmt.Errorf("release lease %s/%s as %s: %w (release it with `ghcrsync release`)", l.namespace, l.name, l.holder, lastErr)
+}

@@ -1,0 +1,5 @@
+package lease
+
+import "crypto/rand"
+
+var randRead = rand.Read
