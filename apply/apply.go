@@ -361,11 +361,15 @@ func Validate(np plan.NodePlan, n *corev1.Node, holder string) *Violation {
 		return &Violation{plan.ReasonFencedByOther, fmt.Sprintf("refusing %s: it is fenced by another run (%s=%s); see `ghcrsync fences`", np.Name, plan.OwnerAnnotation, owner)}
 	}
 
+	if !cluster.Ready(n) {
+		return &Violation{plan.ReasonNotReady, plan.ReasonNotReady.Sentence(np.Name, "since the plan was made")}
+	}
+
 	if n.Spec.Unschedulable != np.Invariants.Unschedulable {
 		return &Violation{"", fmt.Sprintf("refusing %s: it was %s outside ghcrsync since the plan", np.Name, map[bool]string{true: "cordoned", false: "uncordoned"}[n.Spec.Unschedulable])}
 	}
 
-	if now := taints.Scheduling(ts, false); !slices.Equal(now, np.Invariants.SchedulingTaints) {
+	if now := taints.Scheduling(ts); !slices.Equal(now, np.Invariants.SchedulingTaints) {
 		added, removed := taints.Diff(np.Invariants.SchedulingTaints, now)
 
 		return &Violation{"", fmt.Sprintf("refusing %s: its taints changed outside ghcrsync: %s", np.Name, taints.DescribeDiff(added, removed))}
@@ -397,9 +401,9 @@ func unixTime(v string) string {
 var errLeaseLost = errors.New("lease lost")
 
 // guard runs before every mutation: the Lease is held and live, and the node is still ours with
-// the scheduling state the claim left. It returns the live node, or a Result that ends the
+// the scheduling state the claim left, and Ready unless notReadyExpected (while it reboots). It returns the live node, or a Result that ends the
 // transaction.
-func (t *txn) guard(ctx context.Context, lifecycleExpected bool) (*corev1.Node, *Result) {
+func (t *txn) guard(ctx context.Context, notReadyExpected bool, next string) (*corev1.Node, *Result) {
 	if err := t.e.lease.Assert(); err != nil {
 		// An API outage (the endpoint node rebooting) is ridden out while the Lease could still be ours.
 		wctx, cancel := context.WithTimeout(ctx, t.e.o.ReadyTimeout)
@@ -408,7 +412,7 @@ func (t *txn) guard(ctx context.Context, lifecycleExpected bool) (*corev1.Node, 
 
 		if err != nil {
 			t.e.halt(err)
-			r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("stopped before %s: %v: %v", t.rec.Phase, errLeaseLost, err))
+			r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to %s %s: %v: %v", next, t.np.Name, errLeaseLost, err))
 
 			return nil, &r
 		}
@@ -449,7 +453,7 @@ func (t *txn) guard(ctx context.Context, lifecycleExpected bool) (*corev1.Node, 
 	}
 
 	if owner := n.Annotations[plan.OwnerAnnotation]; t.rec.Phase.AtOrAfter(state.PhaseClaimed) && t.np.Action == plan.ActionFence && owner != t.e.o.Holder {
-		r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to continue with %s: its owner changed outside ghcrsync (%s=%q)", t.np.Name, plan.OwnerAnnotation, owner))
+		r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to %s %s: its owner changed outside ghcrsync (%s=%q)", next, t.np.Name, plan.OwnerAnnotation, owner))
 
 		return nil, &r
 	}
@@ -472,14 +476,14 @@ func (t *txn) guard(ctx context.Context, lifecycleExpected bool) (*corev1.Node, 
 
 	if t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed) {
 		if !n.Spec.Unschedulable {
-			r := t.finish(state.OutcomeFailed, "", "refusing to continue with "+t.np.Name+": it was uncordoned outside ghcrsync")
+			r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to %s %s: it was uncordoned outside ghcrsync", next, t.np.Name))
 
 			return nil, &r
 		}
 
-		if now := taints.Scheduling(cluster.Taints(n.Spec.Taints), lifecycleExpected); !slices.Equal(now, t.rec.InitialTaints) {
+		if now := taints.Scheduling(cluster.Taints(n.Spec.Taints)); !slices.Equal(now, t.rec.InitialTaints) {
 			added, removed := taints.Diff(t.rec.InitialTaints, now)
-			r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to continue with %s before %s: its taints changed outside ghcrsync: %s", t.np.Name, t.rec.Phase, taints.DescribeDiff(added, removed)))
+			r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to %s %s: its taints changed outside ghcrsync: %s", next, t.np.Name, taints.DescribeDiff(added, removed)))
 
 			return nil, &r
 		}
@@ -491,12 +495,18 @@ func (t *txn) guard(ctx context.Context, lifecycleExpected bool) (*corev1.Node, 
 		return nil, &r
 	}
 
+	if !notReadyExpected && !cluster.Ready(n) {
+		r := t.finish(state.OutcomeFailed, "", fmt.Sprintf("refusing to %s %s: it is not Ready, and ghcrsync only acts on a node it can prove afterwards", next, t.np.Name))
+
+		return nil, &r
+	}
+
 	return n, nil
 }
 
 // claim is the compare-and-swap claim: re-read, re-validated and retried on conflict.
 func (t *txn) claim(ctx context.Context) (*corev1.Node, *Result) {
-	if _, r := t.guard(ctx, false); r != nil {
+	if _, r := t.guard(ctx, false, "claim"); r != nil {
 		return nil, r
 	}
 
@@ -634,7 +644,7 @@ func (t *txn) fence(ctx context.Context) Result {
 	}
 
 	// Guarded: after the claim, the autoscaler may already have started deleting the node.
-	if _, r := t.guard(ctx, false); r != nil {
+	if _, r := t.guard(ctx, false, "guard"); r != nil {
 		return *r
 	}
 
@@ -646,7 +656,7 @@ func (t *txn) fence(ctx context.Context) Result {
 		return t.failKeepingFence("mirror phase: " + err.Error())
 	}
 
-	if _, r := t.guard(ctx, false); r != nil {
+	if _, r := t.guard(ctx, false, "drain"); r != nil {
 		return *r
 	}
 
@@ -668,7 +678,7 @@ func (t *txn) fence(ctx context.Context) Result {
 
 	_ = t.mirror(ctx, state.PhaseDrained)
 
-	if _, r := t.guard(ctx, false); r != nil {
+	if _, r := t.guard(ctx, false, "configure"); r != nil {
 		return *r
 	}
 
@@ -677,12 +687,12 @@ func (t *txn) fence(ctx context.Context) Result {
 	}
 
 	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, false); err != nil {
-		return t.failKeepingFence("configure: " + err.Error())
+		return t.talosFailed(ctx, "configure", err)
 	}
 
 	_ = t.mirror(ctx, state.PhaseConfigured)
 
-	n, r := t.guard(ctx, false)
+	n, r := t.guard(ctx, false, "reboot")
 	if r != nil {
 		return *r
 	}
@@ -696,7 +706,7 @@ func (t *txn) fence(ctx context.Context) Result {
 	_ = t.mirror(ctx, state.PhaseRebooting)
 
 	if err := t.e.talos.Reboot(ctx, t.ip); err != nil {
-		return t.failKeepingFence(err.Error())
+		return t.talosFailed(ctx, "reboot", err)
 	}
 
 	if r := t.waitReady(ctx); r != nil {
@@ -711,7 +721,7 @@ func (t *txn) waitReady(ctx context.Context) *Result {
 	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
 
 	for {
-		n, r := t.guard(ctx, true)
+		n, r := t.guard(ctx, true, "keep waiting for")
 		if r != nil {
 			return r
 		}
@@ -752,7 +762,7 @@ func (t *txn) waitReady(ctx context.Context) *Result {
 
 // proveAndRelease proves the runtime, marks the node, and (for a fence) releases it.
 func (t *txn) proveAndRelease(ctx context.Context, fenced bool) Result {
-	n, r := t.guard(ctx, fenced)
+	n, r := t.guard(ctx, false, "prove")
 	if r != nil {
 		return *r
 	}
@@ -777,7 +787,7 @@ func (t *txn) proveAndRelease(ctx context.Context, fenced bool) Result {
 	}
 
 	if fenced {
-		if _, r := t.guard(ctx, true); r != nil {
+		if _, r := t.guard(ctx, false, "release"); r != nil {
 			return *r
 		}
 
@@ -799,7 +809,7 @@ func (t *txn) proveAndRelease(ctx context.Context, fenced bool) Result {
 
 // live runs selected → configured → proved → released for a node whose Talos reloads live.
 func (t *txn) live(ctx context.Context) Result {
-	if _, r := t.guard(ctx, false); r != nil {
+	if _, r := t.guard(ctx, false, "configure"); r != nil {
 		return *r
 	}
 
@@ -808,10 +818,20 @@ func (t *txn) live(ctx context.Context) Result {
 	}
 
 	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, true); err != nil {
-		return t.finish(state.OutcomeFailed, "", "configure: "+err.Error())
+		return t.talosFailed(ctx, "configure", err)
 	}
 
 	return t.proveAndRelease(ctx, false)
+}
+
+// talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
+// such; anything else fails closed.
+func (t *txn) talosFailed(ctx context.Context, step string, err error) Result {
+	if _, r := t.guard(ctx, true, step); r != nil {
+		return *r
+	}
+
+	return t.failKeepingFence(step + ": " + err.Error())
 }
 
 // failKeepingFence fails closed: the fence stays, recorded, for `ghcrsync release`.

@@ -75,7 +75,7 @@ func classify(n Node, in Input, now time.Time) NodePlan {
 		Invariants: Invariants{
 			UID:              n.UID,
 			Unschedulable:    n.Unschedulable,
-			SchedulingTaints: taints.Scheduling(n.Taints, false),
+			SchedulingTaints: taints.Scheduling(n.Taints),
 			Owner:            n.Annotations[OwnerAnnotation],
 			BootID:           n.BootID,
 		},

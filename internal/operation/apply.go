@@ -216,9 +216,9 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 		return stale("it was made from another configuration (%s changed since)", cfg.Path)
 	case p.CredentialRevision != cred.Revision():
 		return stale("it was made for another credential revision (%s now holds %.12s…, the plan %.12s…)", cfg.Credential.SopsFile, cred.Revision(), p.CredentialRevision)
-	case p.State.Lineage != st.Lineage:
+	case p.State.Lineage != "" && p.State.Lineage != st.Lineage:
 		return stale("it was made against another state (lineage %q, now %q)", p.State.Lineage, st.Lineage)
-	case p.State.Serial != st.Serial:
+	case p.State.Serial != st.Serial || p.State.Lineage != st.Lineage:
 		return stale("the state was changed by another operation after the plan was created (serial %d, now %d)", p.State.Serial, st.Serial)
 	}
 

@@ -2,8 +2,10 @@
 //
 // Some taints change all the time for reasons that do not matter to a fence: the cluster
 // autoscaler re-writes DeletionCandidateOfClusterAutoscaler with a new timestamp every ~10 s,
-// node.kubernetes.io/unschedulable mirrors spec.unschedulable, and lifecycle taints come and go
-// with readiness (expected while a fenced node reboots). Everything else — including
+// node.kubernetes.io/unschedulable mirrors spec.unschedulable, and the lifecycle taints
+// (not-ready, unreachable, cilium's agent-not-ready) mirror readiness with a controller's lag
+// (a node is often Ready for a moment before its not-ready taint goes). Readiness is checked on
+// its own, from the Ready condition, where a phase requires it. Everything else — including
 // ToBeDeletedByClusterAutoscaler, which means deletion has started — is a genuine change.
 package taints
 
@@ -44,16 +46,12 @@ func Lifecycle(key string) bool {
 }
 
 // Scheduling returns the taints that define a node's scheduling state, canonical and sorted:
-// without the unschedulable mirror taint, without the advisory autoscaler candidate taint,
-// and — when lifecycleExpected (the node is, or may be, rebooting) — without lifecycle taints.
-func Scheduling(ts []Taint, lifecycleExpected bool) []string {
+// without the unschedulable mirror, the advisory autoscaler candidate, and the lifecycle taints.
+func Scheduling(ts []Taint) []string {
 	out := make([]string, 0, len(ts))
 
 	for _, t := range ts {
-		switch {
-		case t.Key == Unschedulable, t.Key == DeletionCandidate:
-			continue
-		case lifecycleExpected && Lifecycle(t.Key):
+		if t.Key == Unschedulable || t.Key == DeletionCandidate || Lifecycle(t.Key) {
 			continue
 		}
 

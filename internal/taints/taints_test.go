@@ -14,7 +14,6 @@ func TestScheduling(t *testing.T) {
 		name      string
 		before    []Taint
 		after     []Taint
-		lifecycle bool
 		same      bool
 	}{
 		{name: "candidate_timestamp_rewritten", before: []Taint{candidate("1700000000")}, after: []Taint{candidate("1700000010")}, same: true},
@@ -24,12 +23,12 @@ func TestScheduling(t *testing.T) {
 		{name: "foreign_taint_added", before: nil, after: []Taint{maint}, same: false},
 		{name: "foreign_taint_value_changed", before: []Taint{{Key: "a", Value: "1", Effect: "NoSchedule"}}, after: []Taint{{Key: "a", Value: "2", Effect: "NoSchedule"}}, same: false},
 		{name: "to_be_deleted_is_genuine", before: nil, after: []Taint{{Key: ToBeDeleted, Value: "1", Effect: "NoSchedule"}}, same: false},
-		{name: "lifecycle_expected_while_rebooting", before: nil, after: []Taint{notReady}, lifecycle: true, same: true},
-		{name: "lifecycle_unexpected", before: nil, after: []Taint{notReady}, lifecycle: false, same: false},
+		{name: "lifecycle_appears_while_rebooting", before: nil, after: []Taint{notReady}, same: true},
+		{name: "lifecycle_lag_after_ready", before: []Taint{notReady, maint}, after: []Taint{maint}, same: true},
 		{name: "order_and_duplicates", before: []Taint{maint, {Key: "b", Effect: "NoExecute"}}, after: []Taint{{Key: "b", Effect: "NoExecute"}, maint, maint}, same: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, a := Scheduling(tc.before, tc.lifecycle), Scheduling(tc.after, tc.lifecycle)
+			b, a := Scheduling(tc.before), Scheduling(tc.after)
 			if got := slices.Equal(a, b); got != tc.same {
 				added, removed := Diff(b, a)
 				t.Fatalf("same=%t want %t (%s)", got, tc.same, DescribeDiff(added, removed))

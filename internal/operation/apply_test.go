@@ -1,0 +1,479 @@
+package operation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+func TestMain(m *testing.M) {
+	if killHelper() {
+		return
+	}
+
+	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 3, Workers: 3, Autoscaled: 2})
+}
+
+func allNodes(sb *sandbox.Sandbox) []string {
+	var out []string
+	for _, m := range sb.Fleet().Machines() {
+		out = append(out, m.Name)
+	}
+
+	return out
+}
+
+// The whole fleet (3 control planes, 3 workers, 2 autoscaled) rotates: every node proved,
+// nothing left cordoned or annotated, the Lease released, no unsafe write, the endpoint node
+// rebooted last with the run surviving its API outage, and a second plan says "No changes".
+func TestApplyFullRotation(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	unsafeBefore := sb.Fleet().Stats().UnsafeWrites
+	rebootsBefore := sb.Fleet().Stats().Reboots
+
+	r := newRotation(t, sb, nil, allNodes(sb)...)
+	path := r.plan()
+
+	if r.planned.Summary.Fence != 8 || r.planned.EndpointNode != "prod-control-plane-1" {
+		t.Fatalf("plan: %+v endpoint %q", r.planned.Summary, r.planned.EndpointNode)
+	}
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if res.Failed() != 0 || res.ReleaseErr != nil {
+		t.Fatalf("failed %d, release %v: %+v", res.Failed(), res.ReleaseErr, res.Results)
+	}
+
+	for _, x := range res.Results {
+		if x.Outcome != state.OutcomeDone {
+			t.Errorf("%s: %s %s", x.Node, x.Outcome, x.Message)
+		}
+	}
+
+	if last := res.Results[len(res.Results)-1]; last.Node != "prod-control-plane-1" {
+		t.Errorf("the endpoint node was not last: %s", last.Node)
+	}
+
+	stats := sb.Fleet().Stats()
+	if stats.UnsafeWrites != unsafeBefore {
+		t.Fatalf("unsafe writes: %+v", stats.Unsafe)
+	}
+
+	for _, n := range allNodes(sb) {
+		assertReleased(t, sb, n, false)
+
+		if stats.Reboots[n] != rebootsBefore[n]+1 {
+			t.Errorf("%s rebooted %d times", n, stats.Reboots[n]-rebootsBefore[n])
+		}
+
+		if m, _ := sb.Fleet().Machine(n); m.Effective() != r.cred {
+			t.Errorf("%s's runtime does not use the new credential", n)
+		}
+
+		if got := node(t, sb, n).Annotations[plan.VerifiedRevisionAnnotation]; got != r.planned.CredentialRevision {
+			t.Errorf("%s verified marker %q", n, got)
+		}
+	}
+
+	lease, err := sb.Kube().CoordinationV1().Leases("flux-system").Get(context.Background(), "ghcr-auth-refresh", metav1.GetOptions{})
+	if err != nil || ptr.Deref(lease.Spec.HolderIdentity, "") != "" {
+		t.Fatalf("lease not released: %v %+v", err, lease)
+	}
+
+	if !strings.Contains(r.log.String(), "the API is back and the Lease still names us") {
+		t.Errorf("the run did not ride out the endpoint node's API outage:\n%s", r.log.String())
+	}
+
+	st := r.readState()
+	if st.Run == nil || st.Run.Outcome != "succeeded" || len(st.Records) != 8 {
+		t.Fatalf("state: %+v", st.Run)
+	}
+
+	again, err := operation.Plan(context.Background(), operation.PlanOptions{ConfigPath: r.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if again.Plan.Changes() || again.Plan.Summary.Unchanged != 8 {
+		t.Fatalf("second plan: %+v", again.Plan.Summary)
+	}
+}
+
+// A kubelet heartbeat that lands between the claim's read and its patch does not fail the
+// claim: the conflict is re-read, re-validated and retried. Negative control: a foreign owner
+// that lands in the same window is refused.
+func TestClaimRacesHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-1"
+
+	r := newRotation(t, sb, nil, name)
+	path := r.plan()
+
+	attempts := 0
+	res, err := r.apply(path, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
+		attempts = attempt + 1
+		if attempt > 0 {
+			return
+		}
+
+		// Wait for the real kubelet's next status heartbeat to land after the read.
+		before := node0(t, sb, node)
+		sandboxtest.Eventually(t, 10*time.Second, "a heartbeat lands", func() error {
+			if node0(t, sb, node).ResourceVersion == before.ResourceVersion {
+				return errors.New("no write yet")
+			}
+
+			return nil
+		})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, name); x.Outcome != state.OutcomeDone || attempts < 2 {
+		t.Fatalf("claim with a heartbeat race: %s (%s) after %d attempts", x.Outcome, x.Message, attempts)
+	}
+
+	// Negative control: a foreign owner in the same window.
+	r2 := newRotation(t, sb, nil, name)
+	path2 := r2.plan()
+
+	res, err = r2.apply(path2, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
+		if attempt == 0 {
+			patchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "other-run"}}})
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}}})
+	})
+
+	x := r2.result(res, name)
+	if x.Outcome != state.OutcomeFailed || x.Reason != plan.ReasonFencedByOther || !strings.Contains(x.Message, "other-run") {
+		t.Fatalf("foreign owner: %s %s %s", x.Outcome, x.Reason, x.Message)
+	}
+
+	n := node(t, sb, name)
+	if n.Spec.Unschedulable || n.Annotations[plan.OwnerAnnotation] != "other-run" || n.Annotations[plan.RecordAnnotation] != "" {
+		t.Fatalf("a refused claim touched the node: %+v", n.Annotations)
+	}
+
+	_ = ctx
+}
+
+func node0(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node { return node(t, sb, name) }
+
+func nodeOf(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node { return node(t, sb, name) }
+
+// The autoscaler's candidate taint churning during the transaction does not stop it; a genuine
+// scheduling change does, naming the taint, and leaves the fence in place.
+func TestTaintChurnVersusGenuineChange(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	up, err := sb.Do(ctx, "scale-up", sandbox.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	churned := up.(map[string]string)["added"]
+	r := newRotation(t, sb, nil, churned)
+	path := r.plan()
+
+	setCandidate := func(name string) {
+		n := node(t, sb, name)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == sandbox.DeletionCandidateTaint })
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.DeletionCandidateTaint, Value: fmt.Sprint(time.Now().UnixNano()), Effect: corev1.TaintEffectPreferNoSchedule})
+
+		if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		switch phase {
+		case state.PhaseDrained, state.PhaseConfigured, state.PhaseRebooting, state.PhaseProved:
+			setCandidate(node)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, churned); x.Outcome != state.OutcomeDone {
+		t.Fatalf("candidate churn stopped the run: %s", x.Message)
+	}
+
+	// Negative control: a maintenance taint added by someone else before configure.
+	const victim = "prod-worker-2"
+
+	r2 := newRotation(t, sb, nil, victim)
+	path2 := r2.plan()
+
+	res, err = r2.apply(path2, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if phase == state.PhaseDrained {
+			n := node0(t, sb, node)
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+
+			if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	x := r2.result(res, victim)
+	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "refusing to configure "+victim+": its taints changed outside ghcrsync: + example.com/maintenance:NoSchedule") {
+		t.Fatalf("genuine change: %s %s", x.Outcome, x.Message)
+	}
+
+	n := node(t, sb, victim)
+	if n.Annotations[plan.OwnerAnnotation] != res.Holder || !n.Spec.Unschedulable {
+		t.Fatalf("the fence was not kept: %+v", n.Annotations)
+	}
+
+	if st := r2.readState(); st.Record(victim).Phase != state.PhaseDrained || st.Record(victim).Outcome != state.OutcomeFailed {
+		t.Fatalf("state: %+v", st.Record(victim))
+	}
+
+	// Undo by hand (the release command is another issue's): taint, fence.
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" })
+	n.Spec.Unschedulable = false
+	for _, a := range []string{plan.OwnerAnnotation, plan.PhaseAnnotation, plan.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by", sandbox.ScaleDownDisabledAnnotation} {
+		delete(n.Annotations, a)
+	}
+
+	if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Autoscaler events deselect instead of aborting: a node scaled down after the plan, and a node
+// that gets ToBeDeletedByClusterAutoscaler after the claim (its fence released).
+func TestAutoscalerTakesNodes(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+
+	scaleUp := func() string {
+		up, err := sb.Do(ctx, "scale-up", sandbox.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return up.(map[string]string)["added"]
+	}
+
+	gone, later := scaleUp(), scaleUp()
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `autoscaler_candidates = "deselect"`, `autoscaler_candidates = "include"`, 1)
+	}, gone, later, "prod-worker-3")
+	path := r.plan()
+
+	if _, err := sb.Do(ctx, "scale-down", sandbox.Request{Node: gone}); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == later && phase == state.PhaseGuarded {
+			n := node0(t, sb, node)
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.ToBeDeletedTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
+
+			if _, err := sb.Kube().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if res.Failed() != 0 {
+		t.Fatalf("an autoscaler event failed the run: %+v", res.Results)
+	}
+
+	if x := r.result(res, gone); x.Outcome != state.OutcomeDeselected || x.Reason != plan.ReasonNotFound {
+		t.Errorf("scaled-down node: %s %s %s", x.Outcome, x.Reason, x.Message)
+	}
+
+	x := r.result(res, later)
+	if x.Outcome != state.OutcomeDeselected || x.Reason != plan.ReasonAutoscalerDeleting ||
+		!strings.Contains(x.Message, "the cluster autoscaler is deleting it") || !strings.Contains(x.Message, "fence was released") {
+		t.Errorf("ToBeDeleted after claim: %s %s %s", x.Outcome, x.Reason, x.Message)
+	}
+
+	assertReleased(t, sb, later, false)
+
+	if x := r.result(res, "prod-worker-3"); x.Outcome != state.OutcomeDone {
+		t.Errorf("the other node: %s", x.Message)
+	}
+
+	_, _ = sb.Do(ctx, "delete-node", sandbox.Request{Node: later})
+}
+
+// A node deleted after its Talos config was written is recorded as gone-after-mutation, and the
+// run continues with the other nodes.
+func TestNodeDeletedAfterConfigured(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+
+	up, err := sb.Do(ctx, "scale-up", sandbox.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	doomed := up.(map[string]string)["added"]
+	r := newRotation(t, sb, nil, doomed, "prod-worker-1")
+	path := r.plan()
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == doomed && phase == state.PhaseRebooting {
+			if _, err := sb.Do(ctx, "delete-node", sandbox.Request{Node: node}); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, doomed); x.Outcome != state.OutcomeGoneAfterMutation {
+		t.Fatalf("deleted after configured: %s %s", x.Outcome, x.Message)
+	}
+
+	if x := r.result(res, "prod-worker-1"); x.Outcome != state.OutcomeDone {
+		t.Fatalf("the run did not continue: %s", x.Message)
+	}
+
+	if rec := r.readState().Record(doomed); rec.Outcome != state.OutcomeGoneAfterMutation || !rec.Phase.AtOrAfter(state.PhaseConfigured) {
+		t.Fatalf("state: %+v", rec)
+	}
+}
+
+// A PodDisruptionBudget that blocks the drain times out naming the budget, and the node is
+// restored (no fence left).
+func TestDrainBlockedByPDB(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name, ns = "prod-worker-3", "pdb-block"
+
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+
+	labels := map[string]string{"app": "pinned"}
+	_, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"kubernetes.io/hostname": name},
+					TerminationGracePeriodSeconds: ptr.To(int64(0)),
+					Containers:                    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 60*time.Second, "budget computed", func() error {
+		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil || pdb.Status.CurrentHealthy != 1 || pdb.Status.ObservedGeneration != pdb.Generation {
+			return fmt.Errorf("%v %+v", err, pdb)
+		}
+
+		return nil
+	})
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "4s"`, 1)
+	}, name)
+	path := r.plan()
+	talosBefore := sb.Fleet().Stats().TalosWrites[name]
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	x := r.result(res, name)
+	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "PodDisruptionBudget pdb-block/pinned") || !strings.Contains(x.Message, "restored") {
+		t.Fatalf("blocked drain: %s %s", x.Outcome, x.Message)
+	}
+
+	assertReleased(t, sb, name, false)
+
+	if sb.Fleet().Stats().TalosWrites[name] != talosBefore {
+		t.Fatal("a node whose drain failed reached Talos")
+	}
+
+	t.Logf("blocked drain reported: %s", x.Message)
+}
+
+// A node an admin cordoned before the run stays cordoned after it.
+func TestAdminCordonStays(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-2"
+
+	patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+
+	r := newRotation(t, sb, nil, name)
+	path := r.plan()
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, name); x.Outcome != state.OutcomeDone {
+		t.Fatalf("%s", x.Message)
+	}
+
+	assertReleased(t, sb, name, true)
+}

@@ -1,0 +1,244 @@
+package operation_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// rotation is one test's rotation: its own config (selector over its nodes), credential,
+// state file and plan.
+type rotation struct {
+	t       *testing.T
+	sb      *sandbox.Sandbox
+	dir     string
+	cfg     string
+	state   string
+	cred    sandbox.Credential
+	group   string
+	log     *syncBuffer
+	planned *plan.Plan
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.String()
+}
+
+var groupSeq int
+
+// newRotation labels nodes into a group of their own, adds a fresh credential to the registry,
+// encrypts it into a SOPS file, and writes a config selecting only that group.
+func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, nodes ...string) *rotation {
+	t.Helper()
+
+	groupSeq++
+	group := fmt.Sprintf("g%d", groupSeq)
+	kube := sb.Kube()
+
+	for _, n := range nodes {
+		patchNode(t, kube, n, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": group}}})
+	}
+
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": nil}}})
+			_, _ = kube.CoreV1().Nodes().Patch(context.Background(), n, types.MergePatchType, b, metav1.PatchOptions{})
+		}
+	})
+
+	dir := t.TempDir()
+	cred := sandbox.Credential{Username: "rot-" + group, Password: fmt.Sprintf("ghp_%s_%d", group, time.Now().UnixNano())}
+	sb.Registry().AddCredential(cred.Username, cred.Password)
+
+	key, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
+
+	var recipient string
+
+	for _, line := range strings.Split(string(key), "\n") {
+		if r, ok := strings.CutPrefix(line, "# public key: "); ok {
+			recipient = r
+		}
+	}
+
+	enc, err := secretfile.Encrypt(sandbox.DockerConfigJSON(cred), recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	secret := filepath.Join(dir, "secret.enc.yaml")
+	if err := os.WriteFile(secret, enc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	text, _ := os.ReadFile(sb.Path(sandbox.ConfigFile))
+	s := string(text)
+
+	for _, f := range []string{"kubeconfig", "talosconfig"} {
+		s = strings.Replace(s, `"`+f+`"`, `"`+sb.Path(f)+`"`, 1)
+	}
+
+	s = strings.Replace(s, `"secret.enc.yaml"`, `"`+secret+`"`, 1)
+	s = strings.Replace(s, `"ghcrsync.state.json"`, `"`+filepath.Join(dir, "state.json")+`"`, 1)
+	s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"", 1)
+	s = strings.Replace(s, `ready_timeout         = "2m"`, `ready_timeout         = "60s"`, 1)
+
+	if edit != nil {
+		s = edit(s)
+	}
+
+	cfg := filepath.Join(dir, "ghcrsync.hcl")
+	if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("SOPS_AGE_KEY_FILE", sb.Path(sandbox.AgeKeyFile))
+
+	return &rotation{t: t, sb: sb, dir: dir, cfg: cfg, state: filepath.Join(dir, "state.json"), cred: cred, group: group, log: &syncBuffer{}}
+}
+
+// plan plans and saves the plan.
+func (r *rotation) plan() string {
+	r.t.Helper()
+
+	res, err := operation.Plan(context.Background(), operation.PlanOptions{ConfigPath: r.cfg})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+
+	r.planned = res.Plan
+	if !res.Plan.Changes() {
+		var b bytes.Buffer
+		for _, n := range res.Plan.Nodes {
+			fmt.Fprintf(&b, "%s: %s %s\n", n.Name, n.Action, n.Sentence)
+		}
+
+		r.t.Fatalf("the rotation's plan has nothing to do:\n%s", b.String())
+	}
+
+	path := filepath.Join(r.dir, "plan.out")
+
+	if err := plan.Save(path, res.Plan); err != nil {
+		r.t.Fatal(err)
+	}
+
+	return path
+}
+
+// apply applies the saved plan with hooks.
+func (r *rotation) apply(path string, hooks apply.Hooks) (*operation.ApplyResult, error) {
+	r.t.Helper()
+
+	log := hclog.New(&hclog.LoggerOptions{Name: "ghcrsync", Level: hclog.Debug, Output: r.log})
+
+	res, err := operation.Apply(context.Background(), operation.ApplyOptions{
+		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks,
+	})
+	if r.t.Failed() || err != nil {
+		r.t.Logf("apply log:\n%s", r.log.String())
+	}
+
+	return res, err
+}
+
+func (r *rotation) result(res *operation.ApplyResult, node string) apply.Result {
+	r.t.Helper()
+
+	for _, x := range res.Results {
+		if x.Node == node {
+			return x
+		}
+	}
+
+	r.t.Fatalf("no result for %s in %+v", node, res.Results)
+
+	return apply.Result{}
+}
+
+func (r *rotation) readState() *state.State {
+	r.t.Helper()
+
+	st, err := state.ReadLocal(r.state)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+
+	return st
+}
+
+func patchNode(t *testing.T, kube kubernetes.Interface, name string, v map[string]any) {
+	t.Helper()
+
+	b, _ := json.Marshal(v)
+	if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func node(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node {
+	t.Helper()
+
+	n, err := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return n
+}
+
+// assertReleased checks that no ghcrsync fence is left on the node.
+func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned bool) {
+	t.Helper()
+
+	n := node(t, sb, name)
+	for _, a := range []string{plan.OwnerAnnotation, plan.PhaseAnnotation, plan.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by"} {
+		if v, ok := n.Annotations[a]; ok {
+			t.Errorf("%s still has %s=%q", name, a, v)
+		}
+	}
+
+	if n.Annotations["cluster-autoscaler.kubernetes.io/scale-down-disabled"] != "" {
+		t.Errorf("%s still has ghcrsync's scale-down guard", name)
+	}
+
+	if n.Spec.Unschedulable != wantCordoned {
+		t.Errorf("%s unschedulable=%t, want %t", name, n.Spec.Unschedulable, wantCordoned)
+	}
+}
+
+var _ = sandboxtest.Get

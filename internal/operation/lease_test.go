@@ -1,0 +1,280 @@
+package operation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// Release always wins against the run's own heartbeat: renewals are cancelled and waited for,
+// and the release compares the holder only. 30 rounds with a 10 ms heartbeat, released at a
+// random moment. Negative control: a Lease taken by another holder is not released.
+func TestLeaseReleaseRacesHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	kube := sandboxtest.Get(t).Kube()
+
+	for i := range 30 {
+		l, err := lease.Acquire(ctx, kube, lease.Options{
+			Namespace: "default", Name: "race", Holder: fmt.Sprintf("run-%d", i), Duration: 5 * time.Second, Heartbeat: 10 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+
+		l.Start(ctx)
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("round %d: release lost to the heartbeat: %v", i, err)
+		}
+
+		cur, _ := kube.CoordinationV1().Leases("default").Get(ctx, "race", metav1.GetOptions{})
+		if h := ptr.Deref(cur.Spec.HolderIdentity, ""); h != "" {
+			t.Fatalf("round %d: holder %q after release", i, h)
+		}
+	}
+
+	l, err := lease.Acquire(ctx, kube, lease.Options{Namespace: "default", Name: "race", Holder: "ours", Duration: 5 * time.Second, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cur, _ := kube.CoordinationV1().Leases("default").Get(ctx, "race", metav1.GetOptions{})
+	cur.Spec.HolderIdentity = ptr.To("intruder")
+
+	if _, err := kube.CoordinationV1().Leases("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var le *lease.Error
+	if err := l.Release(ctx); !errors.As(err, &le) || le.Class != lease.HeldByAnother || le.Holder != "intruder" {
+		t.Fatalf("release of a Lease held by another: %v", err)
+	}
+
+	cur, _ = kube.CoordinationV1().Leases("default").Get(ctx, "race", metav1.GetOptions{})
+	if ptr.Deref(cur.Spec.HolderIdentity, "") != "intruder" {
+		t.Fatal("our release cleared another holder")
+	}
+}
+
+// A Lease held by someone else is never taken over, even long expired; apply refuses before it
+// writes anything, naming the holder and how to inspect it.
+func TestApplyNeverTakesOverAHeldLease(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"ghcr-auth-refresh"`, `"held-elsewhere"`, 1) }, "prod-worker-1")
+	path := r.plan()
+
+	old := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	_, err := kube.CoordinationV1().Leases("flux-system").Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "held-elsewhere"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("abandoned-run-gh9.1"), LeaseDurationSeconds: ptr.To(int32(15)),
+			RenewTime: &old, LeaseTransitions: ptr.To(int32(4))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = r.apply(path, apply.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "holder=abandoned-run-gh9.1") || !strings.Contains(err.Error(), "never takes over") ||
+		!strings.Contains(err.Error(), "ghcrsync fences") || !strings.Contains(err.Error(), "transitions=4") {
+		t.Fatalf("want a refusal naming the holder, got %v", err)
+	}
+
+	if n := node(t, sb, "prod-worker-1"); n.Annotations[plan.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+		t.Fatal("a refused apply touched a node")
+	}
+}
+
+// A stale plan (expired, another config, another credential, another state serial) is refused
+// before any write: the apiserver audit log has no write by the run's identity.
+func TestStalePlansAreRefused(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+
+	if err := sb.WriteKubeconfig(kc, "stale-plan-test", "system:masters"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		spoil func(r *rotation)
+		now   func() time.Time
+		want  string
+	}{
+		{name: "expired", now: func() time.Time { return time.Now().Add(2 * time.Hour) }, want: "it expired at"},
+		{name: "config_changed", spoil: func(r *rotation) {
+			b, _ := os.ReadFile(r.cfg)
+			_ = os.WriteFile(r.cfg, append(b, []byte("\n# edited\n")...), 0o600)
+		}, want: "another configuration"},
+		{name: "credential_changed", spoil: func(r *rotation) {
+			other := newRotation(r.t, r.sb, nil)
+			b, _ := os.ReadFile(filepath.Join(other.dir, "secret.enc.yaml"))
+			_ = os.WriteFile(filepath.Join(r.dir, "secret.enc.yaml"), b, 0o600)
+		}, want: "another credential revision"},
+		{name: "state_changed", spoil: func(r *rotation) {
+			l := &state.Local{Path: r.state}
+			st, _ := l.Read()
+			_ = l.Write(st)
+		}, want: "the state was changed by another operation after the plan was created"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"`+sb.Path("kubeconfig")+`"`, `"`+kc+`"`, 1) }, "prod-worker-1")
+			path := r.plan()
+
+			if tc.spoil != nil {
+				tc.spoil(r)
+			}
+
+			_, err := operation.Apply(context.Background(), operation.ApplyOptions{ConfigPath: r.cfg, PlanPath: path, Now: tc.now})
+			if !operation.IsStale(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Saved plan is stale") {
+				t.Fatalf("want stale (%s), got %v", tc.want, err)
+			}
+		})
+	}
+
+	time.Sleep(time.Second)
+
+	if writes, err := sb.AuditedWrites("stale-plan-test"); err != nil || len(writes) != 0 {
+		t.Fatalf("a refused plan wrote to the cluster: %v %+v", err, writes)
+	}
+}
+
+// runKillHelper runs in a child process: apply the plan and SIGKILL this process just before the
+// named phase's mutation.
+func runKillHelper() bool {
+	target := state.Phase(os.Getenv("GHCRSYNC_KILL_AT"))
+
+	_, err := operation.Apply(context.Background(), operation.ApplyOptions{
+		ConfigPath: os.Getenv("GHCRSYNC_KILL_CONFIG"), PlanPath: os.Getenv("GHCRSYNC_KILL_PLAN"),
+		Hooks: apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
+			if phase == target {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}},
+	})
+	fmt.Fprintf(os.Stderr, "kill helper: phase %s never reached (%v)\n", target, err)
+	os.Exit(3)
+
+	return true
+}
+
+// apply killed with SIGKILL just before each phase's mutation leaves a state whose last record
+// tells the truth: the cluster is exactly as the recorded phase allows.
+func TestKillDashNineAtEachPhase(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-3"
+
+	tc, err := talos.Connect(ctx, sb.Path(sandbox.TalosconfigFile), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defer tc.Close()
+
+	m, _ := sb.Fleet().Machine(name)
+
+	for _, phase := range []state.Phase{state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
+		state.PhaseRebooting, state.PhaseProved, state.PhaseReleased} {
+		t.Run(string(phase), func(t *testing.T) {
+			leaseName := "kill-" + string(phase)
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"ghcr-auth-refresh"`, `"`+leaseName+`"`, 1) }, name)
+			path := r.plan()
+			bootBefore := node(t, sb, name).Status.NodeInfo.BootID
+
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "GHCRSYNC_KILL_AT="+string(phase), "GHCRSYNC_KILL_CONFIG="+r.cfg, "GHCRSYNC_KILL_PLAN="+path)
+			out, err := cmd.CombinedOutput()
+
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("helper was not killed: %v\n%s", err, out)
+			}
+
+			rec := r.readState().Record(name)
+			if rec == nil || rec.Phase != phase || rec.Outcome != state.OutcomeInProgress {
+				t.Fatalf("state's last record: %+v", rec)
+			}
+
+			n := node(t, sb, name)
+			owner := n.Annotations[plan.OwnerAnnotation]
+			facts, err := tc.Facts(ctx, m.IP, "ghcr.io")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			newDigest := authdigest.Of(r.cred.Username, r.cred.Password)
+			check := map[string]bool{}
+
+			switch phase {
+			case state.PhaseClaimed:
+				check["not claimed yet"] = owner == "" && !n.Spec.Unschedulable
+			case state.PhaseGuarded, state.PhaseDrained:
+				check["claimed by the run"] = owner == rec.Owner && n.Spec.Unschedulable
+				check["Talos untouched"] = facts.StagedDigest != newDigest
+			case state.PhaseConfigured:
+				check["claimed"] = owner == rec.Owner
+				check["Talos untouched"] = facts.StagedDigest != newDigest
+			case state.PhaseRebooting:
+				check["config staged"] = facts.StagedDigest == newDigest && facts.ConfiguredDigest != newDigest
+				check["not rebooted"] = n.Status.NodeInfo.BootID == bootBefore
+			case state.PhaseProved:
+				check["rebooted onto the new config"] = n.Status.NodeInfo.BootID != bootBefore && facts.ConfiguredDigest == newDigest
+				check["no verified marker yet"] = n.Annotations[plan.VerifiedRevisionAnnotation] != r.planned.CredentialRevision
+			case state.PhaseReleased:
+				check["verified"] = n.Annotations[plan.VerifiedRevisionAnnotation] == r.planned.CredentialRevision
+				check["fence still held"] = owner == rec.Owner && n.Spec.Unschedulable
+			}
+
+			for what, ok := range check {
+				if !ok {
+					t.Errorf("killed before %s: %s does not hold (owner %q, cordoned %t, boot %s→%s, staged %.8s, active %.8s)",
+						phase, what, owner, n.Spec.Unschedulable, bootBefore, n.Status.NodeInfo.BootID, facts.StagedDigest, facts.ConfiguredDigest)
+				}
+			}
+
+			// Undo what the dead run left (the release command belongs to another issue).
+			patchNode(t, kube, name, map[string]any{
+				"metadata": map[string]any{"annotations": map[string]any{
+					plan.OwnerAnnotation: nil, plan.PhaseAnnotation: nil, plan.RecordAnnotation: nil,
+					"ghcrsync.dev/scale-down-disabled-by": nil, sandbox.ScaleDownDisabledAnnotation: nil,
+				}},
+				"spec": map[string]any{"unschedulable": false},
+			})
+			sandboxtest.Eventually(t, 60*time.Second, name+" Ready", func() error {
+				if !sandbox.NodeReady(node(t, sb, name)) {
+					return errors.New("not Ready")
+				}
+
+				return nil
+			})
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package operation_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// On a Talos 1.14 fleet every node is applied live: zero cordons, zero reboots, runtime proved.
+func TestApplyLiveOnTalos114(t *testing.T) {
+	ctx := context.Background()
+
+	sb, err := sandbox.Start(ctx, sandbox.Options{
+		Dir: t.TempDir(), ControlPlanes: 1, Workers: 2, TalosVersion: "1.14", NoWorkloads: true, AutoscalerPaused: true,
+		Heartbeat: time.Second, Reboot: 2 * time.Second, AutoscalerInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(sb.Stop)
+
+	r := newRotation(t, sb, nil, allNodes(sb)...)
+	path := r.plan()
+
+	if r.planned.Summary.ApplyLive != 3 || r.planned.Summary.Fence != 0 {
+		t.Fatalf("plan: %+v", r.planned.Summary)
+	}
+
+	cordoned := 0
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, _ state.Phase) {
+		if n0 := nodeOf(t, sb, node); n0.Spec.Unschedulable || n0.Annotations[plan.OwnerAnnotation] != "" {
+			cordoned++
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if res.Failed() != 0 || cordoned != 0 {
+		t.Fatalf("failed %d, cordoned %d: %+v", res.Failed(), cordoned, res.Results)
+	}
+
+	stats := sb.Fleet().Stats()
+	for _, n := range allNodes(sb) {
+		if stats.Reboots[n] != 0 {
+			t.Errorf("%s rebooted", n)
+		}
+
+		if m, _ := sb.Fleet().Machine(n); m.Effective() != r.cred {
+			t.Errorf("%s's runtime did not load the credential live", n)
+		}
+
+		assertReleased(t, sb, n, false)
+	}
+
+	again, err := operation.Plan(ctx, operation.PlanOptions{ConfigPath: r.cfg})
+	if err != nil || again.Plan.Changes() {
+		t.Fatalf("second plan: %v %+v", err, again.Plan.Summary)
+	}
+
+	_ = os.Remove(filepath.Join(r.dir, "x"))
+	_ = strings.TrimSpace
+}
