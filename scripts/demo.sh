@@ -10,14 +10,23 @@ cleanup() {
 trap cleanup EXIT
 
 echo "==> Starting the sandbox (3 control planes, 3 workers, 2 autoscaled; Talos 1.13)"
-bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 2s --autoscaler-interval 5s --autoscaler-scale-rate 0
+bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 1s --reboot 2s --autoscaler-interval 3s --autoscaler-scale-rate 0
 # shellcheck disable=SC1091
 source "$dir/env"
 echo
 echo "==> ghcrsync plan (read-only) against the sandbox"
 bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --out "$dir/rotation.plan"
 echo
-echo "==> Safety counters (plan wrote nothing through Talos)"
+echo "==> ghcrsync apply: fence, reboot and prove each node (the autoscaler keeps churning meanwhile)"
+bin/ghcrsync apply --config "$dir/ghcrsync.hcl" --log-level warn "$dir/rotation.plan"
+echo
+echo "==> ghcrsync plan again"
+bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --detailed-exitcode
+echo
+echo "==> The fleet after the rotation"
+bin/ghcrsync-sandbox status --dir "$dir"
+echo
+echo "==> Safety counters (unsafe_writes must be 0)"
 bin/ghcrsync-sandbox ctl --dir "$dir" stats
 echo
 echo "==> Stopping the sandbox"

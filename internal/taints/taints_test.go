@@ -11,10 +11,10 @@ func TestScheduling(t *testing.T) {
 	notReady := Taint{Key: NotReady, Effect: "NoSchedule"}
 
 	for _, tc := range []struct {
-		name      string
-		before    []Taint
-		after     []Taint
-		same      bool
+		name   string
+		before []Taint
+		after  []Taint
+		same   bool
 	}{
 		{name: "candidate_timestamp_rewritten", before: []Taint{candidate("1700000000")}, after: []Taint{candidate("1700000010")}, same: true},
 		{name: "candidate_added", before: nil, after: []Taint{candidate("1")}, same: true},
