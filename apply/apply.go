@@ -420,7 +420,10 @@ func (t *txn) guard(ctx context.Context, notReadyExpected bool, next string) (*c
 		t.log.Warn("the Lease is live again after an API outage; continuing")
 	}
 
-	var n *corev1.Node
+	var (
+		n      *corev1.Node
+		warned bool
+	)
 
 	err := cluster.WaitFor(ctx, t.e.o.ReadyTimeout, 500*time.Millisecond, func() (bool, error) {
 		var err error
@@ -428,6 +431,11 @@ func (t *txn) guard(ctx context.Context, notReadyExpected bool, next string) (*c
 		n, err = t.e.nodes.Get(ctx, t.np.Name)
 		if err == nil || apierrors.IsNotFound(err) {
 			return true, err
+		}
+
+		if !warned {
+			t.log.Warn("the Kubernetes API is unreachable; retrying until ready_timeout", "error", err)
+			warned = true
 		}
 
 		return false, err

@@ -278,3 +278,94 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 		})
 	}
 }
+
+// The Lease rides out the API outage of the endpoint node's reboot: renewals fail as
+// api-unreachable, and once the API is back a Lease that still names us is renewed and live.
+// Negative control: a Lease taken by someone else during the outage is lost for good.
+func TestLeaseRidesOutEndpointOutage(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	viaEndpoint := sandboxtest.Kube(t) // the kubeconfig's client: through the endpoint
+	direct := sb.Kube()
+	const endpointNode = "prod-control-plane-1"
+
+	var logs syncBuffer
+
+	l, err := lease.Acquire(ctx, viaEndpoint, lease.Options{
+		Namespace: "default", Name: "outage", Holder: "outage-run", Duration: 15 * time.Second, Heartbeat: 200 * time.Millisecond,
+		Logf: func(f string, a ...any) { fmt.Fprintf(&logs, f+"\n", a...) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l.Start(ctx)
+	defer l.Stop()
+
+	reboot := func() {
+		patchNode(t, direct, endpointNode, map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "outage-run"}},
+			"spec":     map[string]any{"unschedulable": true},
+		})
+
+		m, _ := sb.Fleet().Machine(endpointNode)
+		boot := m.BootID()
+
+		if _, err := sb.Do(ctx, "reboot", sandbox.Request{Node: endpointNode}); err != nil {
+			t.Fatal(err)
+		}
+
+		sandboxtest.Eventually(t, 60*time.Second, "endpoint node back", func() error {
+			if b := m.BootID(); b == "" || b == boot {
+				return errors.New("rebooting")
+			}
+
+			return nil
+		})
+
+		patchNode(t, direct, endpointNode, map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
+			"spec":     map[string]any{"unschedulable": false},
+		})
+	}
+
+	reboot()
+
+	sandboxtest.Eventually(t, 15*time.Second, "the Lease is renewed after the outage", func() error {
+		if !strings.Contains(logs.String(), "the API is back and the Lease still names us") {
+			return errors.New("not yet")
+		}
+
+		return l.Assert()
+	})
+
+	if !strings.Contains(logs.String(), "api-unreachable") {
+		t.Fatalf("no renewal failed during the outage:\n%s", logs.String())
+	}
+
+	// Negative control: someone takes the Lease while ours cannot renew.
+	cur, _ := direct.CoordinationV1().Leases("default").Get(ctx, "outage", metav1.GetOptions{})
+	cur.Spec.HolderIdentity = ptr.To("usurper")
+
+	if _, err := direct.CoordinationV1().Leases("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var le *lease.Error
+
+	sandboxtest.Eventually(t, 10*time.Second, "the Lease is lost to another holder", func() error {
+		if err := l.Assert(); !errors.As(err, &le) || le.Class != lease.HeldByAnother {
+			return fmt.Errorf("assert: %v", err)
+		}
+
+		return nil
+	})
+
+	if le.Holder != "usurper" || !strings.Contains(le.Error(), "same_holder=false") {
+		t.Fatalf("diagnostic: %v", le)
+	}
+
+	if got := sb.Fleet().Stats().UnsafeWrites; got != 0 {
+		t.Fatalf("unsafe writes: %d", got)
+	}
+}

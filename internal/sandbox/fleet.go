@@ -70,6 +70,8 @@ type Stats struct {
 	TalosWrites  map[string]int `json:"talos_writes"`
 	Reboots      map[string]int `json:"reboots"`
 	Pulls        PullStats      `json:"pulls"`
+	// EndpointOutages counts the times the kubeconfig's API endpoint went down.
+	EndpointOutages int `json:"endpoint_outages"`
 	Unsafe       []UnsafeWrite  `json:"unsafe,omitempty"`
 }
 

@@ -136,6 +136,10 @@ func (p *endpointProxy) machineDown(m *Machine) {
 	if p.owner == m.Name || (p.owner == "" && p.fleet.controlPlanesUp() == 0) {
 		p.fleet.log.Info("API endpoint down", "endpoint", p.addr(), "node", m.Name)
 		p.close()
+
+		p.fleet.statsMu.Lock()
+		p.fleet.stats.EndpointOutages++
+		p.fleet.statsMu.Unlock()
 	}
 }
 
