@@ -27,12 +27,7 @@ import (
 func TestPlanRotationIsReadOnly(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	sandboxEnv(t, sb)
-
-	if _, err := sb.Do(context.Background(), "pause-autoscaler", sandbox.Request{}); err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "resume-autoscaler", sandbox.Request{}) })
+	sandboxtest.QuietAutoscaler(t)
 
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -123,12 +118,7 @@ func TestPlanDeselectionReasons(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	sandboxEnv(t, sb)
 	kube := sb.Kube()
-
-	if _, err := sb.Do(ctx, "pause-autoscaler", sandbox.Request{}); err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { _, _ = sb.Do(ctx, "resume-autoscaler", sandbox.Request{}) })
+	sandboxtest.QuietAutoscaler(t)
 
 	patch := func(name string, v map[string]any) {
 		t.Helper()

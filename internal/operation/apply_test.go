@@ -301,9 +301,7 @@ func TestAutoscalerTakesNodes(t *testing.T) {
 	}
 
 	gone, later := scaleUp(), scaleUp()
-	r := newRotation(t, sb, func(s string) string {
-		return strings.Replace(s, `autoscaler_candidates = "deselect"`, `autoscaler_candidates = "include"`, 1)
-	}, gone, later, "prod-worker-3")
+	r := newRotation(t, sb, nil, gone, later, "prod-worker-3")
 	path := r.plan()
 
 	if _, err := sb.Do(ctx, "scale-down", sandbox.Request{Node: gone}); err != nil {

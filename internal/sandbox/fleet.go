@@ -71,8 +71,8 @@ type Stats struct {
 	Reboots      map[string]int `json:"reboots"`
 	Pulls        PullStats      `json:"pulls"`
 	// EndpointOutages counts the times the kubeconfig's API endpoint went down.
-	EndpointOutages int `json:"endpoint_outages"`
-	Unsafe       []UnsafeWrite  `json:"unsafe,omitempty"`
+	EndpointOutages int           `json:"endpoint_outages"`
+	Unsafe          []UnsafeWrite `json:"unsafe,omitempty"`
 }
 
 // PullStats counts image pulls by outcome.

@@ -13,8 +13,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 )
@@ -164,5 +166,50 @@ func Eventually(t testing.TB, timeout time.Duration, what string, check func() e
 		}
 
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// QuietAutoscaler pauses the sandbox's autoscaler and removes the candidate taints it already
+// placed, so a test starts from a fleet with none; it resumes it when the test ends.
+func QuietAutoscaler(t testing.TB) {
+	t.Helper()
+
+	sb := Get(t)
+	ctx := context.Background()
+
+	if _, err := sb.Do(ctx, "pause-autoscaler", sandbox.Request{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "resume-autoscaler", sandbox.Request{}) })
+
+	kube := sb.Kube()
+
+	for _, m := range sb.Fleet().Machines() {
+		if !m.Autoscaled {
+			continue
+		}
+
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := kube.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			kept := n.Spec.Taints[:0]
+			for _, taint := range n.Spec.Taints {
+				if taint.Key != sandbox.DeletionCandidateTaint {
+					kept = append(kept, taint)
+				}
+			}
+
+			n.Spec.Taints = kept
+			_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
