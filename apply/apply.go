@@ -28,6 +28,8 @@ import (
 // Nodes is what the executor needs from Kubernetes.
 type Nodes interface {
 	Get(ctx context.Context, name string) (*corev1.Node, error)
+	// ControlPlanes lists every control-plane Node of the cluster (not only the plan's).
+	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
 	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
 	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error
@@ -89,8 +91,6 @@ type Executor struct {
 
 	stop     chan struct{} // closed when the Lease is lost: no new mutation starts
 	stopOnce sync.Once
-
-	controlPlanes []string // every control plane of the plan, for the quorum check
 }
 
 // New makes an executor writing into st through store.
@@ -154,10 +154,6 @@ func (e *Executor) Run(ctx context.Context, p *plan.Plan) []Result {
 	var workers, controlPlanes []plan.NodePlan
 
 	for _, n := range p.Nodes {
-		if n.Role == plan.RoleControlPlane {
-			e.controlPlanes = append(e.controlPlanes, n.Name)
-		}
-
 		if n.Order == 0 {
 			continue
 		}
@@ -686,16 +682,8 @@ func (t *txn) fence(ctx context.Context) Result {
 
 	_ = t.mirror(ctx, state.PhaseDrained)
 
-	if _, r := t.guard(ctx, false, "configure"); r != nil {
+	if r := t.configure(ctx, false); r != nil {
 		return *r
-	}
-
-	if err := t.enter(state.PhaseConfigured); err != nil {
-		return t.finish(state.OutcomeFailed, "", err.Error())
-	}
-
-	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, false); err != nil {
-		return t.talosFailed(ctx, "configure", err)
 	}
 
 	_ = t.mirror(ctx, state.PhaseConfigured)
@@ -817,19 +805,33 @@ func (t *txn) proveAndRelease(ctx context.Context, fenced bool) Result {
 
 // live runs selected → configured → proved → released for a node whose Talos reloads live.
 func (t *txn) live(ctx context.Context) Result {
-	if _, r := t.guard(ctx, false, "configure"); r != nil {
+	if r := t.configure(ctx, true); r != nil {
 		return *r
 	}
 
-	if err := t.enter(state.PhaseConfigured); err != nil {
-		return t.finish(state.OutcomeFailed, "", err.Error())
-	}
-
-	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, true); err != nil {
-		return t.talosFailed(ctx, "configure", err)
-	}
-
 	return t.proveAndRelease(ctx, false)
+}
+
+// configure is the configured phase: guard, record, write the credential into the machine
+// config (live, or staged for the next boot).
+func (t *txn) configure(ctx context.Context, live bool) *Result {
+	if _, r := t.guard(ctx, false, "configure"); r != nil {
+		return r
+	}
+
+	if err := t.enter(state.PhaseConfigured); err != nil {
+		r := t.finish(state.OutcomeFailed, "", err.Error())
+
+		return &r
+	}
+
+	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live); err != nil {
+		r := t.talosFailed(ctx, "configure", err)
+
+		return &r
+	}
+
+	return nil
 }
 
 // talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
@@ -847,25 +849,27 @@ func (t *txn) failKeepingFence(msg string) Result {
 	return t.finish(state.OutcomeFailed, "", msg+"; the fence stays in place (see `ghcrsync fences`)")
 }
 
-// quorum waits until every other control plane is Ready and its etcd member healthy.
+// quorum waits until every other control plane of the cluster is Ready and its etcd member
+// healthy.
 func (e *Executor) quorum(ctx context.Context, node string) error {
 	return cluster.WaitFor(ctx, e.o.ReadyTimeout, time.Second, func() (bool, error) {
-		for _, cp := range e.controlPlanes {
-			if cp == node {
+		cps, err := e.nodes.ControlPlanes(ctx)
+		if err != nil {
+			return false, err
+		}
+
+		for i := range cps {
+			cp := &cps[i]
+			if cp.Name == node {
 				continue
 			}
 
-			n, err := e.nodes.Get(ctx, cp)
-			if err != nil {
-				return false, err
+			if !cluster.Ready(cp) {
+				return false, fmt.Errorf("control plane %s is not Ready", cp.Name)
 			}
 
-			if !cluster.Ready(n) {
-				return false, fmt.Errorf("control plane %s is not Ready", cp)
-			}
-
-			if err := e.talos.EtcdHealthy(ctx, internalIP(n)); err != nil {
-				return false, err
+			if err := e.talos.EtcdHealthy(ctx, internalIP(cp)); err != nil {
+				return false, fmt.Errorf("control plane %s: %w", cp.Name, err)
 			}
 		}
 

@@ -262,6 +262,7 @@ func newCtl() *cobra.Command {
 		Short: "Inject a fault or read counters: " + strings.Join(sandbox.Verbs, ", "),
 		Long: `Verbs:
   reboot NODE                    reboot a machine out of band (the safety witness judges it)
+  power-off NODE | power-on NODE keep a machine down until powered on
   scale-down NODE                the cluster autoscaler scales the node down
   scale-up                       the cluster autoscaler adds a node
   delete-node NODE               the machine and its Node vanish
@@ -273,7 +274,7 @@ func newCtl() *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verb, rest := args[0], args[1:]
-			need := map[string]int{"reboot": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3}
+			need := map[string]int{"reboot": 1, "power-off": 1, "power-on": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3}
 
 			if len(rest) != need[verb] {
 				return fmt.Errorf("%s takes %d argument(s)", verb, need[verb])
@@ -282,7 +283,7 @@ func newCtl() *cobra.Command {
 			var req sandbox.Request
 
 			switch verb {
-			case "reboot", "scale-down", "delete-node":
+			case "reboot", "power-off", "power-on", "scale-down", "delete-node":
 				req.Node = rest[0]
 			case "revoke-credential":
 				req.User = rest[0]

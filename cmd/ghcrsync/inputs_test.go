@@ -156,17 +156,7 @@ func TestPlanBadInputs(t *testing.T) {
 func encryptFor(t *testing.T, sb *sandbox.Sandbox, dir string, dockerconfigjson []byte) string {
 	t.Helper()
 
-	key, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
-
-	var recipient string
-
-	for _, line := range strings.Split(string(key), "\n") {
-		if r, ok := strings.CutPrefix(line, "# public key: "); ok {
-			recipient = r
-		}
-	}
-
-	enc, err := secretfile.Encrypt(dockerconfigjson, recipient)
+	enc, err := sb.EncryptSecret(dockerconfigjson)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -257,20 +256,7 @@ func TestPlanInSyncThenLiveOnTalos114(t *testing.T) {
 func writeSecretFile(t *testing.T, sb *sandbox.Sandbox, cred sandbox.Credential) {
 	t.Helper()
 
-	key, err := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var recipient string
-
-	for _, line := range strings.Split(string(key), "\n") {
-		if r, ok := strings.CutPrefix(line, "# public key: "); ok {
-			recipient = r
-		}
-	}
-
-	enc, err := secretfile.Encrypt(sandbox.DockerConfigJSON(cred), recipient)
+	enc, err := sb.EncryptSecret(sandbox.DockerConfigJSON(cred))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		Ready:         Ready(n),
 	}
 
-	_, out.ControlPlane = n.Labels["node-role.kubernetes.io/control-plane"]
+	_, out.ControlPlane = n.Labels[ControlPlaneLabel]
 
 	for _, a := range n.Status.Addresses {
 		out.Addresses = append(out.Addresses, a.Address)

@@ -54,7 +54,7 @@ func (c *Connection) blockers(node string) string {
 
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !evictable(p) {
+		if !Evictable(p) {
 			continue
 		}
 
@@ -80,7 +80,9 @@ func (c *Connection) blockers(node string) string {
 	return "; still running: " + strings.Join(parts, ", ")
 }
 
-func evictable(p *corev1.Pod) bool {
+// Evictable reports whether a drain must evict the pod before its node may reboot: not
+// finished, not owned by a DaemonSet, not a static (mirror) pod.
+func Evictable(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}

@@ -40,6 +40,19 @@ func (c *Connection) Get(ctx context.Context, name string) (*corev1.Node, error)
 	return c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
+// ControlPlaneLabel marks control-plane Nodes.
+const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// ControlPlanes lists every control-plane Node.
+func (c *Connection) ControlPlanes(ctx context.Context) ([]corev1.Node, error) {
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ControlPlaneLabel})
+	if err != nil {
+		return nil, err
+	}
+
+	return list.Items, nil
+}
+
 // CASPatch is a compare-and-swap on a Node: it reads the node, lets check refuse it, builds a
 // merge patch carrying the read resourceVersion, and on a 409 Conflict (any concurrent write,
 // a kubelet heartbeat included) reads, checks and tries again, up to attempts times. Only a

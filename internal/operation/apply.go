@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -123,12 +122,8 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 	}
 
 	if len(cfg.Credential.Prove) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err := credential.Prove(pctx, &http.Client{Timeout: 30 * time.Second}, cfg.Credential.Endpoint, cred, cfg.Credential.Prove)
-		cancel()
-
-		if err != nil {
-			return nil, fmt.Errorf("credential %q: %w; nothing was changed", cfg.Credential.Name, err)
+		if err := prove(ctx, cfg, cred); err != nil {
+			return nil, fmt.Errorf("%w; nothing was changed", err)
 		}
 	}
 

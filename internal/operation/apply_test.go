@@ -482,3 +482,61 @@ func TestAdminCordonStays(t *testing.T) {
 
 	assertReleased(t, sb, name, true)
 }
+
+// A control plane is claimed only while every other control plane is Ready and its etcd member
+// healthy. Negative control for the ordering rule: with another control plane powered off, the
+// next one is not touched and the run says why.
+func TestQuorumGateHoldsControlPlanes(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const down, target = "prod-control-plane-3", "prod-control-plane-2"
+
+	// Fence the machine to power off, so the witness sees a safe reboot.
+	patchNode(t, kube, down, map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "quorum-test"}},
+		"spec":     map[string]any{"unschedulable": true},
+	})
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "6s"`, 1)
+	}, target)
+	path := r.plan()
+
+	m, _ := sb.Fleet().Machine(down)
+	m.PowerOff()
+
+	t.Cleanup(func() {
+		m.PowerOn()
+		sandboxtest.Eventually(t, 60*time.Second, down+" back", func() error {
+			if !sandbox.NodeReady(node(t, sb, down)) {
+				return errors.New("not Ready")
+			}
+
+			return nil
+		})
+		patchNode(t, kube, down, map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
+			"spec":     map[string]any{"unschedulable": false},
+		})
+	})
+
+	talosBefore := sb.Fleet().Stats().TalosWrites[target]
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	x := r.result(res, target)
+	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "etcd quorum not confirmed") || !strings.Contains(x.Message, down) {
+		t.Fatalf("quorum gate: %s %s", x.Outcome, x.Message)
+	}
+
+	if n := node(t, sb, target); n.Annotations[plan.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[target] != talosBefore {
+		t.Fatal("a control plane was touched without quorum")
+	}
+
+	if got := sb.Fleet().Stats().UnsafeWrites; got != 0 {
+		t.Fatalf("unsafe writes: %+v", sb.Fleet().Stats().Unsafe)
+	}
+}

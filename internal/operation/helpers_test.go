@@ -22,7 +22,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/operation"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -86,17 +85,7 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 	cred := sandbox.Credential{Username: "rot-" + group, Password: fmt.Sprintf("ghp_%s_%d", group, time.Now().UnixNano())}
 	sb.Registry().AddCredential(cred.Username, cred.Password)
 
-	key, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
-
-	var recipient string
-
-	for _, line := range strings.Split(string(key), "\n") {
-		if r, ok := strings.CutPrefix(line, "# public key: "); ok {
-			recipient = r
-		}
-	}
-
-	enc, err := secretfile.Encrypt(sandbox.DockerConfigJSON(cred), recipient)
+	enc, err := sb.EncryptSecret(sandbox.DockerConfigJSON(cred))
 	if err != nil {
 		t.Fatal(err)
 	}

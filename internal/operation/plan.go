@@ -50,11 +50,8 @@ func Plan(ctx context.Context, o PlanOptions) (*PlanResult, error) {
 			return nil, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Credential.Name)
 		}
 
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-
-		if err := credential.Prove(pctx, &http.Client{Timeout: 30 * time.Second}, cfg.Credential.Endpoint, cred, cfg.Credential.Prove); err != nil {
-			return nil, fmt.Errorf("credential %q (%s): %w; nothing was planned", cfg.Credential.Name, cfg.Credential.SopsFile, err)
+		if err := prove(ctx, cfg, cred); err != nil {
+			return nil, fmt.Errorf("%w; nothing was planned", err)
 		}
 	}
 
@@ -115,6 +112,18 @@ func Plan(ctx context.Context, o PlanOptions) (*PlanResult, error) {
 	})
 
 	return &PlanResult{Config: cfg, Plan: p}, nil
+}
+
+// prove proves the credential against the registry's token flow for every prove target.
+func prove(ctx context.Context, cfg *config.Config, cred *credential.Credential) error {
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	if err := credential.Prove(pctx, &http.Client{Timeout: 30 * time.Second}, cfg.Credential.Endpoint, cred, cfg.Credential.Prove); err != nil {
+		return fmt.Errorf("credential %q (%s): %w", cfg.Credential.Name, cfg.Credential.SopsFile, err)
+	}
+
+	return nil
 }
 
 // Observe takes the snapshot: one LIST of Nodes, the run Lease, and each node's Talos facts.

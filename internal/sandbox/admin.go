@@ -28,7 +28,7 @@ type Request struct {
 
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
-	"reboot", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
+	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "set-run-status", "stats", "fleet",
 }
 
@@ -140,6 +140,19 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		m.reboot("ctl reboot")
 
 		return map[string]string{"rebooting": m.Name}, nil
+	case "power-off", "power-on":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		if verb == "power-off" {
+			m.PowerOff()
+		} else {
+			m.PowerOn()
+		}
+
+		return map[string]string{verb: m.Name}, nil
 	case "scale-down":
 		if err := s.autoscaler.scaleDown(ctx, req.Node); err != nil {
 			return nil, err

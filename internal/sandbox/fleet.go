@@ -23,21 +23,25 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// Annotations and labels the sandbox reads or writes on Nodes.
+// Annotations, labels and taints the sandbox reads or writes on Nodes: the product's names.
 const (
 	// OwnerAnnotation marks a node fenced by a ghcrsync run; the safety witness requires it
 	// (with a cordon) before a reboot.
-	OwnerAnnotation = "ghcrsync.dev/owner"
+	OwnerAnnotation = plan.OwnerAnnotation
 	// ScaleDownDisabledAnnotation makes the cluster autoscaler leave a node alone.
-	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	ScaleDownDisabledAnnotation = cluster.ScaleDownDisabledAnnotation
 	// NodeGroupLabel marks autoscaler-managed nodes.
 	NodeGroupLabel = "sandbox.ghcrsync.dev/node-group"
 	// DeletionCandidateTaint is the autoscaler's advisory scale-down candidate taint.
-	DeletionCandidateTaint = "DeletionCandidateOfClusterAutoscaler"
+	DeletionCandidateTaint = taints.DeletionCandidate
 	// ToBeDeletedTaint means the autoscaler has started deleting the node.
-	ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+	ToBeDeletedTaint = taints.ToBeDeleted
 )
 
 // Fleet is the set of simulated machines and what they share: the Kubernetes API, the
@@ -172,25 +176,8 @@ func (f *Fleet) witnessReboot(m *Machine, cause string) {
 	f.log.Warn("UNSAFE WRITE: reboot of an unfenced node", "node", m.Name, "cause", cause, "reasons", strings.Join(reasons, "; "))
 }
 
-// Evictable reports whether a drain must evict the pod before its node may reboot: not
-// finished, not owned by a DaemonSet, not a static (mirror) pod.
-func Evictable(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
-			return false
-		}
-	}
-
-	return true
-}
+// Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
+func Evictable(p *corev1.Pod) bool { return cluster.Evictable(p) }
 
 func (f *Fleet) pullImage(ctx context.Context, m *Machine, image string, creds []Credential) error {
 	var err error

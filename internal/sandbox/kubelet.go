@@ -2,9 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 )
 
@@ -400,48 +399,12 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 			continue
 		}
 
-		if c, err := DockerConfigCredential(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost); err == nil {
-			creds = append(creds, c)
+		if c, err := credential.Parse(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost); err == nil {
+			creds = append(creds, Credential{Username: c.Username, Password: c.Password()})
 		}
 	}
 
 	return append(creds, k.m.Effective())
-}
-
-// DockerConfigCredential extracts host's credential from a .dockerconfigjson document.
-func DockerConfigCredential(data []byte, host string) (Credential, error) {
-	var doc struct {
-		Auths map[string]struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-			Auth     string `json:"auth"`
-		} `json:"auths"`
-	}
-
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return Credential{}, err
-	}
-
-	e, ok := doc.Auths[host]
-	if !ok {
-		return Credential{}, fmt.Errorf("no auths entry for %s", host)
-	}
-
-	if e.Username != "" {
-		return Credential{Username: e.Username, Password: e.Password}, nil
-	}
-
-	raw, err := base64.StdEncoding.DecodeString(e.Auth)
-	if err != nil {
-		return Credential{}, err
-	}
-
-	user, pass, ok := strings.Cut(string(raw), ":")
-	if !ok {
-		return Credential{}, errors.New("auth is not user:password")
-	}
-
-	return Credential{Username: user, Password: pass}, nil
 }
 
 func podReady(pod *corev1.Pod) bool {

@@ -45,6 +45,7 @@ type Machine struct {
 	kubelet  *kubelet
 
 	mu         sync.Mutex
+	powerOn    chan struct{} // non-nil while powered off: closed to boot
 	bootID     string
 	booted     time.Time
 	down       bool // rebooting: no kubelet, no Talos API
@@ -299,6 +300,19 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	case <-time.After(f.opts.Reboot):
 	}
 
+	// A powered-off machine stays down until powered on.
+	m.mu.Lock()
+	on := m.powerOn
+	m.mu.Unlock()
+
+	if on != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-on:
+		}
+	}
+
 	m.mu.Lock()
 	if m.gone {
 		m.mu.Unlock()
@@ -334,6 +348,29 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	f.log.Info("machine booted", "node", m.Name, "boot_id", m.bootID)
 	f.endpointUp(m)
 	m.kubelet.boot()
+}
+
+// PowerOff takes the machine down (as a reboot does) and keeps it down until PowerOn: an
+// outage longer than any timeout. Out of band, so the safety witness judges it.
+func (m *Machine) PowerOff() {
+	m.mu.Lock()
+	if m.powerOn == nil {
+		m.powerOn = make(chan struct{})
+	}
+	m.mu.Unlock()
+
+	m.reboot("power off")
+}
+
+// PowerOn lets a powered-off machine boot.
+func (m *Machine) PowerOn() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.powerOn != nil {
+		close(m.powerOn)
+		m.powerOn = nil
+	}
 }
 
 // waitRebooted blocks until a running reboot cycle has finished.

@@ -119,6 +119,7 @@ type Sandbox struct {
 	admin      *adminAPI
 
 	oldCred, newCred Credential
+	ageRecipient     string
 }
 
 // Files the sandbox writes into its directory.
@@ -400,6 +401,8 @@ func (s *Sandbox) writeFiles(talosCA *authority) error {
 		return err
 	}
 
+	s.ageRecipient = recipient
+
 	if err := os.WriteFile(p(AgeKeyFile), identity, 0o600); err != nil {
 		return err
 	}
@@ -560,6 +563,12 @@ func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
 	}
 
 	return out, nil
+}
+
+// EncryptSecret makes a SOPS file like secret.enc.yaml holding dockerconfigjson, for the
+// sandbox's age key (tests rotate to credentials of their own with it).
+func (s *Sandbox) EncryptSecret(dockerconfigjson []byte) ([]byte, error) {
+	return secretfile.Encrypt(dockerconfigjson, s.ageRecipient)
 }
 
 // Accessors for tests and the CLI.
