@@ -61,7 +61,18 @@ const (
 	OutcomeDeselected        = "deselected"
 	OutcomeGoneAfterMutation = "gone-after-mutation"
 	OutcomeFailed            = "failed"
+	// OutcomeReleased is a fence undone by `ghcrsync release` (or apply's reclaim).
+	OutcomeReleased = "released"
 )
+
+// Store is a state backend.
+type Store interface {
+	Read() (*State, error)
+	Write(*State) error
+	Lock() error
+	Unlock()
+	Describe() string
+}
 
 // State is the whole state.
 type State struct {
@@ -152,6 +163,9 @@ type Local struct {
 // Read reads the state. A missing file is an empty state (no lineage yet).
 func (l *Local) Read() (*State, error) { return ReadLocal(l.Path) }
 
+// Describe names the backend.
+func (l *Local) Describe() string { return "local file " + l.Path }
+
 // ReadLocal reads a local state file. A missing file is an empty state.
 func ReadLocal(path string) (*State, error) {
 	data, err := os.ReadFile(path)
@@ -175,14 +189,20 @@ func ReadLocal(path string) (*State, error) {
 	return &s, nil
 }
 
-// Write stores s as the next serial (assigning a lineage on the first write).
-func (l *Local) Write(s *State) error {
+// Advance makes s the next serial of its lineage (assigning a lineage on the first write).
+// Backends call it as they write.
+func Advance(s *State) {
 	if s.Lineage == "" {
 		s.Lineage = newUUID()
 	}
 
 	s.FormatVersion = FormatVersion
 	s.Serial++
+}
+
+// Write stores s as the next serial (assigning a lineage on the first write).
+func (l *Local) Write(s *State) error {
+	Advance(s)
 
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {

@@ -36,6 +36,15 @@ type Config struct {
 	FluxRoot   *FluxRoot
 	Lease      Lease
 	State      State
+	Liveness   *Liveness
+}
+
+// Liveness is where a Lease holder's run is checked for having ended.
+type Liveness struct {
+	Kind       string // "github_actions"
+	Repository string // owner/repo
+	APIURL     string
+	TokenEnv   string // environment variable holding the API token (optional)
 }
 
 // Cluster is how to reach Kubernetes. Empty fields follow the kubeconfig loading rules.
@@ -107,8 +116,10 @@ type Lease struct {
 
 // State is where the state lives.
 type State struct {
-	Backend string
-	Path    string // absolute, for the local backend
+	Backend   string // "local" or "kubernetes"
+	Path      string // absolute, for the local backend
+	Namespace string // for the kubernetes backend
+	Secret    string // for the kubernetes backend
 }
 
 // file mirrors the HCL schema. Durations are expressions so that errors point at them.
@@ -121,6 +132,14 @@ type file struct {
 	FluxRoot    *fluxRootBlock    `hcl:"flux_root,block"`
 	Lease       *leaseBlock       `hcl:"lease,block"`
 	State       *stateBlock       `hcl:"state,block"`
+	Liveness    []livenessBlock   `hcl:"liveness,block"`
+}
+
+type livenessBlock struct {
+	Kind       string  `hcl:"kind,label"`
+	Repository string  `hcl:"repository"`
+	APIURL     *string `hcl:"api_url,optional"`
+	TokenEnv   *string `hcl:"token_env,optional"`
 }
 
 type clusterBlock struct {
@@ -178,8 +197,10 @@ type leaseBlock struct {
 }
 
 type stateBlock struct {
-	Backend hcl.Expression `hcl:"backend,optional"`
-	Path    *string        `hcl:"path,optional"`
+	Backend   hcl.Expression `hcl:"backend,optional"`
+	Path      *string        `hcl:"path,optional"`
+	Namespace *string        `hcl:"namespace,optional"`
+	Secret    *string        `hcl:"secret,optional"`
 }
 
 // Error carries the diagnostics of a configuration that did not decode. Its message lists each
@@ -426,12 +447,12 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 		}
 	}
 
-	cfg.State = State{Backend: "local", Path: d.path("ghcrsync.state.json")}
+	cfg.State = State{Backend: "local", Path: d.path("ghcrsync.state.json"), Namespace: "flux-system", Secret: "ghcrsync-state"}
 
 	if s := raw.State; s != nil {
 		backend, rng, _ := d.str(s.Backend, "local")
-		if backend != "local" {
-			d.errorf(rng, "Unsupported state backend", "backend must be \"local\"; %q is not supported yet.", backend)
+		if backend != "local" && backend != "kubernetes" {
+			d.errorf(rng, "Unsupported state backend", "backend must be \"local\" or \"kubernetes\", not %q.", backend)
 		}
 
 		cfg.State.Backend = backend
@@ -439,6 +460,38 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 		if s.Path != nil {
 			cfg.State.Path = d.path(*s.Path)
 		}
+
+		if s.Namespace != nil {
+			cfg.State.Namespace = *s.Namespace
+		}
+
+		if s.Secret != nil {
+			cfg.State.Secret = *s.Secret
+		}
+	}
+
+	switch len(raw.Liveness) {
+	case 0:
+	case 1:
+		l := raw.Liveness[0]
+		if l.Kind != "github_actions" {
+			d.errorf(attrRange(body, "liveness", "repository"), "Unsupported liveness source", "liveness %q is not supported; use liveness \"github_actions\".", l.Kind)
+		}
+
+		if strings.Count(l.Repository, "/") != 1 {
+			d.errorf(attrRange(body, "liveness", "repository"), "Invalid repository", "repository must be \"owner/name\", not %q.", l.Repository)
+		}
+
+		cfg.Liveness = &Liveness{Kind: l.Kind, Repository: l.Repository, APIURL: "https://api.github.com", TokenEnv: "GH_TOKEN"}
+		if l.APIURL != nil {
+			cfg.Liveness.APIURL = strings.TrimSuffix(*l.APIURL, "/")
+		}
+
+		if l.TokenEnv != nil {
+			cfg.Liveness.TokenEnv = *l.TokenEnv
+		}
+	default:
+		d.errorf(attrRange(body, "liveness", "repository"), "Duplicate liveness block", "Only one liveness block is supported.")
 	}
 
 	return cfg

@@ -99,10 +99,15 @@ func TestLoadErrors(t *testing.T) {
 		}, want: "not SOPS-encrypted"},
 		{name: "tampered", doc: string(secretfile.DockerConfigJSON("ghcr.io", user, pass)), setup: func(t *testing.T, path string) {
 			b, _ := os.ReadFile(path)
-			// Swap two characters inside the encrypted value: GCM authentication fails.
+			// Change one character inside the encrypted value: GCM authentication fails.
 			s := string(b)
 			i := strings.Index(s, "ghcr_dockerconfigjson: ENC[AES256_GCM,data:") + len("ghcr_dockerconfigjson: ENC[AES256_GCM,data:") + 4
-			s = s[:i] + string(s[i+1]) + string(s[i]) + s[i+2:]
+			c := byte('A')
+			if s[i] == 'A' {
+				c = 'B'
+			}
+
+			s = s[:i] + string(c) + s[i+1:]
 			_ = os.WriteFile(path, []byte(s), 0o600)
 		}, want: "modified after encryption"},
 		{name: "missing_key_path", doc: "{}", keyPath: []string{"stringData", "other"}, want: `no "other" under "stringData"`},

@@ -352,29 +352,34 @@ func (l *Lease) Stop() {
 	}
 }
 
-// Release stops the heartbeat, then clears the holder with a JSON-patch test of the holder alone
-// (no resourceVersion, so nothing else's write can fail it), re-reading on failure. An absent
-// or already-free Lease counts as released.
+// Release stops the heartbeat, then clears the holder (ReleaseHolder).
 func (l *Lease) Release(ctx context.Context) error {
 	l.Stop()
 
-	leases := l.kube.CoordinationV1().Leases(l.namespace)
+	return ReleaseHolder(ctx, l.kube, l.namespace, l.name, l.holder)
+}
+
+// ReleaseHolder clears the Lease's holder if, and only if, it is holder: a JSON-patch test of the
+// holder alone (no resourceVersion, so no other write — a heartbeat included — can make it fail),
+// re-reading on failure. An absent or already-free Lease counts as released.
+func ReleaseHolder(ctx context.Context, kube kubernetes.Interface, namespace, name, holder string) error {
+	leases := kube.CoordinationV1().Leases(namespace)
 	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/spec/holderIdentity", "value": l.holder},
+		{"op": "test", "path": "/spec/holderIdentity", "value": holder},
 		{"op": "replace", "path": "/spec/holderIdentity", "value": ""},
 	})
 
 	var lastErr error
 
 	for attempt := 0; attempt < 5; attempt++ {
-		_, err := leases.Patch(ctx, l.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		_, err := leases.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil
 		}
 
 		lastErr = err
 
-		cur, gerr := leases.Get(ctx, l.name, metav1.GetOptions{})
+		cur, gerr := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(gerr) {
 			return nil
 		}
@@ -383,8 +388,15 @@ func (l *Lease) Release(ctx context.Context) error {
 			switch h := ptr.Deref(cur.Spec.HolderIdentity, ""); {
 			case h == "":
 				return nil
-			case h != l.holder:
-				return l.errorFrom(HeldByAnother, cur, errors.New("the Lease was taken by another holder before ghcrsync released it"))
+			case h != holder:
+				e := &Error{Class: HeldByAnother, Ours: holder, Holder: h, Transitions: ptr.Deref(cur.Spec.LeaseTransitions, 0),
+					Err: errors.New("the Lease was taken by another holder before it was released")}
+				if cur.Spec.RenewTime != nil {
+					t := cur.Spec.RenewTime.Time
+					e.RenewTime = &t
+				}
+
+				return e
 			}
 		}
 
@@ -395,5 +407,5 @@ func (l *Lease) Release(ctx context.Context) error {
 		}
 	}
 
-	return fmt.Errorf("release lease %s/%s as %s: %w (release it with `ghcrsync release`)", l.namespace, l.name, l.holder, lastErr)
+	return fmt.Errorf("release lease %s/%s as %s: %w (release it with `ghcrsync release`)", namespace, name, holder, lastErr)
 }

@@ -1,0 +1,286 @@
+// Package fence finds the fences ghcrsync holds (node fences and the run Lease), judges from
+// liveness evidence whether each may be released, and releases them. Classify is pure: the
+// observation and the liveness verdicts in, the report out.
+package fence
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// Kinds of fence.
+const (
+	KindNode  = "node"
+	KindLease = "lease"
+)
+
+// NodeObs is a node that carries a ghcrsync fence, or a state record that says it may.
+type NodeObs struct {
+	Name           string
+	Exists         bool
+	UID            string
+	Owner          string
+	Phase          string
+	Record         *cluster.FenceRecord // from the node's annotation
+	StateRecord    *state.Record
+	Cordoned       bool
+	ScaleDownGuard bool
+	Ready          bool
+	Lifecycle      bool // lifecycle taints present
+}
+
+// LeaseObs is the run Lease.
+type LeaseObs struct {
+	Namespace, Name string
+	Holder          string
+	RenewTime       *time.Time
+	Duration        time.Duration
+	Transitions     int
+}
+
+// Live reports whether the Lease is held and renewed within its duration.
+func (l *LeaseObs) Live(now time.Time) bool {
+	return l != nil && l.Holder != "" && l.RenewTime != nil && now.Before(l.RenewTime.Add(l.Duration))
+}
+
+// Verdict is the liveness evidence about one holder's run.
+type Verdict struct {
+	Checked  bool // a liveness source answered
+	Terminal bool
+	Evidence string
+	Err      error
+}
+
+// Observation is everything Classify looks at.
+type Observation struct {
+	Now        time.Time
+	ConfigPath string
+	Nodes      []NodeObs
+	Lease      *LeaseObs
+	Verdicts   map[string]Verdict // by holder
+	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
+	Holder string
+	Force  bool
+}
+
+// Fence is one held fence, with the evidence and what to do about it.
+type Fence struct {
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Holder     string `json:"holder"`
+	Phase      string `json:"phase,omitempty"`
+	Live       bool   `json:"live"`
+	Releasable bool   `json:"releasable"`
+	Reason     string `json:"reason"`
+	Command    string `json:"command,omitempty"`
+
+	Exists         bool   `json:"exists"`
+	Cordoned       bool   `json:"cordoned,omitempty"`
+	WasCordoned    *bool  `json:"was_cordoned,omitempty"`
+	ScaleDownGuard bool   `json:"scale_down_guard,omitempty"`
+	Evidence       string `json:"evidence"`
+
+	// For release.
+	UID    string               `json:"-"`
+	Record *cluster.FenceRecord `json:"-"`
+}
+
+// Report is the inventory.
+type Report struct {
+	Fences  []Fence `json:"fences"`
+	Summary string  `json:"summary"`
+}
+
+// Classify builds the report: node fences by name, then the Lease (released last).
+func Classify(o Observation) Report {
+	rep := Report{Fences: []Fence{}}
+
+	nodes := append([]NodeObs(nil), o.Nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+
+	for _, n := range nodes {
+		holder := n.Owner
+		if holder == "" && n.StateRecord != nil {
+			holder = n.StateRecord.Owner
+		}
+
+		f := Fence{
+			Kind: KindNode, Name: n.Name, Holder: holder, Phase: n.Phase, Exists: n.Exists,
+			Cordoned: n.Cordoned, ScaleDownGuard: n.ScaleDownGuard, UID: n.UID, Record: n.Record,
+		}
+
+		if f.Phase == "" && n.StateRecord != nil {
+			f.Phase = string(n.StateRecord.Phase)
+		}
+
+		if n.Record == nil && n.StateRecord != nil {
+			f.Record = &cluster.FenceRecord{
+				UID: n.StateRecord.UID, WasCordoned: n.StateRecord.WasCordoned, InitialTaints: n.StateRecord.InitialTaints,
+				DesiredRevision: n.StateRecord.DesiredRevision, ScaleDownGuardOurs: n.StateRecord.ScaleDownGuardOurs,
+			}
+		}
+
+		if f.Record != nil {
+			wc := f.Record.WasCordoned
+			f.WasCordoned = &wc
+		}
+
+		judge(&f, o)
+
+		switch {
+		case !n.Exists:
+			f.Live, f.Releasable, f.Command = false, true, ""
+			f.Reason = "the node no longer exists: nothing is held on the cluster (only the state record remains)"
+		case n.Owner == "":
+			f.Releasable, f.Command = true, ""
+			f.Reason = "no ghcrsync annotation on the node: only the state record remains"
+		case f.Releasable && phaseMutated(f.Phase) && (!n.Ready || n.Lifecycle):
+			f.Reason += "; its Talos config was written, so release waits until it is Ready with its lifecycle taints cleared"
+		}
+
+		rep.Fences = append(rep.Fences, f)
+	}
+
+	if l := o.Lease; l != nil && l.Holder != "" {
+		f := Fence{Kind: KindLease, Name: l.Namespace + "/" + l.Name, Holder: l.Holder, Exists: true}
+		judge(&f, o)
+
+		age := "never renewed"
+		if l.RenewTime != nil {
+			age = fmt.Sprintf("renewed %s ago", o.Now.Sub(*l.RenewTime).Round(time.Second))
+		}
+
+		f.Evidence = fmt.Sprintf("%s (duration %s, transitions %d); %s", age, l.Duration, l.Transitions, f.Evidence)
+		rep.Fences = append(rep.Fences, f)
+	}
+
+	rep.Summary = summary(rep.Fences)
+
+	return rep
+}
+
+func phaseMutated(p string) bool { return state.Phase(p).AtOrAfter(state.PhaseConfigured) }
+
+// judge sets liveness, releasability, reason and command for f's holder.
+func judge(f *Fence, o Observation) {
+	leaseLive := o.Lease.Live(o.Now) && o.Lease.Holder == f.Holder
+	v, checked := o.Verdicts[f.Holder]
+	explicit := o.Holder != "" && o.Holder == f.Holder
+
+	switch {
+	case leaseLive && explicit && o.Force:
+		f.Live, f.Releasable = true, true
+		f.Evidence = fmt.Sprintf("Lease %s/%s is live and names this holder", o.Lease.Namespace, o.Lease.Name)
+		f.Reason = "held by a LIVE run, released anyway (--force): that run may still write to Talos and the cluster"
+	case leaseLive:
+		f.Live = true
+		f.Evidence = fmt.Sprintf("Lease %s/%s is live and names this holder", o.Lease.Namespace, o.Lease.Name)
+		f.Reason = "held by a live run (its Lease is renewed): wait for it to finish"
+	case checked && v.Err != nil:
+		f.Live = true
+		f.Evidence = v.Err.Error()
+		f.Reason = "the run's liveness cannot be checked, so it is treated as alive"
+
+		if explicit && o.Force {
+			f.Releasable = true
+			f.Reason = "liveness unknown, released anyway (--force): the run may still be alive"
+		}
+	case checked && v.Terminal:
+		f.Releasable = true
+		f.Evidence = v.Evidence
+		f.Reason = "held by a terminated run: releasable"
+	case checked && v.Checked:
+		f.Live = true
+		f.Evidence = v.Evidence
+		f.Reason = "held by a run that has not completed"
+
+		if explicit && o.Force {
+			f.Releasable = true
+			f.Reason = "held by a run that has not completed, released anyway (--force)"
+		}
+	case explicit:
+		f.Releasable = true
+		f.Evidence = v.Evidence
+		f.Reason = "no live Lease names this holder, and it was named explicitly (--holder)"
+	default:
+		f.Evidence = v.Evidence
+		if f.Evidence == "" {
+			f.Evidence = "no liveness source is configured"
+		}
+
+		f.Reason = "the holder's run cannot be proven terminated: name it to release (--holder), as with terraform force-unlock"
+	}
+
+	f.Command = command(o.ConfigPath, f, !f.Releasable && !f.Live)
+}
+
+// command is the exact release command for f, its values shell-quoted.
+func command(cfg string, f *Fence, needsHolder bool) string {
+	if f.Live && !f.Releasable {
+		return ""
+	}
+
+	args := []string{"ghcrsync", "release", "--config", Quote(cfg)}
+	if f.Kind == KindNode {
+		args = append(args, "--node", Quote(f.Name))
+	}
+
+	if needsHolder || f.Releasable {
+		args = append(args, "--holder", Quote(f.Holder))
+	}
+
+	return strings.Join(args, " ")
+}
+
+// Quote quotes s for a POSIX shell: single quotes, with embedded ones as '\''.
+func Quote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@", r))
+	}) < 0 {
+		return s
+	}
+
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func summary(fs []Fence) string {
+	if len(fs) == 0 {
+		return "No fence is held."
+	}
+
+	var releasable, live, unproven int
+
+	for _, f := range fs {
+		switch {
+		case f.Releasable:
+			releasable++
+		case f.Live:
+			live++
+		default:
+			unproven++
+		}
+	}
+
+	switch {
+	case releasable == len(fs):
+		return fmt.Sprintf("%d %s held by a terminated run: releasable.", len(fs), plural(len(fs), "fence", "fences"))
+	case live == len(fs):
+		return fmt.Sprintf("%d %s held by a live run: not releasable.", len(fs), plural(len(fs), "fence", "fences"))
+	}
+
+	return fmt.Sprintf("%d %s held: %d releasable, %d held by a live run, %d whose run cannot be proven terminated.",
+		len(fs), plural(len(fs), "fence", "fences"), releasable, live, unproven)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+
+	return many
+}

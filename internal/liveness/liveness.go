@@ -1,0 +1,90 @@
+// Package liveness decides whether the run behind a Lease holder id has ended, from evidence
+// outside the cluster: the GitHub Actions run-attempt API. Anything short of a definite
+// "completed" — another status, an error, an unreachable API — means alive (fail closed).
+package liveness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// RunRef extracts the run reference from a holder id <revision16>-<runref>-<host>-<pid>-<rand>.
+func RunRef(holder string) string {
+	parts := strings.Split(holder, "-")
+	if len(parts) < 5 {
+		return ""
+	}
+
+	return parts[1]
+}
+
+var ghRef = regexp.MustCompile(`^gh([0-9]+)\.([0-9]+)$`)
+
+// GitHubActions checks run attempts through the GitHub REST API.
+type GitHubActions struct {
+	APIURL     string
+	Repository string
+	Token      string
+	Client     *http.Client
+}
+
+// Verdict is the evidence about one run.
+type Verdict struct {
+	Terminal bool
+	Evidence string
+}
+
+// Check asks whether runRef's attempt is completed. An error means the evidence could not be
+// had: the caller treats the run as alive.
+func (g *GitHubActions) Check(ctx context.Context, runRef string) (Verdict, error) {
+	m := ghRef.FindStringSubmatch(runRef)
+	if m == nil {
+		return Verdict{Evidence: fmt.Sprintf("run ref %q is not a GitHub Actions run (gh<run id>.<attempt>)", runRef)}, nil
+	}
+
+	url := fmt.Sprintf("%s/repos/%s/actions/runs/%s/attempts/%s", g.APIURL, g.Repository, m[1], m[2])
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Verdict{}, err
+	}
+
+	req.Header.Set("Accept", "application/vnd.github+json")
+
+	if g.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+g.Token)
+	}
+
+	client := g.Client
+	if client == nil {
+		client = &http.Client{Timeout: 15 * time.Second}
+	}
+
+	resp, err := client.Do(req)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("GitHub Actions API %s unreachable: %w", g.APIURL, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode != http.StatusOK {
+		return Verdict{}, fmt.Errorf("GitHub Actions API answered %d for run %s attempt %s of %s", resp.StatusCode, m[1], m[2], g.Repository)
+	}
+
+	var body struct {
+		Status string `json:"status"`
+	}
+
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return Verdict{}, fmt.Errorf("GitHub Actions API: unreadable answer: %w", err)
+	}
+
+	ev := fmt.Sprintf("GitHub Actions run %s attempt %s of %s is %s", m[1], m[2], g.Repository, body.Status)
+
+	return Verdict{Terminal: body.Status == "completed", Evidence: ev}, nil
+}
