@@ -61,7 +61,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 
-	root.AddCommand(newPlan(), newShow(), newApply(), &cobra.Command{
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newState(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -44,3 +44,11 @@ state {
   backend = "local"
   path    = "ghcrsync.state.json"
 }
+
+# Whether a Lease holder's CI run is over: the GitHub Actions run-attempt API
+# (the sandbox serves a fake of it).
+liveness "github_actions" {
+  repository = "ghcrsync/fleet"
+  api_url    = "http://127.0.0.1:8080"
+  token_env  = "GH_TOKEN"
+}

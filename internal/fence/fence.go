@@ -6,6 +6,7 @@ package fence
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,10 +134,10 @@ func Classify(o Observation) Report {
 		judge(&f, o)
 
 		switch {
-		case !n.Exists:
-			f.Live, f.Releasable, f.Command = false, true, ""
+		case !n.Exists && !f.Live:
+			f.Releasable, f.Command = true, ""
 			f.Reason = "the node no longer exists: nothing is held on the cluster (only the state record remains)"
-		case n.Owner == "":
+		case n.Owner == "" && !f.Live:
 			f.Releasable, f.Command = true, ""
 			f.Reason = "no ghcrsync annotation on the node: only the state record remains"
 		case f.Releasable && phaseMutated(f.Phase) && (!n.Ready || n.Lifecycle):
@@ -219,9 +220,14 @@ func judge(f *Fence, o Observation) {
 	f.Command = command(o.ConfigPath, f, !f.Releasable && !f.Live)
 }
 
-// command is the exact release command for f, its values shell-quoted.
+// command is the exact release command for f, its values shell-quoted. A value with control
+// characters (a newline, say) has no one-line POSIX quoting: no command is printed for it.
 func command(cfg string, f *Fence, needsHolder bool) string {
 	if f.Live && !f.Releasable {
+		return ""
+	}
+
+	if hasControl(cfg) || hasControl(f.Name) || hasControl(f.Holder) {
 		return ""
 	}
 
@@ -237,7 +243,21 @@ func command(cfg string, f *Fence, needsHolder bool) string {
 	return strings.Join(args, " ")
 }
 
-// Quote quotes s for a POSIX shell: single quotes, with embedded ones as '\''.
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
+}
+
+// Display renders a value read from the cluster for a person: shell-quoted, or — when it holds
+// control characters — Go-quoted with escapes, so it can never break a line or a terminal.
+func Display(s string) string {
+	if hasControl(s) {
+		return strconv.Quote(s)
+	}
+
+	return Quote(s)
+}
+
+// Quote quotes s for a POSIX shell: single quotes, with embedded ones as '\”.
 func Quote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@", r))

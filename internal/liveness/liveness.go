@@ -34,10 +34,12 @@ type GitHubActions struct {
 	Client     *http.Client
 }
 
-// Verdict is the evidence about one run.
+// Verdict is the evidence about one run. Applicable is false when the run ref is not one the
+// source can judge (a local run): there is no evidence either way.
 type Verdict struct {
-	Terminal bool
-	Evidence string
+	Applicable bool
+	Terminal   bool
+	Evidence   string
 }
 
 // Check asks whether runRef's attempt is completed. An error means the evidence could not be
@@ -86,5 +88,5 @@ func (g *GitHubActions) Check(ctx context.Context, runRef string) (Verdict, erro
 
 	ev := fmt.Sprintf("GitHub Actions run %s attempt %s of %s is %s", m[1], m[2], g.Repository, body.Status)
 
-	return Verdict{Terminal: body.Status == "completed", Evidence: ev}, nil
+	return Verdict{Applicable: true, Terminal: body.Status == "completed", Evidence: ev}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -36,7 +37,8 @@ type ApplyResult struct {
 	Plan       *plan.Plan
 	Holder     string
 	Results    []apply.Result
-	ReleaseErr error // the Lease could not be released after the run
+	Reclaimed  []fence.Outcome // fences of terminated runs released before the run
+	ReleaseErr error           // the Lease could not be released after the run
 }
 
 // Failed counts failed nodes.
@@ -101,7 +103,12 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 		return nil, err
 	}
 
-	store := &state.Local{Path: cfg.State.Path}
+	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
+	if err != nil {
+		return nil, err
+	}
+
+	store := OpenStore(cfg, kube)
 	if err := store.Lock(); err != nil {
 		return nil, err
 	}
@@ -127,10 +134,18 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 		}
 	}
 
-	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
+	// Fences of runs that are provably over are reclaimed first (never on mere expiry).
+	reclaimed, err := reclaim(ctx, cfg, kube, store, st, o.Progress)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reclaim fences of terminated runs: %w; nothing was changed", err)
 	}
+
+	for _, r := range reclaimed {
+		log.Warn("reclaimed a fence of a terminated run", "fence", r.Fence.Kind+" "+r.Fence.Name, "holder", r.Fence.Holder,
+			"evidence", r.Fence.Evidence, "result", r.Message)
+	}
+
+	result.Reclaimed = reclaimed
 
 	tc, err := talos.Connect(ctx, cfg.Talos.Talosconfig, cfg.Talos.Context, cfg.Talos.Endpoints)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
-	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // PlanOptions are `ghcrsync plan`'s inputs.
@@ -55,12 +54,12 @@ func Plan(ctx context.Context, o PlanOptions) (*PlanResult, error) {
 		}
 	}
 
-	prior, err := state.ReadLocal(cfg.State.Path)
+	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
 	if err != nil {
 		return nil, err
 	}
 
-	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
+	prior, err := OpenStore(cfg, kube).Read()
 	if err != nil {
 		return nil, err
 	}

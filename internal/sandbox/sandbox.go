@@ -448,6 +448,8 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 		case "lease":
 			b.Body().SetAttributeValue("duration", cty.StringVal("15s"))
 			b.Body().SetAttributeValue("heartbeat", cty.StringVal("5s"))
+		case "liveness":
+			b.Body().SetAttributeValue("api_url", cty.StringVal(s.ci.url()))
 		}
 	}
 
