@@ -115,7 +115,9 @@ func Classify(o Observation) Report {
 			Cordoned: n.Cordoned, ScaleDownGuard: n.ScaleDownGuard, UID: n.UID, Record: n.Record,
 		}
 
-		if f.Phase == "" && n.StateRecord != nil {
+		// The state is written before each mutation and the annotation after it: when both belong
+		// to this holder, the state's phase is the furthest the run may have gone.
+		if n.StateRecord != nil && (f.Phase == "" || n.StateRecord.Owner == holder) {
 			f.Phase = string(n.StateRecord.Phase)
 		}
 

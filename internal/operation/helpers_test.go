@@ -234,3 +234,16 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 }
 
 var _ = sandboxtest.Get
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return b
+}
+
+func applyHooks() apply.Hooks { return apply.Hooks{} }

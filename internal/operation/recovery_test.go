@@ -1,0 +1,334 @@
+package operation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+var runSeq = 3000
+
+// shortLease gives the rotation its own 4 s Lease, so a killed run's Lease expires quickly.
+func shortLease(name string, more ...func(string) string) func(string) string {
+	return func(s string) string {
+		s = strings.Replace(s, `"ghcr-auth-refresh"`, `"`+name+`"`, 1)
+		s = strings.Replace(s, `duration  = "15s"`, `duration  = "4s"`, 1)
+		s = strings.Replace(s, `heartbeat = "5s"`, `heartbeat = "1s"`, 1)
+
+		for _, m := range more {
+			s = m(s)
+		}
+
+		return s
+	}
+}
+
+// killRun applies the rotation's plan as GitHub Actions run ID attempt 1 and SIGKILLs it just
+// before phase's mutation.
+func killRun(t *testing.T, r *rotation, path string, phase state.Phase) string {
+	t.Helper()
+
+	runSeq++
+	id := fmt.Sprint(runSeq)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GHCRSYNC_KILL_AT="+string(phase), "GHCRSYNC_KILL_CONFIG="+r.cfg, "GHCRSYNC_KILL_PLAN="+path,
+		"GITHUB_RUN_ID="+id, "GITHUB_RUN_ATTEMPT=1")
+
+	out, err := cmd.CombinedOutput()
+
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the run was not killed before %s: %v\n%s", phase, err, out)
+	}
+
+	return id
+}
+
+func fences(t *testing.T, cfg string, holder string) fence.Report {
+	t.Helper()
+
+	rep, err := operation.Fences(context.Background(), operation.FencesOptions{ConfigPath: cfg, Holder: holder})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return rep
+}
+
+func release(t *testing.T, cfg string) *operation.ReleaseResult {
+	t.Helper()
+
+	res, err := operation.Release(context.Background(), operation.ReleaseOptions{FencesOptions: operation.FencesOptions{ConfigPath: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return res
+}
+
+func waitLeaseExpired(t *testing.T, sb *sandbox.Sandbox, name string) {
+	t.Helper()
+
+	sandboxtest.Eventually(t, 20*time.Second, "the killed run's Lease expires", func() error {
+		l, err := sb.Kube().CoordinationV1().Leases("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0))*time.Second+500*time.Millisecond {
+			return errors.New("still live")
+		}
+
+		return nil
+	})
+}
+
+func assertLeaseFree(t *testing.T, sb *sandbox.Sandbox, name string) {
+	t.Helper()
+
+	l, err := sb.Kube().CoordinationV1().Leases("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != "" {
+		t.Fatalf("lease %s still held: %v %+v", name, err, l)
+	}
+}
+
+// apply killed with kill -9 before each phase's mutation: fences reports exactly what is held,
+// release refuses while the run is alive (live Lease, then a CI status of in_progress), and once
+// the CI API says the run completed, release leaves no cordon, no ghcrsync annotation and no
+// held Lease. A second release is a no-op.
+func TestReleaseAfterKillAtEachPhase(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	const name = "prod-worker-1"
+
+	for _, phase := range []state.Phase{state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
+		state.PhaseRebooting, state.PhaseProved, state.PhaseReleased} {
+		t.Run(string(phase), func(t *testing.T) {
+			leaseName := "recover-" + string(phase)
+			r := newRotation(t, sb, shortLease(leaseName), name)
+			id := killRun(t, r, r.plan(), phase)
+
+			rep := fences(t, r.cfg, "")
+			if len(rep.Fences) != 2 || rep.Fences[0].Kind != fence.KindNode || rep.Fences[0].Name != name || rep.Fences[1].Kind != fence.KindLease {
+				t.Fatalf("fences: %+v", rep.Fences)
+			}
+
+			if f := rep.Fences[0]; f.Phase != string(phase) {
+				t.Errorf("node fence phase %q, want %q (the state's, written before the mutation)", f.Phase, phase)
+			}
+
+			for _, f := range rep.Fences {
+				if f.Releasable || !f.Live || !strings.Contains(f.Holder, "-gh"+id+".1-") {
+					t.Fatalf("a live run's fence: %+v", f)
+				}
+			}
+
+			if res := release(t, r.cfg); res.Failed() != 2 {
+				t.Fatalf("release while the Lease is live: %+v", res.Outcomes)
+			}
+
+			waitLeaseExpired(t, sb, leaseName)
+
+			if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "in_progress"}); err != nil {
+				t.Fatal(err)
+			}
+
+			if res := release(t, r.cfg); res.Failed() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
+				t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
+			}
+
+			if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
+				t.Fatal(err)
+			}
+
+			if res := release(t, r.cfg); res.Failed() != 0 || len(res.Outcomes) != 2 {
+				t.Fatalf("release after completion: %+v", res.Outcomes)
+			}
+
+			assertReleased(t, sb, name, false)
+			assertLeaseFree(t, sb, leaseName)
+
+			if rec := r.readState().Record(name); rec.Outcome != state.OutcomeReleased {
+				t.Fatalf("state record: %+v", rec)
+			}
+
+			if rep := fences(t, r.cfg, ""); len(rep.Fences) != 0 || rep.Summary != "No fence is held." {
+				t.Fatalf("fences after release: %+v", rep)
+			}
+
+			if res := release(t, r.cfg); len(res.Outcomes) != 0 {
+				t.Fatalf("a second release did something: %+v", res.Outcomes)
+			}
+
+			waitReady(t, sb, name)
+		})
+	}
+}
+
+func waitReady(t *testing.T, sb *sandbox.Sandbox, name string) {
+	t.Helper()
+
+	sandboxtest.Eventually(t, 60*time.Second, name+" Ready", func() error {
+		if !sandbox.NodeReady(node(t, sb, name)) {
+			return errors.New("not Ready")
+		}
+
+		return nil
+	})
+}
+
+// With the state file deleted, the recovery record on the node is enough; an admin's cordon
+// (recorded there) stays.
+func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-2"
+
+	patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+
+	r := newRotation(t, sb, shortLease("recover-annotations"), name)
+	id := killRun(t, r, r.plan(), state.PhaseConfigured)
+
+	if err := os.Remove(r.state); err != nil {
+		t.Fatal(err)
+	}
+
+	waitLeaseExpired(t, sb, "recover-annotations")
+
+	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if res := release(t, r.cfg); res.Failed() != 0 || len(res.Outcomes) != 2 {
+		t.Fatalf("release without a state file: %+v", res.Outcomes)
+	}
+
+	assertReleased(t, sb, name, true)
+	assertLeaseFree(t, sb, "recover-annotations")
+}
+
+// With the kubernetes backend, a release from another working directory (a fresh CI runner)
+// finds the state and finishes the job.
+func TestReleaseWithKubernetesBackendElsewhere(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	const name = "prod-worker-3"
+
+	kubeBackend := func(s string) string {
+		return strings.Replace(s, `backend = "local"`, `backend = "kubernetes"`+"\n  secret  = \"ghcrsync-state-recover\"", 1)
+	}
+
+	r := newRotation(t, sb, shortLease("recover-kube", kubeBackend), name)
+	id := killRun(t, r, r.plan(), state.PhaseDrained)
+
+	if _, err := os.Stat(r.state); err == nil {
+		t.Fatal("the kubernetes backend wrote a local state file")
+	}
+
+	// Another machine: a copy of the configuration in another folder, no local state.
+	elsewhere := t.TempDir()
+	b, _ := os.ReadFile(r.cfg)
+	cfg := filepath.Join(elsewhere, "ghcrsync.hcl")
+
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	rep := fences(t, cfg, "")
+	if len(rep.Fences) != 2 {
+		t.Fatalf("fences from elsewhere: %+v", rep.Fences)
+	}
+
+	waitLeaseExpired(t, sb, "recover-kube")
+
+	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if res := release(t, cfg); res.Failed() != 0 {
+		t.Fatalf("release from elsewhere: %+v", res.Outcomes)
+	}
+
+	assertReleased(t, sb, name, false)
+	assertLeaseFree(t, sb, "recover-kube")
+
+	_, st, err := operation.StatePull(operation.FencesOptions{ConfigPath: cfg})
+	if err != nil || st.Record(name) == nil || st.Record(name).Outcome != state.OutcomeReleased {
+		t.Fatalf("state in the Secret: %v %+v", err, st)
+	}
+}
+
+// An unreachable liveness API is no evidence: release refuses. Then apply, with the CI API
+// saying the run completed, reclaims the dead run's fences itself before it starts.
+func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	const name = "prod-worker-1"
+
+	r := newRotation(t, sb, shortLease("recover-reclaim"), name)
+	id := killRun(t, r, r.plan(), state.PhaseGuarded)
+	waitLeaseExpired(t, sb, "recover-reclaim")
+
+	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	b, _ := os.ReadFile(r.cfg)
+	unreachable := filepath.Join(r.dir, "unreachable.hcl")
+	_ = os.WriteFile(unreachable, []byte(strings.Replace(string(b), sb.CIURL(), "http://127.0.0.1:1", 1)), 0o600)
+
+	res := release(t, unreachable)
+	if res.Failed() != 2 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
+		t.Fatalf("release with the liveness API unreachable: %+v", res.Outcomes)
+	}
+
+	if n := node(t, sb, name); n.Annotations[plan.OwnerAnnotation] == "" {
+		t.Fatal("the fence was released without evidence")
+	}
+
+	// A new plan (the fenced node is deselected as fenced-by-other) and an apply that reclaims.
+	r2 := newRotation(t, sb, shortLease("recover-reclaim"), name, "prod-worker-3")
+	path := r2.plan()
+
+	st := r.readState()
+	if err := os.WriteFile(r2.state, mustJSON(t, st), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	path = r2.plan() // bound to the copied state
+
+	res2, err := r2.apply(path, applyHooks())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(res2.Reclaimed) != 2 || !res2.Reclaimed[0].Released || !res2.Reclaimed[1].Released {
+		t.Fatalf("reclaimed: %+v", res2.Reclaimed)
+	}
+
+	if !strings.Contains(r2.log.String(), "reclaimed a fence of a terminated run") {
+		t.Fatalf("apply did not report the reclaim:\n%s", r2.log.String())
+	}
+
+	assertReleased(t, sb, name, false)
+}
