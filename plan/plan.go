@@ -63,7 +63,21 @@ func Make(s Snapshot, in Input) *Plan {
 	}
 
 	order(p.Nodes)
+	p.Secrets = planSecrets(s.Secrets, in.CredentialRevision)
 	p.Summary = summarize(p.Nodes)
+
+	for _, sp := range p.Secrets {
+		switch sp.Action {
+		case SecretCreate:
+			p.Summary.SecretsCreate++
+		case SecretUpdate:
+			p.Summary.SecretsUpdate++
+		case SecretNoOp:
+			p.Summary.SecretsUnchanged++
+		case SecretSkip:
+			p.Summary.SecretsSkipped++
+		}
+	}
 	p.Warnings = warnings(p, s, in)
 
 	return p

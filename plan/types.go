@@ -19,9 +19,10 @@ const (
 type Snapshot struct {
 	TakenAt time.Time `json:"taken_at"`
 	// APIEndpoint is the host of the kubeconfig's server.
-	APIEndpoint string `json:"api_endpoint"`
-	Nodes       []Node `json:"nodes"`
-	Lease       *Lease `json:"lease,omitempty"`
+	APIEndpoint string      `json:"api_endpoint"`
+	Nodes       []Node      `json:"nodes"`
+	Lease       *Lease      `json:"lease,omitempty"`
+	Secrets     []SecretObs `json:"secrets,omitempty"`
 }
 
 // Node is one observed Kubernetes Node with its Talos facts.
@@ -104,20 +105,21 @@ const (
 
 // Plan is the saved plan: no secret, only digests.
 type Plan struct {
-	FormatVersion      string     `json:"format_version"`
-	CreatedAt          time.Time  `json:"created_at"`
-	ExpiresAt          time.Time  `json:"expires_at"`
-	CredentialRevision string     `json:"credential_revision"`
-	AuthDigest         string     `json:"auth_digest"`
-	Registry           string     `json:"registry"`
-	ProofSkipped       bool       `json:"proof_skipped,omitempty"`
-	ConfigDigest       string     `json:"config_digest"`
-	State              StateRef   `json:"state"`
-	APIEndpoint        string     `json:"api_endpoint"`
-	EndpointNode       string     `json:"endpoint_node,omitempty"`
-	Nodes              []NodePlan `json:"nodes"`
-	Warnings           []string   `json:"warnings,omitempty"`
-	Summary            Summary    `json:"summary"`
+	FormatVersion      string       `json:"format_version"`
+	CreatedAt          time.Time    `json:"created_at"`
+	ExpiresAt          time.Time    `json:"expires_at"`
+	CredentialRevision string       `json:"credential_revision"`
+	AuthDigest         string       `json:"auth_digest"`
+	Registry           string       `json:"registry"`
+	ProofSkipped       bool         `json:"proof_skipped,omitempty"`
+	ConfigDigest       string       `json:"config_digest"`
+	State              StateRef     `json:"state"`
+	APIEndpoint        string       `json:"api_endpoint"`
+	EndpointNode       string       `json:"endpoint_node,omitempty"`
+	Nodes              []NodePlan   `json:"nodes"`
+	Secrets            []SecretPlan `json:"secrets,omitempty"`
+	Warnings           []string     `json:"warnings,omitempty"`
+	Summary            Summary      `json:"summary"`
 }
 
 // FormatVersion of Plan; additive changes keep the major version.
@@ -153,7 +155,14 @@ type Summary struct {
 	ApplyLive  int `json:"apply_live"`
 	Unchanged  int `json:"unchanged"`
 	Deselected int `json:"deselected"`
+
+	SecretsCreate    int `json:"secrets_create"`
+	SecretsUpdate    int `json:"secrets_update"`
+	SecretsUnchanged int `json:"secrets_unchanged"`
+	SecretsSkipped   int `json:"secrets_skipped"`
 }
 
-// Changes reports whether the plan acts on any node.
-func (p *Plan) Changes() bool { return p.Summary.Fence+p.Summary.ApplyLive > 0 }
+// Changes reports whether the plan acts on any node or pull secret.
+func (p *Plan) Changes() bool {
+	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate > 0
+}

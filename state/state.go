@@ -76,11 +76,36 @@ type Store interface {
 
 // State is the whole state.
 type State struct {
-	FormatVersion string   `json:"format_version"`
-	Lineage       string   `json:"lineage"`
-	Serial        int64    `json:"serial"`
-	Run           *Run     `json:"run,omitempty"`
-	Records       []Record `json:"records"`
+	FormatVersion string         `json:"format_version"`
+	Lineage       string         `json:"lineage"`
+	Serial        int64          `json:"serial"`
+	Run           *Run           `json:"run,omitempty"`
+	Records       []Record       `json:"records"`
+	Secrets       []SecretRecord `json:"secrets,omitempty"`
+}
+
+// SecretRecord is what the fan-out wrote, or is writing, to one pull secret (digests only). A
+// half-done fan-out is not a fence, but the state says what was written.
+type SecretRecord struct {
+	Namespace       string    `json:"namespace"`
+	Name            string    `json:"name"`
+	Role            string    `json:"role"`
+	DesiredRevision string    `json:"desired_revision"`
+	Outcome         string    `json:"outcome"` // writing, written
+	Updated         time.Time `json:"updated"`
+}
+
+// PutSecret replaces or appends a pull secret's record.
+func (s *State) PutSecret(r SecretRecord) {
+	for i := range s.Secrets {
+		if s.Secrets[i].Namespace == r.Namespace && s.Secrets[i].Name == r.Name {
+			s.Secrets[i] = r
+
+			return
+		}
+	}
+
+	s.Secrets = append(s.Secrets, r)
 }
 
 // Run describes the last apply.

@@ -65,7 +65,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 				return nil
 			}
 
-			view.ApplyHuman(cmd.OutOrStdout(), res.Results, res.Holder, res.ReleaseErr)
+			view.ApplyHuman(cmd.OutOrStdout(), res.Results, res.Secrets, res.Holder, res.ReleaseErr)
 
 			if res.Failed() > 0 || res.ReleaseErr != nil {
 				return exitError{code: 1}

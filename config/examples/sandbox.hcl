@@ -52,3 +52,17 @@ liveness "github_actions" {
   api_url    = "http://127.0.0.1:8080"
   token_env  = "GH_TOKEN"
 }
+
+# Pull secrets: every namespace labelled ghcrsync.dev/pull-secret=ghcr gets ghcr-pull, referenced
+# from its default service account; the root Flux secret is switched last.
+consumers {
+  selector         = "ghcrsync.dev/pull-secret=ghcr"
+  secret           = "ghcr-pull"
+  service_accounts = ["default"]
+}
+
+flux_root {
+  namespace      = "flux-system"
+  secret         = "ghcr-auth"
+  oci_repository = "flux-system"
+}

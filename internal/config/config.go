@@ -33,10 +33,12 @@ type Config struct {
 	Credential Credential
 	Nodes      Nodes
 	Consumers  []Consumer
-	FluxRoot   *FluxRoot
-	Lease      Lease
-	State      State
-	Liveness   *Liveness
+	// ConsumerSelector selects more consumer namespaces by label (the consumers block).
+	ConsumerSelector *ConsumerSelector
+	FluxRoot         *FluxRoot
+	Lease            Lease
+	State            State
+	Liveness         *Liveness
 }
 
 // Liveness is where a Lease holder's run is checked for having ended.
@@ -93,17 +95,27 @@ type Probe struct {
 	Namespace string
 }
 
-// Consumer is a pull secret the credential is fanned out to.
+// Consumer is a pull secret the credential is fanned out to, and the service accounts that
+// should reference it.
 type Consumer struct {
-	Name      string
-	Namespace string
-	Secret    string
+	Name            string
+	Namespace       string
+	Secret          string
+	ServiceAccounts []string
 }
 
-// FluxRoot is the root Flux secret, switched last.
+// ConsumerSelector names a pull secret in every namespace matching a label selector.
+type ConsumerSelector struct {
+	Selector        string
+	Secret          string
+	ServiceAccounts []string
+}
+
+// FluxRoot is the root Flux secret, switched last, and the OCIRepository to reconcile after.
 type FluxRoot struct {
-	Namespace string
-	Secret    string
+	Namespace     string
+	Secret        string
+	OCIRepository string
 }
 
 // Lease is the run's coordination.k8s.io Lease.
@@ -129,6 +141,7 @@ type file struct {
 	Credentials []credentialBlock `hcl:"credential,block"`
 	Nodes       *nodesBlock       `hcl:"nodes,block"`
 	Consumers   []consumerBlock   `hcl:"consumer,block"`
+	Selected    *consumersBlock   `hcl:"consumers,block"`
 	FluxRoot    *fluxRootBlock    `hcl:"flux_root,block"`
 	Lease       *leaseBlock       `hcl:"lease,block"`
 	State       *stateBlock       `hcl:"state,block"`
@@ -179,14 +192,22 @@ type probeBlock struct {
 }
 
 type consumerBlock struct {
-	Name      string `hcl:"name,label"`
-	Namespace string `hcl:"namespace"`
-	Secret    string `hcl:"secret"`
+	Name            string    `hcl:"name,label"`
+	Namespace       string    `hcl:"namespace"`
+	Secret          string    `hcl:"secret"`
+	ServiceAccounts *[]string `hcl:"service_accounts,optional"`
+}
+
+type consumersBlock struct {
+	Selector        string    `hcl:"selector"`
+	Secret          string    `hcl:"secret"`
+	ServiceAccounts *[]string `hcl:"service_accounts,optional"`
 }
 
 type fluxRootBlock struct {
-	Namespace string `hcl:"namespace"`
-	Secret    string `hcl:"secret"`
+	Namespace     string  `hcl:"namespace"`
+	Secret        string  `hcl:"secret"`
+	OCIRepository *string `hcl:"oci_repository,optional"`
 }
 
 type leaseBlock struct {
@@ -418,12 +439,31 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.credential(raw, body, cfg)
 	d.nodes(raw, body, cfg)
 
+	sas := func(p *[]string) []string {
+		if p == nil {
+			return []string{"default"}
+		}
+
+		return *p
+	}
+
 	for _, c := range raw.Consumers {
-		cfg.Consumers = append(cfg.Consumers, Consumer(c))
+		cfg.Consumers = append(cfg.Consumers, Consumer{Name: c.Name, Namespace: c.Namespace, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)})
+	}
+
+	if c := raw.Selected; c != nil {
+		if _, err := labels.Parse(c.Selector); err != nil || c.Selector == "" {
+			d.errorf(attrRange(body, "consumers", "selector"), "Invalid selector", "consumers.selector %q is not a Kubernetes label selector.", c.Selector)
+		}
+
+		cfg.ConsumerSelector = &ConsumerSelector{Selector: c.Selector, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)}
 	}
 
 	if raw.FluxRoot != nil {
 		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret}
+		if raw.FluxRoot.OCIRepository != nil {
+			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
+		}
 	}
 
 	cfg.Lease = Lease{Namespace: "flux-system", Name: "ghcr-auth-refresh", Duration: 120 * time.Second, Heartbeat: 30 * time.Second}

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -22,14 +24,15 @@ import (
 
 // ApplyOptions are `ghcrsync apply`'s inputs.
 type ApplyOptions struct {
-	ConfigPath string
-	PlanPath   string // empty: plan now (--auto-approve)
-	RunRef     string
-	Logger     hclog.Logger
-	Progress   io.Writer
-	Hooks      apply.Hooks
-	OnPlan     func(*plan.Plan) // called with the plan before anything is written
-	Now        func() time.Time
+	ConfigPath  string
+	PlanPath    string // empty: plan now (--auto-approve)
+	RunRef      string
+	Logger      hclog.Logger
+	Progress    io.Writer
+	Hooks       apply.Hooks
+	SecretHooks fanout.Hooks
+	OnPlan      func(*plan.Plan) // called with the plan before anything is written
+	Now         func() time.Time
 }
 
 // ApplyResult is what a run did.
@@ -37,16 +40,23 @@ type ApplyResult struct {
 	Plan       *plan.Plan
 	Holder     string
 	Results    []apply.Result
+	Secrets    []fanout.Result
 	Reclaimed  []fence.Outcome // fences of terminated runs released before the run
 	ReleaseErr error           // the Lease could not be released after the run
 }
 
-// Failed counts failed nodes.
+// Failed counts failed nodes and pull secrets (a held-back root counts: the rotation is not done).
 func (r *ApplyResult) Failed() int {
 	n := 0
 
 	for _, x := range r.Results {
 		if x.Failed() {
+			n++
+		}
+	}
+
+	for _, s := range r.Secrets {
+		if s.Outcome == fanout.Failed || s.Outcome == fanout.HeldBack {
 			n++
 		}
 	}
@@ -192,6 +202,31 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 	})
 
 	result.Results = exec.Run(ctx, p)
+
+	nodesOK := result.Failed() == 0
+
+	dyn, err := dynamic.NewForConfig(kube.Config)
+	if err != nil {
+		return nil, err
+	}
+
+	root := ""
+	if cfg.FluxRoot != nil {
+		root = cfg.FluxRoot.OCIRepository
+	}
+
+	result.Secrets = fanout.Run(ctx, kube.Client, dyn, p, fanout.Options{
+		Data: cred.DockerConfigJSON(), NodesOK: nodesOK, OCIRepository: root, Assert: l.Assert, Hooks: o.SecretHooks,
+		Record: func(ns, name, role, outcome string) error {
+			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: p.CredentialRevision, Outcome: outcome, Updated: now().UTC()})
+
+			return store.Write(st)
+		},
+	})
+
+	for _, s := range result.Secrets {
+		log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
+	}
 
 	finished := now().UTC()
 	st.Run.Finished = &finished

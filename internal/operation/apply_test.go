@@ -118,13 +118,30 @@ func TestApplyFullRotation(t *testing.T) {
 		t.Fatalf("state: %+v", st.Run)
 	}
 
+	// The fan-out: team-a updated, team-b created, the root Flux secret last, its OCIRepository
+	// asked to reconcile.
+	checkFanOut(t, sb, res, r.cred)
+
 	again, err := operation.Plan(context.Background(), operation.PlanOptions{ConfigPath: r.cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if again.Plan.Changes() || again.Plan.Summary.Unchanged != 8 {
+	if again.Plan.Changes() || again.Plan.Summary.Unchanged != 8 || again.Plan.Summary.SecretsUnchanged != 3 {
 		t.Fatalf("second plan: %+v", again.Plan.Summary)
+	}
+
+	// The old credential is revoked at the registry: every workload still pulls.
+	sb.Registry().RevokeCredential(sb.OldCredential().Username)
+	restartAllPods(t, sb)
+
+	for _, ns := range sandbox.ConsumerNamespaces {
+		pods, _ := sb.Kube().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=puller"})
+		for _, p := range pods.Items {
+			if src := sb.Fleet().PullSource(ns, p.Name); src != "secret "+ns+"/"+sandbox.ConsumerSecret {
+				t.Errorf("%s/%s pulled with %q, not through its pull secret", ns, p.Name, src)
+			}
+		}
 	}
 }
 

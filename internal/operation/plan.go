@@ -139,5 +139,49 @@ func Observe(ctx context.Context, kube *cluster.Connection, tc *talos.Client, cf
 
 	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, 8, 15*time.Second)
 
-	return plan.Snapshot{TakenAt: now.UTC(), APIEndpoint: kube.Endpoint, Nodes: nodes, Lease: lease}, nil
+	targets, err := SecretTargets(ctx, kube, cfg)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	var secrets []plan.SecretObs
+
+	for _, t := range targets {
+		obs, err := kube.ObserveSecret(ctx, t)
+		if err != nil {
+			return plan.Snapshot{}, err
+		}
+
+		secrets = append(secrets, obs)
+	}
+
+	return plan.Snapshot{TakenAt: now.UTC(), APIEndpoint: kube.Endpoint, Nodes: nodes, Lease: lease, Secrets: secrets}, nil
+}
+
+// SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),
+// then the root Flux secret.
+func SecretTargets(ctx context.Context, kube *cluster.Connection, cfg *config.Config) ([]cluster.SecretTarget, error) {
+	var explicit []cluster.SecretTarget
+	for _, c := range cfg.Consumers {
+		explicit = append(explicit, cluster.SecretTarget{Namespace: c.Namespace, Name: c.Secret, Role: plan.RoleConsumer, ServiceAccounts: c.ServiceAccounts})
+	}
+
+	var selector, secret string
+
+	var sas []string
+
+	if cs := cfg.ConsumerSelector; cs != nil {
+		selector, secret, sas = cs.Selector, cs.Secret, cs.ServiceAccounts
+	}
+
+	targets, err := kube.ConsumerTargets(ctx, explicit, selector, secret, sas)
+	if err != nil {
+		return nil, err
+	}
+
+	if r := cfg.FluxRoot; r != nil {
+		targets = append(targets, cluster.SecretTarget{Namespace: r.Namespace, Name: r.Secret, Role: plan.RoleRoot})
+	}
+
+	return targets, nil
 }

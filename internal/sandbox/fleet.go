@@ -64,8 +64,18 @@ type Fleet struct {
 	nextIndex int
 	template  Credential // the credential new autoscaled machines boot with
 
-	statsMu sync.Mutex
-	stats   Stats
+	statsMu     sync.Mutex
+	stats       Stats
+	pullSources map[string]string // pod -> where its last successful pull's credential came from
+}
+
+// PullSource says where the credential of a pod's last successful pull came from: "node" (the
+// runtime's own, from Talos) or "secret NS/NAME" (an image pull secret). "" if none succeeded.
+func (f *Fleet) PullSource(namespace, pod string) string {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+
+	return f.pullSources[namespace+"/"+pod]
 }
 
 // Stats are the counters `ghcrsync-sandbox ctl stats` reports.
@@ -179,11 +189,15 @@ func (f *Fleet) witnessReboot(m *Machine, cause string) {
 // Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
 func Evictable(p *corev1.Pod) bool { return cluster.Evictable(p) }
 
-func (f *Fleet) pullImage(ctx context.Context, m *Machine, image string, creds []Credential) error {
+func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, creds []Credential) error {
 	var err error
 
 	for _, c := range creds {
 		if err = f.reg.Pull(ctx, image, c.Username, c.Password); err == nil {
+			f.statsMu.Lock()
+			f.pullSources[pod] = c.source
+			f.statsMu.Unlock()
+
 			break
 		}
 	}

@@ -346,7 +346,7 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
 
-		if err := k.m.fleet.pullImage(ctx, k.m, c.Image, creds); err != nil {
+		if err := k.m.fleet.pullImage(ctx, k.m, pod.Namespace+"/"+pod.Name, c.Image, creds); err != nil {
 			pullErr = err
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
 		} else if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
@@ -400,11 +400,14 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 		}
 
 		if c, err := credential.Parse(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost); err == nil {
-			creds = append(creds, Credential{Username: c.Username, Password: c.Password()})
+			creds = append(creds, Credential{Username: c.Username, Password: c.Password(), source: "secret " + pod.Namespace + "/" + ref.Name})
 		}
 	}
 
-	return append(creds, k.m.Effective())
+	node := k.m.Effective()
+	node.source = "node"
+
+	return append(creds, node)
 }
 
 func podReady(pod *corev1.Pod) bool {

@@ -23,6 +23,7 @@ const RegistryHost = registry.RegistryHost
 type Credential struct {
 	Username string
 	Password string
+	source   string // where a kubelet found it: "node" or "secret NS/NAME"
 }
 
 // IsZero reports whether no credential is set.

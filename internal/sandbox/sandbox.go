@@ -227,8 +227,9 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
 		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
 		machines: map[string]*Machine{}, byIP: map[string]*Machine{},
-		template: fleetCred,
-		stats:    Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
+		template:    fleetCred,
+		stats:       Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
+		pullSources: map[string]string{},
 	}
 	f.endpoint = &endpointProxy{host: endpointHost, target: s.cp.apiAddr, owner: owner, fleet: f}
 	s.fleet = f
@@ -305,6 +306,15 @@ func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) er
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
+	}
+
+	cred := s.oldCred
+	if s.opts.InSync {
+		cred = s.newCred
+	}
+
+	if err := s.seedFanOut(ctx, kube, cred, !s.opts.NoWorkloads); err != nil {
+		return err
 	}
 
 	if s.opts.NoWorkloads {

@@ -74,7 +74,12 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		used[n.Action] = true
 	}
 
-	if p.Changes() || used[plan.ActionDeselect] {
+	secretsUsed := map[plan.SecretAction]bool{}
+	for _, sp := range p.Secrets {
+		secretsUsed[sp.Action] = true
+	}
+
+	if p.Changes() || used[plan.ActionDeselect] || secretsUsed[plan.SecretSkip] {
 		fmt.Fprintln(w, "Symbols:")
 
 		for _, s := range symbols {
@@ -83,10 +88,22 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 			}
 		}
 
+		if secretsUsed[plan.SecretCreate] {
+			fmt.Fprintln(w, "  + create a pull secret")
+		}
+
+		if secretsUsed[plan.SecretUpdate] {
+			fmt.Fprintln(w, "  ~ update a pull secret (compare-and-swap)")
+		}
+
+		if secretsUsed[plan.SecretSkip] && !used[plan.ActionDeselect] {
+			fmt.Fprintln(w, "  - leave a pull secret alone")
+		}
+
 		fmt.Fprintln(w)
 	}
 
-	if p.Changes() {
+	if s := p.Summary; s.Fence+s.ApplyLive > 0 {
 		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (workers, then control planes one at a time, the API endpoint's node last):")
 		fmt.Fprintln(w)
 
@@ -119,6 +136,25 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	section("Unchanged:", plan.ActionNoOp)
 	section("Deselected:", plan.ActionDeselect)
 
+	if len(p.Secrets) > 0 {
+		fmt.Fprintln(w, "Pull secrets (consumers, then the root Flux secret last):")
+		fmt.Fprintln(w)
+
+		for _, sp := range p.Secrets {
+			sym := map[plan.SecretAction]string{plan.SecretCreate: "+", plan.SecretUpdate: "~", plan.SecretSkip: "-", plan.SecretNoOp: " "}[sp.Action]
+			verb := map[plan.SecretAction]string{plan.SecretCreate: "will be created", plan.SecretUpdate: "will be updated",
+				plan.SecretSkip: "will be left alone", plan.SecretNoOp: "is unchanged"}[sp.Action]
+
+			fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", sym, sp.Namespace, sp.Secret, sp.Role, verb, sp.Reason)
+
+			if len(sp.ServiceAccounts) > 0 && sp.Action != plan.SecretSkip {
+				fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
+			}
+
+			fmt.Fprintln(w)
+		}
+	}
+
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
@@ -137,6 +173,10 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	}
 
 	fmt.Fprintf(w, "Plan: %d to fence, %d to apply live, %d unchanged, %d deselected.\n", s.Fence, s.ApplyLive, s.Unchanged, s.Deselected)
+
+	if len(p.Secrets) > 0 {
+		fmt.Fprintf(w, "Pull secrets: %d to create, %d to update, %d unchanged, %d left alone.\n", s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
+	}
 }
 
 func node(w io.Writer, n plan.NodePlan, prefix string) {
@@ -157,7 +197,7 @@ type PlanJSON struct {
 	APIEndpoint        string        `json:"api_endpoint"`
 	EndpointNode       string        `json:"endpoint_node,omitempty"`
 	Nodes              []NodeJSON    `json:"nodes"`
-	Consumers          []any         `json:"consumers"`
+	Consumers          []SecretJSON  `json:"consumers"`
 	Warnings           []string      `json:"warnings"`
 	Summary            plan.Summary  `json:"summary"`
 	Changes            bool          `json:"changes"`
@@ -176,6 +216,16 @@ type NodeJSON struct {
 	TalosVersion string `json:"talos_version,omitempty"`
 }
 
+// SecretJSON is one pull secret of PlanJSON.
+type SecretJSON struct {
+	Namespace       string   `json:"namespace"`
+	Secret          string   `json:"secret"`
+	Role            string   `json:"role"`
+	Action          string   `json:"action"`
+	Reason          string   `json:"reason"`
+	ServiceAccounts []string `json:"service_accounts,omitempty"`
+}
+
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version.
 const PlanJSONFormatVersion = "1.0"
 
@@ -186,7 +236,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
-		Nodes: []NodeJSON{}, Consumers: []any{}, Warnings: append([]string{}, p.Warnings...),
+		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(),
 	}
 
@@ -194,6 +244,12 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		out.Nodes = append(out.Nodes, NodeJSON{
 			Name: n.Name, UID: n.UID, Role: string(n.Role), Action: string(n.Action), ReasonCode: string(n.Reason),
 			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos,
+		})
+	}
+
+	for _, sp := range p.Secrets {
+		out.Consumers = append(out.Consumers, SecretJSON{
+			Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Action: string(sp.Action), Reason: sp.Reason, ServiceAccounts: sp.ServiceAccounts,
 		})
 	}
 

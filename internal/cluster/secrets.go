@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// SecretTarget is a pull secret ghcrsync keeps, and the service accounts that should reference it.
+type SecretTarget struct {
+	Namespace, Name string
+	Role            string
+	ServiceAccounts []string
+}
+
+// ConsumerTargets expands the configured consumers: explicit ones, and the secret in every
+// namespace that matches selector (if any).
+func (c *Connection) ConsumerTargets(ctx context.Context, explicit []SecretTarget, selector, secret string, sas []string) ([]SecretTarget, error) {
+	out := append([]SecretTarget(nil), explicit...)
+
+	if selector != "" {
+		nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, c.Unreachable("list consumer namespaces", err)
+		}
+
+		for _, ns := range nss.Items {
+			t := SecretTarget{Namespace: ns.Name, Name: secret, Role: plan.RoleConsumer, ServiceAccounts: sas}
+			if !slices.ContainsFunc(out, func(x SecretTarget) bool { return x.Namespace == t.Namespace && x.Name == t.Name }) {
+				out = append(out, t)
+			}
+		}
+	}
+
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
+
+	return out, nil
+}
+
+// DockerConfigDigest is the hex SHA-256 of a dockerconfigjson: the same bytes-to-digest rule as
+// the credential revision, so a secret is in sync when its digest equals the revision.
+func DockerConfigDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+
+	return hex.EncodeToString(sum[:])
+}
+
+// Foreign says which controller owns the Secret ("" if none): an ownerReference, an
+// External Secrets or Flux label. ghcrsync never writes such a Secret.
+func Foreign(s *corev1.Secret) string {
+	for _, o := range s.OwnerReferences {
+		return o.Kind + " " + s.Namespace + "/" + o.Name
+	}
+
+	for k, v := range s.Labels {
+		switch {
+		case strings.HasPrefix(k, "reconcile.external-secrets.io/"), strings.HasPrefix(k, "external-secrets.io/"):
+			return "External Secrets (" + k + "=" + v + ")"
+		case k == "kustomize.toolkit.fluxcd.io/name", k == "helm.toolkit.fluxcd.io/name":
+			return "Flux (" + k + "=" + v + ")"
+		}
+	}
+
+	return ""
+}
+
+// ObserveSecret reads a target: the Secret's type, digest and owner, and which of its service
+// accounts do not reference it yet (an absent service account is not counted: ghcrsync does
+// not create them).
+func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.SecretObs, error) {
+	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role}
+
+	if _, err := c.Client.CoreV1().Namespaces().Get(ctx, t.Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		obs.NamespaceMissing = true
+
+		return obs, nil
+	} else if err != nil {
+		return obs, c.Unreachable("read namespace "+t.Namespace, err)
+	}
+
+	s, err := c.Client.CoreV1().Secrets(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return obs, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
+	default:
+		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
+		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
+			obs.Digest = DockerConfigDigest(data)
+		}
+	}
+
+	for _, name := range t.ServiceAccounts {
+		sa, err := c.Client.CoreV1().ServiceAccounts(t.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+
+		if err != nil {
+			return obs, c.Unreachable("read service account "+t.Namespace+"/"+name, err)
+		}
+
+		if !slices.ContainsFunc(sa.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == t.Name }) {
+			obs.MissingFrom = append(obs.MissingFrom, name)
+		}
+	}
+
+	return obs, nil
+}

@@ -1,0 +1,283 @@
+// Package fanout writes the rotated credential into the consumer pull secrets and, last, into
+// the root Flux secret — only when everything else in the run succeeded, since the root secret is
+// what lets the cluster deliver its own fixes.
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// Outcomes of a pull secret.
+const (
+	Written   = "written"
+	Unchanged = "unchanged"
+	Skipped   = "skipped"
+	Failed    = "failed"
+	HeldBack  = "held-back"
+)
+
+// OCIRepositories is Flux's OCIRepository resource.
+var OCIRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"}
+
+// Result is one pull secret's outcome.
+type Result struct {
+	Namespace, Secret, Role string
+	Outcome                 string
+	Message                 string
+}
+
+// Hooks let tests act at exact points.
+type Hooks struct {
+	// BetweenReadAndWrite runs after a secret was read and before it is written.
+	BetweenReadAndWrite func(namespace, name string, attempt int)
+}
+
+// Options configure a fan-out.
+type Options struct {
+	Data          []byte // the dockerconfigjson to write
+	NodesOK       bool   // every node of the run succeeded
+	OCIRepository string // reconciled after the root secret changed ("" = none)
+	Assert        func() error
+	Record        func(namespace, name, role, outcome string) error // state write before each mutation
+	Hooks         Hooks
+}
+
+// Run fans the credential out: every consumer secret of the plan, then the root.
+func Run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o Options) []Result {
+	var out []Result
+
+	failed := 0
+
+	if !o.NodesOK {
+		failed++ // counts towards holding the root back
+	}
+
+	for _, sp := range p.Secrets {
+		if sp.Role == plan.RoleRoot {
+			continue
+		}
+
+		r := write(ctx, kube, sp, o)
+		if r.Outcome == Failed {
+			failed++
+		}
+
+		out = append(out, r)
+	}
+
+	for _, sp := range p.Secrets {
+		if sp.Role != plan.RoleRoot {
+			continue
+		}
+
+		if sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate {
+			out = append(out, result(sp, skippedOrUnchanged(sp), sp.Reason))
+
+			continue
+		}
+
+		if failed > 0 {
+			out = append(out, result(sp, HeldBack, fmt.Sprintf("the root Flux secret keeps its old credential: %d part(s) of this run failed", failed)))
+
+			continue
+		}
+
+		r := write(ctx, kube, sp, o)
+		if r.Outcome == Written && o.OCIRepository != "" {
+			r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository)
+		}
+
+		out = append(out, r)
+	}
+
+	return out
+}
+
+func result(sp plan.SecretPlan, outcome, msg string) Result {
+	return Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: outcome, Message: msg}
+}
+
+func skippedOrUnchanged(sp plan.SecretPlan) string {
+	if sp.Action == plan.SecretSkip {
+		return Skipped
+	}
+
+	return Unchanged
+}
+
+var errForeign = errors.New("managed by another controller")
+
+// write creates or compare-and-swap updates the secret, reads it back, and adds it to its
+// service accounts.
+func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o Options) Result {
+	if sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate {
+		return result(sp, skippedOrUnchanged(sp), sp.Reason)
+	}
+
+	fail := func(err error) Result { return result(sp, Failed, err.Error()) }
+
+	if err := o.Assert(); err != nil {
+		return fail(fmt.Errorf("not written: %w", err))
+	}
+
+	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, "writing"); err != nil {
+		return fail(err)
+	}
+
+	secrets := kube.CoreV1().Secrets(sp.Namespace)
+	where := sp.Namespace + "/" + sp.Secret
+	retries := 0
+
+	for attempt := 0; ; attempt++ {
+		if attempt == 5 {
+			return fail(fmt.Errorf("%s kept changing under concurrent writers; not written", where))
+		}
+
+		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
+
+		switch {
+		case apierrors.IsNotFound(err):
+			if h := o.Hooks.BetweenReadAndWrite; h != nil {
+				h(sp.Namespace, sp.Secret, attempt)
+			}
+
+			_, err = secrets.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
+					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
+				Type: corev1.SecretTypeDockerConfigJson,
+				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
+			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				retries++
+
+				continue
+			}
+		case err != nil:
+			return fail(fmt.Errorf("read %s: %w", where, err))
+		default:
+			if f := cluster.Foreign(cur); f != "" {
+				return fail(fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, f, errForeign))
+			}
+
+			if cur.Type != corev1.SecretTypeDockerConfigJson {
+				return fail(fmt.Errorf("%s is now of type %s: not written", where, cur.Type))
+			}
+
+			if bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], o.Data) {
+				break
+			}
+
+			if h := o.Hooks.BetweenReadAndWrite; h != nil {
+				h(sp.Namespace, sp.Secret, attempt)
+			}
+
+			next := cur.DeepCopy()
+			if next.Data == nil {
+				next.Data = map[string][]byte{}
+			}
+
+			next.Data[corev1.DockerConfigJsonKey] = o.Data
+
+			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{}) // carries cur's resourceVersion
+			if apierrors.IsConflict(err) {
+				retries++
+
+				continue
+			}
+		}
+
+		if err != nil {
+			return fail(fmt.Errorf("write %s: %w", where, err))
+		}
+
+		break
+	}
+
+	back, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
+	if err != nil || !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.Data) {
+		return fail(fmt.Errorf("read-back of %s does not match what was written (%v)", where, err))
+	}
+
+	for _, sa := range sp.ServiceAccounts {
+		if err := addPullSecret(ctx, kube, sp.Namespace, sa, sp.Secret); err != nil {
+			return fail(err)
+		}
+	}
+
+	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, Written); err != nil {
+		return fail(err)
+	}
+
+	msg := "written and read back"
+	if retries > 0 {
+		msg += fmt.Sprintf(" (after %d concurrent write(s), re-read and retried)", retries)
+	}
+
+	if len(sp.ServiceAccounts) > 0 {
+		msg += "; referenced from service account(s) " + fmt.Sprint(sp.ServiceAccounts)
+	}
+
+	return result(sp, Written, msg)
+}
+
+// addPullSecret adds secret to the service account's imagePullSecrets once (CAS on update).
+func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, secret string) error {
+	for range 5 {
+		sa, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // ghcrsync does not create service accounts
+		}
+
+		if err != nil {
+			return err
+		}
+
+		if slices.ContainsFunc(sa.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == secret }) {
+			return nil
+		}
+
+		sa.ImagePullSecrets = append(sa.ImagePullSecrets, corev1.LocalObjectReference{Name: secret})
+
+		if _, err = kube.CoreV1().ServiceAccounts(ns).Update(ctx, sa, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+
+	return fmt.Errorf("service account %s/%s kept changing; %s not added", ns, name, secret)
+}
+
+// reconcile asks Flux to reconcile the OCIRepository now.
+func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string) string {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		"reconcile.fluxcd.io/requestedAt": time.Now().UTC().Format(time.RFC3339Nano),
+	}}})
+
+	_, err := dyn.Resource(OCIRepositories).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+
+	switch {
+	case err == nil:
+		return "reconcile of OCIRepository " + ns + "/" + name + " requested"
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return "no OCIRepository " + ns + "/" + name + " to reconcile"
+	}
+
+	return "requesting a reconcile of OCIRepository " + ns + "/" + name + " failed: " + err.Error()
+}

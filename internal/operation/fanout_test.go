@@ -1,0 +1,316 @@
+package operation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+func secretDigest(t *testing.T, sb *sandbox.Sandbox, ns, name string) string {
+	t.Helper()
+
+	s, err := sb.Kube().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return cluster.DockerConfigDigest(s.Data[corev1.DockerConfigJsonKey])
+}
+
+func wantDigest(cred sandbox.Credential) string {
+	return cluster.DockerConfigDigest(sandbox.DockerConfigJSON(cred))
+}
+
+// checkFanOut asserts every consumer secret and the root hold cred, the root was written last,
+// and Flux was asked to reconcile.
+func checkFanOut(t *testing.T, sb *sandbox.Sandbox, res *operation.ApplyResult, cred sandbox.Credential) {
+	t.Helper()
+
+	if len(res.Secrets) == 0 || res.Secrets[len(res.Secrets)-1].Role != plan.RoleRoot || res.Secrets[len(res.Secrets)-1].Outcome != fanout.Written {
+		t.Fatalf("the root was not written last: %+v", res.Secrets)
+	}
+
+	for _, ns := range sandbox.ConsumerNamespaces {
+		if secretDigest(t, sb, ns, sandbox.ConsumerSecret) != wantDigest(cred) {
+			t.Errorf("%s/%s does not hold the new credential", ns, sandbox.ConsumerSecret)
+		}
+
+		sa, err := sb.Kube().CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
+		if err != nil || len(sa.ImagePullSecrets) != 1 || sa.ImagePullSecrets[0].Name != sandbox.ConsumerSecret {
+			t.Errorf("%s default service account: %v %+v", ns, err, sa.ImagePullSecrets)
+		}
+	}
+
+	if secretDigest(t, sb, sandbox.RootNamespace, sandbox.RootSecret) != wantDigest(cred) {
+		t.Error("the root Flux secret does not hold the new credential")
+	}
+
+	dyn, err := dynamic.NewForConfig(sb.AdminRESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	repo, err := dyn.Resource(sandbox.OCIRepositoryGVR).Namespace(sandbox.RootNamespace).Get(context.Background(), sandbox.OCIRepository, metav1.GetOptions{})
+	if err != nil || repo.GetAnnotations()["reconcile.fluxcd.io/requestedAt"] == "" {
+		t.Errorf("no reconcile requested on the OCIRepository: %v %v", err, repo)
+	}
+}
+
+// restartAllPods deletes every pod and waits until the cluster's pods are Running again.
+func restartAllPods(t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+
+	ctx := context.Background()
+	kube := sb.Kube()
+
+	pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range pods.Items {
+		_ = kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+	}
+
+	sandboxtest.Eventually(t, 90*time.Second, "every workload pulls again", func() error {
+		pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+
+		running := 0
+
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				return fmt.Errorf("%s/%s is %s", p.Namespace, p.Name, p.Status.Phase)
+			}
+
+			running++
+		}
+
+		if running < 5 {
+			return fmt.Errorf("only %d pods running", running)
+		}
+
+		return nil
+	})
+}
+
+// A namespace labelled after a rotation gets its pull secret on the next one; a concurrent
+// writer between read and write loses to the CAS retry; a secret another controller owns is
+// left alone and reported; and a plan afterwards shows every secret unchanged.
+func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	for ns, foreign := range map[string]bool{"team-c": false, "team-ext": true} {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: ns, Labels: map[string]string{sandbox.ConsumerLabel: "ghcr"},
+		}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+
+		if foreign {
+			owner, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "external-secret"}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			_, err = kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
+				}}},
+				Type: corev1.SecretTypeDockerConfigJson,
+				Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	foreignBefore := secretDigest(t, sb, "team-ext", sandbox.ConsumerSecret)
+
+	r := newRotation(t, sb, nil, "prod-worker-1")
+	path := r.plan()
+
+	byNS := map[string]plan.SecretPlan{}
+	for _, sp := range r.planned.Secrets {
+		byNS[sp.Namespace] = sp
+	}
+
+	if byNS["team-c"].Action != plan.SecretCreate || byNS["team-ext"].Action != plan.SecretSkip || byNS["team-a"].Action != plan.SecretUpdate {
+		t.Fatalf("secret plan: %+v", r.planned.Secrets)
+	}
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_ = res
+
+	// (The concurrent writer runs on a second rotation below, with the hook installed.)
+	r2 := newRotation(t, sb, nil, "prod-worker-1")
+	path2 := r2.plan()
+
+	res2, err := operation.Apply(ctx, operation.ApplyOptions{
+		ConfigPath: r2.cfg, PlanPath: path2,
+		SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+			if ns != "team-a" || attempt != 0 {
+				return
+			}
+
+			s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+
+				return
+			}
+
+			s.Data[corev1.DockerConfigJsonKey] = []byte(`{"auths":{"ghcr.io":{"username":"someone-else","password":"x"}}}`)
+			if _, err := kube.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, s := range res2.Secrets {
+		switch s.Namespace {
+		case "team-a":
+			if s.Outcome != fanout.Written || !strings.Contains(s.Message, "concurrent write") {
+				t.Errorf("concurrent writer: %+v", s)
+			}
+		case "team-ext":
+			if s.Outcome != fanout.Skipped || !strings.Contains(s.Message, "ConfigMap team-ext/external-secret") {
+				t.Errorf("foreign secret: %+v", s)
+			}
+		}
+	}
+
+	if secretDigest(t, sb, "team-a", sandbox.ConsumerSecret) != wantDigest(r2.cred) {
+		t.Fatal("the concurrent writer's value survived")
+	}
+
+	if secretDigest(t, sb, "team-ext", sandbox.ConsumerSecret) != foreignBefore {
+		t.Fatal("a secret owned by another controller was written")
+	}
+
+	if secretDigest(t, sb, "team-c", sandbox.ConsumerSecret) != wantDigest(r2.cred) {
+		t.Fatal("team-c has no pull secret")
+	}
+
+	again, err := operation.Plan(ctx, operation.PlanOptions{ConfigPath: r2.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, sp := range again.Plan.Secrets {
+		if sp.Action != plan.SecretNoOp && sp.Action != plan.SecretSkip {
+			t.Errorf("after the run %s/%s plans %s", sp.Namespace, sp.Secret, sp.Action)
+		}
+	}
+
+	// A pod in the new namespace pulls a private image through its pull secret.
+	pod, err := kube.CoreV1().Pods("team-c").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "puller"},
+		Spec: corev1.PodSpec{
+			ImagePullSecrets: []corev1.LocalObjectReference{{Name: sandbox.ConsumerSecret}},
+			Containers:       []corev1.Container{{Name: "c", Image: sandbox.RegistryHost + "/ghcrsync/app:v1"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 60*time.Second, "team-c pulls through its secret", func() error {
+		if src := sb.Fleet().PullSource("team-c", pod.Name); src != "secret team-c/"+sandbox.ConsumerSecret {
+			return fmt.Errorf("pull source %q", src)
+		}
+
+		return nil
+	})
+}
+
+// A node failure in the run leaves the root Flux secret on its old credential (by digest), and
+// the run says so.
+func TestRootHeldBackWhenANodeFails(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-3"
+
+	rootBefore := secretDigest(t, sb, sandbox.RootNamespace, sandbox.RootSecret)
+
+	r := newRotation(t, sb, nil, name)
+	path := r.plan()
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if phase == state.PhaseDrained {
+			n := node0(t, sb, node)
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+			_, _ = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	last := res.Secrets[len(res.Secrets)-1]
+	if last.Role != plan.RoleRoot || last.Outcome != fanout.HeldBack || !strings.Contains(last.Message, "keeps its old credential") {
+		t.Fatalf("root: %+v", last)
+	}
+
+	if got := secretDigest(t, sb, sandbox.RootNamespace, sandbox.RootSecret); got != rootBefore {
+		t.Fatal("the root Flux secret changed although a node failed")
+	}
+
+	// Clean up through release: the run is over and named explicitly.
+	n := node0(t, sb, name)
+	kept := n.Spec.Taints[:0]
+
+	for _, tt := range n.Spec.Taints {
+		if tt.Key != "example.com/maintenance" {
+			kept = append(kept, tt)
+		}
+	}
+
+	n.Spec.Taints = kept
+	if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	rel, err := operation.Release(ctx, operation.ReleaseOptions{FencesOptions: operation.FencesOptions{ConfigPath: r.cfg, Holder: res.Holder}})
+	if err != nil || rel.Failed() != 0 {
+		t.Fatalf("release of the failed run's fence: %v %+v", err, rel)
+	}
+
+	assertReleased(t, sb, name, false)
+
+	_ = errors.New
+}

@@ -1,0 +1,96 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Secret roles.
+const (
+	RoleConsumer = "consumer"
+	RoleRoot     = "root"
+)
+
+// SecretObs is an observed target pull secret.
+type SecretObs struct {
+	Namespace        string   `json:"namespace"`
+	Name             string   `json:"name"`
+	Role             string   `json:"role"`
+	NamespaceMissing bool     `json:"namespace_missing,omitempty"`
+	Exists           bool     `json:"exists"`
+	Type             string   `json:"type,omitempty"`
+	Digest           string   `json:"digest,omitempty"`  // hex SHA-256 of its .dockerconfigjson
+	Foreign          string   `json:"foreign,omitempty"` // why another controller owns it
+	MissingFrom      []string `json:"missing_from,omitempty"`
+}
+
+// SecretAction is what the plan does to a pull secret.
+type SecretAction string
+
+const (
+	SecretCreate SecretAction = "create"
+	SecretUpdate SecretAction = "update"
+	SecretNoOp   SecretAction = "no-op"
+	SecretSkip   SecretAction = "skip"
+)
+
+// SecretPlan is one pull secret's action.
+type SecretPlan struct {
+	Namespace       string       `json:"namespace"`
+	Secret          string       `json:"secret"`
+	Role            string       `json:"role"`
+	Action          SecretAction `json:"action"`
+	Reason          string       `json:"reason"`
+	ServiceAccounts []string     `json:"service_accounts,omitempty"` // to reference it
+	Digest          string       `json:"current_digest,omitempty"`
+}
+
+// planSecrets decides every pull secret's action: consumers by namespace and name, the root
+// Flux secret last. The desired digest is the credential revision (both are the SHA-256 of the
+// dockerconfigjson bytes written).
+func planSecrets(obs []SecretObs, revision string) []SecretPlan {
+	out := make([]SecretPlan, 0, len(obs))
+
+	for _, s := range obs {
+		sp := SecretPlan{Namespace: s.Namespace, Secret: s.Name, Role: s.Role, Digest: s.Digest, ServiceAccounts: s.MissingFrom}
+		where := s.Namespace + "/" + s.Name
+
+		switch {
+		case s.NamespaceMissing:
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, "namespace "+s.Namespace+" does not exist", nil
+		case s.Foreign != "":
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, where+" is managed by "+s.Foreign+": ghcrsync leaves it alone", nil
+		case s.Exists && s.Type != "kubernetes.io/dockerconfigjson":
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, fmt.Sprintf("%s is of type %s, not kubernetes.io/dockerconfigjson: ghcrsync does not change a Secret's type", where, s.Type), nil
+		case !s.Exists:
+			sp.Action, sp.Reason = SecretCreate, where+" does not exist"
+		case s.Digest != revision:
+			sp.Action, sp.Reason = SecretUpdate, fmt.Sprintf("%s holds another credential (%s)", where, digestOrNone(s.Digest))
+		case len(s.MissingFrom) > 0:
+			sp.Action, sp.Reason = SecretUpdate, "service account(s) "+strings.Join(s.MissingFrom, ", ")+" do not reference "+where+" yet"
+		default:
+			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+short(revision)
+		}
+
+		if sp.Role == RoleRoot && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {
+			sp.Reason += "; switched last, only after every node and consumer succeeded in the run"
+		}
+
+		out = append(out, sp)
+	}
+
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Role == RoleRoot) != (out[j].Role == RoleRoot) {
+			return out[j].Role == RoleRoot
+		}
+
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+
+		return out[i].Secret < out[j].Secret
+	})
+
+	return out
+}
