@@ -67,6 +67,8 @@ type Observation struct {
 	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
 	Holder string
 	Force  bool
+	// SecretsInFlight are pull secrets a run had started writing and not confirmed.
+	SecretsInFlight []state.SecretRecord
 }
 
 // Fence is one held fence, with the evidence and what to do about it.
@@ -93,8 +95,9 @@ type Fence struct {
 
 // Report is the inventory.
 type Report struct {
-	Fences  []Fence `json:"fences"`
-	Summary string  `json:"summary"`
+	Fences  []Fence  `json:"fences"`
+	Notes   []string `json:"notes,omitempty"`
+	Summary string   `json:"summary"`
 }
 
 // Classify builds the report: node fences by name, then the Lease (released last).
@@ -160,6 +163,11 @@ func Classify(o Observation) Report {
 
 		f.Evidence = fmt.Sprintf("%s (duration %s, transitions %d); %s", age, l.Duration, l.Transitions, f.Evidence)
 		rep.Fences = append(rep.Fences, f)
+	}
+
+	for _, sr := range o.SecretsInFlight {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("pull secret %s/%s (%s) was being written with revision %.12s… when its run stopped: "+
+			"not a fence, but it may hold either credential; run plan to see what remains", sr.Namespace, sr.Name, sr.Role, sr.DesiredRevision))
 	}
 
 	rep.Summary = summary(rep.Fences)

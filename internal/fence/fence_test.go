@@ -47,7 +47,8 @@ func observation() fence.Observation {
 			{Name: "prod-worker-5", Exists: true, UID: "u5", Owner: local, Phase: "drained", Cordoned: true, Ready: true},
 			{Name: "prod-worker-6", Exists: true, UID: "u6", Owner: "9f8e7d6c5b4a3928-gh43.2-runner-9-ee33ff", Phase: "drained", Cordoned: true, Ready: true},
 		},
-		Lease: &fence.LeaseObs{Namespace: "flux-system", Name: "ghcr-auth-refresh", Holder: dead, RenewTime: at(5 * time.Minute), Duration: 2 * time.Minute, Transitions: 3},
+		Lease:           &fence.LeaseObs{Namespace: "flux-system", Name: "ghcr-auth-refresh", Holder: dead, RenewTime: at(5 * time.Minute), Duration: 2 * time.Minute, Transitions: 3},
+		SecretsInFlight: []state.SecretRecord{{Namespace: "team-a", Name: "ghcr-pull", Role: "consumer", DesiredRevision: "9f8e7d6c5b4a3928170", Outcome: "writing"}},
 		Verdicts: map[string]fence.Verdict{
 			dead:  {Checked: true, Terminal: true, Evidence: "GitHub Actions run 41 attempt 1 of org/fleet is completed"},
 			alive: {Checked: true, Evidence: "GitHub Actions run 42 attempt 1 of org/fleet is in_progress"},

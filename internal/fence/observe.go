@@ -27,6 +27,12 @@ type Checker interface {
 func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, leaseNS, leaseName string, checker Checker, now time.Time) (Observation, error) {
 	o := Observation{Now: now, Verdicts: map[string]Verdict{}}
 
+	for _, sr := range st.Secrets {
+		if sr.Outcome == "writing" {
+			o.SecretsInFlight = append(o.SecretsInFlight, sr)
+		}
+	}
+
 	list, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return o, kube.Unreachable("list nodes", err)

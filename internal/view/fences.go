@@ -17,6 +17,7 @@ const FencesJSONFormatVersion = "1.0"
 type FencesJSON struct {
 	FormatVersion string        `json:"format_version"`
 	Fences        []fence.Fence `json:"fences"`
+	Notes         []string      `json:"notes,omitempty"`
 	Summary       string        `json:"summary"`
 }
 
@@ -25,7 +26,7 @@ func FencesJSONTo(w io.Writer, r fence.Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 
-	return enc.Encode(FencesJSON{FormatVersion: FencesJSONFormatVersion, Fences: r.Fences, Summary: r.Summary})
+	return enc.Encode(FencesJSON{FormatVersion: FencesJSONFormatVersion, Fences: r.Fences, Notes: r.Notes, Summary: r.Summary})
 }
 
 // FencesHuman renders the inventory in release order.
@@ -73,11 +74,20 @@ func FencesHuman(w io.Writer, r fence.Report) {
 		fmt.Fprintln(w)
 	}
 
+	notes(w, r)
 	fmt.Fprintln(w, r.Summary)
+}
+
+func notes(w io.Writer, r fence.Report) {
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "Note: %s\n\n", oneLine(n))
+	}
 }
 
 // ReleaseHuman renders what release will undo (dry run) or did.
 func ReleaseHuman(w io.Writer, r fence.Report, outcomes []fence.Outcome, dryRun bool) {
+	notes(w, r)
+
 	if len(r.Fences) == 0 {
 		fmt.Fprintln(w, "No fence is held: nothing to release.")
 
