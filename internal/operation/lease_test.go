@@ -268,13 +268,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 				}},
 				"spec": map[string]any{"unschedulable": false},
 			})
-			sandboxtest.Eventually(t, 60*time.Second, name+" Ready", func() error {
-				if !sandbox.NodeReady(node(t, sb, name)) {
-					return errors.New("not Ready")
-				}
-
-				return nil
-			})
+			waitReady(t, sb, name)
 		})
 	}
 }
