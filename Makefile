@@ -35,8 +35,12 @@ unit: vet
 demo: control-plane build
 	@scripts/demo.sh
 
+# Benchmarks of the pure hot paths (packages with a sandbox TestMain are left out: they would
+# start a control plane for nothing).
+BENCH_PKGS ?= ./plan
+
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $(BENCH_PKGS)
 
 check-leaks:
 	@scripts/check-leaks.sh

@@ -1,0 +1,68 @@
+package plan_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// fleet builds a snapshot of n nodes (3 control planes, the rest workers, a tenth of them
+// autoscaler candidates) and n/10 pull secrets.
+func fleet(n int) (plan.Snapshot, plan.Input) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s := plan.Snapshot{TakenAt: now, APIEndpoint: "10.0.0.1"}
+
+	for i := range n {
+		node := plan.Node{
+			Name: fmt.Sprintf("node-%04d", i), UID: fmt.Sprint(i), ControlPlane: i < 3, Ready: true,
+			InternalIP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Addresses: []string{fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)},
+			Taints: []taints.Taint{{Key: "example.com/pool", Value: "a", Effect: "NoSchedule"}},
+			Talos:  &plan.TalosFacts{Version: "v1.13.9", ConfiguredDigest: "old", ConfigUpdated: now.Add(-time.Hour), CRIStarted: now.Add(-2 * time.Hour)},
+		}
+
+		if i%10 == 9 {
+			node.Taints = append(node.Taints, taints.Taint{Key: taints.DeletionCandidate, Value: "1795953086", Effect: "PreferNoSchedule"})
+		}
+
+		s.Nodes = append(s.Nodes, node)
+	}
+
+	for i := range n / 10 {
+		s.Secrets = append(s.Secrets, plan.SecretObs{Namespace: fmt.Sprintf("team-%03d", i), Name: "ghcr-pull", Role: plan.RoleConsumer, Exists: true, Type: "kubernetes.io/dockerconfigjson", Digest: "old"})
+	}
+
+	return s, plan.Input{Now: now, TTL: time.Hour, CredentialRevision: "rev", AuthDigest: "new", Registry: "ghcr.io", AutoscalerPolicy: "deselect"}
+}
+
+// BenchmarkPlan1000Nodes: planning stays a small, pure computation for a large fleet.
+func BenchmarkPlan1000Nodes(b *testing.B) {
+	s, in := fleet(1000)
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if p := plan.Make(s, in); p.Summary.Fence == 0 {
+			b.Fatal("nothing planned")
+		}
+	}
+}
+
+// BenchmarkSchedulingTaints: the normalisation every guard runs.
+func BenchmarkSchedulingTaints(b *testing.B) {
+	ts := []taints.Taint{
+		{Key: taints.Unschedulable, Effect: "NoSchedule"}, {Key: taints.DeletionCandidate, Value: "1795953086", Effect: "PreferNoSchedule"},
+		{Key: taints.NotReady, Effect: "NoExecute"}, {Key: "example.com/pool", Value: "a", Effect: "NoSchedule"},
+		{Key: "node-role.kubernetes.io/control-plane", Effect: "NoSchedule"},
+	}
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if len(taints.Scheduling(ts)) != 2 {
+			b.Fatal("rule changed")
+		}
+	}
+}
