@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -247,6 +248,11 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// A bare pod has no controller: left behind, it would (rightly) block later drains.
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Pods("team-c").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	})
 
 	sandboxtest.Eventually(t, 60*time.Second, "team-c pulls through its secret", func() error {
 		if src := sb.Fleet().PullSource("team-c", pod.Name); src != "secret team-c/"+sandbox.ConsumerSecret {

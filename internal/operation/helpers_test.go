@@ -38,6 +38,8 @@ type rotation struct {
 	group   string
 	log     *syncBuffer
 	planned *plan.Plan
+	// mayDeselect lets the plan leave these nodes alone (a test that wants a deselection).
+	mayDeselect map[string]bool
 }
 
 type syncBuffer struct {
@@ -134,13 +136,18 @@ func (r *rotation) plan() string {
 	}
 
 	r.planned = res.Plan
-	if !res.Plan.Changes() {
-		var b bytes.Buffer
-		for _, n := range res.Plan.Nodes {
-			fmt.Fprintf(&b, "%s: %s %s\n", n.Name, n.Action, n.Sentence)
-		}
 
-		r.t.Fatalf("the rotation's plan has nothing to do:\n%s", b.String())
+	// Every node of the rotation must be acted on: a silently deselected node would make the
+	// test prove nothing (the pull secrets alone always have work to do).
+	for _, n := range res.Plan.Nodes {
+		if n.Action != plan.ActionFence && n.Action != plan.ActionApplyLive && !r.mayDeselect[n.Name] {
+			var b bytes.Buffer
+			for _, x := range res.Plan.Nodes {
+				fmt.Fprintf(&b, "%s: %s %s\n", x.Name, x.Action, x.Sentence)
+			}
+
+			r.t.Fatalf("the rotation's plan does not act on %s:\n%s", n.Name, b.String())
+		}
 	}
 
 	path := filepath.Join(r.dir, "plan.out")

@@ -169,7 +169,7 @@ func TestStalePlansAreRefused(t *testing.T) {
 func runKillHelper() bool {
 	target := state.Phase(os.Getenv("GHCRSYNC_KILL_AT"))
 
-	_, err := operation.Apply(context.Background(), operation.ApplyOptions{
+	res, err := operation.Apply(context.Background(), operation.ApplyOptions{
 		ConfigPath: os.Getenv("GHCRSYNC_KILL_CONFIG"), PlanPath: os.Getenv("GHCRSYNC_KILL_PLAN"),
 		Hooks: apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
 			if phase == target {
@@ -179,6 +179,12 @@ func runKillHelper() bool {
 		}},
 	})
 	fmt.Fprintf(os.Stderr, "kill helper: phase %s never reached (%v)\n", target, err)
+
+	if res != nil {
+		for _, r := range res.Results {
+			fmt.Fprintf(os.Stderr, "  %s: %s %s\n", r.Node, r.Outcome, r.Message)
+		}
+	}
 	os.Exit(3)
 
 	return true

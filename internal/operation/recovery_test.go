@@ -308,6 +308,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 
 	// A new plan (the fenced node is deselected as fenced-by-other) and an apply that reclaims.
 	r2 := newRotation(t, sb, shortLease("recover-reclaim"), name, "prod-worker-3")
+	r2.mayDeselect = map[string]bool{name: true} // fenced by the dead run: fenced-by-other
 	path := r2.plan()
 
 	st := r.readState()

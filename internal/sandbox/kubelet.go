@@ -395,6 +395,14 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 
 	for _, ref := range pod.Spec.ImagePullSecrets {
 		s, err := k.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, getOpts)
+
+		// The Node authorizer learns of a pod's secrets a moment after the pod is bound to this
+		// node: wait for it, as the kubelet's sync loop would, rather than pull without them.
+		for try := 0; apierrors.IsForbidden(err) && try < 20 && ctx.Err() == nil; try++ {
+			time.Sleep(100 * time.Millisecond)
+			s, err = k.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, getOpts)
+		}
+
 		if err != nil || s.Type != corev1.SecretTypeDockerConfigJson {
 			continue
 		}
