@@ -30,6 +30,27 @@ lease {
   duration  = "15s"
   heartbeat = "5s"
 }
+consumer "billing" {
+  namespace        = "billing"
+  secret           = "ghcr-pull"
+  service_accounts = ["default", "builder"]
+}
+consumer "web" {
+  namespace = "web"
+  secret    = "ghcr-pull"
+}
+consumers {
+  selector = "ghcrsync.dev/pull-secret=ghcr"
+  secret   = "ghcr-pull"
+}
+flux_root {
+  namespace      = "flux-system"
+  secret         = "ghcr-auth"
+  oci_repository = "flux-system"
+}
+liveness "github_actions" {
+  repository = "org/fleet"
+}
 `
 
 func writeDir(t *testing.T, hcl string) string {
@@ -72,6 +93,11 @@ func TestLoadValid(t *testing.T) {
 		"lease defaults+values": cfg.Lease.Name == "ghcr-auth-refresh" && cfg.Lease.Duration == 15*time.Second,
 		"state default":         cfg.State.Backend == "local" && cfg.State.Path == filepath.Join(dir, "ghcrsync.state.json"),
 		"digest":                len(cfg.Digest) == 64,
+		"consumers":             len(cfg.Consumers) == 2 && cfg.Consumers[0].Name == "billing" && len(cfg.Consumers[0].ServiceAccounts) == 2,
+		"consumer sa default":   len(cfg.Consumers) == 2 && cfg.Consumers[1].ServiceAccounts[0] == "default",
+		"consumer selector":     cfg.ConsumerSelector != nil && cfg.ConsumerSelector.Selector == "ghcrsync.dev/pull-secret=ghcr",
+		"flux root":             cfg.FluxRoot != nil && cfg.FluxRoot.OCIRepository == "flux-system",
+		"liveness defaults":     cfg.Liveness != nil && cfg.Liveness.APIURL == "https://api.github.com" && cfg.Liveness.TokenEnv == "GH_TOKEN",
 	}
 
 	for name, ok := range checks {

@@ -333,3 +333,53 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 
 	assertReleased(t, sb, name, false)
 }
+
+// state push migrates a local state into the Kubernetes backend (refusing another lineage
+// unless forced); state rm forgets a record and leaves the cluster alone.
+func TestStatePushAndRemove(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	dir := t.TempDir()
+
+	local := &state.Local{Path: filepath.Join(dir, "local.json")}
+	st := &state.State{Records: []state.Record{{Node: "prod-worker-9", Phase: state.PhaseReleased, Outcome: state.OutcomeDone}}}
+
+	if err := local.Write(st); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `backend = "local"`, `backend = "kubernetes"`+"\n  secret  = \"ghcrsync-state-push\"", 1)
+	})
+	o := operation.FencesOptions{ConfigPath: r.cfg}
+
+	pushed, err := operation.StatePush(o, local.Path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, got, err := operation.StatePull(o)
+	if err != nil || got.Lineage != st.Lineage || got.Record("prod-worker-9") == nil || got.Serial != pushed.Serial {
+		t.Fatalf("pulled after push: %v %+v", err, got)
+	}
+
+	other := &state.Local{Path: filepath.Join(dir, "other.json")}
+	if err := other.Write(&state.State{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := operation.StatePush(o, other.Path, false); err == nil || !strings.Contains(err.Error(), "pushing would replace another history") {
+		t.Fatalf("push of another lineage: %v", err)
+	}
+
+	if err := operation.StateRemove(o, "prod-worker-9"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, got, _ := operation.StatePull(o); got.Record("prod-worker-9") != nil || got.Serial != pushed.Serial+1 {
+		t.Fatalf("after rm: %+v", got)
+	}
+
+	if err := operation.StateRemove(o, "prod-worker-9"); err == nil {
+		t.Fatal("removing an absent record succeeded")
+	}
+}
