@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
@@ -84,10 +83,14 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 		log = hclog.NewNullLogger()
 	}
 
-	cfg, err := config.Load(o.ConfigPath)
+	// Configuration, cluster connection and the state, locked for the whole run.
+	r, err := openRecovery(FencesOptions{ConfigPath: o.ConfigPath}, true)
 	if err != nil {
 		return nil, err
 	}
+	defer r.store.Unlock()
+
+	cfg, kube, store, st := r.cfg, r.kube, r.store, r.st
 
 	var p *plan.Plan
 
@@ -109,22 +112,6 @@ func Apply(ctx context.Context, o ApplyOptions) (*ApplyResult, error) {
 	}
 
 	cred, err := credential.Load(cfg.Credential.SopsFile, cfg.Credential.Key, cfg.Credential.Registry)
-	if err != nil {
-		return nil, err
-	}
-
-	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
-	if err != nil {
-		return nil, err
-	}
-
-	store := OpenStore(cfg, kube)
-	if err := store.Lock(); err != nil {
-		return nil, err
-	}
-	defer store.Unlock()
-
-	st, err := store.Read()
 	if err != nil {
 		return nil, err
 	}

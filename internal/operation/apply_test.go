@@ -188,7 +188,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 
 	res, err = r2.apply(path2, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
 		if attempt == 0 {
-			patchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "other-run"}}})
+			sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "other-run"}}})
 		}
 	}})
 	if err != nil {
@@ -196,7 +196,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 	}
 
 	t.Cleanup(func() {
-		patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}}})
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}}})
 	})
 
 	x := r2.result(res, name)
@@ -482,8 +482,10 @@ func TestAdminCordonStays(t *testing.T) {
 	kube := sb.Kube()
 	const name = "prod-worker-2"
 
-	patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
-	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
+	})
 
 	r := newRotation(t, sb, nil, name)
 	path := r.plan()
@@ -509,7 +511,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 	const down, target = "prod-control-plane-3", "prod-control-plane-2"
 
 	// Fence the machine to power off, so the witness sees a safe reboot.
-	patchNode(t, kube, down, map[string]any{
+	sandboxtest.PatchNode(t, kube, down, map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "quorum-test"}},
 		"spec":     map[string]any{"unschedulable": true},
 	})
@@ -531,7 +533,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 
 			return nil
 		})
-		patchNode(t, kube, down, map[string]any{
+		sandboxtest.PatchNode(t, kube, down, map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/operation"
@@ -73,7 +72,7 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 	kube := sb.Kube()
 
 	for _, n := range nodes {
-		patchNode(t, kube, n, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": group}}})
+		sandboxtest.PatchNode(t, kube, n, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": group}}})
 	}
 
 	t.Cleanup(func() {
@@ -198,15 +197,6 @@ func (r *rotation) readState() *state.State {
 	}
 
 	return st
-}
-
-func patchNode(t *testing.T, kube kubernetes.Interface, name string, v map[string]any) {
-	t.Helper()
-
-	b, _ := json.Marshal(v)
-	if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func node(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node {

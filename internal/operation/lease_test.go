@@ -267,7 +267,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			}
 
 			// Undo what the dead run left (the release command belongs to another issue).
-			patchNode(t, kube, name, map[string]any{
+			sandboxtest.PatchNode(t, kube, name, map[string]any{
 				"metadata": map[string]any{"annotations": map[string]any{
 					plan.OwnerAnnotation: nil, plan.PhaseAnnotation: nil, plan.RecordAnnotation: nil,
 					"ghcrsync.dev/scale-down-disabled-by": nil, sandbox.ScaleDownDisabledAnnotation: nil,
@@ -303,7 +303,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 	defer l.Stop()
 
 	reboot := func() {
-		patchNode(t, direct, endpointNode, map[string]any{
+		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "outage-run"}},
 			"spec":     map[string]any{"unschedulable": true},
 		})
@@ -323,7 +323,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 			return nil
 		})
 
-		patchNode(t, direct, endpointNode, map[string]any{
+		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})

@@ -203,8 +203,10 @@ func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
 	kube := sb.Kube()
 	const name = "prod-worker-2"
 
-	patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
-	t.Cleanup(func() { patchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
+	})
 
 	r := newRotation(t, sb, shortLease("recover-annotations"), name)
 	id := killRun(t, r, r.plan(), state.PhaseConfigured)

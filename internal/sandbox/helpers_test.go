@@ -2,7 +2,6 @@ package sandbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -68,21 +66,12 @@ func node(t *testing.T, kube kubernetes.Interface, name string) *corev1.Node {
 	return n
 }
 
-func patchNode(t *testing.T, kube kubernetes.Interface, name string, v map[string]any) {
-	t.Helper()
-
-	b, _ := json.Marshal(v)
-	if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // fence cordons the node, marks it owned by a test run, and evicts its evictable pods: the
 // state in which the safety witness accepts a reboot. The returned func undoes it.
 func fence(t *testing.T, kube kubernetes.Interface, name string) func() {
 	t.Helper()
 
-	patchNode(t, kube, name, map[string]any{
+	sandboxtest.PatchNode(t, kube, name, map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{sandbox.OwnerAnnotation: "test-" + t.Name()}},
 		"spec":     map[string]any{"unschedulable": true},
 	})
@@ -115,7 +104,7 @@ func fence(t *testing.T, kube kubernetes.Interface, name string) func() {
 	})
 
 	return func() {
-		patchNode(t, kube, name, map[string]any{
+		sandboxtest.PatchNode(t, kube, name, map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{sandbox.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})

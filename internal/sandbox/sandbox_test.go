@@ -73,7 +73,7 @@ func TestJSONPatchTestFailureIs422AndStaleUpdateIs409(t *testing.T) {
 	}
 
 	t.Cleanup(func() {
-		patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/probe": nil}}})
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/probe": nil}}})
 	})
 
 	if before.Spec.Unschedulable {
@@ -126,7 +126,7 @@ func TestJSONPatchTestNullSemantics(t *testing.T) {
 	}
 
 	// A map without the key: the test holds and the add lands.
-	patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"ghcrsync.dev/probe": "x"}}})
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"ghcrsync.dev/probe": "x"}}})
 
 	if err := apply(); err != nil {
 		t.Fatalf("absent key in an existing map: want success, got %v", err)
@@ -137,7 +137,7 @@ func TestJSONPatchTestNullSemantics(t *testing.T) {
 		t.Fatalf("present key: want 422 Invalid, got %v", err)
 	}
 
-	patchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		"ghcrsync.dev/probe": nil, "ghcrsync.dev/owner": nil,
 	}}})
 }
@@ -559,10 +559,10 @@ func TestAutoscalerChurnsCandidateTaintAndDeletesNode(t *testing.T) {
 	}
 
 	protected, victim := managed[0], managed[1]
-	patchNode(t, kube, protected, map[string]any{"metadata": map[string]any{"annotations": map[string]any{sandbox.ScaleDownDisabledAnnotation: "true"}}})
+	sandboxtest.PatchNode(t, kube, protected, map[string]any{"metadata": map[string]any{"annotations": map[string]any{sandbox.ScaleDownDisabledAnnotation: "true"}}})
 
 	t.Cleanup(func() {
-		patchNode(t, kube, protected, map[string]any{"metadata": map[string]any{"annotations": map[string]any{sandbox.ScaleDownDisabledAnnotation: nil}}})
+		sandboxtest.PatchNode(t, kube, protected, map[string]any{"metadata": map[string]any{"annotations": map[string]any{sandbox.ScaleDownDisabledAnnotation: nil}}})
 	})
 
 	candidateValue := func(name string) (string, bool) {

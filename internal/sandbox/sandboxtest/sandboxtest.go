@@ -4,6 +4,7 @@ package sandboxtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -211,5 +213,15 @@ func QuietAutoscaler(t testing.TB) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// PatchNode merge-patches a Node (a test's stand-in for an admin or another controller).
+func PatchNode(t testing.TB, kube kubernetes.Interface, name string, v map[string]any) {
+	t.Helper()
+
+	b, _ := json.Marshal(v)
+	if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
