@@ -154,7 +154,7 @@ func classify(n Node, in Input, now time.Time) NodePlan {
 		case n.Annotations[VerifiedRevisionAnnotation] == in.CredentialRevision:
 			proof = "its runtime was verified by ghcrsync"
 			if b := n.Annotations[VerifiedBootAnnotation]; b != "" {
-				proof += " on boot " + short(b)
+				proof += " on boot " + Short(b)
 			}
 		case !n.Talos.CRIStarted.IsZero() && n.Talos.CRIStarted.After(n.Talos.ConfigUpdated):
 			proof = "its container runtime started at " + clock(n.Talos.CRIStarted) + ", after its config last changed at " + clock(n.Talos.ConfigUpdated)
@@ -162,7 +162,7 @@ func classify(n Node, in Input, now time.Time) NodePlan {
 
 		if proof != "" {
 			np.Action, np.Reason = ActionNoOp, ReasonInSync
-			np.Sentence = ReasonInSync.Sentence(n.Name, short(in.CredentialRevision)) + ": " + proof
+			np.Sentence = ReasonInSync.Sentence(n.Name, Short(in.CredentialRevision)) + ": " + proof
 
 			return np
 		}
@@ -177,7 +177,7 @@ func classify(n Node, in Input, now time.Time) NodePlan {
 		return deselect(ReasonNotReady, "Ready condition is not True")
 	}
 
-	reason, detail := ReasonConfigOutdated, "configured "+digestOrNone(n.Talos.ConfiguredDigest)+", desired "+short(in.AuthDigest)
+	reason, detail := ReasonConfigOutdated, "configured "+digestOrNone(n.Talos.ConfiguredDigest)+", desired "+Short(in.AuthDigest)
 	if n.Talos.ConfiguredDigest == in.AuthDigest {
 		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
 	}
@@ -324,7 +324,8 @@ func taintTime(t taints.Taint) string {
 
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
-func short(s string) string {
+// Short abbreviates a digest or revision for people: its first 12 characters and "…".
+func Short(s string) string {
 	if len(s) > 12 {
 		return s[:12] + "…"
 	}
@@ -337,5 +338,5 @@ func digestOrNone(d string) string {
 		return "none"
 	}
 
-	return short(d)
+	return Short(d)
 }

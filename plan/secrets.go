@@ -70,7 +70,7 @@ func planSecrets(obs []SecretObs, revision string) []SecretPlan {
 		case len(s.MissingFrom) > 0:
 			sp.Action, sp.Reason = SecretUpdate, "service account(s) "+strings.Join(s.MissingFrom, ", ")+" do not reference "+where+" yet"
 		default:
-			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+short(revision)
+			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+Short(revision)
 		}
 
 		if sp.Role == RoleRoot && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {

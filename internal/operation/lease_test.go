@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -215,14 +214,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			path := r.plan()
 			bootBefore := node(t, sb, name).Status.NodeInfo.BootID
 
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "GHCRSYNC_KILL_AT="+string(phase), "GHCRSYNC_KILL_CONFIG="+r.cfg, "GHCRSYNC_KILL_PLAN="+path)
-			out, err := cmd.CombinedOutput()
-
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("helper was not killed: %v\n%s", err, out)
-			}
+			killRun(t, r, path, phase)
 
 			rec := r.readState().Record(name)
 			if rec == nil || rec.Phase != phase || rec.Outcome != state.OutcomeInProgress {

@@ -61,7 +61,7 @@ func describe(n plan.NodePlan) string {
 
 // PlanHuman renders a plan the way `ghcrsync plan` and `ghcrsync show` print it.
 func PlanHuman(w io.Writer, p *plan.Plan) {
-	fmt.Fprintf(w, "Credential revision %s for %s", short(p.CredentialRevision), p.Registry)
+	fmt.Fprintf(w, "Credential revision %s for %s", plan.Short(p.CredentialRevision), p.Registry)
 
 	if p.ProofSkipped {
 		fmt.Fprint(w, " (not proved: --skip-proof)")
@@ -161,7 +161,7 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 
 	s := p.Summary
 	if !p.Changes() {
-		fmt.Fprintf(w, "No changes. The fleet already uses credential revision %s", short(p.CredentialRevision))
+		fmt.Fprintf(w, "No changes. The fleet already uses credential revision %s", plan.Short(p.CredentialRevision))
 
 		if s.Deselected > 0 {
 			fmt.Fprintf(w, " on every node ghcrsync may act on; %d deselected", s.Deselected)
@@ -262,12 +262,4 @@ func PlanJSONTo(w io.Writer, p *plan.Plan) error {
 	enc.SetIndent("", "  ")
 
 	return enc.Encode(NewPlanJSON(p))
-}
-
-func short(s string) string {
-	if len(s) > 12 {
-		return s[:12] + "…"
-	}
-
-	return s
 }
