@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 )
 
@@ -33,7 +33,7 @@ func Make(s Snapshot, in Input) *Plan {
 
 	for _, n := range s.Nodes {
 		seen[n.Name] = true
-		np := classify(n, in, s.TakenAt)
+		np := classify(n, in)
 
 		if endpointOf(n, s.APIEndpoint) {
 			np.Endpoint = true
@@ -57,7 +57,7 @@ func Make(s Snapshot, in Input) *Plan {
 
 		p.Nodes = append(p.Nodes, NodePlan{
 			Name: name, UID: in.Known[name], Action: ActionDeselect, Reason: ReasonNotFound,
-			Sentence:   ReasonNotFound.Sentence(name, "recorded by an earlier run, no Node of that name now"),
+			Sentence:   ReasonNotFound.Sentence("recorded by an earlier run, no Node of that name now"),
 			Invariants: Invariants{UID: in.Known[name]},
 		})
 	}
@@ -83,14 +83,14 @@ func Make(s Snapshot, in Input) *Plan {
 	return p
 }
 
-func classify(n Node, in Input, now time.Time) NodePlan {
+func classify(n Node, in Input) NodePlan {
 	np := NodePlan{
 		Name: n.Name, UID: n.UID, Role: RoleWorker,
 		Invariants: Invariants{
 			UID:              n.UID,
 			Unschedulable:    n.Unschedulable,
 			SchedulingTaints: taints.Scheduling(n.Taints),
-			Owner:            n.Annotations[OwnerAnnotation],
+			Owner:            n.Owner,
 			BootID:           n.BootID,
 		},
 	}
@@ -104,95 +104,75 @@ func classify(n Node, in Input, now time.Time) NodePlan {
 		np.Invariants.ConfiguredDigest = n.Talos.ConfiguredDigest
 	}
 
-	deselect := func(r Reason, detail string) NodePlan {
-		np.Action, np.Reason, np.Sentence = ActionDeselect, r, r.Sentence(n.Name, detail)
+	if slices.Contains(in.Exclude, n.Name) {
+		np.Action, np.Reason, np.Sentence = ActionDeselect, ReasonExcluded, ReasonExcluded.Sentence("nodes.exclude")
 
 		return np
 	}
 
-	if slices.Contains(in.Exclude, n.Name) {
-		return deselect(ReasonExcluded, "nodes.exclude")
+	np.Action, np.Reason, np.Sentence = needs(n, in)
+
+	v := Judge(Subject{Node: &n, Action: np.Action, Step: StepPlan, CandidatePolicy: in.AutoscalerPolicy})
+	if v.Decision != Proceed {
+		np.Action, np.Reason, np.Sentence = ActionDeselect, v.Reason, v.Reason.Sentence(v.Detail)
 	}
 
-	if n.Deleting != nil {
-		return deselect(ReasonDeleting, "deletionTimestamp "+clock(*n.Deleting))
-	}
+	return np
+}
 
-	if t, ok := taints.Find(n.Taints, taints.ToBeDeleted); ok {
-		return deselect(ReasonAutoscalerDeleting, taints.ToBeDeleted+" since "+taintTime(t))
-	}
-
-	if owner := n.Annotations[OwnerAnnotation]; owner != "" {
-		detail := OwnerAnnotation + "=" + owner
-		if phase := n.Annotations[PhaseAnnotation]; phase != "" {
-			detail += ", phase " + phase
-		}
-
-		return deselect(ReasonFencedByOther, detail)
-	}
-
+// needs is what the node's Talos facts call for: nothing (in sync, with a proof that its runtime
+// uses the credential), a live update, or a fence — or, without certain facts, to be left alone.
+func needs(n Node, in Input) (Action, Reason, string) {
 	if n.Talos == nil {
 		detail := n.TalosError
 		if detail == "" {
 			detail = "no facts"
 		}
 
-		return deselect(ReasonTalosUnreachable, detail)
+		return ActionDeselect, ReasonTalosUnreachable, ReasonTalosUnreachable.Sentence(detail)
 	}
 
 	live, err := LiveRegistryAuth(n.Talos.Version)
 	if err != nil {
-		return deselect(ReasonUnclassifiable, err.Error())
+		return ActionDeselect, ReasonUnclassifiable, ReasonUnclassifiable.Sentence(err.Error())
 	}
 
 	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" {
-		var proof string
-
-		switch {
-		case live:
-			proof = "Talos " + n.Talos.Version + " loads registry auth live"
-		case n.Annotations[VerifiedRevisionAnnotation] == in.CredentialRevision:
-			proof = "its runtime was verified by ghcrsync"
-			if b := n.Annotations[VerifiedBootAnnotation]; b != "" {
-				proof += " on boot " + Short(b)
-			}
-		case !n.Talos.CRIStarted.IsZero() && n.Talos.CRIStarted.After(n.Talos.ConfigUpdated):
-			proof = "its container runtime started at " + clock(n.Talos.CRIStarted) + ", after its config last changed at " + clock(n.Talos.ConfigUpdated)
-		}
-
-		if proof != "" {
-			np.Action, np.Reason = ActionNoOp, ReasonInSync
-			np.Sentence = ReasonInSync.Sentence(n.Name, Short(in.CredentialRevision)) + ": " + proof
-
-			return np
+		if proof := runtimeProof(n, in, live); proof != "" {
+			return ActionNoOp, ReasonInSync, ReasonInSync.Sentence(human.Short(in.CredentialRevision)) + ": " + proof
 		}
 	}
 
-	// The node needs a change. Deselections that only matter when ghcrsync would act:
-	if t, ok := taints.Find(n.Taints, taints.DeletionCandidate); ok && in.AutoscalerPolicy != "include" {
-		return deselect(ReasonAutoscalerCandidate, "taint since "+taintTime(t))
-	}
-
-	if !n.Ready {
-		return deselect(ReasonNotReady, "Ready condition is not True")
-	}
-
-	reason, detail := ReasonConfigOutdated, "configured "+digestOrNone(n.Talos.ConfiguredDigest)+", desired "+Short(in.AuthDigest)
+	reason, detail := ReasonConfigOutdated, "configured "+human.ShortOrNone(n.Talos.ConfiguredDigest)+", desired "+human.Short(in.AuthDigest)
 	if n.Talos.ConfiguredDigest == in.AuthDigest {
 		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
 	}
 
-	np.Reason = reason
-
 	if live {
-		np.Action = ActionApplyLive
-		np.Sentence = reason.Sentence(n.Name, detail) + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
-	} else {
-		np.Action = ActionFence
-		np.Sentence = reason.Sentence(n.Name, detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
+		return ActionApplyLive, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
 	}
 
-	return np
+	return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
+}
+
+// runtimeProof says why a node whose config carries the credential is known to use it ("" if
+// nothing proves it).
+func runtimeProof(n Node, in Input, live bool) string {
+	switch {
+	case live:
+		return "Talos " + n.Talos.Version + " loads registry auth live"
+	case n.VerifiedRevision == in.CredentialRevision:
+		proof := "its runtime was verified by ghcrsync"
+		if n.VerifiedBoot != "" {
+			proof += " on boot " + human.Short(n.VerifiedBoot)
+		}
+
+		return proof
+	case !n.Talos.CRIStarted.IsZero() && n.Talos.CRIStarted.After(n.Talos.ConfigUpdated):
+		return "its container runtime started at " + human.Clock(n.Talos.CRIStarted) + ", after its config last changed at " + human.Clock(n.Talos.ConfigUpdated)
+	}
+
+	return ""
 }
 
 // LiveRegistryAuth reports whether a Talos version reloads registry auth without a reboot
@@ -301,42 +281,9 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	}
 
 	if l := s.Lease; l != nil && l.Holder != "" {
-		age := "never renewed"
-		if l.RenewTime != nil {
-			age = "renewed " + s.TakenAt.Sub(*l.RenewTime).Round(time.Second).String() + " ago"
-		}
-
 		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
-			l.Namespace, l.Name, l.Holder, age, l.DurationSeconds))
+			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))
 	}
 
 	return w
-}
-
-func taintTime(t taints.Taint) string {
-	sec, err := strconv.ParseInt(t.Value, 10, 64)
-	if err != nil {
-		return "value " + strconv.Quote(t.Value)
-	}
-
-	return clock(time.Unix(sec, 0))
-}
-
-func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
-
-// Short abbreviates a digest or revision for people: its first 12 characters and "…".
-func Short(s string) string {
-	if len(s) > 12 {
-		return s[:12] + "…"
-	}
-
-	return s
-}
-
-func digestOrNone(d string) string {
-	if d == "" {
-		return "none"
-	}
-
-	return Short(d)
 }

@@ -2,8 +2,8 @@ package plan
 
 import "fmt"
 
-// Reason is why a node got its action: one enumerated code with its sentence, used by plan,
-// apply and events alike.
+// Reason is why a node got its action, or why the judgement deselected or refused it: one
+// enumerated code with its wording, used by plan, apply, release and events alike.
 type Reason string
 
 const (
@@ -19,36 +19,49 @@ const (
 	ReasonTalosUnreachable    Reason = "talos-unreachable"
 	ReasonExcluded            Reason = "excluded"
 	ReasonUnclassifiable      Reason = "unclassifiable"
+	ReasonRebooted            Reason = "rebooted"
+	ReasonCordonChanged       Reason = "cordon-changed"
+	ReasonTaintsChanged       Reason = "taints-changed"
+	ReasonConfigChanged       Reason = "config-changed"
+	ReasonFenceRemoved        Reason = "fence-removed"
 )
 
 // Reasons lists every reason code.
 var Reasons = []Reason{
 	ReasonConfigOutdated, ReasonRuntimeUnproven, ReasonInSync, ReasonAutoscalerCandidate,
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
-	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable,
+	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
+	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved,
 }
 
-var sentences = map[Reason]string{
-	ReasonConfigOutdated:      "%s's Talos config carries another credential (%s)",
-	ReasonRuntimeUnproven:     "%s's Talos config already carries the credential, but nothing proves its container runtime loaded it (%s)",
-	ReasonInSync:              "%s already uses credential revision %s",
-	ReasonAutoscalerCandidate: "%s is a scale-down candidate of the cluster autoscaler (%s); fencing it would race the autoscaler",
-	ReasonAutoscalerDeleting:  "%s is being deleted by the cluster autoscaler (%s)",
-	ReasonDeleting:            "%s is being deleted (%s)",
-	ReasonNotFound:            "%s is gone from the Kubernetes API (%s)",
-	ReasonFencedByOther:       "%s is fenced by another run (%s); see `ghcrsync fences`",
-	ReasonNotReady:            "%s is not Ready (%s); ghcrsync does not fence a node it cannot prove afterwards",
-	ReasonTalosUnreachable:    "%s's Talos API did not answer (%s)",
-	ReasonExcluded:            "%s is excluded by the configuration (%s)",
-	ReasonUnclassifiable:      "%s cannot be classified with certainty (%s), so ghcrsync leaves it alone",
+// clauses say each reason about the node ("it", "its"); the node itself is named by whoever
+// renders the clause (the plan view's line, or Verdict.Message).
+var clauses = map[Reason]string{
+	ReasonConfigOutdated:      "its Talos config carries another credential (%s)",
+	ReasonRuntimeUnproven:     "its Talos config already carries the credential, but nothing proves its container runtime loaded it (%s)",
+	ReasonInSync:              "it already uses credential revision %s",
+	ReasonAutoscalerCandidate: "it is a scale-down candidate of the cluster autoscaler (%s); fencing it would race the autoscaler",
+	ReasonAutoscalerDeleting:  "the cluster autoscaler is deleting it (%s)",
+	ReasonDeleting:            "it is being deleted (%s)",
+	ReasonNotFound:            "it is gone from the Kubernetes API (%s)",
+	ReasonFencedByOther:       "it is fenced by another run (%s); see `ghcrsync fences`",
+	ReasonNotReady:            "it is not Ready (%s); ghcrsync only acts on a node it can prove afterwards",
+	ReasonTalosUnreachable:    "its Talos API did not answer (%s)",
+	ReasonExcluded:            "it is excluded by the configuration (%s)",
+	ReasonUnclassifiable:      "it cannot be classified with certainty (%s), so ghcrsync leaves it alone",
+	ReasonRebooted:            "it rebooted since the plan (%s): what the plan saw of it is stale; run plan again",
+	ReasonCordonChanged:       "its cordon changed outside ghcrsync (%s)",
+	ReasonTaintsChanged:       "its taints changed outside ghcrsync: %s",
+	ReasonConfigChanged:       "its Talos config changed outside ghcrsync since the plan (%s)",
+	ReasonFenceRemoved:        "ghcrsync's owner annotation was removed outside ghcrsync (%s)",
 }
 
-// Sentence explains the reason for node; detail fills in the specifics.
-func (r Reason) Sentence(node, detail string) string {
-	f, ok := sentences[r]
+// Sentence says the reason about the node; detail fills in the specifics.
+func (r Reason) Sentence(detail string) string {
+	f, ok := clauses[r]
 	if !ok {
-		return fmt.Sprintf("%s: %s (%s)", node, r, detail)
+		return fmt.Sprintf("%s (%s)", r, detail)
 	}
 
-	return fmt.Sprintf(f, node, detail)
+	return fmt.Sprintf(f, detail)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/human"
 )
 
 // Secret roles.
@@ -66,11 +68,11 @@ func planSecrets(obs []SecretObs, revision string) []SecretPlan {
 		case !s.Exists:
 			sp.Action, sp.Reason = SecretCreate, where+" does not exist"
 		case s.Digest != revision:
-			sp.Action, sp.Reason = SecretUpdate, fmt.Sprintf("%s holds another credential (%s)", where, digestOrNone(s.Digest))
+			sp.Action, sp.Reason = SecretUpdate, fmt.Sprintf("%s holds another credential (%s)", where, human.ShortOrNone(s.Digest))
 		case len(s.MissingFrom) > 0:
 			sp.Action, sp.Reason = SecretUpdate, "service account(s) "+strings.Join(s.MissingFrom, ", ")+" do not reference "+where+" yet"
 		default:
-			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+Short(revision)
+			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+human.Short(revision)
 		}
 
 		if sp.Role == RoleRoot && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {

@@ -6,15 +6,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 )
 
-// Annotations ghcrsync reads and writes on Nodes.
-const (
-	OwnerAnnotation            = "ghcrsync.dev/owner"
-	PhaseAnnotation            = "ghcrsync.dev/phase"
-	RecordAnnotation           = "ghcrsync.dev/record"
-	VerifiedRevisionAnnotation = "ghcrsync.dev/verified-revision"
-	VerifiedBootAnnotation     = "ghcrsync.dev/verified-boot-id"
-)
-
 // Snapshot is what the planner looks at: the fleet as observed, with no client in sight.
 type Snapshot struct {
 	TakenAt time.Time `json:"taken_at"`
@@ -27,19 +18,24 @@ type Snapshot struct {
 
 // Node is one observed Kubernetes Node with its Talos facts.
 type Node struct {
-	Name          string            `json:"name"`
-	UID           string            `json:"uid"`
-	ControlPlane  bool              `json:"control_plane"`
-	InternalIP    string            `json:"internal_ip,omitempty"` // where its Talos API is reached
-	Addresses     []string          `json:"addresses,omitempty"`
-	Unschedulable bool              `json:"unschedulable,omitempty"`
-	Taints        []taints.Taint    `json:"taints,omitempty"`
-	Annotations   map[string]string `json:"annotations,omitempty"`
-	Deleting      *time.Time        `json:"deleting,omitempty"`
-	Ready         bool              `json:"ready"`
-	BootID        string            `json:"boot_id,omitempty"`
-	Talos         *TalosFacts       `json:"talos,omitempty"`
-	TalosError    string            `json:"talos_error,omitempty"`
+	Name          string         `json:"name"`
+	UID           string         `json:"uid"`
+	ControlPlane  bool           `json:"control_plane"`
+	InternalIP    string         `json:"internal_ip,omitempty"` // where its Talos API is reached
+	Addresses     []string       `json:"addresses,omitempty"`
+	Unschedulable bool           `json:"unschedulable,omitempty"`
+	Taints        []taints.Taint `json:"taints,omitempty"`
+	// Owner and Phase are ghcrsync's fence on the node (its owner and phase annotations);
+	// VerifiedRevision and VerifiedBoot its verified marker.
+	Owner            string      `json:"owner,omitempty"`
+	Phase            string      `json:"phase,omitempty"`
+	VerifiedRevision string      `json:"verified_revision,omitempty"`
+	VerifiedBoot     string      `json:"verified_boot,omitempty"`
+	Deleting         *time.Time  `json:"deleting,omitempty"`
+	Ready            bool        `json:"ready"`
+	BootID           string      `json:"boot_id,omitempty"`
+	Talos            *TalosFacts `json:"talos,omitempty"`
+	TalosError       string      `json:"talos_error,omitempty"`
 }
 
 // TalosFacts are read from the node's Talos API.
@@ -165,4 +161,15 @@ type Summary struct {
 // Changes reports whether the plan acts on any node or pull secret.
 func (p *Plan) Changes() bool {
 	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate > 0
+}
+
+// Node returns the plan's entry for the named node.
+func (p *Plan) Node(name string) (NodePlan, bool) {
+	for _, n := range p.Nodes {
+		if n.Name == name && name != "" {
+			return n, true
+		}
+	}
+
+	return NodePlan{}, false
 }

@@ -10,9 +10,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
 )
 
 // FormatVersion is the state file's format.
@@ -35,13 +36,14 @@ const (
 	PhaseReleased   Phase = "released"
 )
 
-var phaseOrder = []Phase{PhaseSelected, PhaseClaimed, PhaseGuarded, PhaseDrained, PhaseConfigured, PhaseRebooting, PhaseReady, PhaseProved, PhaseReleased}
+// Phases lists every phase, in order.
+var Phases = []Phase{PhaseSelected, PhaseClaimed, PhaseGuarded, PhaseDrained, PhaseConfigured, PhaseRebooting, PhaseReady, PhaseProved, PhaseReleased}
 
 // AtOrAfter reports whether p is at or past q.
 func (p Phase) AtOrAfter(q Phase) bool {
 	pi, qi := -1, -1
 
-	for i, x := range phaseOrder {
+	for i, x := range Phases {
 		if x == p {
 			pi = i
 		}
@@ -54,15 +56,18 @@ func (p Phase) AtOrAfter(q Phase) bool {
 	return pi >= qi && qi >= 0
 }
 
+// Outcome is how a node's transaction ended ("" while it runs).
+type Outcome string
+
 // Outcomes of a record.
 const (
-	OutcomeInProgress        = ""
-	OutcomeDone              = "done"
-	OutcomeDeselected        = "deselected"
-	OutcomeGoneAfterMutation = "gone-after-mutation"
-	OutcomeFailed            = "failed"
+	OutcomeInProgress        Outcome = ""
+	OutcomeDone              Outcome = "done"
+	OutcomeDeselected        Outcome = "deselected"
+	OutcomeGoneAfterMutation Outcome = "gone-after-mutation"
+	OutcomeFailed            Outcome = "failed"
 	// OutcomeReleased is a fence undone by `ghcrsync release` (or apply's reclaim).
-	OutcomeReleased = "released"
+	OutcomeReleased Outcome = "released"
 )
 
 // Store is a state backend.
@@ -117,25 +122,32 @@ type Run struct {
 	Outcome            string     `json:"outcome,omitempty"`
 }
 
+// Fence is what it takes to undo a fence without asking anyone: the node's identity, its
+// scheduling state before the claim, and whether the autoscaler's scale-down guard is ghcrsync's.
+// The same JSON is the node's recovery annotation and part of the state's record.
+type Fence struct {
+	UID                string   `json:"uid"`
+	WasCordoned        bool     `json:"was_cordoned"`
+	InitialTaints      []string `json:"initial_taints"`
+	DesiredRevision    string   `json:"desired_revision"`
+	ScaleDownGuardOurs bool     `json:"scale_down_guard_ours"`
+}
+
 // Record is what ghcrsync did, or is doing, to one node.
 type Record struct {
-	Node               string     `json:"node"`
-	UID                string     `json:"uid"`
-	Owner              string     `json:"owner"`
-	Action             string     `json:"action"`
-	Phase              Phase      `json:"phase"`
-	WasCordoned        bool       `json:"was_cordoned"`
-	ScaleDownGuardOurs bool       `json:"scale_down_guard_ours"`
-	InitialTaints      []string   `json:"initial_taints"`
-	DesiredRevision    string     `json:"desired_revision"`
-	BootBefore         string     `json:"boot_id_before,omitempty"`
-	BootAfter          string     `json:"boot_id_after,omitempty"`
-	Started            time.Time  `json:"started"`
-	Updated            time.Time  `json:"updated"`
-	Outcome            string     `json:"outcome,omitempty"`
-	Reason             string     `json:"reason,omitempty"` // deselect reason code
-	LastError          string     `json:"last_error,omitempty"`
-	Finished           *time.Time `json:"finished,omitempty"`
+	Node   string `json:"node"`
+	Owner  string `json:"owner"`
+	Action string `json:"action"`
+	Phase  Phase  `json:"phase"`
+	Fence
+	BootBefore string     `json:"boot_id_before,omitempty"`
+	BootAfter  string     `json:"boot_id_after,omitempty"`
+	Started    time.Time  `json:"started"`
+	Updated    time.Time  `json:"updated"`
+	Outcome    Outcome    `json:"outcome,omitempty"`
+	Reason     string     `json:"reason,omitempty"` // the reason code of a deselection or refusal
+	LastError  string     `json:"last_error,omitempty"`
+	Finished   *time.Time `json:"finished,omitempty"`
 }
 
 // Terminal reports whether the record's transaction has ended.
@@ -234,37 +246,8 @@ func (l *Local) Write(s *State) error {
 		return err
 	}
 
-	dir := filepath.Dir(l.Path)
-
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(l.Path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write state %s: %w", l.Path, err)
-	}
-
-	defer os.Remove(tmp.Name())
-
-	if err := tmp.Chmod(0o600); err == nil {
-		_, err = tmp.Write(append(data, '\n'))
-		if err == nil {
-			err = tmp.Sync()
-		}
-	}
-
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-
-	if err == nil {
-		err = os.Rename(tmp.Name(), l.Path)
-	}
-
-	if err != nil {
-		return fmt.Errorf("write state %s: %w", l.Path, err)
-	}
-
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if err := atomicfile.Write(l.Path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
 	}
 
 	return nil
@@ -307,4 +290,46 @@ func newUUID() string {
 	b[8] = (b[8] & 0x3f) | 0x80
 
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Remove forgets node's record and writes the state (the cluster is not touched).
+func Remove(store Store, st *State, node string) error {
+	kept := st.Records[:0]
+	found := false
+
+	for _, rec := range st.Records {
+		if rec.Node == node {
+			found = true
+
+			continue
+		}
+
+		kept = append(kept, rec)
+	}
+
+	if !found {
+		return fmt.Errorf("the state (%s) has no record of %s: see `ghcrsync state list`", store.Describe(), node)
+	}
+
+	st.Records = kept
+
+	return store.Write(st)
+}
+
+// Push writes src into store, whose current state is cur (migration, e.g. local → kubernetes).
+// A backend that already holds another lineage is refused unless forced; the serial never goes
+// backwards.
+func Push(store Store, cur, src *State, force bool) error {
+	if src.Lineage == "" {
+		return errors.New("the state to push holds no lineage: nothing to push")
+	}
+
+	if cur.Lineage != "" && cur.Lineage != src.Lineage && !force {
+		return fmt.Errorf("%s already holds state lineage %s (serial %d), not %s: pushing would replace another history; pass --force if that is intended",
+			store.Describe(), cur.Lineage, cur.Serial, src.Lineage)
+	}
+
+	src.Serial = max(src.Serial, cur.Serial)
+
+	return store.Write(src)
 }

@@ -2,28 +2,29 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
 	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // testHooks lets this package's tests act at exact points of a run; nil in production.
 var testHooks apply.Hooks
 
+type applyArgs struct {
+	config      string
+	autoApprove bool
+	runRef      string
+	logLevel    string
+	json        bool
+}
+
 func newApply() *cobra.Command {
-	var (
-		cfgPath     string
-		autoApprove bool
-		runRef      string
-		logLevel    string
-	)
+	var a applyArgs
 
 	cmd := &cobra.Command{
 		Use:   "apply [PLANFILE]",
@@ -33,39 +34,37 @@ made from another configuration, credential revision or state, before it writes 
 runs under the configured Lease and writes the state before every mutation.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var planPath string
-
-			switch {
-			case len(args) == 1:
+			planPath := ""
+			if len(args) == 1 {
 				planPath = args[0]
-			case !autoApprove:
+			} else if !a.autoApprove {
 				return errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
 			}
 
-			log := hclog.New(&hclog.LoggerOptions{
-				Name: "ghcrsync", Level: hclog.LevelFromString(logLevel), Output: cmd.ErrOrStderr(), TimeFormat: "15:04:05",
-			})
+			ws, err := open(a.config, true)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
 
-			res, err := operation.Apply(cmd.Context(), operation.ApplyOptions{
-				ConfigPath: cfgPath, PlanPath: planPath, RunRef: runRef, Logger: log, Progress: cmd.ErrOrStderr(),
-				Hooks: testHooks,
-				OnPlan: func(p *plan.Plan) {
-					if autoApprove && planPath == "" {
-						view.PlanHuman(cmd.OutOrStdout(), p)
-					}
-				},
+			p, err := applyPlan(cmd, ws, planPath, a)
+			if err != nil {
+				return err
+			}
+
+			res, err := apply.Run(cmd.Context(), ws, p, apply.Options{
+				PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks,
+				Logger: hclog.New(&hclog.LoggerOptions{
+					Name: "ghcrsync", Level: hclog.LevelFromString(a.logLevel), Output: cmd.ErrOrStderr(), TimeFormat: "15:04:05",
+				}),
 			})
 			if err != nil {
 				return err
 			}
 
-			if !res.Plan.Changes() {
-				fmt.Fprintln(cmd.OutOrStdout(), "No changes. Nothing to apply.")
-
-				return nil
+			if err := view.Apply(cmd.OutOrStdout(), view.FormatFor(a.json), res); err != nil {
+				return err
 			}
-
-			view.ApplyHuman(cmd.OutOrStdout(), res.Results, res.Secrets, res.Holder, res.ReleaseErr)
 
 			if res.Failed() > 0 || res.ReleaseErr != nil {
 				return exitError{code: 1}
@@ -76,12 +75,29 @@ runs under the configured Lease and writes the state before every mutation.`,
 	}
 
 	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
-	f.BoolVar(&autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
-	f.StringVar(&runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
-	f.StringVar(&logLevel, "log-level", "info", "progress log level (debug, info, warn, error)")
+	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
+	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
+	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
+	f.StringVar(&a.logLevel, "log-level", "info", "progress log level (debug, info, warn, error)")
+	f.BoolVar(&a.json, "json", false, "print the outcome as JSON")
 
 	return cmd
 }
 
-var _ = os.Stderr
+// applyPlan loads the saved plan, or (--auto-approve) plans now and prints the plan first.
+func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, path string, a applyArgs) (*plan.Plan, error) {
+	if path != "" {
+		return plan.Load(path)
+	}
+
+	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{})
+	if err != nil {
+		return nil, err
+	}
+
+	if !a.json {
+		view.PlanHuman(cmd.OutOrStdout(), p)
+	}
+
+	return p, nil
+}

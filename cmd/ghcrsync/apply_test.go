@@ -1,30 +1,23 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
 // The apply command end to end on a small sandbox of its own: a saved plan applies (exit 0),
 // a second apply of the same plan is refused as stale (exit 1) before any write, and
 // --auto-approve with nothing to do says so.
 func TestApplyCommand(t *testing.T) {
-	ctx := context.Background()
-
-	sb, err := sandbox.Start(ctx, sandbox.Options{
-		Dir: t.TempDir(), ControlPlanes: 1, Workers: 1, NoWorkloads: true, AutoscalerPaused: true,
+	sb := sandboxtest.Start(t, sandbox.Options{
+		ControlPlanes: 1, Workers: 1, NoWorkloads: true, AutoscalerPaused: true,
 		Heartbeat: time.Second, Reboot: 2 * time.Second, AutoscalerInterval: time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(sb.Stop)
 
 	cfg := sandboxEnv(t, sb)
 	planFile := filepath.Join(t.TempDir(), "rotation.plan")

@@ -1,5 +1,6 @@
 // Command ghcrsync rotates a GHCR pull credential across a Talos Linux Kubernetes cluster
-// without leaving the cluster or the delivery pipeline wedged (see README.md).
+// without leaving the cluster or the delivery pipeline wedged (see README.md). This package only
+// parses flags, calls the packages that do the work, and renders through internal/view.
 package main
 
 import (
@@ -10,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -40,12 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-
-		var cfgErr *config.Error
-		if errors.As(err, &cfgErr) {
-			fmt.Fprintln(stderr, "\nFix the configuration and run the command again; nothing was contacted.")
-		}
+		view.Error(stderr, err)
 
 		return 1
 	}
@@ -65,9 +62,7 @@ func newRoot() *cobra.Command {
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "ghcrsync", version)
-		},
+		Run:   func(cmd *cobra.Command, _ []string) { view.Version(cmd.OutOrStdout(), version) },
 	})
 
 	return root
@@ -80,4 +75,9 @@ func defaultConfig() string {
 	}
 
 	return "ghcrsync.hcl"
+}
+
+// open opens the workspace of --config, locked when the command writes the state.
+func open(cfgPath string, lock bool) (*workspace.Workspace, error) {
+	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock})
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ghcrsync/ghcrsync/internal/operation"
 	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -31,21 +31,19 @@ its nodes' Talos API, and prints one action per node. It never writes to the clu
 the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := operation.Plan(cmd.Context(), operation.PlanOptions{
-				ConfigPath: a.config, SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out,
-			})
+			ws, err := open(a.config, false)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out})
 			if err != nil {
 				return err
 			}
 
-			p := res.Plan
-
-			if a.json {
-				if err := view.PlanJSONTo(cmd.OutOrStdout(), p); err != nil {
-					return err
-				}
-			} else {
-				view.PlanHuman(cmd.OutOrStdout(), p)
+			if err := view.Plan(cmd.OutOrStdout(), view.FormatFor(a.json), p); err != nil {
+				return err
 			}
 
 			if a.out != "" {
@@ -54,7 +52,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 				}
 
 				if !a.json {
-					fmt.Fprintf(cmd.OutOrStdout(), "\nSaved the plan to: %s\n\nTo perform exactly these actions, run:\n  ghcrsync apply %s\n", a.out, a.out)
+					view.PlanSaved(cmd.OutOrStdout(), a.out)
 				}
 			}
 
@@ -68,7 +66,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 
 	f := cmd.Flags()
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
-	f.StringVar(&a.out, "out", "", "save the plan to this file for `ghcrsync apply`")
+	f.StringVar(&a.out, "out", "", "save the plan to this file for ghcrsync apply")
 	f.BoolVar(&a.json, "json", false, "print the plan as JSON")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes, 2 when there are, 1 on error")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
@@ -90,13 +88,7 @@ func newShow() *cobra.Command {
 				return err
 			}
 
-			if asJSON {
-				return view.PlanJSONTo(cmd.OutOrStdout(), p)
-			}
-
-			view.PlanHuman(cmd.OutOrStdout(), p)
-
-			return nil
+			return view.Plan(cmd.OutOrStdout(), view.FormatFor(asJSON), p)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")

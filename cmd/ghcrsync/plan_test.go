@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // A fleet on the old credential plans a fence for every node (Talos 1.13), workers first and
@@ -152,9 +152,9 @@ func TestPlanDeselectionReasons(t *testing.T) {
 	withTaint("prod-worker-1", corev1.Taint{Key: "DeletionCandidateOfClusterAutoscaler", Value: now, Effect: corev1.TaintEffectPreferNoSchedule})
 	withTaint("prod-worker-2", corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: now, Effect: corev1.TaintEffectNoSchedule})
 
-	patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "other-run-1234", plan.PhaseAnnotation: "drained"}}})
+	patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "other-run-1234", cluster.PhaseAnnotation: "drained"}}})
 	t.Cleanup(func() {
-		patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil, plan.PhaseAnnotation: nil}}})
+		patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil}}})
 	})
 
 	// A node held in deletion by a finalizer: a fresh autoscaled node, so the fleet keeps its size.
@@ -216,18 +216,12 @@ func TestPlanDeselectionReasons(t *testing.T) {
 // A fleet already on the desired credential plans "No changes" (exit 0 with
 // --detailed-exitcode); on Talos 1.14 a changed credential plans live applies, not fences.
 func TestPlanInSyncThenLiveOnTalos114(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 
-	sb, err := sandbox.Start(ctx, sandbox.Options{
+	sb := sandboxtest.Start(t, sandbox.Options{
 		Dir: dir, ControlPlanes: 1, Workers: 2, InSync: true, TalosVersion: "1.14", NoWorkloads: true,
 		AutoscalerPaused: true, Heartbeat: time.Second, Reboot: 2 * time.Second, AutoscalerInterval: time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(sb.Stop)
 
 	cfg := sandboxEnv(t, sb)
 

@@ -10,6 +10,14 @@ import (
 	"strings"
 )
 
+// DockerConfig identifies a dockerconfigjson: the hex SHA-256 of its bytes. It is the credential
+// revision, and a pull secret is in sync when the digest of what it holds equals it.
+func DockerConfig(data []byte) string {
+	sum := sha256.Sum256(data)
+
+	return hex.EncodeToString(sum[:])
+}
+
 // Of is the hex SHA-256 of "username:password" ("" when both are empty). Registry tokens are
 // high-entropy, so the digest does not reveal them.
 func Of(username, password string) string {

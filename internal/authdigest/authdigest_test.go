@@ -15,3 +15,9 @@ func TestForms(t *testing.T) {
 		t.Fatal("the two forms disagree")
 	}
 }
+
+func TestDockerConfig(t *testing.T) {
+	if got := DockerConfig([]byte(`{}`)); got != "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" {
+		t.Fatal(got)
+	}
+}

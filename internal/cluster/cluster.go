@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -20,9 +19,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
-
-// ScaleDownDisabledAnnotation tells the cluster autoscaler to leave a node alone.
-const ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 
 // Connection is a Kubernetes client and the API endpoint host it talks to.
 type Connection struct {
@@ -100,36 +96,26 @@ func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, e
 	return out, nil
 }
 
-// FromNode converts a Node to the snapshot type. Only ghcrsync's and the autoscaler's
-// annotations are kept.
+// FromNode converts a Node to the snapshot type, with ghcrsync's annotations as typed fields.
 func FromNode(n *corev1.Node) plan.Node {
 	out := plan.Node{
-		Name:          n.Name,
-		UID:           string(n.UID),
-		Unschedulable: n.Spec.Unschedulable,
-		Taints:        Taints(n.Spec.Taints),
-		BootID:        n.Status.NodeInfo.BootID,
-		Ready:         Ready(n),
+		Name:             n.Name,
+		UID:              string(n.UID),
+		Unschedulable:    n.Spec.Unschedulable,
+		Taints:           Taints(n.Spec.Taints),
+		BootID:           n.Status.NodeInfo.BootID,
+		Ready:            Ready(n),
+		InternalIP:       InternalIP(n),
+		Owner:            n.Annotations[OwnerAnnotation],
+		Phase:            n.Annotations[PhaseAnnotation],
+		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
+		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
 	}
 
 	_, out.ControlPlane = n.Labels[ControlPlaneLabel]
 
 	for _, a := range n.Status.Addresses {
 		out.Addresses = append(out.Addresses, a.Address)
-
-		if a.Type == corev1.NodeInternalIP && out.InternalIP == "" {
-			out.InternalIP = a.Address
-		}
-	}
-
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, "ghcrsync.dev/") || k == ScaleDownDisabledAnnotation {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-
-			out.Annotations[k] = v
-		}
 	}
 
 	if n.DeletionTimestamp != nil {
@@ -138,6 +124,17 @@ func FromNode(n *corev1.Node) plan.Node {
 	}
 
 	return out
+}
+
+// InternalIP is the Node's first InternalIP address: where its Talos API is reached.
+func InternalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+
+	return ""
 }
 
 // Taints converts Kubernetes taints to the type the taint rule compares.

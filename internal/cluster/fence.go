@@ -12,25 +12,28 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// Annotations of a fence besides plan's owner/phase/record.
+// Annotations ghcrsync writes on Nodes (and reads back).
 const (
+	// OwnerAnnotation names the run (its holder id) that holds the node's fence.
+	OwnerAnnotation = "ghcrsync.dev/owner"
+	// PhaseAnnotation mirrors the fence's phase (state.Phase), written after each mutation.
+	PhaseAnnotation = "ghcrsync.dev/phase"
+	// RecordAnnotation is the recovery record (state.Fence as JSON): enough to undo the fence
+	// without the state file.
+	RecordAnnotation = "ghcrsync.dev/record"
+	// VerifiedRevisionAnnotation and VerifiedBootAnnotation mark a node whose runtime was proved
+	// to pull with a credential revision, on a boot.
+	VerifiedRevisionAnnotation = "ghcrsync.dev/verified-revision"
+	VerifiedBootAnnotation     = "ghcrsync.dev/verified-boot-id"
 	// ScaleDownGuardByAnnotation records that ghcrsync set the scale-down guard (and so must
 	// remove it); it is absent when the guard was already there.
 	ScaleDownGuardByAnnotation = "ghcrsync.dev/scale-down-disabled-by"
+	// ScaleDownDisabledAnnotation tells the cluster autoscaler to leave a node alone.
+	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 )
-
-// FenceRecord is the recovery record kept on the node (ghcrsync.dev/record): enough to undo
-// the fence without the state file.
-type FenceRecord struct {
-	UID                string   `json:"uid"`
-	WasCordoned        bool     `json:"was_cordoned"`
-	InitialTaints      []string `json:"initial_taints"`
-	DesiredRevision    string   `json:"desired_revision"`
-	ScaleDownGuardOurs bool     `json:"scale_down_guard_ours"`
-}
 
 // ErrConflictLimit is returned when a compare-and-swap kept losing to other writers.
 var ErrConflictLimit = errors.New("the node kept changing between read and write")
@@ -101,12 +104,12 @@ func (c *Connection) CASPatch(ctx context.Context, name string, attempts int, ch
 
 // ClaimPatch is the claim: owner, phase, recovery record, the autoscaler's scale-down guard
 // (with provenance, only if ghcrsync sets it) and the cordon, in one patch.
-func ClaimPatch(n *corev1.Node, owner string, rec FenceRecord) map[string]any {
+func ClaimPatch(owner string, rec state.Fence) map[string]any {
 	recJSON, _ := json.Marshal(rec)
 	ann := map[string]any{
-		plan.OwnerAnnotation:  owner,
-		plan.PhaseAnnotation:  "claimed",
-		plan.RecordAnnotation: string(recJSON),
+		OwnerAnnotation:  owner,
+		PhaseAnnotation:  string(state.PhaseClaimed),
+		RecordAnnotation: string(recJSON),
 	}
 
 	if rec.ScaleDownGuardOurs {
@@ -120,11 +123,12 @@ func ClaimPatch(n *corev1.Node, owner string, rec FenceRecord) map[string]any {
 	}
 }
 
-// ReleasePatch removes the fence: owner, phase, record, ghcrsync's scale-down guard, and the
-// cordon unless the node was cordoned before the claim.
-func ReleasePatch(rec FenceRecord) map[string]any {
-	ann := map[string]any{plan.OwnerAnnotation: nil, plan.PhaseAnnotation: nil, plan.RecordAnnotation: nil}
-	if rec.ScaleDownGuardOurs {
+// ReleasePatch removes holder's fence from n: owner, phase, record, the scale-down guard when
+// ghcrsync set it (the record says so, or the guard's provenance names holder), and the cordon
+// unless the node was cordoned before the claim.
+func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any {
+	ann := map[string]any{OwnerAnnotation: nil, PhaseAnnotation: nil, RecordAnnotation: nil}
+	if rec.ScaleDownGuardOurs || n.Annotations[ScaleDownGuardByAnnotation] == holder {
 		ann[ScaleDownDisabledAnnotation] = nil
 		ann[ScaleDownGuardByAnnotation] = nil
 	}
@@ -137,23 +141,45 @@ func ReleasePatch(rec FenceRecord) map[string]any {
 	return p
 }
 
+// Patcher is a compare-and-swap patch of a Node (Connection.CASPatch).
+type Patcher interface {
+	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
+		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
+}
+
+// ErrNoFence is what a release check returns for a node that carries nothing of the fence (it
+// was deleted, or replaced by a new Node of the same name).
+var ErrNoFence = errors.New("the node carries nothing of the fence")
+
+// ReleaseFence takes holder's fence off the node: a compare-and-swap that check must allow on
+// every read. gone is true when the node no longer carries anything of it (deleted, replaced).
+// The one undo of a fence: the executor and `ghcrsync release` both call it.
+func ReleaseFence(ctx context.Context, p Patcher, name, holder string, rec state.Fence, check func(*corev1.Node) error) (gone bool, err error) {
+	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return ReleasePatch(n, holder, rec) }, nil)
+	if apierrors.IsNotFound(err) || errors.Is(err, ErrNoFence) {
+		return true, nil
+	}
+
+	return false, err
+}
+
 // PhasePatch mirrors a phase on the node.
-func PhasePatch(phase string) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.PhaseAnnotation: phase}}}
+func PhasePatch(phase state.Phase) map[string]any {
+	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{PhaseAnnotation: string(phase)}}}
 }
 
 // MarkPatch records that the node's runtime was proved to use revision on boot.
 func MarkPatch(revision, bootID string) map[string]any {
 	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		plan.VerifiedRevisionAnnotation: revision, plan.VerifiedBootAnnotation: bootID,
+		VerifiedRevisionAnnotation: revision, VerifiedBootAnnotation: bootID,
 	}}}
 }
 
 // RecordOf reads the recovery record from a node's annotation.
-func RecordOf(n *corev1.Node) (FenceRecord, bool) {
-	var r FenceRecord
+func RecordOf(n *corev1.Node) (state.Fence, bool) {
+	var r state.Fence
 
-	raw, ok := n.Annotations[plan.RecordAnnotation]
+	raw, ok := n.Annotations[RecordAnnotation]
 	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
 		return r, false
 	}

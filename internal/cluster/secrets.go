@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -45,14 +44,6 @@ func (c *Connection) ConsumerTargets(ctx context.Context, explicit []SecretTarge
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
 
 	return out, nil
-}
-
-// DockerConfigDigest is the hex SHA-256 of a dockerconfigjson: the same bytes-to-digest rule as
-// the credential revision, so a secret is in sync when its digest equals the revision.
-func DockerConfigDigest(data []byte) string {
-	sum := sha256.Sum256(data)
-
-	return hex.EncodeToString(sum[:])
 }
 
 // Foreign says which controller owns the Secret ("" if none): an ownerReference, an
@@ -97,7 +88,7 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.Se
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
-			obs.Digest = DockerConfigDigest(data)
+			obs.Digest = authdigest.DockerConfig(data)
 		}
 	}
 

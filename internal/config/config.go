@@ -414,6 +414,19 @@ var proveRef = regexp.MustCompile(`^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_
 func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	cfg := &Config{}
 
+	d.connections(raw, body, cfg)
+	d.credential(raw, body, cfg)
+	d.nodes(raw, body, cfg)
+	d.consumers(raw, body, cfg)
+	d.lease(raw, cfg)
+	d.state(raw, cfg)
+	d.liveness(raw, body, cfg)
+
+	return cfg
+}
+
+// connections decodes the cluster and talos blocks.
+func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 	if c := raw.Cluster; c != nil {
 		if c.Kubeconfig != nil {
 			cfg.Cluster.Kubeconfig = d.existingFile(*c.Kubeconfig, attrRange(body, "cluster", "kubeconfig"), "kubeconfig")
@@ -435,10 +448,10 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 
 		cfg.Talos.Endpoints = t.Endpoints
 	}
+}
 
-	d.credential(raw, body, cfg)
-	d.nodes(raw, body, cfg)
-
+// consumers decodes the consumer, consumers and flux_root blocks.
+func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
 	sas := func(p *[]string) []string {
 		if p == nil {
 			return []string{"default"}
@@ -465,76 +478,93 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
 		}
 	}
+}
 
+// lease decodes the lease block, with its defaults.
+func (d *decoder) lease(raw *file, cfg *Config) {
 	cfg.Lease = Lease{Namespace: "flux-system", Name: "ghcr-auth-refresh", Duration: 120 * time.Second, Heartbeat: 30 * time.Second}
 
-	if l := raw.Lease; l != nil {
-		if l.Namespace != nil {
-			cfg.Lease.Namespace = *l.Namespace
-		}
-
-		if l.Name != nil {
-			cfg.Lease.Name = *l.Name
-		}
-
-		cfg.Lease.Duration = d.duration(l.Duration, cfg.Lease.Duration, "lease.duration")
-		cfg.Lease.Heartbeat = d.duration(l.Heartbeat, cfg.Lease.Heartbeat, "lease.heartbeat")
-
-		if cfg.Lease.Heartbeat*2 > cfg.Lease.Duration {
-			d.errorf(l.Heartbeat.Range(), "Lease heartbeat too slow",
-				"lease.heartbeat (%s) must be at most half of lease.duration (%s), so that one missed renewal does not lose the Lease.",
-				cfg.Lease.Heartbeat, cfg.Lease.Duration)
-		}
+	l := raw.Lease
+	if l == nil {
+		return
 	}
 
+	if l.Namespace != nil {
+		cfg.Lease.Namespace = *l.Namespace
+	}
+
+	if l.Name != nil {
+		cfg.Lease.Name = *l.Name
+	}
+
+	cfg.Lease.Duration = d.duration(l.Duration, cfg.Lease.Duration, "lease.duration")
+	cfg.Lease.Heartbeat = d.duration(l.Heartbeat, cfg.Lease.Heartbeat, "lease.heartbeat")
+
+	if cfg.Lease.Heartbeat*2 > cfg.Lease.Duration {
+		d.errorf(l.Heartbeat.Range(), "Lease heartbeat too slow",
+			"lease.heartbeat (%s) must be at most half of lease.duration (%s), so that one missed renewal does not lose the Lease.",
+			cfg.Lease.Heartbeat, cfg.Lease.Duration)
+	}
+}
+
+// state decodes the state block, with its defaults.
+func (d *decoder) state(raw *file, cfg *Config) {
 	cfg.State = State{Backend: "local", Path: d.path("ghcrsync.state.json"), Namespace: "flux-system", Secret: "ghcrsync-state"}
 
-	if s := raw.State; s != nil {
-		backend, rng, _ := d.str(s.Backend, "local")
-		if backend != "local" && backend != "kubernetes" {
-			d.errorf(rng, "Unsupported state backend", "backend must be \"local\" or \"kubernetes\", not %q.", backend)
-		}
-
-		cfg.State.Backend = backend
-
-		if s.Path != nil {
-			cfg.State.Path = d.path(*s.Path)
-		}
-
-		if s.Namespace != nil {
-			cfg.State.Namespace = *s.Namespace
-		}
-
-		if s.Secret != nil {
-			cfg.State.Secret = *s.Secret
-		}
+	s := raw.State
+	if s == nil {
+		return
 	}
 
+	backend, rng, _ := d.str(s.Backend, "local")
+	if backend != "local" && backend != "kubernetes" {
+		d.errorf(rng, "Unsupported state backend", "backend must be \"local\" or \"kubernetes\", not %q.", backend)
+	}
+
+	cfg.State.Backend = backend
+
+	if s.Path != nil {
+		cfg.State.Path = d.path(*s.Path)
+	}
+
+	if s.Namespace != nil {
+		cfg.State.Namespace = *s.Namespace
+	}
+
+	if s.Secret != nil {
+		cfg.State.Secret = *s.Secret
+	}
+}
+
+// liveness decodes the (at most one) liveness block.
+func (d *decoder) liveness(raw *file, body hcl.Body, cfg *Config) {
 	switch len(raw.Liveness) {
 	case 0:
+		return
 	case 1:
-		l := raw.Liveness[0]
-		if l.Kind != "github_actions" {
-			d.errorf(attrRange(body, "liveness", "repository"), "Unsupported liveness source", "liveness %q is not supported; use liveness \"github_actions\".", l.Kind)
-		}
-
-		if strings.Count(l.Repository, "/") != 1 {
-			d.errorf(attrRange(body, "liveness", "repository"), "Invalid repository", "repository must be \"owner/name\", not %q.", l.Repository)
-		}
-
-		cfg.Liveness = &Liveness{Kind: l.Kind, Repository: l.Repository, APIURL: "https://api.github.com", TokenEnv: "GH_TOKEN"}
-		if l.APIURL != nil {
-			cfg.Liveness.APIURL = strings.TrimSuffix(*l.APIURL, "/")
-		}
-
-		if l.TokenEnv != nil {
-			cfg.Liveness.TokenEnv = *l.TokenEnv
-		}
 	default:
 		d.errorf(attrRange(body, "liveness", "repository"), "Duplicate liveness block", "Only one liveness block is supported.")
+
+		return
 	}
 
-	return cfg
+	l := raw.Liveness[0]
+	if l.Kind != "github_actions" {
+		d.errorf(attrRange(body, "liveness", "repository"), "Unsupported liveness source", "liveness %q is not supported; use liveness \"github_actions\".", l.Kind)
+	}
+
+	if strings.Count(l.Repository, "/") != 1 {
+		d.errorf(attrRange(body, "liveness", "repository"), "Invalid repository", "repository must be \"owner/name\", not %q.", l.Repository)
+	}
+
+	cfg.Liveness = &Liveness{Kind: l.Kind, Repository: l.Repository, APIURL: "https://api.github.com", TokenEnv: "GH_TOKEN"}
+	if l.APIURL != nil {
+		cfg.Liveness.APIURL = strings.TrimSuffix(*l.APIURL, "/")
+	}
+
+	if l.TokenEnv != nil {
+		cfg.Liveness.TokenEnv = *l.TokenEnv
+	}
 }
 
 func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {

@@ -4,9 +4,7 @@
 package credential
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 )
 
 // Credential is a registry credential decoded from a dockerconfigjson.
@@ -36,18 +35,14 @@ func (c *Credential) Password() string { return c.password }
 func (c *Credential) DockerConfigJSON() []byte { return c.raw }
 
 // Revision identifies the credential: the hex SHA-256 of the decrypted dockerconfigjson.
-func (c *Credential) Revision() string {
-	sum := sha256.Sum256(c.raw)
-
-	return hex.EncodeToString(sum[:])
-}
+func (c *Credential) Revision() string { return authdigest.DockerConfig(c.raw) }
 
 // AuthDigest identifies the registry's username/password pair (authdigest.Of).
 func (c *Credential) AuthDigest() string { return authdigest.Of(c.Username, c.password) }
 
 // String never includes the secret.
 func (c *Credential) String() string {
-	return fmt.Sprintf("credential(registry=%s user=%s revision=%.12s)", c.Registry, c.Username, c.Revision())
+	return fmt.Sprintf("credential(registry=%s user=%s revision=%s)", c.Registry, c.Username, human.Short(c.Revision()))
 }
 
 // GoString never includes the secret.

@@ -52,78 +52,113 @@ func Prove(ctx context.Context, client *http.Client, endpoint string, c *Credent
 	return nil
 }
 
+// prover is one target's token flow.
+type prover struct {
+	ctx    context.Context
+	client *http.Client
+	c      *Credential
+	target string
+	repo   string
+	// manifest is the manifest's URL.
+	manifest string
+}
+
 func proveOne(ctx context.Context, client *http.Client, endpoint string, c *Credential, target string) error {
 	repo, ref, ok := strings.Cut(target, "@")
 	if !ok {
 		i := strings.LastIndex(target, ":")
+		if i < 0 || strings.Contains(target[i:], "/") {
+			return &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
+		}
+
 		repo, ref = target[:i], target[i+1:]
 	}
 
-	manifestURL := fmt.Sprintf("%s/v2/%s/manifests/%s", endpoint, repo, ref)
-	fail := func(step string, status int, err error) error {
-		return &ProofError{Target: target, Step: step, Status: status, Err: err}
-	}
+	p := &prover{ctx: ctx, client: client, c: c, target: target, repo: repo,
+		manifest: fmt.Sprintf("%s/v2/%s/manifests/%s", endpoint, repo, ref)}
 
-	get := func(u, bearer string, basic bool) (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return nil, err
-		}
-
-		req.Header.Set("Accept", strings.Join([]string{
-			"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-			"application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-		}, ", "))
-
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-
-		if basic {
-			req.SetBasicAuth(c.Username, c.password)
-		}
-
-		return client.Do(req)
-	}
-
-	resp, err := get(manifestURL, "", false)
+	realm, params, err := p.challenge()
 	if err != nil {
-		return fail("challenge", 0, err)
+		return err
+	}
+
+	bearer, err := p.token(realm, params)
+	if err != nil {
+		return err
+	}
+
+	return p.pull(bearer)
+}
+
+func (p *prover) fail(step string, status int, err error) error {
+	return &ProofError{Target: p.target, Step: step, Status: status, Err: err}
+}
+
+func (p *prover) get(u, bearer string, basic bool) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(p.ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Set("Accept", strings.Join([]string{
+		"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+		"application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+	}, ", "))
+
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+
+	if basic {
+		req.SetBasicAuth(p.c.Username, p.c.password)
+	}
+
+	return p.client.Do(req)
+}
+
+// challenge asks for the manifest anonymously and reads the auth challenge.
+func (p *prover) challenge() (string, map[string]string, error) {
+	resp, err := p.get(p.manifest, "", false)
+	if err != nil {
+		return "", nil, p.fail("challenge", 0, err)
 	}
 
 	drain(resp)
 
-	if resp.StatusCode == http.StatusOK {
-		return fail("challenge", 0, fmt.Errorf("%s is readable without credentials, so it proves nothing: prove a private image", target))
-	}
-
-	if resp.StatusCode != http.StatusUnauthorized {
-		return fail("challenge", resp.StatusCode, nil)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return "", nil, p.fail("challenge", 0, fmt.Errorf("%s is readable without credentials, so it proves nothing: prove a private image", p.target))
+	case http.StatusUnauthorized:
+	default:
+		return "", nil, p.fail("challenge", resp.StatusCode, nil)
 	}
 
 	realm, params, err := parseChallenge(resp.Header.Get("WWW-Authenticate"))
 	if err != nil {
-		return fail("challenge", resp.StatusCode, err)
+		return "", nil, p.fail("challenge", resp.StatusCode, err)
 	}
 
+	return realm, params, nil
+}
+
+// token trades the credential for a pull token at the realm.
+func (p *prover) token(realm string, params map[string]string) (string, error) {
 	q := url.Values{}
 	if s := params["service"]; s != "" {
 		q.Set("service", s)
 	}
 
-	q.Set("scope", "repository:"+repo+":pull")
+	q.Set("scope", "repository:"+p.repo+":pull")
 
-	tokResp, err := get(realm+"?"+q.Encode(), "", true)
+	resp, err := p.get(realm+"?"+q.Encode(), "", true)
 	if err != nil {
-		return fail("token", 0, err)
+		return "", p.fail("token", 0, err)
 	}
 
-	defer tokResp.Body.Close()
+	defer drain(resp)
 
-	if tokResp.StatusCode != http.StatusOK {
-		drain(tokResp)
-
-		return fail("token", tokResp.StatusCode, nil)
+	if resp.StatusCode != http.StatusOK {
+		return "", p.fail("token", resp.StatusCode, nil)
 	}
 
 	var tok struct {
@@ -131,24 +166,28 @@ func proveOne(ctx context.Context, client *http.Client, endpoint string, c *Cred
 		AccessToken string `json:"access_token"`
 	}
 
-	if err := json.NewDecoder(io.LimitReader(tokResp.Body, 1<<20)).Decode(&tok); err != nil {
-		return fail("token", 0, fmt.Errorf("token response is not JSON"))
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&tok); err != nil {
+		return "", p.fail("token", 0, fmt.Errorf("token response is not JSON"))
 	}
 
-	bearer := tok.Token
-	if bearer == "" {
-		bearer = tok.AccessToken
+	if tok.Token != "" {
+		return tok.Token, nil
 	}
 
-	mResp, err := get(manifestURL, bearer, false)
+	return tok.AccessToken, nil
+}
+
+// pull reads the manifest with the token.
+func (p *prover) pull(bearer string) error {
+	resp, err := p.get(p.manifest, bearer, false)
 	if err != nil {
-		return fail("manifest", 0, err)
+		return p.fail("manifest", 0, err)
 	}
 
-	drain(mResp)
+	drain(resp)
 
-	if mResp.StatusCode != http.StatusOK {
-		return fail("manifest", mResp.StatusCode, nil)
+	if resp.StatusCode != http.StatusOK {
+		return p.fail("manifest", resp.StatusCode, nil)
 	}
 
 	return nil

@@ -20,18 +20,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
+// Outcome is what became of a pull secret.
+type Outcome string
+
 // Outcomes of a pull secret.
 const (
-	Written   = "written"
-	Unchanged = "unchanged"
-	Skipped   = "skipped"
-	Failed    = "failed"
-	HeldBack  = "held-back"
+	Written   Outcome = "written"
+	Unchanged Outcome = "unchanged"
+	Skipped   Outcome = "skipped"
+	Failed    Outcome = "failed"
+	HeldBack  Outcome = "held-back"
 )
 
 // OCIRepositories is Flux's OCIRepository resource.
@@ -40,7 +44,7 @@ var OCIRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.
 // Result is one pull secret's outcome.
 type Result struct {
 	Namespace, Secret, Role string
-	Outcome                 string
+	Outcome                 Outcome
 	Message                 string
 }
 
@@ -111,11 +115,11 @@ func Run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, 
 	return out
 }
 
-func result(sp plan.SecretPlan, outcome, msg string) Result {
+func result(sp plan.SecretPlan, outcome Outcome, msg string) Result {
 	return Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: outcome, Message: msg}
 }
 
-func skippedOrUnchanged(sp plan.SecretPlan) string {
+func skippedOrUnchanged(sp plan.SecretPlan) Outcome {
 	if sp.Action == plan.SecretSkip {
 		return Skipped
 	}
@@ -144,71 +148,10 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 
 	secrets := kube.CoreV1().Secrets(sp.Namespace)
 	where := sp.Namespace + "/" + sp.Secret
-	retries := 0
 
-	for attempt := 0; ; attempt++ {
-		if attempt == 5 {
-			return fail(fmt.Errorf("%s kept changing under concurrent writers; not written", where))
-		}
-
-		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
-
-		switch {
-		case apierrors.IsNotFound(err):
-			if h := o.Hooks.BetweenReadAndWrite; h != nil {
-				h(sp.Namespace, sp.Secret, attempt)
-			}
-
-			_, err = secrets.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
-					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
-				Type: corev1.SecretTypeDockerConfigJson,
-				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
-			}, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				retries++
-
-				continue
-			}
-		case err != nil:
-			return fail(fmt.Errorf("read %s: %w", where, err))
-		default:
-			if f := cluster.Foreign(cur); f != "" {
-				return fail(fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, f, errForeign))
-			}
-
-			if cur.Type != corev1.SecretTypeDockerConfigJson {
-				return fail(fmt.Errorf("%s is now of type %s: not written", where, cur.Type))
-			}
-
-			if bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], o.Data) {
-				break
-			}
-
-			if h := o.Hooks.BetweenReadAndWrite; h != nil {
-				h(sp.Namespace, sp.Secret, attempt)
-			}
-
-			next := cur.DeepCopy()
-			if next.Data == nil {
-				next.Data = map[string][]byte{}
-			}
-
-			next.Data[corev1.DockerConfigJsonKey] = o.Data
-
-			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{}) // carries cur's resourceVersion
-			if apierrors.IsConflict(err) {
-				retries++
-
-				continue
-			}
-		}
-
-		if err != nil {
-			return fail(fmt.Errorf("write %s: %w", where, err))
-		}
-
-		break
+	retries, err := put(ctx, secrets, sp, o)
+	if err != nil {
+		return fail(err)
 	}
 
 	back, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
@@ -222,7 +165,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 		}
 	}
 
-	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, Written); err != nil {
+	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(Written)); err != nil {
 		return fail(err)
 	}
 
@@ -236,6 +179,64 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	}
 
 	return result(sp, Written, msg)
+}
+
+// put creates the secret, or compare-and-swap updates it (carrying the read resourceVersion),
+// re-reading and retrying when another writer got in between. It refuses a secret that became
+// managed by another controller or changed type since the plan.
+func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.SecretPlan, o Options) (retries int, err error) {
+	where := sp.Namespace + "/" + sp.Secret
+
+	for attempt := range 5 {
+		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
+
+		switch {
+		case apierrors.IsNotFound(err):
+			o.Hooks.between(sp, attempt)
+
+			_, err = secrets.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
+					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
+				Type: corev1.SecretTypeDockerConfigJson,
+				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
+			}, metav1.CreateOptions{})
+		case err != nil:
+			return retries, fmt.Errorf("read %s: %w", where, err)
+		case cluster.Foreign(cur) != "":
+			return retries, fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
+		case cur.Type != corev1.SecretTypeDockerConfigJson:
+			return retries, fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
+		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], o.Data):
+			return retries, nil
+		default:
+			o.Hooks.between(sp, attempt)
+
+			next := cur.DeepCopy()
+			if next.Data == nil {
+				next.Data = map[string][]byte{}
+			}
+
+			next.Data[corev1.DockerConfigJsonKey] = o.Data
+			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+		}
+
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			retries++
+		case err != nil:
+			return retries, fmt.Errorf("write %s: %w", where, err)
+		default:
+			return retries, nil
+		}
+	}
+
+	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)
+}
+
+func (h Hooks) between(sp plan.SecretPlan, attempt int) {
+	if h.BetweenReadAndWrite != nil {
+		h.BetweenReadAndWrite(sp.Namespace, sp.Secret, attempt)
+	}
 }
 
 // addPullSecret adds secret to the service account's imagePullSecrets once (CAS on update).

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -27,7 +27,7 @@ type NodeObs struct {
 	UID            string
 	Owner          string
 	Phase          string
-	Record         *cluster.FenceRecord // from the node's annotation
+	Record         *state.Fence // from the node's annotation
 	StateRecord    *state.Record
 	Cordoned       bool
 	ScaleDownGuard bool
@@ -89,8 +89,8 @@ type Fence struct {
 	Evidence       string `json:"evidence"`
 
 	// For release.
-	UID    string               `json:"-"`
-	Record *cluster.FenceRecord `json:"-"`
+	UID    string       `json:"-"`
+	Record *state.Fence `json:"-"`
 }
 
 // Report is the inventory.
@@ -108,10 +108,7 @@ func Classify(o Observation) Report {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 
 	for _, n := range nodes {
-		holder := n.Owner
-		if holder == "" && n.StateRecord != nil {
-			holder = n.StateRecord.Owner
-		}
+		holder := n.holder()
 
 		f := Fence{
 			Kind: KindNode, Name: n.Name, Holder: holder, Phase: n.Phase, Exists: n.Exists,
@@ -125,10 +122,8 @@ func Classify(o Observation) Report {
 		}
 
 		if n.Record == nil && n.StateRecord != nil {
-			f.Record = &cluster.FenceRecord{
-				UID: n.StateRecord.UID, WasCordoned: n.StateRecord.WasCordoned, InitialTaints: n.StateRecord.InitialTaints,
-				DesiredRevision: n.StateRecord.DesiredRevision, ScaleDownGuardOurs: n.StateRecord.ScaleDownGuardOurs,
-			}
+			rec := n.StateRecord.Fence
+			f.Record = &rec
 		}
 
 		if f.Record != nil {
@@ -136,7 +131,7 @@ func Classify(o Observation) Report {
 			f.WasCordoned = &wc
 		}
 
-		judge(&f, o)
+		assessLiveness(&f, o)
 
 		switch {
 		case !n.Exists && !f.Live:
@@ -154,20 +149,15 @@ func Classify(o Observation) Report {
 
 	if l := o.Lease; l != nil && l.Holder != "" {
 		f := Fence{Kind: KindLease, Name: l.Namespace + "/" + l.Name, Holder: l.Holder, Exists: true}
-		judge(&f, o)
+		assessLiveness(&f, o)
 
-		age := "never renewed"
-		if l.RenewTime != nil {
-			age = fmt.Sprintf("renewed %s ago", o.Now.Sub(*l.RenewTime).Round(time.Second))
-		}
-
-		f.Evidence = fmt.Sprintf("%s (duration %s, transitions %d); %s", age, l.Duration, l.Transitions, f.Evidence)
+		f.Evidence = fmt.Sprintf("%s (duration %s, transitions %d); %s", human.Renewed(l.RenewTime, o.Now), l.Duration, l.Transitions, f.Evidence)
 		rep.Fences = append(rep.Fences, f)
 	}
 
 	for _, sr := range o.SecretsInFlight {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("pull secret %s/%s (%s) was being written with revision %.12s… when its run stopped: "+
-			"not a fence, but it may hold either credential; run plan to see what remains", sr.Namespace, sr.Name, sr.Role, sr.DesiredRevision))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("pull secret %s/%s (%s) was being written with revision %s when its run stopped: "+
+			"not a fence, but it may hold either credential; run plan to see what remains", sr.Namespace, sr.Name, sr.Role, human.Short(sr.DesiredRevision)))
 	}
 
 	rep.Summary = summary(rep.Fences)
@@ -177,8 +167,8 @@ func Classify(o Observation) Report {
 
 func phaseMutated(p string) bool { return state.Phase(p).AtOrAfter(state.PhaseConfigured) }
 
-// judge sets liveness, releasability, reason and command for f's holder.
-func judge(f *Fence, o Observation) {
+// assessLiveness sets liveness, releasability, reason and command for f's holder.
+func assessLiveness(f *Fence, o Observation) {
 	leaseLive := o.Lease.Live(o.Now) && o.Lease.Holder == f.Holder
 	v, checked := o.Verdicts[f.Holder]
 	explicit := o.Holder != "" && o.Holder == f.Holder

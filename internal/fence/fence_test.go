@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -37,11 +36,11 @@ func observation() fence.Observation {
 		Now: now, ConfigPath: "/etc/ghcrsync/ghcrsync.hcl",
 		Nodes: []fence.NodeObs{
 			{Name: "prod-worker-1", Exists: true, UID: "u1", Owner: dead, Phase: "drained", Cordoned: true, ScaleDownGuard: true, Ready: true,
-				Record: &cluster.FenceRecord{UID: "u1"}},
+				Record: &state.Fence{UID: "u1"}},
 			{Name: "prod-worker-2", Exists: true, UID: "u2", Owner: dead, Phase: "rebooting", Cordoned: true, Ready: false, Lifecycle: true,
-				Record: &cluster.FenceRecord{UID: "u2"}},
+				Record: &state.Fence{UID: "u2"}},
 			{Name: "prod-worker-3", Exists: true, UID: "u3", Owner: dead, Phase: "claimed", Cordoned: true, Ready: true,
-				Record: &cluster.FenceRecord{UID: "u3", WasCordoned: true}},
+				Record: &state.Fence{UID: "u3", WasCordoned: true}},
 			{Name: "autoscale-cx43-0011223344556677", StateRecord: &state.Record{Node: "autoscale-cx43-0011223344556677", Owner: dead, Phase: state.PhaseDrained}},
 			{Name: "prod-worker-4", Exists: true, UID: "u4", Owner: alive, Phase: "guarded", Cordoned: true, Ready: true},
 			{Name: "prod-worker-5", Exists: true, UID: "u5", Owner: local, Phase: "drained", Cordoned: true, Ready: true},

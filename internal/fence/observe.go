@@ -10,21 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
-	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
-
-// Checker is a liveness source.
-type Checker interface {
-	Check(ctx context.Context, runRef string) (liveness.Verdict, error)
-}
 
 // Observe reads the fences: every Node carrying ghcrsync's owner annotation, every state record
 // that may still hold one, and the Lease; then asks the liveness source about each holder that
 // no live Lease vouches for.
-func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, leaseNS, leaseName string, checker Checker, now time.Time) (Observation, error) {
+func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, leaseNS, leaseName string, source liveness.Source, now time.Time) (Observation, error) {
 	o := Observation{Now: now, Verdicts: map[string]Verdict{}}
 
 	for _, sr := range st.Secrets {
@@ -33,22 +28,42 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		}
 	}
 
+	var err error
+	if o.Nodes, err = observeNodes(ctx, kube, st); err != nil {
+		return o, err
+	}
+
+	if o.Lease, err = observeLease(ctx, kube, leaseNS, leaseName); err != nil {
+		return o, err
+	}
+
+	if source != nil {
+		o.Verdicts = checkHolders(ctx, o, source)
+	}
+
+	return o, nil
+}
+
+// observeNodes lists the annotated Nodes, then reads each state record's node not among them.
+func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State) ([]NodeObs, error) {
 	list, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return o, kube.Unreachable("list nodes", err)
+		return nil, kube.Unreachable("list nodes", err)
 	}
+
+	var out []NodeObs
 
 	seen := map[string]bool{}
 
 	for i := range list.Items {
 		n := &list.Items[i]
-		if n.Annotations[plan.OwnerAnnotation] == "" {
+		if n.Annotations[cluster.OwnerAnnotation] == "" {
 			continue
 		}
 
 		obs := FromNode(n)
 		obs.StateRecord = st.Record(n.Name)
-		o.Nodes = append(o.Nodes, obs)
+		out = append(out, obs)
 		seen[n.Name] = true
 	}
 
@@ -64,39 +79,33 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return o, kube.Unreachable("read node "+r.Node, err)
+			return nil, kube.Unreachable("read node "+r.Node, err)
 		case string(n.UID) == r.UID:
-			full := FromNode(n)
-			full.StateRecord = r
-			obs = full
+			obs = FromNode(n)
+			obs.StateRecord = r
 		}
 
-		o.Nodes = append(o.Nodes, obs)
+		out = append(out, obs)
 	}
 
-	l, err := kube.Client.CoordinationV1().Leases(leaseNS).Get(ctx, leaseName, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return o, kube.Unreachable("read lease", err)
+	return out, nil
+}
+
+func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string) (*LeaseObs, error) {
+	l, err := kube.Lease(ctx, ns, name)
+	if err != nil || l == nil {
+		return nil, err
 	}
 
-	if err == nil {
-		pl := cluster.FromLease(l)
-		o.Lease = &LeaseObs{Namespace: leaseNS, Name: leaseName, Holder: pl.Holder, RenewTime: pl.RenewTime,
-			Duration: time.Duration(pl.DurationSeconds) * time.Second, Transitions: pl.Transitions}
-	}
+	return &LeaseObs{Namespace: ns, Name: name, Holder: l.Holder, RenewTime: l.RenewTime,
+		Duration: time.Duration(l.DurationSeconds) * time.Second, Transitions: l.Transitions}, nil
+}
 
-	if checker == nil {
-		return o, nil
-	}
-
+// checkHolders asks the liveness source about every holder no live Lease vouches for.
+func checkHolders(ctx context.Context, o Observation, source liveness.Source) map[string]Verdict {
 	holders := []string{}
 	for _, n := range o.Nodes {
-		h := n.Owner
-		if h == "" && n.StateRecord != nil {
-			h = n.StateRecord.Owner
-		}
-
-		holders = append(holders, h)
+		holders = append(holders, n.holder())
 	}
 
 	if o.Lease != nil {
@@ -105,26 +114,38 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 
 	slices.Sort(holders)
 
+	verdicts := map[string]Verdict{}
+
 	for _, h := range slices.Compact(holders) {
-		if h == "" || (o.Lease.Live(now) && o.Lease.Holder == h) {
+		if h == "" || (o.Lease.Live(o.Now) && o.Lease.Holder == h) {
 			continue
 		}
 
-		v, err := checker.Check(ctx, liveness.RunRef(h))
-		o.Verdicts[h] = Verdict{Checked: err == nil && v.Applicable, Terminal: v.Terminal, Evidence: v.Evidence, Err: err}
+		id, _ := holder.Parse(h)
+		v, err := source.Check(ctx, id.RunRef)
+		verdicts[h] = Verdict{Checked: err == nil && v.Applicable, Terminal: v.Terminal, Evidence: v.Evidence, Err: err}
 	}
 
-	return o, nil
+	return verdicts
+}
+
+// holder is the run that holds the observed fence: the node's owner, else the state record's.
+func (n NodeObs) holder() string {
+	if n.Owner == "" && n.StateRecord != nil {
+		return n.StateRecord.Owner
+	}
+
+	return n.Owner
 }
 
 // FromNode reads a fence from a Node.
 func FromNode(n *corev1.Node) NodeObs {
 	obs := NodeObs{
 		Name: n.Name, Exists: true, UID: string(n.UID),
-		Owner: n.Annotations[plan.OwnerAnnotation], Phase: n.Annotations[plan.PhaseAnnotation],
+		Owner: n.Annotations[cluster.OwnerAnnotation], Phase: n.Annotations[cluster.PhaseAnnotation],
 		Cordoned: n.Spec.Unschedulable, Ready: cluster.Ready(n),
 		ScaleDownGuard: n.Annotations[cluster.ScaleDownGuardByAnnotation] != "",
-		Lifecycle:      slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return taints.Lifecycle(t.Key) }),
+		Lifecycle:      taints.HasLifecycle(cluster.Taints(n.Spec.Taints)),
 	}
 
 	if rec, ok := cluster.RecordOf(n); ok {

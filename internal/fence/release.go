@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
@@ -32,10 +31,36 @@ type ReleaseOptions struct {
 	Progress     io.Writer
 }
 
-// Release undoes every releasable fence of the report: node fences first (each a CAS on the
-// fields it read: the owner and uid), the Lease last. A fence whose phase crossed into Talos
-// mutation is released only once its node is Ready with lifecycle taints cleared. The state is
-// written before each undo.
+// Undo takes holder's fence off the named node: a compare-and-swap judged (plan.Judge, StepUndo)
+// on every read, so a node fenced by someone else, or replaced, is never touched. gone is true
+// when nothing of the fence is left on the cluster. The one undo of a fence: the executor and
+// `ghcrsync release` both call it.
+func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (gone bool, err error) {
+	return cluster.ReleaseFence(ctx, p, name, holder, rec, func(n *corev1.Node) error {
+		obs := cluster.FromNode(n)
+
+		uid := rec.UID
+		if uid == "" {
+			uid = obs.UID // no record of its identity: the node as it is
+		}
+
+		v := plan.Judge(plan.Subject{Node: &obs, Planned: &plan.Invariants{UID: uid}, Phase: phase,
+			Action: plan.ActionFence, Step: plan.StepUndo, Holder: holder})
+
+		switch v.Decision {
+		case plan.Proceed:
+			return nil
+		case plan.Refuse:
+			return errors.New(v.Message(name, plan.StepUndo))
+		}
+
+		return cluster.ErrNoFence
+	})
+}
+
+// Release undoes every releasable fence of the report: node fences first, the Lease last. A
+// fence whose phase crossed into Talos mutation is released only once its node is Ready with
+// lifecycle taints cleared. The state is written before each undo.
 func Release(ctx context.Context, kube *cluster.Connection, rep Report, store state.Store, st *state.State, o ReleaseOptions) []Outcome {
 	var out []Outcome
 
@@ -46,52 +71,38 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 			continue
 		}
 
-		if !f.Releasable {
-			out = append(out, Outcome{Fence: f, Message: "not released: " + f.Reason})
-			nodeFailed = true
-
-			continue
+		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
+		if f.Releasable {
+			r = releaseNode(ctx, kube, f, store, st, o)
 		}
 
-		r := releaseNode(ctx, kube, f, store, st, o)
-		if !r.Released {
-			nodeFailed = true
-		}
-
+		nodeFailed = nodeFailed || !r.Released
 		out = append(out, r)
 	}
 
 	for _, f := range rep.Fences {
-		if f.Kind != KindLease || o.Node != "" {
-			continue
-		}
-
-		switch {
-		case !f.Releasable:
-			out = append(out, Outcome{Fence: f, Message: "not released: " + f.Reason})
-		case nodeFailed:
-			out = append(out, Outcome{Fence: f, Message: "not released: a node fence of this run is still held, and the Lease goes last"})
-		default:
-			ns, name, _ := cutSlash(f.Name)
-			if err := lease.ReleaseHolder(ctx, kube.Client, ns, name, f.Holder); err != nil {
-				out = append(out, Outcome{Fence: f, Message: "not released: " + err.Error()})
-			} else {
-				out = append(out, Outcome{Fence: f, Released: true, Message: "Lease released"})
-			}
+		if f.Kind == KindLease && o.Node == "" {
+			out = append(out, releaseLease(ctx, kube, f, nodeFailed))
 		}
 	}
 
 	return out
 }
 
-func cutSlash(s string) (string, string, bool) {
-	for i := range s {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], true
-		}
+func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFailed bool) Outcome {
+	switch {
+	case !f.Releasable:
+		return Outcome{Fence: f, Message: "not released: " + f.Reason}
+	case nodeFailed:
+		return Outcome{Fence: f, Message: "not released: a node fence of this run is still held, and the Lease goes last"}
 	}
 
-	return "", s, false
+	ns, name, _ := strings.Cut(f.Name, "/")
+	if err := lease.ReleaseHolder(ctx, kube.Client, ns, name, f.Holder); err != nil {
+		return Outcome{Fence: f, Message: "not released: " + err.Error()}
+	}
+
+	return Outcome{Fence: f, Released: true, Message: "Lease released"}
 }
 
 func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State, o ReleaseOptions) Outcome {
@@ -117,55 +128,30 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Message: "not released: writing the state first failed: " + err.Error()}
 	}
 
-	rec := f.Record
-	keepCordon := rec == nil
-	patchRec := cluster.FenceRecord{WasCordoned: true}
-
-	if rec != nil {
-		patchRec = *rec
+	// Without a recovery record nobody knows whether the node was cordoned before the claim:
+	// the cordon stays.
+	rec := state.Fence{UID: f.UID, WasCordoned: true}
+	if f.Record != nil {
+		rec = *f.Record
 	}
 
-	_, err := kube.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
-		if f.UID != "" && string(n.UID) != f.UID {
-			return errReplaced
-		}
-
-		if owner := n.Annotations[plan.OwnerAnnotation]; owner != "" && owner != f.Holder {
-			return fmt.Errorf("%s is now fenced by %s, not by %s: not releasing it", f.Name, owner, f.Holder)
-		}
-
-		return nil
-	}, func(n *corev1.Node) map[string]any {
-		p := cluster.ReleasePatch(patchRec)
-		if n.Annotations[cluster.ScaleDownGuardByAnnotation] == f.Holder {
-			ann := p["metadata"].(map[string]any)["annotations"].(map[string]any)
-			ann[cluster.ScaleDownDisabledAnnotation] = nil
-			ann[cluster.ScaleDownGuardByAnnotation] = nil
-		}
-
-		return p
-	}, nil)
+	gone, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec)
 
 	switch {
-	case apierrors.IsNotFound(err), errors.Is(err, errReplaced):
+	case gone:
 		return Outcome{Fence: f, Released: true, Message: "the node was deleted meanwhile: released"}
 	case err != nil:
 		return Outcome{Fence: f, Message: "not released: " + err.Error()}
-	case keepCordon:
+	case f.Record == nil:
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
-	case patchRec.WasCordoned:
+	case rec.WasCordoned:
 		return Outcome{Fence: f, Released: true, Message: "released (left cordoned: it was cordoned before the claim)"}
+	case phaseMutated(f.Phase):
+		return Outcome{Fence: f, Released: true, Message: "released and uncordoned; its verified marker is unset, so the next plan re-fences it if its runtime has not loaded the credential"}
 	}
 
-	msg := "released and uncordoned"
-	if phaseMutated(f.Phase) {
-		msg += "; its verified marker is unset, so the next plan re-fences it if its runtime has not loaded the credential"
-	}
-
-	return Outcome{Fence: f, Released: true, Message: msg}
+	return Outcome{Fence: f, Released: true, Message: "released and uncordoned"}
 }
-
-var errReplaced = errors.New("replaced")
 
 func markReleased(st *state.State, f Fence) {
 	r := st.Record(f.Name)
@@ -192,16 +178,14 @@ func waitSettled(ctx context.Context, kube *cluster.Connection, name string, o R
 			return false, err
 		}
 
-		lifecycle := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return taints.Lifecycle(t.Key) })
-		ready := cluster.Ready(n)
-
-		if msg := fmt.Sprintf("%s: waiting before release: Ready=%t, lifecycle taints=%t", name, ready, lifecycle); msg != last && !(ready && !lifecycle) {
-			fmt.Fprintln(progress, msg)
-			last = msg
-		}
-
+		lifecycle, ready := taints.HasLifecycle(cluster.Taints(n.Spec.Taints)), cluster.Ready(n)
 		if ready && !lifecycle {
 			return true, nil
+		}
+
+		if msg := fmt.Sprintf("%s: waiting before release: Ready=%t, lifecycle taints=%t", name, ready, lifecycle); msg != last {
+			fmt.Fprintln(progress, msg)
+			last = msg
 		}
 
 		return false, fmt.Errorf("%s is not Ready with its lifecycle taints cleared (Ready=%t, lifecycle taints=%t)", name, ready, lifecycle)

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/human"
 )
 
 // Failure classes of a renewal.
@@ -42,7 +43,7 @@ type Error struct {
 func (e *Error) Error() string {
 	renew := "never"
 	if e.RenewTime != nil {
-		renew = e.RenewTime.UTC().Format(time.RFC3339) + " (" + time.Since(*e.RenewTime).Round(time.Second).String() + " ago)"
+		renew = e.RenewTime.UTC().Format(time.RFC3339) + " (" + human.Renewed(e.RenewTime, time.Now()) + ")"
 	}
 
 	msg := fmt.Sprintf("lease %s: ours=%s holder=%s same_holder=%t transitions=%d renewTime=%s duration=%s",
@@ -81,41 +82,6 @@ type Options struct {
 	Holder              string
 	Duration, Heartbeat time.Duration
 	Logf                func(format string, args ...any)
-}
-
-// Holder builds a holder identity: <revision[:16]>-<run ref>-<host>-<pid>-<random>.
-func Holder(revision, runRef string) string {
-	host, _ := os.Hostname()
-	if runRef == "" {
-		runRef = "local"
-	}
-
-	if len(revision) > 16 {
-		revision = revision[:16]
-	}
-
-	b := make([]byte, 3)
-	_, _ = randRead(b)
-
-	return fmt.Sprintf("%s-%s-%s-%d-%x", revision, runRef, host, os.Getpid(), b)
-}
-
-// RunRef is gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT> in GitHub Actions, else explicit, else "local".
-func RunRef(explicit string) string {
-	if explicit != "" {
-		return explicit
-	}
-
-	if id := os.Getenv("GITHUB_RUN_ID"); id != "" {
-		attempt := os.Getenv("GITHUB_RUN_ATTEMPT")
-		if attempt == "" {
-			attempt = "1"
-		}
-
-		return "gh" + id + "." + attempt
-	}
-
-	return "local"
 }
 
 // Acquire takes the Lease if it is absent, has no holder, or is already ours. A Lease held by

@@ -10,18 +10,12 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 )
 
-// RunRef extracts the run reference from a holder id <revision16>-<runref>-<host>-<pid>-<rand>.
-func RunRef(holder string) string {
-	parts := strings.Split(holder, "-")
-	if len(parts) < 5 {
-		return ""
-	}
-
-	return parts[1]
+// Source is a liveness source: it judges whether a run reference (holder.ID.RunRef) has ended.
+type Source interface {
+	Check(ctx context.Context, runRef string) (Verdict, error)
 }
 
 var ghRef = regexp.MustCompile(`^gh([0-9]+)\.([0-9]+)$`)

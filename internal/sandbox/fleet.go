@@ -26,14 +26,13 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
-	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // Annotations, labels and taints the sandbox reads or writes on Nodes: the product's names.
 const (
 	// OwnerAnnotation marks a node fenced by a ghcrsync run; the safety witness requires it
 	// (with a cordon) before a reboot.
-	OwnerAnnotation = plan.OwnerAnnotation
+	OwnerAnnotation = cluster.OwnerAnnotation
 	// ScaleDownDisabledAnnotation makes the cluster autoscaler leave a node alone.
 	ScaleDownDisabledAnnotation = cluster.ScaleDownDisabledAnnotation
 	// NodeGroupLabel marks autoscaler-managed nodes.

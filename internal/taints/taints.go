@@ -11,7 +11,9 @@ package taints
 
 import (
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Taint keys ghcrsync knows by name.
@@ -43,6 +45,22 @@ func (t Taint) String() string {
 // Lifecycle reports whether key is a readiness taint that appears while a node reboots.
 func Lifecycle(key string) bool {
 	return key == NotReady || key == Unreachable || key == CiliumAgentNotReady
+}
+
+// HasLifecycle reports whether any of ts is a lifecycle taint.
+func HasLifecycle(ts []Taint) bool {
+	return slices.ContainsFunc(ts, func(t Taint) bool { return Lifecycle(t.Key) })
+}
+
+// Since reads the instant an autoscaler taint carries as its value (unix seconds, as the cluster
+// autoscaler writes it). Anything but a plain integer is not an instant.
+func Since(t Taint) (time.Time, bool) {
+	sec, err := strconv.ParseInt(t.Value, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+
+	return time.Unix(sec, 0).UTC(), true
 }
 
 // Scheduling returns the taints that define a node's scheduling state, canonical and sorted:

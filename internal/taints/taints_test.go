@@ -43,3 +43,29 @@ func TestDiffDescribe(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestSince(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		ok          bool
+	}{
+		{"unix_seconds", "1764417086", true},
+		{"trailing_garbage", "17abc", false},
+		{"empty", "", false},
+		{"float", "1764417086.5", false},
+		{"spaces", " 1764417086", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at, ok := Since(Taint{Key: DeletionCandidate, Value: tc.value})
+			if ok != tc.ok || (ok && at.Unix() != 1764417086) {
+				t.Fatalf("Since(%q) = %v, %t", tc.value, at, ok)
+			}
+		})
+	}
+}
+
+func TestHasLifecycle(t *testing.T) {
+	if !HasLifecycle([]Taint{{Key: "a"}, {Key: CiliumAgentNotReady}}) || HasLifecycle([]Taint{{Key: ToBeDeleted}}) || HasLifecycle(nil) {
+		t.Fatal("lifecycle taints")
+	}
+}

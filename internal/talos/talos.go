@@ -106,17 +106,8 @@ func (c *Client) Facts(ctx context.Context, node, registry string) (*plan.TalosF
 
 	facts := &plan.TalosFacts{Version: ver.GetMessages()[0].GetVersion().GetTag()}
 
-	active, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
-	if err != nil {
-		return nil, fmt.Errorf("read machine config (needs the os:admin role): %w", err)
-	}
-
-	facts.ConfiguredDigest = digest(active, registry)
-	facts.ConfigUpdated = active.Metadata().Updated().UTC()
-
-	persistent, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.PersistentID)
-	if err == nil {
-		facts.StagedDigest = digest(persistent, registry)
+	if facts.ConfiguredDigest, facts.StagedDigest, facts.ConfigUpdated, err = c.digests(nctx, registry); err != nil {
+		return nil, err
 	}
 
 	services, err := c.c.ServiceList(nctx)
@@ -127,6 +118,29 @@ func (c *Client) Facts(ctx context.Context, node, registry string) (*plan.TalosF
 	facts.CRIStarted = CRIStarted(services)
 
 	return facts, nil
+}
+
+// Digests reads the registry credential's digest in the node's active and next-boot (staged)
+// machine configs.
+func (c *Client) Digests(ctx context.Context, node, registry string) (active, staged string, err error) {
+	active, staged, _, err = c.digests(client.WithNode(ctx, node), registry)
+
+	return active, staged, err
+}
+
+func (c *Client) digests(nctx context.Context, registry string) (active, staged string, updated time.Time, err error) {
+	mc, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
+	if err != nil {
+		return "", "", time.Time{}, fmt.Errorf("read machine config (needs the os:admin role): %w", err)
+	}
+
+	active, updated = digest(mc, registry), mc.Metadata().Updated().UTC()
+
+	if persistent, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.PersistentID); err == nil {
+		staged = digest(persistent, registry)
+	}
+
+	return active, staged, updated, nil
 }
 
 func digest(mc *talosconfig.MachineConfig, registry string) string {

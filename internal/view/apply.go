@@ -9,62 +9,133 @@ import (
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// ApplyHuman renders a run's outcome: one line per node and per pull secret, then a summary.
-func ApplyHuman(w io.Writer, results []apply.Result, secrets []fanout.Result, holder string, releaseErr error) {
-	var done, deselected, gone, failed int
+// ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version.
+const ApplyJSONFormatVersion = "1.0"
 
-	fmt.Fprintln(w)
+// ApplyJSON is `ghcrsync apply --json`.
+type ApplyJSON struct {
+	FormatVersion      string            `json:"format_version"`
+	CredentialRevision string            `json:"credential_revision"`
+	Changes            bool              `json:"changes"`
+	Holder             string            `json:"holder,omitempty"`
+	Nodes              []ApplyNodeJSON   `json:"nodes"`
+	Secrets            []ApplySecretJSON `json:"secrets"`
+	Reclaimed          []OutcomeJSON     `json:"reclaimed"`
+	LeaseReleased      bool              `json:"lease_released"`
+	LeaseError         string            `json:"lease_error,omitempty"`
+	Failed             int               `json:"failed"`
+}
 
-	for _, r := range results {
-		mark := "✓"
+// ApplyNodeJSON is one node's outcome.
+type ApplyNodeJSON struct {
+	Name       string `json:"name"`
+	Action     string `json:"action"`
+	Outcome    string `json:"outcome"`
+	ReasonCode string `json:"reason_code,omitempty"`
+	Message    string `json:"message"`
+}
 
-		switch r.Outcome {
-		case state.OutcomeDone:
-			done++
-		case state.OutcomeDeselected:
-			mark = "-"
-			deselected++
-		case state.OutcomeGoneAfterMutation:
-			mark = "?"
-			gone++
-		case state.OutcomeFailed:
-			mark = "✗"
-			failed++
-		}
+// ApplySecretJSON is one pull secret's outcome.
+type ApplySecretJSON struct {
+	Namespace string `json:"namespace"`
+	Secret    string `json:"secret"`
+	Role      string `json:"role"`
+	Outcome   string `json:"outcome"`
+	Message   string `json:"message"`
+}
 
-		fmt.Fprintf(w, "  %s %s (%s): %s\n", mark, r.Node, r.Action, r.Message)
+// NewApplyJSON converts a run's result to its JSON view.
+func NewApplyJSON(res *apply.Result) ApplyJSON {
+	out := ApplyJSON{
+		FormatVersion: ApplyJSONFormatVersion, CredentialRevision: res.Plan.CredentialRevision, Changes: res.Plan.Changes(),
+		Holder: res.Holder, Nodes: []ApplyNodeJSON{}, Secrets: []ApplySecretJSON{}, Reclaimed: outcomesJSON(res.Reclaimed),
+		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
 	}
 
-	fmt.Fprintf(w, "\nApply complete: %d rotated, %d deselected, %d gone after mutation, %d failed.\n", done, deselected, gone, failed)
-
-	if len(secrets) > 0 {
-		fmt.Fprintln(w)
-
-		counts := map[string]int{}
-
-		for _, s := range secrets {
-			counts[s.Outcome]++
-			mark := map[string]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}[s.Outcome]
-			fmt.Fprintf(w, "  %s %s/%s (%s): %s\n", mark, s.Namespace, s.Secret, s.Role, s.Message)
-		}
-
-		fmt.Fprintf(w, "\nPull secrets: %d written, %d unchanged, %d left alone, %d failed, %d held back.\n",
-			counts[fanout.Written], counts[fanout.Unchanged], counts[fanout.Skipped], counts[fanout.Failed], counts[fanout.HeldBack])
-
-		if counts[fanout.HeldBack] > 0 {
-			fmt.Fprintln(w, "The root Flux secret still holds the old credential; fix the failures and run plan and apply again.")
-		}
-
-		failed += counts[fanout.Failed]
+	if res.ReleaseErr != nil {
+		out.LeaseError = res.ReleaseErr.Error()
 	}
 
-	if releaseErr != nil {
-		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %v\n", releaseErr)
-	} else if holder != "" {
-		fmt.Fprintf(w, "Lease released (holder %s).\n", holder)
+	for _, n := range res.Nodes {
+		out.Nodes = append(out.Nodes, ApplyNodeJSON{Name: n.Node, Action: string(n.Action), Outcome: string(n.Outcome), ReasonCode: string(n.Reason), Message: n.Message})
+	}
+
+	for _, s := range res.Secrets {
+		out.Secrets = append(out.Secrets, ApplySecretJSON{Namespace: s.Namespace, Secret: s.Secret, Role: s.Role, Outcome: string(s.Outcome), Message: s.Message})
+	}
+
+	return out
+}
+
+// Apply renders a run's outcome.
+func Apply(w io.Writer, f Format, res *apply.Result) error {
+	if f == JSON {
+		return writeJSON(w, NewApplyJSON(res))
+	}
+
+	if !res.Plan.Changes() {
+		fmt.Fprintln(w, "No changes. Nothing to apply.")
+
+		return nil
+	}
+
+	failed := applyNodes(w, res) + applySecrets(w, res.Secrets)
+
+	if res.ReleaseErr != nil {
+		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %v\n", res.ReleaseErr)
+	} else if res.Holder != "" {
+		fmt.Fprintf(w, "Lease released (holder %s).\n", res.Holder)
 	}
 
 	if failed > 0 {
 		fmt.Fprintln(w, "Failed nodes keep their fence where it is needed: inspect with `ghcrsync fences`, undo with `ghcrsync release`.")
 	}
+
+	return nil
+}
+
+var outcomeMarks = map[state.Outcome]string{state.OutcomeDone: "✓", state.OutcomeDeselected: "-", state.OutcomeGoneAfterMutation: "?", state.OutcomeFailed: "✗"}
+
+// applyNodes renders one line per node and the summary; it returns the failed count.
+func applyNodes(w io.Writer, res *apply.Result) int {
+	counts := map[state.Outcome]int{}
+
+	fmt.Fprintln(w)
+
+	for _, r := range res.Nodes {
+		counts[r.Outcome]++
+		fmt.Fprintf(w, "  %s %s (%s): %s\n", outcomeMarks[r.Outcome], r.Node, r.Action, r.Message)
+	}
+
+	fmt.Fprintf(w, "\nApply complete: %d rotated, %d deselected, %d gone after mutation, %d failed.\n",
+		counts[state.OutcomeDone], counts[state.OutcomeDeselected], counts[state.OutcomeGoneAfterMutation], counts[state.OutcomeFailed])
+
+	return counts[state.OutcomeFailed]
+}
+
+var secretMarks = map[fanout.Outcome]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}
+
+// applySecrets renders the fan-out; it returns the failed count.
+func applySecrets(w io.Writer, secrets []fanout.Result) int {
+	if len(secrets) == 0 {
+		return 0
+	}
+
+	fmt.Fprintln(w)
+
+	counts := map[fanout.Outcome]int{}
+
+	for _, s := range secrets {
+		counts[s.Outcome]++
+		fmt.Fprintf(w, "  %s %s/%s (%s): %s\n", secretMarks[s.Outcome], s.Namespace, s.Secret, s.Role, s.Message)
+	}
+
+	fmt.Fprintf(w, "\nPull secrets: %d written, %d unchanged, %d left alone, %d failed, %d held back.\n",
+		counts[fanout.Written], counts[fanout.Unchanged], counts[fanout.Skipped], counts[fanout.Failed], counts[fanout.HeldBack])
+
+	if counts[fanout.HeldBack] > 0 {
+		fmt.Fprintln(w, "The root Flux secret still holds the old credential; fix the failures and run plan and apply again.")
+	}
+
+	return counts[fanout.Failed]
 }

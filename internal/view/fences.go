@@ -1,13 +1,11 @@
 package view
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
-	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // FencesJSONFormatVersion is the version of FencesJSON.
@@ -23,10 +21,18 @@ type FencesJSON struct {
 
 // FencesJSONTo writes the JSON view.
 func FencesJSONTo(w io.Writer, r fence.Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	return writeJSON(w, FencesJSON{FormatVersion: FencesJSONFormatVersion, Fences: r.Fences, Notes: r.Notes, Summary: r.Summary})
+}
 
-	return enc.Encode(FencesJSON{FormatVersion: FencesJSONFormatVersion, Fences: r.Fences, Notes: r.Notes, Summary: r.Summary})
+// Fences renders the inventory in the format.
+func Fences(w io.Writer, f Format, r fence.Report) error {
+	if f == JSON {
+		return FencesJSONTo(w, r)
+	}
+
+	FencesHuman(w, r)
+
+	return nil
 }
 
 // FencesHuman renders the inventory in release order.
@@ -84,83 +90,81 @@ func notes(w io.Writer, r fence.Report) {
 	}
 }
 
-// ReleaseHuman renders what release will undo (dry run) or did.
-func ReleaseHuman(w io.Writer, r fence.Report, outcomes []fence.Outcome, dryRun bool) {
-	notes(w, r)
+// ReleaseJSONFormatVersion is the version of ReleaseJSON.
+const ReleaseJSONFormatVersion = "1.0"
 
-	if len(r.Fences) == 0 {
-		fmt.Fprintln(w, "No fence is held: nothing to release.")
+// ReleaseJSON is `ghcrsync release --json`.
+type ReleaseJSON struct {
+	FormatVersion string        `json:"format_version"`
+	DryRun        bool          `json:"dry_run"`
+	Fences        []fence.Fence `json:"fences"`
+	Outcomes      []OutcomeJSON `json:"outcomes"`
+	Notes         []string      `json:"notes,omitempty"`
+	Held          int           `json:"held"`
+	Summary       string        `json:"summary"`
+}
 
-		return
-	}
+// OutcomeJSON is what release did with one fence.
+type OutcomeJSON struct {
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Holder   string `json:"holder"`
+	Released bool   `json:"released"`
+	Message  string `json:"message"`
+}
 
-	if dryRun {
-		fmt.Fprintln(w, "ghcrsync release would undo, in this order:")
-		fmt.Fprintln(w)
-
-		for _, f := range r.Fences {
-			what := "remove owner, phase and record annotations and ghcrsync's scale-down guard; uncordon unless it was cordoned before the claim"
-			if f.Kind == fence.KindLease {
-				what = "clear the holder (compare-and-swap on the holder)"
-			}
-
-			fmt.Fprintf(w, "  %s %s %s: %s\n      # (%s)\n", mark(f.Releasable), f.Kind, fence.Display(f.Name), what, oneLine(f.Reason))
-		}
-
-		fmt.Fprintf(w, "\n%s\n", r.Summary)
-
-		return
-	}
-
-	released := 0
-
+func outcomesJSON(outcomes []fence.Outcome) []OutcomeJSON {
+	out := []OutcomeJSON{}
 	for _, o := range outcomes {
-		if o.Released {
-			released++
+		out = append(out, OutcomeJSON{Kind: o.Fence.Kind, Name: o.Fence.Name, Holder: o.Fence.Holder, Released: o.Released, Message: o.Message})
+	}
+
+	return out
+}
+
+// Release renders what release will undo (dry run) or did.
+func Release(w io.Writer, f Format, res *fence.RecoveryResult) error {
+	if f == JSON {
+		return writeJSON(w, ReleaseJSON{FormatVersion: ReleaseJSONFormatVersion, DryRun: res.DryRun, Fences: res.Report.Fences,
+			Outcomes: outcomesJSON(res.Outcomes), Notes: res.Report.Notes, Held: res.Held(), Summary: res.Report.Summary})
+	}
+
+	notes(w, res.Report)
+
+	switch {
+	case len(res.Report.Fences) == 0:
+		fmt.Fprintln(w, "No fence is held: nothing to release.")
+	case res.DryRun:
+		releasePreview(w, res.Report)
+	default:
+		for _, o := range res.Outcomes {
+			fmt.Fprintf(w, "  %s %s %s: %s\n", mark(o.Released), o.Fence.Kind, fence.Display(o.Fence.Name), oneLine(o.Message))
 		}
 
-		fmt.Fprintf(w, "  %s %s %s: %s\n", mark(o.Released), o.Fence.Kind, fence.Display(o.Fence.Name), oneLine(o.Message))
+		fmt.Fprintf(w, "\nRelease complete: %d released, %d still held.\n", len(res.Outcomes)-res.Held(), res.Held())
 	}
 
-	fmt.Fprintf(w, "\nRelease complete: %d released, %d still held.\n", released, len(outcomes)-released)
+	return nil
 }
 
-// StateList renders the state's records.
-func StateList(w io.Writer, st *state.State, backend string) {
-	fmt.Fprintf(w, "State in %s: lineage %s, serial %d\n", backend, orNone(st.Lineage), st.Serial)
+func releasePreview(w io.Writer, r fence.Report) {
+	fmt.Fprintln(w, "ghcrsync release would undo, in this order:")
+	fmt.Fprintln(w)
 
-	if st.Run != nil {
-		fmt.Fprintf(w, "Last run: %s, started %s, outcome %s\n", st.Run.Holder, st.Run.Started.Format("2006-01-02 15:04:05Z"), orNone(st.Run.Outcome))
+	for _, f := range r.Fences {
+		what := "remove owner, phase and record annotations and ghcrsync's scale-down guard; uncordon unless it was cordoned before the claim"
+		if f.Kind == fence.KindLease {
+			what = "clear the holder (compare-and-swap on the holder)"
+		}
+
+		fmt.Fprintf(w, "  %s %s %s: %s\n      # (%s)\n", mark(f.Releasable), f.Kind, fence.Display(f.Name), what, oneLine(f.Reason))
 	}
 
-	for _, r := range st.Records {
-		fmt.Fprintf(w, "  %-34s %-10s %-12s %-20s %s\n", r.Node, r.Action, r.Phase, orNone(r.Outcome), oneLine(r.LastError))
-	}
+	fmt.Fprintf(w, "\n%s\n", r.Summary)
 }
 
-func mark(ok bool) string {
-	if ok {
-		return "✓"
-	}
-
-	return "✗"
+// ForceWarning is printed before a forced release.
+func ForceWarning(w io.Writer, holder string) {
+	fmt.Fprintf(w, "Warning: --force releases fences of %s even if its run is alive; that run may still cordon, drain, "+
+		"reconfigure or reboot nodes, and nothing will stop it.\n", fence.Display(holder))
 }
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-
-	return "no"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "-"
-	}
-
-	return s
-}
-
-// oneLine keeps values read from the cluster on one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

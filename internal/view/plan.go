@@ -1,13 +1,11 @@
-// Package view renders ghcrsync's results for people (Terraform-like text) and machines
-// (versioned JSON). It computes nothing: every fact comes from the value it renders.
 package view
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -61,14 +59,27 @@ func describe(n plan.NodePlan) string {
 
 // PlanHuman renders a plan the way `ghcrsync plan` and `ghcrsync show` print it.
 func PlanHuman(w io.Writer, p *plan.Plan) {
-	fmt.Fprintf(w, "Credential revision %s for %s", plan.Short(p.CredentialRevision), p.Registry)
+	fmt.Fprintf(w, "Credential revision %s for %s", human.Short(p.CredentialRevision), p.Registry)
 
 	if p.ProofSkipped {
 		fmt.Fprint(w, " (not proved: --skip-proof)")
 	}
 
-	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", p.CreatedAt.Format("2006-01-02 15:04:05Z"), p.ExpiresAt.Format("2006-01-02 15:04:05Z"))
+	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", human.Clock(p.CreatedAt), human.Clock(p.ExpiresAt))
 
+	legend(w, p)
+	nodes(w, p)
+	secrets(w, p)
+
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+	}
+
+	planSummary(w, p)
+}
+
+// legend lists the symbols the plan uses.
+func legend(w io.Writer, p *plan.Plan) {
 	used := map[plan.Action]bool{}
 	for _, n := range p.Nodes {
 		used[n.Action] = true
@@ -79,30 +90,35 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		secretsUsed[sp.Action] = true
 	}
 
-	if p.Changes() || used[plan.ActionDeselect] || secretsUsed[plan.SecretSkip] {
-		fmt.Fprintln(w, "Symbols:")
-
-		for _, s := range symbols {
-			if used[s.action] {
-				fmt.Fprintf(w, "  %s %s\n", s.symbol, s.legend)
-			}
-		}
-
-		if secretsUsed[plan.SecretCreate] {
-			fmt.Fprintln(w, "  + create a pull secret")
-		}
-
-		if secretsUsed[plan.SecretUpdate] {
-			fmt.Fprintln(w, "  ~ update a pull secret (compare-and-swap)")
-		}
-
-		if secretsUsed[plan.SecretSkip] && !used[plan.ActionDeselect] {
-			fmt.Fprintln(w, "  - leave a pull secret alone")
-		}
-
-		fmt.Fprintln(w)
+	if !p.Changes() && !used[plan.ActionDeselect] && !secretsUsed[plan.SecretSkip] {
+		return
 	}
 
+	fmt.Fprintln(w, "Symbols:")
+
+	for _, s := range symbols {
+		if used[s.action] {
+			fmt.Fprintf(w, "  %s %s\n", s.symbol, s.legend)
+		}
+	}
+
+	if secretsUsed[plan.SecretCreate] {
+		fmt.Fprintln(w, "  + create a pull secret")
+	}
+
+	if secretsUsed[plan.SecretUpdate] {
+		fmt.Fprintln(w, "  ~ update a pull secret (compare-and-swap)")
+	}
+
+	if secretsUsed[plan.SecretSkip] && !used[plan.ActionDeselect] {
+		fmt.Fprintln(w, "  - leave a pull secret alone")
+	}
+
+	fmt.Fprintln(w)
+}
+
+// nodes renders the nodes acted on (in order), then the unchanged and the deselected ones.
+func nodes(w io.Writer, p *plan.Plan) {
 	if s := p.Summary; s.Fence+s.ApplyLive > 0 {
 		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (workers, then control planes one at a time, the API endpoint's node last):")
 		fmt.Fprintln(w)
@@ -114,17 +130,19 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		}
 	}
 
-	section := func(title string, a plan.Action) {
+	for _, section := range []struct {
+		title  string
+		action plan.Action
+	}{{"Unchanged:", plan.ActionNoOp}, {"Deselected:", plan.ActionDeselect}} {
 		first := true
 
 		for _, n := range p.Nodes {
-			if n.Action != a {
+			if n.Action != section.action {
 				continue
 			}
 
 			if first {
-				fmt.Fprintln(w, title)
-				fmt.Fprintln(w)
+				fmt.Fprintf(w, "%s\n\n", section.title)
 
 				first = false
 			}
@@ -132,36 +150,39 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 			node(w, n, "")
 		}
 	}
+}
 
-	section("Unchanged:", plan.ActionNoOp)
-	section("Deselected:", plan.ActionDeselect)
+var (
+	secretSymbols = map[plan.SecretAction]string{plan.SecretCreate: "+", plan.SecretUpdate: "~", plan.SecretSkip: "-", plan.SecretNoOp: " "}
+	secretVerbs   = map[plan.SecretAction]string{plan.SecretCreate: "will be created", plan.SecretUpdate: "will be updated",
+		plan.SecretSkip: "will be left alone", plan.SecretNoOp: "is unchanged"}
+)
 
-	if len(p.Secrets) > 0 {
-		fmt.Fprintln(w, "Pull secrets (consumers, then the root Flux secret last):")
-		fmt.Fprintln(w)
+// secrets renders the pull secrets, the root Flux secret last.
+func secrets(w io.Writer, p *plan.Plan) {
+	if len(p.Secrets) == 0 {
+		return
+	}
 
-		for _, sp := range p.Secrets {
-			sym := map[plan.SecretAction]string{plan.SecretCreate: "+", plan.SecretUpdate: "~", plan.SecretSkip: "-", plan.SecretNoOp: " "}[sp.Action]
-			verb := map[plan.SecretAction]string{plan.SecretCreate: "will be created", plan.SecretUpdate: "will be updated",
-				plan.SecretSkip: "will be left alone", plan.SecretNoOp: "is unchanged"}[sp.Action]
+	fmt.Fprintln(w, "Pull secrets (consumers, then the root Flux secret last):")
+	fmt.Fprintln(w)
 
-			fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", sym, sp.Namespace, sp.Secret, sp.Role, verb, sp.Reason)
+	for _, sp := range p.Secrets {
+		fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", secretSymbols[sp.Action], sp.Namespace, sp.Secret, sp.Role, secretVerbs[sp.Action], sp.Reason)
 
-			if len(sp.ServiceAccounts) > 0 && sp.Action != plan.SecretSkip {
-				fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
-			}
-
-			fmt.Fprintln(w)
+		if len(sp.ServiceAccounts) > 0 && sp.Action != plan.SecretSkip {
+			fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
 		}
-	}
 
-	for _, warn := range p.Warnings {
-		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+		fmt.Fprintln(w)
 	}
+}
 
+// planSummary is the plan's last line(s): Terraform's "Plan: …" or "No changes.".
+func planSummary(w io.Writer, p *plan.Plan) {
 	s := p.Summary
 	if !p.Changes() {
-		fmt.Fprintf(w, "No changes. The fleet already uses credential revision %s", plan.Short(p.CredentialRevision))
+		fmt.Fprintf(w, "No changes. The fleet already uses credential revision %s", human.Short(p.CredentialRevision))
 
 		if s.Deselected > 0 {
 			fmt.Fprintf(w, " on every node ghcrsync may act on; %d deselected", s.Deselected)
@@ -177,6 +198,22 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	if len(p.Secrets) > 0 {
 		fmt.Fprintf(w, "Pull secrets: %d to create, %d to update, %d unchanged, %d left alone.\n", s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
 	}
+}
+
+// PlanSaved says where the plan was saved and how to apply it.
+func PlanSaved(w io.Writer, path string) {
+	fmt.Fprintf(w, "\nSaved the plan to: %s\n\nTo perform exactly these actions, run:\n  ghcrsync apply %s\n", path, path)
+}
+
+// Plan renders a plan in the format.
+func Plan(w io.Writer, f Format, p *plan.Plan) error {
+	if f == JSON {
+		return writeJSON(w, NewPlanJSON(p))
+	}
+
+	PlanHuman(w, p)
+
+	return nil
 }
 
 func node(w io.Writer, n plan.NodePlan, prefix string) {
@@ -257,9 +294,4 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 }
 
 // PlanJSONTo writes the JSON view, indented.
-func PlanJSONTo(w io.Writer, p *plan.Plan) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-
-	return enc.Encode(NewPlanJSON(p))
-}
+func PlanJSONTo(w io.Writer, p *plan.Plan) error { return writeJSON(w, NewPlanJSON(p)) }

@@ -5,9 +5,11 @@ package sandboxtest
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,21 +25,41 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 )
 
-var current *sandbox.Sandbox
+var (
+	opts    sandbox.Options
+	dir     string
+	once    sync.Once
+	current *sandbox.Sandbox
+	failure error
+)
 
-// Main starts a sandbox with test-speed defaults (1 s heartbeat and autoscaler loop, 2 s
-// reboots, no random scale events), runs the tests, stops the sandbox and fails if any of its
-// processes survived. Use it from TestMain: sandboxtest.Main(m, sandbox.Options{...}).
-func Main(m *testing.M, opts sandbox.Options) {
-	os.Exit(run(m, opts))
+// Main gives the package's tests one sandbox with test-speed defaults (1 s heartbeat and
+// autoscaler loop, 2 s reboots, no random scale events), started by the first test that asks for
+// it (so a package's unit tests never wait for it), stopped after the tests; it fails the run if
+// any of its processes survived. With -short, tests that need it are skipped. Use it from
+// TestMain: sandboxtest.Main(m, sandbox.Options{...}).
+func Main(m *testing.M, o sandbox.Options) {
+	flag.Parse()
+
+	opts = o
+
+	code := m.Run()
+
+	if current != nil {
+		code = stop(code)
+	}
+
+	if dir != "" && code == 0 {
+		_ = os.RemoveAll(dir)
+	}
+
+	os.Exit(code)
 }
 
-func run(m *testing.M, opts sandbox.Options) int {
-	dir, err := os.MkdirTemp("", "ghcrsync-sandbox-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-
-		return 1
+func start() (*sandbox.Sandbox, error) {
+	var err error
+	if dir, err = os.MkdirTemp("", "ghcrsync-sandbox-"); err != nil {
+		return nil, err
 	}
 
 	opts.Dir = dir
@@ -55,33 +77,30 @@ func run(m *testing.M, opts sandbox.Options) int {
 
 	logFile, err := os.Create(filepath.Join(dir, "sandbox.log"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-
-		return 1
+		return nil, err
 	}
-	defer logFile.Close()
 
 	opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "sandbox", Level: hclog.Debug, Output: logFile})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	start := time.Now()
+	begin := time.Now()
 
 	sb, err := sandbox.Start(ctx, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxtest: start sandbox: %v\n(logs in %s)\n", err, dir)
-
-		return 1
+		return nil, fmt.Errorf("sandboxtest: start sandbox: %w (logs in %s)", err, dir)
 	}
 
-	fmt.Fprintf(os.Stderr, "sandboxtest: sandbox up in %s (%s)\n", time.Since(start).Round(time.Millisecond), dir)
+	fmt.Fprintf(os.Stderr, "sandboxtest: sandbox up in %s (%s)\n", time.Since(begin).Round(time.Millisecond), dir)
 
-	current = sb
-	code := m.Run()
+	return sb, nil
+}
 
-	pids := sb.ChildPIDs()
-	sb.Stop()
+// stop stops the sandbox and checks that none of its processes survived.
+func stop(code int) int {
+	pids := current.ChildPIDs()
+	current.Stop()
 
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); err == nil {
@@ -93,16 +112,24 @@ func run(m *testing.M, opts sandbox.Options) int {
 
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "sandboxtest: sandbox logs kept in %s\n", dir)
-	} else {
-		_ = os.RemoveAll(dir)
 	}
 
 	return code
 }
 
-// Get returns the package's sandbox.
+// Get returns the package's sandbox, starting it on first use; with -short it skips the test.
 func Get(t testing.TB) *sandbox.Sandbox {
 	t.Helper()
+
+	if testing.Short() {
+		t.Skip("needs the sandbox (a real control plane); skipped with -short")
+	}
+
+	once.Do(func() { current, failure = start() })
+
+	if failure != nil {
+		t.Fatal(failure)
+	}
 
 	if current == nil {
 		t.Fatal("sandboxtest: no sandbox: call sandboxtest.Main from TestMain")
@@ -224,4 +251,27 @@ func PatchNode(t testing.TB, kube kubernetes.Interface, name string, v map[strin
 	if _, err := kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Start starts a sandbox of the test's own (in a temporary folder, stopped when the test ends),
+// for a test that needs another shape than the package's; with -short it skips the test.
+func Start(t testing.TB, o sandbox.Options) *sandbox.Sandbox {
+	t.Helper()
+
+	if testing.Short() {
+		t.Skip("needs a sandbox (a real control plane); skipped with -short")
+	}
+
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+
+	sb, err := sandbox.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(sb.Stop)
+
+	return sb
 }

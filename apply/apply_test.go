@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -64,16 +64,16 @@ func TestApplyFullRotation(t *testing.T) {
 	}
 
 	if res.Failed() != 0 || res.ReleaseErr != nil {
-		t.Fatalf("failed %d, release %v: %+v", res.Failed(), res.ReleaseErr, res.Results)
+		t.Fatalf("failed %d, release %v: %+v", res.Failed(), res.ReleaseErr, res.Nodes)
 	}
 
-	for _, x := range res.Results {
+	for _, x := range res.Nodes {
 		if x.Outcome != state.OutcomeDone {
 			t.Errorf("%s: %s %s", x.Node, x.Outcome, x.Message)
 		}
 	}
 
-	if last := res.Results[len(res.Results)-1]; last.Node != "prod-control-plane-1" {
+	if last := res.Nodes[len(res.Nodes)-1]; last.Node != "prod-control-plane-1" {
 		t.Errorf("the endpoint node was not last: %s", last.Node)
 	}
 
@@ -93,7 +93,7 @@ func TestApplyFullRotation(t *testing.T) {
 			t.Errorf("%s's runtime does not use the new credential", n)
 		}
 
-		if got := node(t, sb, n).Annotations[plan.VerifiedRevisionAnnotation]; got != r.planned.CredentialRevision {
+		if got := node(t, sb, n).Annotations[cluster.VerifiedRevisionAnnotation]; got != r.planned.CredentialRevision {
 			t.Errorf("%s verified marker %q", n, got)
 		}
 	}
@@ -122,7 +122,7 @@ func TestApplyFullRotation(t *testing.T) {
 	// asked to reconcile.
 	checkFanOut(t, sb, res, r.cred)
 
-	again, err := operation.Plan(context.Background(), operation.PlanOptions{ConfigPath: r.cfg})
+	again, err := planCfg(context.Background(), r.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 
 	res, err = r2.apply(path2, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
 		if attempt == 0 {
-			sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "other-run"}}})
+			sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "other-run"}}})
 		}
 	}})
 	if err != nil {
@@ -196,7 +196,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 	}
 
 	t.Cleanup(func() {
-		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}}})
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
 	})
 
 	x := r2.result(res, name)
@@ -205,7 +205,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 	}
 
 	n := node(t, sb, name)
-	if n.Spec.Unschedulable || n.Annotations[plan.OwnerAnnotation] != "other-run" || n.Annotations[plan.RecordAnnotation] != "" {
+	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "other-run" || n.Annotations[cluster.RecordAnnotation] != "" {
 		t.Fatalf("a refused claim touched the node: %+v", n.Annotations)
 	}
 
@@ -282,7 +282,7 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 	}
 
 	n := node(t, sb, victim)
-	if n.Annotations[plan.OwnerAnnotation] != res.Holder || !n.Spec.Unschedulable {
+	if n.Annotations[cluster.OwnerAnnotation] != res.Holder || !n.Spec.Unschedulable {
 		t.Fatalf("the fence was not kept: %+v", n.Annotations)
 	}
 
@@ -293,7 +293,7 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 	// Undo by hand (the release command is another issue's): taint, fence.
 	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" })
 	n.Spec.Unschedulable = false
-	for _, a := range []string{plan.OwnerAnnotation, plan.PhaseAnnotation, plan.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by", sandbox.ScaleDownDisabledAnnotation} {
+	for _, a := range []string{cluster.OwnerAnnotation, cluster.PhaseAnnotation, cluster.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by", sandbox.ScaleDownDisabledAnnotation} {
 		delete(n.Annotations, a)
 	}
 
@@ -340,7 +340,7 @@ func TestAutoscalerTakesNodes(t *testing.T) {
 	}
 
 	if res.Failed() != 0 {
-		t.Fatalf("an autoscaler event failed the run: %+v", res.Results)
+		t.Fatalf("an autoscaler event failed the run: %+v", res.Nodes)
 	}
 
 	if x := r.result(res, gone); x.Outcome != state.OutcomeDeselected || x.Reason != plan.ReasonNotFound {
@@ -512,7 +512,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 
 	// Fence the machine to power off, so the witness sees a safe reboot.
 	sandboxtest.PatchNode(t, kube, down, map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "quorum-test"}},
+		"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "quorum-test"}},
 		"spec":     map[string]any{"unschedulable": true},
 	})
 
@@ -534,7 +534,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 			return nil
 		})
 		sandboxtest.PatchNode(t, kube, down, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})
 	})
@@ -551,7 +551,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 		t.Fatalf("quorum gate: %s %s", x.Outcome, x.Message)
 	}
 
-	if n := node(t, sb, target); n.Annotations[plan.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[target] != talosBefore {
+	if n := node(t, sb, target); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[target] != talosBefore {
 		t.Fatal("a control plane was touched without quorum")
 	}
 

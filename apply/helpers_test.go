@@ -1,10 +1,11 @@
-package operation_test
+package apply_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,9 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -129,7 +133,7 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 func (r *rotation) plan() string {
 	r.t.Helper()
 
-	res, err := operation.Plan(context.Background(), operation.PlanOptions{ConfigPath: r.cfg})
+	res, err := planCfg(context.Background(), r.cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -159,12 +163,12 @@ func (r *rotation) plan() string {
 }
 
 // apply applies the saved plan with hooks.
-func (r *rotation) apply(path string, hooks apply.Hooks) (*operation.ApplyResult, error) {
+func (r *rotation) apply(path string, hooks apply.Hooks) (*apply.Result, error) {
 	r.t.Helper()
 
 	log := hclog.New(&hclog.LoggerOptions{Name: "ghcrsync", Level: hclog.Debug, Output: r.log})
 
-	res, err := operation.Apply(context.Background(), operation.ApplyOptions{
+	res, err := applyCfg(context.Background(), applyOptions{
 		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks,
 	})
 	if r.t.Failed() || err != nil {
@@ -174,18 +178,18 @@ func (r *rotation) apply(path string, hooks apply.Hooks) (*operation.ApplyResult
 	return res, err
 }
 
-func (r *rotation) result(res *operation.ApplyResult, node string) apply.Result {
+func (r *rotation) result(res *apply.Result, node string) apply.NodeResult {
 	r.t.Helper()
 
-	for _, x := range res.Results {
+	for _, x := range res.Nodes {
 		if x.Node == node {
 			return x
 		}
 	}
 
-	r.t.Fatalf("no result for %s in %+v", node, res.Results)
+	r.t.Fatalf("no result for %s in %+v", node, res.Nodes)
 
-	return apply.Result{}
+	return apply.NodeResult{}
 }
 
 func (r *rotation) readState() *state.State {
@@ -215,7 +219,7 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 	t.Helper()
 
 	n := node(t, sb, name)
-	for _, a := range []string{plan.OwnerAnnotation, plan.PhaseAnnotation, plan.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by"} {
+	for _, a := range []string{cluster.OwnerAnnotation, cluster.PhaseAnnotation, cluster.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by"} {
 		if v, ok := n.Annotations[a]; ok {
 			t.Errorf("%s still has %s=%q", name, a, v)
 		}
@@ -231,6 +235,115 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 }
 
 var _ = sandboxtest.Get
+
+// planned is what `ghcrsync plan` computes.
+type planned struct{ Plan *plan.Plan }
+
+// planCfg plans with the configuration, as `ghcrsync plan` does.
+func planCfg(ctx context.Context, cfg string) (*planned, error) {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+
+	p, err := ws.Plan(ctx, workspace.PlanOptions{})
+	if err != nil {
+		return nil, err
+	}
+
+	return &planned{Plan: p}, nil
+}
+
+// applyOptions are an apply's inputs, as `ghcrsync apply` gathers them.
+type applyOptions struct {
+	ConfigPath, PlanPath string
+	Logger               hclog.Logger
+	Progress             io.Writer
+	Hooks                apply.Hooks
+	SecretHooks          fanout.Hooks
+	Now                  func() time.Time
+}
+
+// applyCfg applies a saved plan, as `ghcrsync apply PLANFILE` does.
+func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: o.ConfigPath, Lock: true, Now: o.Now})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+
+	p, err := plan.Load(o.PlanPath)
+	if err != nil {
+		return nil, err
+	}
+
+	return apply.Run(ctx, ws, p, apply.Options{PlanPath: o.PlanPath, Logger: o.Logger, Progress: o.Progress, Hooks: o.Hooks, SecretHooks: o.SecretHooks})
+}
+
+// fencesCfg is `ghcrsync fences [--holder]`.
+func fencesCfg(ctx context.Context, cfg, holder string) (fence.Report, error) {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg})
+	if err != nil {
+		return fence.Report{}, err
+	}
+	defer ws.Close()
+
+	return fence.Inventory(ctx, ws, fence.InventoryOptions{Holder: holder})
+}
+
+// recoverCfg is `ghcrsync release`.
+func recoverCfg(ctx context.Context, cfg string) (*fence.RecoveryResult, error) {
+	return recoverWith(ctx, cfg, fence.RecoveryOptions{})
+}
+
+func recoverWith(ctx context.Context, cfg string, o fence.RecoveryOptions) (*fence.RecoveryResult, error) {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg, Lock: !o.DryRun})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+
+	return fence.Recover(ctx, ws, o)
+}
+
+// pullState is `ghcrsync state pull`.
+func pullState(cfg string) (*state.State, error) {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+
+	return ws.State, nil
+}
+
+// pushState is `ghcrsync state push FILE`.
+func pushState(cfg, file string) (*state.State, error) {
+	src, err := state.ReadLocal(file)
+	if err != nil {
+		return nil, err
+	}
+
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg, Lock: true})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Close()
+
+	return src, state.Push(ws.Store, ws.State, src, false)
+}
+
+// removeState is `ghcrsync state rm NODE`.
+func removeState(cfg, node string) error {
+	ws, err := workspace.Open(workspace.Options{ConfigPath: cfg, Lock: true})
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+
+	return state.Remove(ws.Store, ws.State, node)
+}
 
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()

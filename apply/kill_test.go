@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import "os"
 

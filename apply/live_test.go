@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
-	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -19,15 +19,10 @@ import (
 func TestApplyLiveOnTalos114(t *testing.T) {
 	ctx := context.Background()
 
-	sb, err := sandbox.Start(ctx, sandbox.Options{
-		Dir: t.TempDir(), ControlPlanes: 1, Workers: 2, TalosVersion: "1.14", NoWorkloads: true, AutoscalerPaused: true,
+	sb := sandboxtest.Start(t, sandbox.Options{
+		ControlPlanes: 1, Workers: 2, TalosVersion: "1.14", NoWorkloads: true, AutoscalerPaused: true,
 		Heartbeat: time.Second, Reboot: 2 * time.Second, AutoscalerInterval: time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(sb.Stop)
 
 	r := newRotation(t, sb, nil, allNodes(sb)...)
 	path := r.plan()
@@ -38,7 +33,7 @@ func TestApplyLiveOnTalos114(t *testing.T) {
 
 	cordoned := 0
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, _ state.Phase) {
-		if n0 := nodeOf(t, sb, node); n0.Spec.Unschedulable || n0.Annotations[plan.OwnerAnnotation] != "" {
+		if n0 := nodeOf(t, sb, node); n0.Spec.Unschedulable || n0.Annotations[cluster.OwnerAnnotation] != "" {
 			cordoned++
 		}
 	}})
@@ -47,7 +42,7 @@ func TestApplyLiveOnTalos114(t *testing.T) {
 	}
 
 	if res.Failed() != 0 || cordoned != 0 {
-		t.Fatalf("failed %d, cordoned %d: %+v", res.Failed(), cordoned, res.Results)
+		t.Fatalf("failed %d, cordoned %d: %+v", res.Failed(), cordoned, res.Nodes)
 	}
 
 	stats := sb.Fleet().Stats()
@@ -63,7 +58,7 @@ func TestApplyLiveOnTalos114(t *testing.T) {
 		assertReleased(t, sb, n, false)
 	}
 
-	again, err := operation.Plan(ctx, operation.PlanOptions{ConfigPath: r.cfg})
+	again, err := planCfg(ctx, r.cfg)
 	if err != nil || again.Plan.Changes() {
 		t.Fatalf("second plan: %v %+v", err, again.Plan.Summary)
 	}

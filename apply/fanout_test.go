@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -32,16 +32,16 @@ func secretDigest(t *testing.T, sb *sandbox.Sandbox, ns, name string) string {
 		t.Fatal(err)
 	}
 
-	return cluster.DockerConfigDigest(s.Data[corev1.DockerConfigJsonKey])
+	return authdigest.DockerConfig(s.Data[corev1.DockerConfigJsonKey])
 }
 
 func wantDigest(cred sandbox.Credential) string {
-	return cluster.DockerConfigDigest(sandbox.DockerConfigJSON(cred))
+	return authdigest.DockerConfig(sandbox.DockerConfigJSON(cred))
 }
 
 // checkFanOut asserts every consumer secret and the root hold cred, the root was written last,
 // and Flux was asked to reconcile.
-func checkFanOut(t *testing.T, sb *sandbox.Sandbox, res *operation.ApplyResult, cred sandbox.Credential) {
+func checkFanOut(t *testing.T, sb *sandbox.Sandbox, res *apply.Result, cred sandbox.Credential) {
 	t.Helper()
 
 	if len(res.Secrets) == 0 || res.Secrets[len(res.Secrets)-1].Role != plan.RoleRoot || res.Secrets[len(res.Secrets)-1].Outcome != fanout.Written {
@@ -177,7 +177,7 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 	r2 := newRotation(t, sb, nil, "prod-worker-1")
 	path2 := r2.plan()
 
-	res2, err := operation.Apply(ctx, operation.ApplyOptions{
+	res2, err := applyCfg(ctx, applyOptions{
 		ConfigPath: r2.cfg, PlanPath: path2,
 		SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
 			if ns != "team-a" || attempt != 0 {
@@ -226,7 +226,7 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 		t.Fatal("team-c has no pull secret")
 	}
 
-	again, err := operation.Plan(ctx, operation.PlanOptions{ConfigPath: r2.cfg})
+	again, err := planCfg(ctx, r2.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,8 +311,8 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rel, err := operation.Release(ctx, operation.ReleaseOptions{FencesOptions: operation.FencesOptions{ConfigPath: r.cfg, Holder: res.Holder}})
-	if err != nil || rel.Failed() != 0 {
+	rel, err := recoverWith(ctx, r.cfg, fence.RecoveryOptions{InventoryOptions: fence.InventoryOptions{Holder: res.Holder}})
+	if err != nil || rel.Held() != 0 {
 		t.Fatalf("release of the failed run's fence: %v %+v", err, rel)
 	}
 

@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import (
 	"context"
@@ -15,11 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -65,7 +64,7 @@ func killRun(t *testing.T, r *rotation, path string, phase state.Phase) string {
 func fences(t *testing.T, cfg string, holder string) fence.Report {
 	t.Helper()
 
-	rep, err := operation.Fences(context.Background(), operation.FencesOptions{ConfigPath: cfg, Holder: holder})
+	rep, err := fencesCfg(context.Background(), cfg, holder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +72,10 @@ func fences(t *testing.T, cfg string, holder string) fence.Report {
 	return rep
 }
 
-func release(t *testing.T, cfg string) *operation.ReleaseResult {
+func release(t *testing.T, cfg string) *fence.RecoveryResult {
 	t.Helper()
 
-	res, err := operation.Release(context.Background(), operation.ReleaseOptions{FencesOptions: operation.FencesOptions{ConfigPath: cfg}})
+	res, err := recoverCfg(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +140,7 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				}
 			}
 
-			if res := release(t, r.cfg); res.Failed() != 2 {
+			if res := release(t, r.cfg); res.Held() != 2 {
 				t.Fatalf("release while the Lease is live: %+v", res.Outcomes)
 			}
 
@@ -151,7 +150,7 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if res := release(t, r.cfg); res.Failed() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
+			if res := release(t, r.cfg); res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
 				t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
 			}
 
@@ -159,7 +158,7 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if res := release(t, r.cfg); res.Failed() != 0 || len(res.Outcomes) != 2 {
+			if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 2 {
 				t.Fatalf("release after completion: %+v", res.Outcomes)
 			}
 
@@ -221,7 +220,7 @@ func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, r.cfg); res.Failed() != 0 || len(res.Outcomes) != 2 {
+	if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 2 {
 		t.Fatalf("release without a state file: %+v", res.Outcomes)
 	}
 
@@ -267,14 +266,14 @@ func TestReleaseWithKubernetesBackendElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, cfg); res.Failed() != 0 {
+	if res := release(t, cfg); res.Held() != 0 {
 		t.Fatalf("release from elsewhere: %+v", res.Outcomes)
 	}
 
 	assertReleased(t, sb, name, false)
 	assertLeaseFree(t, sb, "recover-kube")
 
-	_, st, err := operation.StatePull(operation.FencesOptions{ConfigPath: cfg})
+	st, err := pullState(cfg)
 	if err != nil || st.Record(name) == nil || st.Record(name).Outcome != state.OutcomeReleased {
 		t.Fatalf("state in the Secret: %v %+v", err, st)
 	}
@@ -300,11 +299,11 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 	_ = os.WriteFile(unreachable, []byte(strings.Replace(string(b), sb.CIURL(), "http://127.0.0.1:1", 1)), 0o600)
 
 	res := release(t, unreachable)
-	if res.Failed() != 2 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
+	if res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
 		t.Fatalf("release with the liveness API unreachable: %+v", res.Outcomes)
 	}
 
-	if n := node(t, sb, name); n.Annotations[plan.OwnerAnnotation] == "" {
+	if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" {
 		t.Fatal("the fence was released without evidence")
 	}
 
@@ -352,14 +351,12 @@ func TestStatePushAndRemove(t *testing.T) {
 	r := newRotation(t, sb, func(s string) string {
 		return strings.Replace(s, `backend = "local"`, `backend = "kubernetes"`+"\n  secret  = \"ghcrsync-state-push\"", 1)
 	})
-	o := operation.FencesOptions{ConfigPath: r.cfg}
-
-	pushed, err := operation.StatePush(o, local.Path, false)
+	pushed, err := pushState(r.cfg, local.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	_, got, err := operation.StatePull(o)
+	got, err := pullState(r.cfg)
 	if err != nil || got.Lineage != st.Lineage || got.Record("prod-worker-9") == nil || got.Serial != pushed.Serial {
 		t.Fatalf("pulled after push: %v %+v", err, got)
 	}
@@ -369,19 +366,19 @@ func TestStatePushAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := operation.StatePush(o, other.Path, false); err == nil || !strings.Contains(err.Error(), "pushing would replace another history") {
+	if _, err := pushState(r.cfg, other.Path); err == nil || !strings.Contains(err.Error(), "pushing would replace another history") {
 		t.Fatalf("push of another lineage: %v", err)
 	}
 
-	if err := operation.StateRemove(o, "prod-worker-9"); err != nil {
+	if err := removeState(r.cfg, "prod-worker-9"); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, got, _ := operation.StatePull(o); got.Record("prod-worker-9") != nil || got.Serial != pushed.Serial+1 {
+	if got, _ := pullState(r.cfg); got.Record("prod-worker-9") != nil || got.Serial != pushed.Serial+1 {
 		t.Fatalf("after rm: %+v", got)
 	}
 
-	if err := operation.StateRemove(o, "prod-worker-9"); err == nil {
+	if err := removeState(r.cfg, "prod-worker-9"); err == nil {
 		t.Fatal("removing an absent record succeeded")
 	}
 }

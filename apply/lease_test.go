@@ -1,4 +1,4 @@
-package operation_test
+package apply_test
 
 import (
 	"context"
@@ -18,12 +18,11 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
-	"github.com/ghcrsync/ghcrsync/internal/operation"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
-	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -104,7 +103,7 @@ func TestApplyNeverTakesOverAHeldLease(t *testing.T) {
 		t.Fatalf("want a refusal naming the holder, got %v", err)
 	}
 
-	if n := node(t, sb, "prod-worker-1"); n.Annotations[plan.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+	if n := node(t, sb, "prod-worker-1"); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable {
 		t.Fatal("a refused apply touched a node")
 	}
 }
@@ -149,8 +148,8 @@ func TestStalePlansAreRefused(t *testing.T) {
 				tc.spoil(r)
 			}
 
-			_, err := operation.Apply(context.Background(), operation.ApplyOptions{ConfigPath: r.cfg, PlanPath: path, Now: tc.now})
-			if !operation.IsStale(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Saved plan is stale") {
+			_, err := applyCfg(context.Background(), applyOptions{ConfigPath: r.cfg, PlanPath: path, Now: tc.now})
+			if !apply.IsStale(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Saved plan is stale") {
 				t.Fatalf("want stale (%s), got %v", tc.want, err)
 			}
 		})
@@ -168,7 +167,7 @@ func TestStalePlansAreRefused(t *testing.T) {
 func runKillHelper() bool {
 	target := state.Phase(os.Getenv("GHCRSYNC_KILL_AT"))
 
-	res, err := operation.Apply(context.Background(), operation.ApplyOptions{
+	res, err := applyCfg(context.Background(), applyOptions{
 		ConfigPath: os.Getenv("GHCRSYNC_KILL_CONFIG"), PlanPath: os.Getenv("GHCRSYNC_KILL_PLAN"),
 		Hooks: apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
 			if phase == target {
@@ -180,7 +179,7 @@ func runKillHelper() bool {
 	fmt.Fprintf(os.Stderr, "kill helper: phase %s never reached (%v)\n", target, err)
 
 	if res != nil {
-		for _, r := range res.Results {
+		for _, r := range res.Nodes {
 			fmt.Fprintf(os.Stderr, "  %s: %s %s\n", r.Node, r.Outcome, r.Message)
 		}
 	}
@@ -222,7 +221,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			}
 
 			n := node(t, sb, name)
-			owner := n.Annotations[plan.OwnerAnnotation]
+			owner := n.Annotations[cluster.OwnerAnnotation]
 			facts, err := tc.Facts(ctx, m.IP, "ghcr.io")
 			if err != nil {
 				t.Fatal(err)
@@ -245,9 +244,9 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 				check["not rebooted"] = n.Status.NodeInfo.BootID == bootBefore
 			case state.PhaseProved:
 				check["rebooted onto the new config"] = n.Status.NodeInfo.BootID != bootBefore && facts.ConfiguredDigest == newDigest
-				check["no verified marker yet"] = n.Annotations[plan.VerifiedRevisionAnnotation] != r.planned.CredentialRevision
+				check["no verified marker yet"] = n.Annotations[cluster.VerifiedRevisionAnnotation] != r.planned.CredentialRevision
 			case state.PhaseReleased:
-				check["verified"] = n.Annotations[plan.VerifiedRevisionAnnotation] == r.planned.CredentialRevision
+				check["verified"] = n.Annotations[cluster.VerifiedRevisionAnnotation] == r.planned.CredentialRevision
 				check["fence still held"] = owner == rec.Owner && n.Spec.Unschedulable
 			}
 
@@ -261,7 +260,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			// Undo what the dead run left (the release command belongs to another issue).
 			sandboxtest.PatchNode(t, kube, name, map[string]any{
 				"metadata": map[string]any{"annotations": map[string]any{
-					plan.OwnerAnnotation: nil, plan.PhaseAnnotation: nil, plan.RecordAnnotation: nil,
+					cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil, cluster.RecordAnnotation: nil,
 					"ghcrsync.dev/scale-down-disabled-by": nil, sandbox.ScaleDownDisabledAnnotation: nil,
 				}},
 				"spec": map[string]any{"unschedulable": false},
@@ -296,7 +295,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 
 	reboot := func() {
 		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: "outage-run"}},
+			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "outage-run"}},
 			"spec":     map[string]any{"unschedulable": true},
 		})
 
@@ -316,7 +315,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 		})
 
 		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{plan.OwnerAnnotation: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})
 	}

@@ -1,0 +1,250 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// Nodes is what the executor needs from Kubernetes.
+type Nodes interface {
+	Get(ctx context.Context, name string) (*corev1.Node, error)
+	// ControlPlanes lists every control-plane Node of the cluster (not only the plan's).
+	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
+	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
+		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
+	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error
+	ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error
+}
+
+// Talos is what the executor needs from the Talos API.
+type Talos interface {
+	Digests(ctx context.Context, node, registry string) (active, staged string, err error)
+	Configure(ctx context.Context, node, registry, username, password string, live bool) error
+	Reboot(ctx context.Context, node string) error
+	EtcdHealthy(ctx context.Context, node string) error
+}
+
+// Lease is the run's Lease, as the executor uses it.
+type Lease interface {
+	Assert() error
+	WaitLive(ctx context.Context) error
+}
+
+// Store persists the state.
+type Store interface {
+	Write(*state.State) error
+}
+
+var (
+	_ Nodes = (*cluster.Connection)(nil)
+	_ Store = (state.Store)(nil)
+)
+
+// Hooks let tests act at exact points. Production leaves them nil.
+type Hooks struct {
+	// BeforeMutation runs after a phase is written to the state and before its mutation.
+	BeforeMutation func(node string, phase state.Phase)
+	// BetweenReadAndClaim runs after the claim read the node and before it patches it.
+	BetweenReadAndClaim func(node string, attempt int)
+}
+
+// execOptions configure the executor.
+type execOptions struct {
+	Holder             string
+	Registry           string
+	Username, Password string // the credential; only handed to Talos
+	DrainTimeout       time.Duration
+	ReadyTimeout       time.Duration
+	WorkerParallelism  int
+	ProbeImage         string
+	ProbeNamespace     string
+	Logger             hclog.Logger
+	Progress           io.Writer // drain progress
+	Hooks              Hooks
+	// Poll is how often waits re-read (default 500 ms).
+	Poll time.Duration
+}
+
+// NodeResult is one node's outcome.
+type NodeResult struct {
+	Node    string
+	Action  plan.Action
+	Outcome state.Outcome
+	Reason  plan.Reason
+	Message string
+}
+
+// Failed reports whether the outcome makes the run fail.
+func (r NodeResult) Failed() bool { return r.Outcome == state.OutcomeFailed }
+
+// executor runs a plan's node transactions.
+type executor struct {
+	nodes Nodes
+	talos Talos
+	lease Lease
+	store Store
+	o     execOptions
+	now   func() time.Time
+	judge func(plan.Subject) plan.Verdict // plan.Judge; tests record it
+
+	mu sync.Mutex
+	st *state.State
+
+	stop     chan struct{} // closed when the Lease is lost: no new mutation starts
+	stopOnce sync.Once
+}
+
+func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.State, o execOptions) *executor {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+
+	if o.Poll == 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+
+	return &executor{nodes: nodes, talos: talos, lease: lease, store: store, st: st, o: o, now: time.Now, judge: plan.Judge, stop: make(chan struct{})}
+}
+
+// save records rec in the state and writes it: always before the mutation it announces.
+func (e *executor) save(rec *state.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	rec.Updated = e.now().UTC()
+	e.st.Put(*rec)
+
+	if err := e.store.Write(e.st); err != nil {
+		return fmt.Errorf("write state before %s of %s: %w", rec.Phase, rec.Node, err)
+	}
+
+	return nil
+}
+
+func (e *executor) stopped() bool {
+	select {
+	case <-e.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *executor) halt(err error) {
+	e.stopOnce.Do(func() {
+		e.o.Logger.Error("stopping all mutation", "error", err)
+		close(e.stop)
+	})
+}
+
+// run executes the plan's fence and apply-live nodes in order: workers concurrently (bounded),
+// then control planes one at a time (a failed one stops the rest), in the plan's order.
+func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
+	var workers, controlPlanes []plan.NodePlan
+
+	for _, n := range p.Nodes {
+		switch {
+		case n.Order == 0:
+		case n.Role == plan.RoleControlPlane:
+			controlPlanes = append(controlPlanes, n)
+		default:
+			workers = append(workers, n)
+		}
+	}
+
+	results := e.parallel(ctx, p, workers, max(e.o.WorkerParallelism, 1))
+
+	for i, n := range controlPlanes {
+		r := e.node(ctx, p, n)
+		results = append(results, r)
+
+		if r.Failed() {
+			for _, rest := range controlPlanes[i+1:] {
+				results = append(results, NodeResult{Node: rest.Name, Action: rest.Action, Outcome: state.OutcomeFailed,
+					Message: "not started: an earlier control plane failed, and the next one depends on its etcd member"})
+			}
+
+			break
+		}
+	}
+
+	return results
+}
+
+// parallel runs nodes with at most k transactions at a time.
+func (e *executor) parallel(ctx context.Context, p *plan.Plan, nodes []plan.NodePlan, k int) []NodeResult {
+	results := make([]NodeResult, len(nodes))
+	sem := make(chan struct{}, k)
+
+	var wg sync.WaitGroup
+
+	for i, n := range nodes {
+		sem <- struct{}{} // nodes start in the plan's order
+
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+
+			results[i] = e.node(ctx, p, n)
+		}()
+	}
+
+	wg.Wait()
+
+	return results
+}
+
+// node runs one node's transaction.
+func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) NodeResult {
+	if e.stopped() {
+		return NodeResult{Node: np.Name, Action: np.Action, Outcome: state.OutcomeFailed, Message: "not started: the Lease was lost"}
+	}
+
+	t := &txn{e: e, p: p, np: np, log: e.o.Logger.With("node", np.Name)}
+
+	return t.run(ctx)
+}
+
+// quorum waits until every other control plane of the cluster is Ready and its etcd member
+// healthy.
+func (e *executor) quorum(ctx context.Context, node string) error {
+	return cluster.WaitFor(ctx, e.o.ReadyTimeout, time.Second, func() (bool, error) {
+		cps, err := e.nodes.ControlPlanes(ctx)
+		if err != nil {
+			return false, err
+		}
+
+		for i := range cps {
+			cp := &cps[i]
+			if cp.Name == node {
+				continue
+			}
+
+			if !cluster.Ready(cp) {
+				return false, fmt.Errorf("control plane %s is not Ready", cp.Name)
+			}
+
+			if err := e.talos.EtcdHealthy(ctx, cluster.InternalIP(cp)); err != nil {
+				return false, fmt.Errorf("control plane %s: %w", cp.Name, err)
+			}
+		}
+
+		return true, nil
+	})
+}

@@ -1,0 +1,347 @@
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// world is the in-memory cluster the fakes share, with one log of everything done to it, in
+// order, so a test can check what came before what.
+type world struct {
+	mu    sync.Mutex
+	nodes map[string]*corev1.Node
+	rv    int
+	log   []string
+
+	// Faults, keyed by node name.
+	drainErr     map[string]error
+	configureErr map[string]error
+	probeErr     map[string]error
+	// conflicts makes the next N patches of a node lose to a concurrent write (a heartbeat).
+	conflicts map[string]int
+	// onPatch runs before a patch lands (an operator or controller acting in that window).
+	onPatch func(w *world, node string)
+}
+
+func newWorld() *world {
+	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
+		probeErr: map[string]error{}, conflicts: map[string]int{}}
+}
+
+func (w *world) record(format string, args ...any) {
+	w.log = append(w.log, fmt.Sprintf(format, args...))
+}
+
+// addNode adds a Ready node with an InternalIP.
+func (w *world) addNode(name string, controlPlane bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.rv++
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: strconv.Itoa(w.rv), Labels: map[string]string{}},
+		Status: corev1.NodeStatus{
+			NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-1-" + name},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "ip-" + name}},
+		},
+	}
+
+	if controlPlane {
+		n.Labels[cluster.ControlPlaneLabel] = ""
+	}
+
+	w.nodes[name] = n
+}
+
+// edit changes a node as another writer would (bumping its resourceVersion).
+func (w *world) edit(name string, f func(*corev1.Node)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.editLocked(name, f)
+}
+
+func (w *world) editLocked(name string, f func(*corev1.Node)) {
+	if n, ok := w.nodes[name]; ok {
+		f(n)
+		w.rv++
+		n.ResourceVersion = strconv.Itoa(w.rv)
+	}
+}
+
+var nodeResource = schema.GroupResource{Resource: "nodes"}
+
+// fakeNodes is apply.Nodes over the world.
+type fakeNodes struct{ w *world }
+
+func (f fakeNodes) Get(_ context.Context, name string) (*corev1.Node, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	n, ok := f.w.nodes[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(nodeResource, name)
+	}
+
+	return n.DeepCopy(), nil
+}
+
+func (f fakeNodes) ControlPlanes(context.Context) ([]corev1.Node, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	var out []corev1.Node
+
+	for _, n := range f.w.nodes {
+		if _, ok := n.Labels[cluster.ControlPlaneLabel]; ok {
+			out = append(out, *n.DeepCopy())
+		}
+	}
+
+	return out, nil
+}
+
+// CASPatch behaves like cluster.Connection.CASPatch against a server that checks the
+// resourceVersion: a write in between is a conflict, re-read and re-checked.
+func (f fakeNodes) CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
+	build func(*corev1.Node) map[string]any, between func(int)) (*corev1.Node, error) {
+	for attempt := range attempts {
+		n, err := f.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+
+		if err := check(n); err != nil {
+			return n, err
+		}
+
+		patch := build(n)
+
+		if between != nil {
+			between(attempt)
+		}
+
+		if out, err := f.w.patch(name, n.ResourceVersion, patch); !apierrors.IsConflict(err) {
+			return out, err
+		}
+	}
+
+	return nil, fmt.Errorf("%s: %w after %d attempts", name, cluster.ErrConflictLimit, attempts)
+}
+
+// patch applies a merge patch of annotations and spec.unschedulable if rv is current.
+func (w *world) patch(name, rv string, patch map[string]any) (*corev1.Node, error) {
+	if w.onPatch != nil {
+		w.onPatch(w, name)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	if w.conflicts[name] > 0 {
+		w.conflicts[name]--
+		w.editLocked(name, func(*corev1.Node) {}) // a heartbeat lands first
+	}
+
+	n, ok := w.nodes[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(nodeResource, name)
+	}
+
+	if n.ResourceVersion != rv {
+		return nil, apierrors.NewConflict(nodeResource, name, errors.New("the object has been modified"))
+	}
+
+	w.record("patch %s %s", name, describePatch(patch))
+	w.editLocked(name, func(n *corev1.Node) { applyPatch(n, patch) })
+
+	return n.DeepCopy(), nil
+}
+
+func applyPatch(n *corev1.Node, patch map[string]any) {
+	if meta, ok := patch["metadata"].(map[string]any); ok {
+		if ann, ok := meta["annotations"].(map[string]any); ok {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+
+			for k, v := range ann {
+				if v == nil {
+					delete(n.Annotations, k)
+				} else {
+					n.Annotations[k] = v.(string)
+				}
+			}
+		}
+	}
+
+	if spec, ok := patch["spec"].(map[string]any); ok {
+		if u, ok := spec["unschedulable"].(bool); ok {
+			n.Spec.Unschedulable = u
+		}
+	}
+}
+
+// describePatch names a patch by what it does: claim, phase=X, mark, release.
+func describePatch(patch map[string]any) string {
+	meta, _ := patch["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+
+	switch {
+	case ann[cluster.RecordAnnotation] != nil:
+		return "claim"
+	case ann[cluster.VerifiedRevisionAnnotation] != nil:
+		return "mark"
+	case len(ann) > 0 && ann[cluster.OwnerAnnotation] == nil && hasKey(ann, cluster.OwnerAnnotation):
+		return "release"
+	case ann[cluster.PhaseAnnotation] != nil:
+		return "phase=" + ann[cluster.PhaseAnnotation].(string)
+	}
+
+	b, _ := json.Marshal(patch)
+
+	return string(b)
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+
+	return ok
+}
+
+func (f fakeNodes) Drain(_ context.Context, node string, _ time.Duration, _ io.Writer) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("drain %s", node)
+
+	return f.w.drainErr[node]
+}
+
+func (f fakeNodes) ProveRuntime(_ context.Context, node, _, _ string, _ time.Duration) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("probe %s", node)
+
+	return f.w.probeErr[node]
+}
+
+// fakeTalos is apply.Talos over the world: a reboot gives the node a new boot ID at once.
+type fakeTalos struct{ w *world }
+
+func nodeOfIP(ip string) string { return strings.TrimPrefix(ip, "ip-") }
+
+func (f fakeTalos) Digests(context.Context, string, string) (string, string, error) {
+	return "old", "old", nil
+}
+
+func (f fakeTalos) Configure(_ context.Context, ip, _, _, _ string, live bool) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("talos configure %s live=%t", nodeOfIP(ip), live)
+
+	return f.w.configureErr[nodeOfIP(ip)]
+}
+
+func (f fakeTalos) Reboot(_ context.Context, ip string) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("talos reboot %s", nodeOfIP(ip))
+	f.w.editLocked(nodeOfIP(ip), func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2-" + n.Name })
+
+	return nil
+}
+
+func (f fakeTalos) EtcdHealthy(context.Context, string) error { return nil }
+
+// fakeLease is a Lease whose loss a test controls.
+type fakeLease struct {
+	mu   sync.Mutex
+	lost error
+}
+
+func (l *fakeLease) Assert() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.lost
+}
+
+func (l *fakeLease) WaitLive(context.Context) error { return l.Assert() }
+
+// fakeStore logs every state write with each in-progress record's phase.
+type fakeStore struct {
+	w      *world
+	writes []*state.State
+	err    error
+}
+
+func (s *fakeStore) Write(st *state.State) error {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+
+	if s.err != nil {
+		return s.err
+	}
+
+	st.Serial++
+	s.writes = append(s.writes, st.Clone())
+
+	for _, r := range st.Records {
+		s.w.record("state %s %s %s", r.Node, r.Phase, orInProgress(r.Outcome))
+	}
+
+	return nil
+}
+
+func orInProgress(o state.Outcome) string {
+	if o == "" {
+		return "in-progress"
+	}
+
+	return string(o)
+}
+
+// testPlan plans the world's nodes: each needs action (fence or apply-live).
+func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
+	p := &plan.Plan{CredentialRevision: "rev-new", AuthDigest: "new"}
+
+	for i, name := range names {
+		n, _ := fakeNodes{w}.Get(context.Background(), name)
+		obs := cluster.FromNode(n)
+
+		role := plan.RoleWorker
+		if obs.ControlPlane {
+			role = plan.RoleControlPlane
+		}
+
+		p.Nodes = append(p.Nodes, plan.NodePlan{
+			Name: name, UID: obs.UID, Role: role, Action: action, Order: i + 1,
+			Invariants: plan.Invariants{UID: obs.UID, Unschedulable: obs.Unschedulable, SchedulingTaints: []string{},
+				BootID: obs.BootID, ConfiguredDigest: "old"},
+		})
+	}
+
+	return p
+}

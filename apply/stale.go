@@ -1,0 +1,53 @@
+package apply
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// StaleError is a saved plan that no longer matches the world.
+type StaleError struct{ Why, PlanPath string }
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("Saved plan is stale — %s. Run `ghcrsync plan --out %s` again, review it, and apply the new plan. Nothing was changed.", e.Why, e.PlanPath)
+}
+
+// IsStale reports whether err is a stale plan.
+func IsStale(err error) bool {
+	var s *StaleError
+
+	return errors.As(err, &s)
+}
+
+func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.Credential, st *state.State, now time.Time) error {
+	if path == "" {
+		path = "PLANFILE"
+	}
+
+	stale := func(why string, args ...any) error {
+		return &StaleError{Why: fmt.Sprintf(why, args...), PlanPath: path}
+	}
+
+	switch {
+	case now.After(p.ExpiresAt):
+		return stale("it expired at %s", p.ExpiresAt.Format(time.RFC3339))
+	case p.ConfigDigest != cfg.Digest:
+		return stale("it was made from another configuration (%s changed since)", cfg.Path)
+	case p.CredentialRevision != cred.Revision():
+		return stale("it was made for another credential revision (%s now holds %s, the plan %s)", cfg.Credential.SopsFile,
+			human.Short(cred.Revision()), human.Short(p.CredentialRevision))
+	case p.State.Lineage != "" && p.State.Lineage != st.Lineage:
+		return stale("it was made against another state (lineage %q, now %q)", p.State.Lineage, st.Lineage)
+	case p.State.Serial != st.Serial || p.State.Lineage != st.Lineage:
+		return stale("the state was changed by another operation after the plan was created (serial %d, now %d)", p.State.Serial, st.Serial)
+	}
+
+	return nil
+}

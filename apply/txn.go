@@ -1,0 +1,267 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// txn is one node's transaction. Each phase step returns nil to go on, or the result that ends
+// the transaction.
+type txn struct {
+	e   *executor
+	p   *plan.Plan
+	np  plan.NodePlan
+	log hclog.Logger
+	rec state.Record
+	ip  string
+}
+
+type phaseStep func(context.Context) *NodeResult
+
+func (t *txn) run(ctx context.Context) NodeResult {
+	t.rec = state.Record{
+		Node: t.np.Name, Owner: t.e.o.Holder, Action: string(t.np.Action), Phase: state.PhaseSelected,
+		Fence: state.Fence{
+			UID: t.np.UID, WasCordoned: t.np.Invariants.Unschedulable,
+			InitialTaints: t.np.Invariants.SchedulingTaints, DesiredRevision: t.p.CredentialRevision,
+		},
+		Started: t.e.now().UTC(),
+	}
+
+	if t.np.Role == plan.RoleControlPlane {
+		if err := t.e.quorum(ctx, t.np.Name); err != nil {
+			return t.finish(state.OutcomeFailed, "", "etcd quorum not confirmed before claiming a control plane: "+err.Error())
+		}
+	}
+
+	// fence: claim → guarded → drained → configured → rebooting → ready → proved → released.
+	steps, done := []phaseStep{t.claim, t.guarded, t.drain, t.configureStaged, t.reboot, t.waitReady, t.prove, t.release}, t.rotated
+	if t.np.Action == plan.ActionApplyLive {
+		// live: configured → proved → released, with no cordon and no reboot.
+		steps, done = []phaseStep{t.configureLive, t.prove}, t.rotatedLive
+	}
+
+	for _, step := range steps {
+		if r := step(ctx); r != nil {
+			return *r
+		}
+	}
+
+	return done()
+}
+
+func (t *txn) rotated() NodeResult {
+	return t.finish(state.OutcomeDone, "", fmt.Sprintf("rotated: boot %s → %s, runtime proved, fence released", human.Short(t.rec.BootBefore), human.Short(t.rec.BootAfter)))
+}
+
+func (t *txn) rotatedLive() NodeResult {
+	t.rec.Phase = state.PhaseReleased
+
+	return t.finish(state.OutcomeDone, "", "rotated live: runtime proved, no cordon, no reboot")
+}
+
+// claim is the compare-and-swap claim: judged on every read, retried on conflict.
+func (t *txn) claim(ctx context.Context) *NodeResult {
+	n, r := t.guard(ctx, plan.StepClaim)
+	if r != nil {
+		return r
+	}
+
+	t.rec.BootBefore = n.Status.NodeInfo.BootID
+
+	if r := t.enter(state.PhaseClaimed); r != nil {
+		return r
+	}
+
+	claim := func(n *corev1.Node) map[string]any {
+		t.rec.ScaleDownGuardOurs = n.Annotations[cluster.ScaleDownDisabledAnnotation] != "true"
+
+		return cluster.ClaimPatch(t.e.o.Holder, t.rec.Fence)
+	}
+
+	between := func(attempt int) {
+		if h := t.e.o.Hooks.BetweenReadAndClaim; h != nil {
+			h(t.np.Name, attempt)
+		}
+	}
+
+	if r := t.patch(ctx, plan.StepClaim, "claim", claim, between); r != nil {
+		return r
+	}
+
+	return t.saved() // records scale_down_guard_ours
+}
+
+// guarded: after the claim, the autoscaler may already have started deleting the node.
+func (t *txn) guarded(ctx context.Context) *NodeResult {
+	if _, r := t.advance(ctx, plan.StepGuard, state.PhaseGuarded); r != nil {
+		return r
+	}
+
+	return t.mirror(ctx, state.PhaseGuarded)
+}
+
+// drain evicts the node's pods; a drain that fails restores the node (nothing reached Talos).
+func (t *txn) drain(ctx context.Context) *NodeResult {
+	if _, r := t.advance(ctx, plan.StepDrain, state.PhaseDrained); r != nil {
+		return r
+	}
+
+	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress); err != nil {
+		return t.restore(ctx, err.Error())
+	}
+
+	return t.mirror(ctx, state.PhaseDrained)
+}
+
+// configureStaged writes the credential into the next-boot machine config.
+func (t *txn) configureStaged(ctx context.Context) *NodeResult {
+	if r := t.configure(ctx, false); r != nil {
+		return r
+	}
+
+	return t.mirror(ctx, state.PhaseConfigured)
+}
+
+// configureLive writes the credential into the active machine config (Talos 1.14+ reloads it).
+func (t *txn) configureLive(ctx context.Context) *NodeResult { return t.configure(ctx, true) }
+
+func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
+	if _, r := t.advance(ctx, plan.StepConfigure, state.PhaseConfigured); r != nil {
+		return r
+	}
+
+	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live); err != nil {
+		return t.talosFailed(ctx, "configure", err)
+	}
+
+	return nil
+}
+
+// reboot records the boot it leaves, then asks Talos to reboot.
+func (t *txn) reboot(ctx context.Context) *NodeResult {
+	n, r := t.guard(ctx, plan.StepReboot)
+	if r != nil {
+		return r
+	}
+
+	t.rec.BootBefore = n.Status.NodeInfo.BootID
+
+	if r := t.enter(state.PhaseRebooting); r != nil {
+		return r
+	}
+
+	if r := t.mirror(ctx, state.PhaseRebooting); r != nil {
+		return r
+	}
+
+	if err := t.e.talos.Reboot(ctx, t.ip); err != nil {
+		return t.talosFailed(ctx, "reboot", err)
+	}
+
+	return nil
+}
+
+// waitReady waits for a new boot ID, Ready, and no lifecycle taints, judging every read.
+func (t *txn) waitReady(ctx context.Context) *NodeResult {
+	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+
+	for {
+		n, r := t.guard(ctx, plan.StepWait)
+		if r != nil {
+			return r
+		}
+
+		boot, ready := n.Status.NodeInfo.BootID, cluster.Ready(n)
+		lifecycle := taints.HasLifecycle(cluster.Taints(n.Spec.Taints))
+
+		if boot != "" && boot != t.rec.BootBefore && ready && !lifecycle {
+			t.rec.BootAfter = boot
+
+			if r := t.enter(state.PhaseReady); r != nil {
+				return r
+			}
+
+			return t.mirror(ctx, state.PhaseReady)
+		}
+
+		if t.e.now().After(deadline) {
+			return t.failKeepingFence(fmt.Sprintf("%s did not come back Ready with a new boot within %s (boot %s, Ready %t, lifecycle taints %t)",
+				t.np.Name, t.e.o.ReadyTimeout, boot, ready, lifecycle))
+		}
+
+		if err := t.e.sleep(ctx); err != nil {
+			return t.failKeepingFence(err.Error())
+		}
+	}
+}
+
+// prove proves the runtime pulls with the node's credential, then marks the node verified.
+func (t *txn) prove(ctx context.Context) *NodeResult {
+	n, r := t.advance(ctx, plan.StepProve, state.PhaseProved)
+	if r != nil {
+		return r
+	}
+
+	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.ProbeNamespace, t.e.o.ProbeImage, t.e.o.ReadyTimeout); err != nil {
+		return t.failKeepingFence("not proved: " + err.Error())
+	}
+
+	mark := cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID)
+
+	return t.patch(ctx, plan.StepAnnotate, "write verified marker", func(*corev1.Node) map[string]any { return mark }, nil)
+}
+
+// release takes the fence off: the rotation is done.
+func (t *txn) release(ctx context.Context) *NodeResult {
+	if _, r := t.advance(ctx, plan.StepRelease, state.PhaseReleased); r != nil {
+		return r
+	}
+
+	if err := t.undo(ctx); err != nil {
+		return t.failKeepingFence("release: " + err.Error())
+	}
+
+	return nil
+}
+
+// restore undoes a fence that did not reach Talos, after a failure.
+func (t *txn) restore(ctx context.Context, why string) *NodeResult {
+	t.rec.Phase = state.PhaseReleased
+	if r := t.saved(); r != nil {
+		return r
+	}
+
+	if err := t.undo(ctx); err != nil {
+		return t.fail(why + "; restoring the node failed too: " + err.Error())
+	}
+
+	return t.fail(why + "; the node was restored (fence released)")
+}
+
+// undo takes our fence off the node: the one undo, shared with `ghcrsync release`.
+func (t *txn) undo(ctx context.Context) error {
+	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, t.rec.Phase, t.rec.Fence)
+
+	return err
+}
+
+// talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
+// such; anything else fails closed.
+func (t *txn) talosFailed(ctx context.Context, step string, err error) *NodeResult {
+	if _, r := t.guard(ctx, plan.StepCheck); r != nil {
+		return r
+	}
+
+	return t.failKeepingFence(step + ": " + err.Error())
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+func newState() *cobra.Command {
+	var cfgPath string
+
+	cmd := &cobra.Command{Use: "state", Short: "Inspect and manage ghcrsync's state"}
+	cmd.PersistentFlags().StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
+	cmd.AddCommand(newStateList(&cfgPath), newStateShow(&cfgPath), newStateRm(&cfgPath), newStatePull(&cfgPath), newStatePush(&cfgPath))
+
+	return cmd
+}
+
+func newStateList(cfgPath *string) *cobra.Command {
+	var asJSON bool
+
+	cmd := &cobra.Command{
+		Use: "list", Short: "List the state's records", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws, err := open(*cfgPath, false)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			return view.StateList(cmd.OutOrStdout(), view.FormatFor(asJSON), ws.State, ws.Store.Describe())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
+
+	return cmd
+}
+
+func newStateShow(cfgPath *string) *cobra.Command {
+	return &cobra.Command{
+		Use: "show NODE", Short: "Show one node's record", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, err := open(*cfgPath, false)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			r := ws.State.Record(args[0])
+			if r == nil {
+				return fmt.Errorf("the state has no record of %s (see `ghcrsync state list`)", args[0])
+			}
+
+			return view.StateRecord(cmd.OutOrStdout(), r)
+		},
+	}
+}
+
+func newStateRm(cfgPath *string) *cobra.Command {
+	return &cobra.Command{
+		Use: "rm NODE", Short: "Forget a node's record without touching the cluster", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, err := open(*cfgPath, true)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			if err := state.Remove(ws.Store, ws.State, args[0]); err != nil {
+				return err
+			}
+
+			view.StateRemoved(cmd.OutOrStdout(), args[0])
+
+			return nil
+		},
+	}
+}
+
+func newStatePull(cfgPath *string) *cobra.Command {
+	return &cobra.Command{
+		Use: "pull", Short: "Print the state as JSON", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws, err := open(*cfgPath, false)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			return view.StatePull(cmd.OutOrStdout(), ws.State)
+		},
+	}
+}
+
+func newStatePush(cfgPath *string) *cobra.Command {
+	var force bool
+
+	cmd := &cobra.Command{
+		Use: "push FILE", Short: "Write a state file into the configured backend (e.g. local → kubernetes)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := state.ReadLocal(args[0])
+			if err != nil {
+				return err
+			}
+
+			if src.Lineage == "" {
+				return fmt.Errorf("%s holds no state (no lineage): push needs an existing state file", args[0])
+			}
+
+			ws, err := open(*cfgPath, true)
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+
+			if err := state.Push(ws.Store, ws.State, src, force); err != nil {
+				return err
+			}
+
+			view.StatePushed(cmd.OutOrStdout(), src, ws.Store.Describe())
+
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "replace a backend state of another lineage")
+
+	return cmd
+}

@@ -1,0 +1,137 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
+)
+
+// InventoryOptions are `ghcrsync fences`' and `ghcrsync release`'s common inputs.
+type InventoryOptions struct {
+	Holder string // judge as if releasing this holder id
+	Force  bool
+}
+
+// Inventory reports every fence ghcrsync holds, with liveness evidence. It writes nothing.
+func Inventory(ctx context.Context, ws *workspace.Workspace, o InventoryOptions) (Report, error) {
+	cfg := ws.Config
+
+	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, ws.Liveness(), ws.Now())
+	if err != nil {
+		return Report{}, err
+	}
+
+	obs.ConfigPath, obs.Holder, obs.Force = cfg.Path, o.Holder, o.Force
+
+	return Classify(obs), nil
+}
+
+// RecoveryOptions are `ghcrsync release`'s inputs.
+type RecoveryOptions struct {
+	InventoryOptions
+	Node     string
+	DryRun   bool
+	Progress io.Writer
+}
+
+// RecoveryResult is what release found and did.
+type RecoveryResult struct {
+	Report   Report
+	Outcomes []Outcome
+	DryRun   bool
+}
+
+// Held counts fences left held.
+func (r *RecoveryResult) Held() int {
+	n := 0
+
+	for _, o := range r.Outcomes {
+		if !o.Released {
+			n++
+		}
+	}
+
+	return n
+}
+
+// ErrForceNeedsHolder refuses --force without the holder it would force.
+var ErrForceNeedsHolder = errors.New("--force needs the holder id to release (--holder ID), as terraform force-unlock needs the lock id: see `ghcrsync fences`")
+
+// Recover undoes the fences held by a run that is provably over (or named with --holder), in a
+// workspace whose state is locked (unless DryRun).
+func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*RecoveryResult, error) {
+	if o.Force && o.Holder == "" {
+		return nil, ErrForceNeedsHolder
+	}
+
+	rep, err := Inventory(ctx, ws, o.InventoryOptions)
+	if err != nil {
+		return nil, err
+	}
+
+	if o.Node != "" {
+		kept := rep.Fences[:0]
+		for _, f := range rep.Fences {
+			if f.Kind == KindNode && f.Name == o.Node {
+				kept = append(kept, f)
+			}
+		}
+
+		rep.Fences = kept
+	}
+
+	res := &RecoveryResult{Report: rep, DryRun: o.DryRun}
+	if o.DryRun {
+		return res, nil
+	}
+
+	res.Outcomes = Release(ctx, ws.Kube, rep, ws.Store, ws.State, ReleaseOptions{
+		Node: o.Node, ReadyTimeout: ws.Config.Nodes.ReadyTimeout, Progress: o.Progress,
+	})
+
+	if run := ws.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
+		now := ws.Now().UTC()
+		run.Finished, run.Outcome = &now, "terminated; its fences were released by ghcrsync release"
+
+		if err := ws.Store.Write(ws.State); err != nil {
+			return res, err
+		}
+	}
+
+	return res, nil
+}
+
+// Reclaim releases, before an apply, the fences whose holder's run is provably over (a liveness
+// source says so; mere expiry is never enough).
+func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) ([]Outcome, error) {
+	source := ws.Liveness()
+	if source == nil {
+		return nil, nil
+	}
+
+	cfg := ws.Config
+
+	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, source, ws.Now())
+	if err != nil {
+		return nil, err
+	}
+
+	obs.ConfigPath = cfg.Path
+	rep := Classify(obs)
+
+	var proven Report
+
+	for _, f := range rep.Fences {
+		if v, ok := obs.Verdicts[f.Holder]; ok && v.Checked && v.Terminal {
+			proven.Fences = append(proven.Fences, f)
+		}
+	}
+
+	if len(proven.Fences) == 0 {
+		return nil, nil
+	}
+
+	return Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: progress}), nil
+}

@@ -1,5 +1,0 @@
-package lease
-
-import "crypto/rand"
-
-var randRead = rand.Read

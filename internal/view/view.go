@@ -1,0 +1,87 @@
+// Package view renders ghcrsync's results for people (Terraform-like text) and machines
+// (versioned JSON). It computes nothing: every fact comes from the value it renders. Commands
+// print nothing themselves: every line of ghcrsync's output is written here.
+package view
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/config"
+)
+
+// Format is a rendering.
+type Format int
+
+const (
+	// Human is text for people.
+	Human Format = iota
+	// JSON is versioned JSON for machines.
+	JSON
+)
+
+// FormatFor is JSON when asJSON, else Human.
+func FormatFor(asJSON bool) Format {
+	if asJSON {
+		return JSON
+	}
+
+	return Human
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+
+	return enc.Encode(v)
+}
+
+// Error renders a command's failure on stderr, with what to do next for configuration errors.
+func Error(w io.Writer, err error) {
+	fmt.Fprintf(w, "Error: %v\n", err)
+
+	var cfgErr *config.Error
+	if errors.As(err, &cfgErr) {
+		fmt.Fprintln(w, "\nFix the configuration and run the command again; nothing was contacted.")
+	}
+}
+
+// Version renders the version.
+func Version(w io.Writer, version string) {
+	fmt.Fprintln(w, "ghcrsync", version)
+}
+
+// Warning renders a warning the command gives before it acts.
+func Warning(w io.Writer, msg string) {
+	fmt.Fprintf(w, "Warning: %s\n", oneLine(msg))
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "✓"
+	}
+
+	return "✗"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+
+	return "no"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+
+	return s
+}
+
+// oneLine keeps values read from the cluster on one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,121 @@
+package view_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func golden(t *testing.T, name string, render func(*bytes.Buffer) error) {
+	t.Helper()
+
+	var b bytes.Buffer
+	if err := render(&b); err != nil {
+		t.Fatal(err)
+	}
+
+	path := filepath.Join("testdata", name)
+
+	if *update {
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+
+		return
+	}
+
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./internal/view -update writes it)", err)
+	}
+
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Errorf("%s differs (go test ./internal/view -update rewrites it):\n%s", path, b.String())
+	}
+}
+
+var changed = &plan.Plan{CredentialRevision: "9f8e7d6c5b4a39281706f5e4d3c2b1a0", Summary: plan.Summary{Fence: 3}}
+
+func applyResult() *apply.Result {
+	return &apply.Result{
+		Plan:   changed,
+		Holder: "9f8e7d6c5b4a3928-gh123.1-runner-4242-beef",
+		Nodes: []apply.NodeResult{
+			{Node: "prod-worker-1", Action: plan.ActionFence, Outcome: state.OutcomeDone, Message: "rotated: boot 1a2b3c4d5e6f… → 6f5e4d3c2b1a…, runtime proved, fence released"},
+			{Node: "autoscale-1", Action: plan.ActionFence, Outcome: state.OutcomeDeselected, Reason: plan.ReasonAutoscalerDeleting,
+				Message: "deselected autoscale-1: the cluster autoscaler is deleting it (ToBeDeletedByClusterAutoscaler since 2026-11-29 11:51:40Z); its fence was released"},
+			{Node: "prod-worker-2", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Reason: plan.ReasonTaintsChanged,
+				Message: "refusing to configure prod-worker-2: its taints changed outside ghcrsync: + example.com/maintenance:NoSchedule"},
+		},
+		Secrets: []fanout.Result{
+			{Namespace: "team-a", Secret: "ghcr-pull", Role: plan.RoleConsumer, Outcome: fanout.Written, Message: "written and read back"},
+			{Namespace: "flux-system", Secret: "ghcr-auth", Role: plan.RoleRoot, Outcome: fanout.HeldBack, Message: "the root Flux secret keeps its old credential: 1 part(s) of this run failed"},
+		},
+		Reclaimed: []fence.Outcome{{Fence: fence.Fence{Kind: fence.KindLease, Name: "flux-system/ghcr-auth-refresh", Holder: "dead-run"}, Released: true, Message: "Lease released"}},
+	}
+}
+
+func TestApplyView(t *testing.T) {
+	golden(t, "apply.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, applyResult()) })
+	golden(t, "apply.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, applyResult()) })
+
+	lost := applyResult()
+	lost.Nodes, lost.Secrets, lost.ReleaseErr = lost.Nodes[:1], nil, errors.New("lease held-by-another: ours=a holder=b")
+	golden(t, "apply_lease_not_released.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, lost) })
+
+	none := &apply.Result{Plan: &plan.Plan{CredentialRevision: "9f8e7d6c5b4a3928"}}
+	golden(t, "apply_no_changes.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, none) })
+	golden(t, "apply_no_changes.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, none) })
+}
+
+func recovery(dryRun bool) *fence.RecoveryResult {
+	wasCordoned := false
+	node := fence.Fence{Kind: fence.KindNode, Name: "prod-worker-1", Holder: "9f8e7d6c5b4a3928-gh123.1-runner-4242-beef", Phase: "drained",
+		Releasable: true, Reason: "held by a terminated run: releasable", Exists: true, Cordoned: true, WasCordoned: &wasCordoned,
+		Evidence: "GitHub Actions run 123 attempt 1 of acme/platform is completed"}
+	lease := fence.Fence{Kind: fence.KindLease, Name: "flux-system/ghcr-auth-refresh", Holder: node.Holder, Releasable: true,
+		Reason: node.Reason, Exists: true, Evidence: "renewed 3m0s ago (duration 2m0s, transitions 1); " + node.Evidence}
+
+	res := &fence.RecoveryResult{DryRun: dryRun, Report: fence.Report{Fences: []fence.Fence{node, lease}, Summary: "2 fences held by a terminated run: releasable."}}
+	if !dryRun {
+		res.Outcomes = []fence.Outcome{{Fence: node, Released: true, Message: "released and uncordoned"}, {Fence: lease, Message: "not released: the Lease was taken by another holder"}}
+	}
+
+	return res
+}
+
+func TestReleaseView(t *testing.T) {
+	golden(t, "release.txt", func(b *bytes.Buffer) error { return view.Release(b, view.Human, recovery(false)) })
+	golden(t, "release.json", func(b *bytes.Buffer) error { return view.Release(b, view.JSON, recovery(false)) })
+	golden(t, "release_dry_run.txt", func(b *bytes.Buffer) error { return view.Release(b, view.Human, recovery(true)) })
+	golden(t, "release_nothing.txt", func(b *bytes.Buffer) error {
+		return view.Release(b, view.Human, &fence.RecoveryResult{Report: fence.Report{Fences: []fence.Fence{}, Summary: "No fence is held."}})
+	})
+}
+
+func TestStateListView(t *testing.T) {
+	started := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	st := &state.State{FormatVersion: state.FormatVersion, Lineage: "4f7c8a2e-1b3d-4c5e-8f9a-0b1c2d3e4f5a", Serial: 17,
+		Run: &state.Run{Holder: "9f8e7d6c5b4a3928-gh123.1-runner-4242-beef", CredentialRevision: "9f8e7d6c5b4a3928", Started: started, Outcome: "failed"},
+		Records: []state.Record{
+			{Node: "prod-worker-1", Owner: "h", Action: "fence", Phase: state.PhaseReleased, Fence: state.Fence{UID: "u1", InitialTaints: []string{}}, Started: started, Updated: started, Outcome: state.OutcomeDone},
+			{Node: "prod-worker-2", Owner: "h", Action: "fence", Phase: state.PhaseDrained, Fence: state.Fence{UID: "u2", InitialTaints: []string{}}, Started: started, Updated: started,
+				Outcome: state.OutcomeFailed, LastError: "refusing to configure prod-worker-2: its taints changed outside ghcrsync:\n+ example.com/maintenance:NoSchedule"},
+		}}
+
+	golden(t, "state_list.txt", func(b *bytes.Buffer) error { return view.StateList(b, view.Human, st, "local file /srv/ghcrsync.state.json") })
+	golden(t, "state_list.json", func(b *bytes.Buffer) error { return view.StateList(b, view.JSON, st, "local file /srv/ghcrsync.state.json") })
+}

@@ -1,0 +1,146 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// PlanOptions are `ghcrsync plan`'s inputs.
+type PlanOptions struct {
+	SkipProof bool
+	TTL       time.Duration
+	// PreviousPlan, if set and readable, adds its nodes to those known to exist.
+	PreviousPlan string
+}
+
+// Plan proves the credential, observes the fleet and plans. It writes nothing anywhere.
+func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error) {
+	cred, err := w.Credential()
+	if err != nil {
+		return nil, err
+	}
+
+	if !o.SkipProof {
+		if err := w.Prove(ctx); err != nil {
+			return nil, fmt.Errorf("%w; nothing was planned", err)
+		}
+	}
+
+	snap, err := w.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+
+	cfg := w.Config
+
+	return plan.Make(snap, plan.Input{
+		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), AuthDigest: cred.AuthDigest(),
+		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
+		Exclude: cfg.Nodes.Exclude, AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates,
+		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
+	}), nil
+}
+
+// known lists the nodes the state or the previous plan say exist (name -> uid).
+func (w *Workspace) known(previousPlan string) map[string]string {
+	known := map[string]string{}
+
+	for _, r := range w.State.Records {
+		if r.Holds() {
+			known[r.Node] = r.UID
+		}
+	}
+
+	if previousPlan != "" {
+		if prev, err := plan.Load(previousPlan); err == nil {
+			for _, n := range prev.Nodes {
+				if n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive {
+					known[n.Name] = n.UID
+				}
+			}
+		}
+	}
+
+	return known
+}
+
+// Snapshot observes the fleet: one LIST of Nodes, the run Lease, each node's Talos facts, and
+// the configured pull secrets.
+func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
+	cfg := w.Config
+
+	nodes, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	lease, err := w.Kube.Lease(ctx, cfg.Lease.Namespace, cfg.Lease.Name)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	tc, err := w.Talos(ctx)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, 8, 15*time.Second)
+
+	targets, err := w.SecretTargets(ctx)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	secrets := make([]plan.SecretObs, 0, len(targets))
+
+	for _, t := range targets {
+		obs, err := w.Kube.ObserveSecret(ctx, t)
+		if err != nil {
+			return plan.Snapshot{}, err
+		}
+
+		secrets = append(secrets, obs)
+	}
+
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, Nodes: nodes, Lease: lease, Secrets: secrets}, nil
+}
+
+// SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),
+// then the root Flux secret.
+func (w *Workspace) SecretTargets(ctx context.Context) ([]cluster.SecretTarget, error) {
+	cfg := w.Config
+
+	explicit := make([]cluster.SecretTarget, 0, len(cfg.Consumers))
+	for _, c := range cfg.Consumers {
+		explicit = append(explicit, cluster.SecretTarget{Namespace: c.Namespace, Name: c.Secret, Role: plan.RoleConsumer, ServiceAccounts: c.ServiceAccounts})
+	}
+
+	var (
+		selector, secret string
+		sas              []string
+	)
+
+	if cs := cfg.ConsumerSelector; cs != nil {
+		selector, secret, sas = cs.Selector, cs.Secret, cs.ServiceAccounts
+	}
+
+	targets, err := w.Kube.ConsumerTargets(ctx, explicit, selector, secret, sas)
+	if err != nil {
+		return nil, err
+	}
+
+	if r := cfg.FluxRoot; r != nil {
+		targets = append(targets, cluster.SecretTarget{Namespace: r.Namespace, Name: r.Secret, Role: plan.RoleRoot})
+	}
+
+	return targets, nil
+}

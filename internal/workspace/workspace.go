@@ -1,0 +1,166 @@
+// Package workspace opens what a command works with, once each: the configuration, the
+// Kubernetes connection, the state (locked when the command writes it), the decrypted
+// credential and the Talos client; and it observes the fleet into the planner's snapshot. It
+// wires inputs; it never sequences a run (that is apply's) or decides anything (that is plan's).
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/state"
+	"github.com/ghcrsync/ghcrsync/state/kubestate"
+)
+
+// Options open a workspace.
+type Options struct {
+	ConfigPath string
+	// Lock takes the state's lock for the workspace's lifetime (commands that write it).
+	Lock bool
+	Now  func() time.Time
+}
+
+// Workspace is a command's inputs.
+type Workspace struct {
+	Config *config.Config
+	Kube   *cluster.Connection
+	Store  state.Store
+	State  *state.State
+
+	now    func() time.Time
+	locked bool
+	cred   *credential.Credential
+	talos  *talos.Client
+}
+
+// Open reads the configuration, builds the Kubernetes client (without contacting the cluster)
+// and reads the state from its backend, locked if asked.
+func Open(o Options) (*Workspace, error) {
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+
+	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
+	if err != nil {
+		return nil, err
+	}
+
+	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now}
+	if w.now == nil {
+		w.now = time.Now
+	}
+
+	if o.Lock {
+		if err := w.Store.Lock(); err != nil {
+			return nil, err
+		}
+
+		w.locked = true
+	}
+
+	if w.State, err = w.Store.Read(); err != nil {
+		w.Close()
+
+		return nil, err
+	}
+
+	return w, nil
+}
+
+func openStore(cfg *config.Config, kube *cluster.Connection) state.Store {
+	if cfg.State.Backend == "kubernetes" {
+		return &kubestate.Store{Client: kube.Client, Namespace: cfg.State.Namespace, Name: cfg.State.Secret}
+	}
+
+	return &state.Local{Path: cfg.State.Path}
+}
+
+// Close unlocks the state and closes the Talos connection.
+func (w *Workspace) Close() {
+	if w.locked {
+		w.Store.Unlock()
+		w.locked = false
+	}
+
+	if w.talos != nil {
+		_ = w.talos.Close()
+		w.talos = nil
+	}
+}
+
+// Now is the workspace's clock.
+func (w *Workspace) Now() time.Time { return w.now() }
+
+// Credential decrypts and validates the credential (once).
+func (w *Workspace) Credential() (*credential.Credential, error) {
+	if w.cred == nil {
+		c := w.Config.Credential
+
+		cred, err := credential.Load(c.SopsFile, c.Key, c.Registry)
+		if err != nil {
+			return nil, err
+		}
+
+		w.cred = cred
+	}
+
+	return w.cred, nil
+}
+
+// Talos connects the Talos client (once).
+func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
+	if w.talos == nil {
+		t := w.Config.Talos
+
+		tc, err := talos.Connect(ctx, t.Talosconfig, t.Context, t.Endpoints)
+		if err != nil {
+			return nil, err
+		}
+
+		w.talos = tc
+	}
+
+	return w.talos, nil
+}
+
+// Prove proves the credential against the registry's token flow for every prove target.
+func (w *Workspace) Prove(ctx context.Context) error {
+	cred, err := w.Credential()
+	if err != nil {
+		return err
+	}
+
+	cfg := w.Config.Credential
+
+	if len(cfg.Prove) == 0 {
+		return fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	if err := credential.Prove(pctx, &http.Client{Timeout: 30 * time.Second}, cfg.Endpoint, cred, cfg.Prove); err != nil {
+		return fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+	}
+
+	return nil
+}
+
+// Liveness is the configured liveness source, or nil.
+func (w *Workspace) Liveness() liveness.Source {
+	l := w.Config.Liveness
+	if l == nil {
+		return nil
+	}
+
+	return &liveness.GitHubActions{APIURL: l.APIURL, Repository: l.Repository, Token: os.Getenv(l.TokenEnv)}
+}

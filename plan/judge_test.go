@@ -1,0 +1,261 @@
+package plan_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// judgeCase is one block of testdata/judge/*.txt:
+//
+//	case NAME
+//	planned uid=u1 boot=b1 digest=D taint=KEY[=VALUE]:EFFECT cordoned   (absent: planning)
+//	node    uid=u1 boot=b1 ready cordoned deleting owner=H phase=P taint=... active=D | absent
+//	at      phase=P action=A step=S holder=H desired=D policy=P
+//	=> DECISION REASON: MESSAGE                                          (rewritten by -update)
+type judgeCase struct {
+	name    string
+	subject plan.Subject
+	want    string
+	lines   []string // the block's input lines, for -update
+}
+
+func TestJudge(t *testing.T) {
+	files, _ := filepath.Glob("testdata/judge/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no testdata/judge/*.txt")
+	}
+
+	seen := map[string]bool{}
+
+	for _, file := range files {
+		cases, header := readJudgeCases(t, file)
+
+		var out strings.Builder
+		for _, h := range header {
+			out.WriteString(h + "\n")
+		}
+
+		out.WriteString("\n")
+
+		for _, c := range cases {
+			v := plan.Judge(c.subject)
+			got := render(v, c.subject)
+
+			if !*update && got != c.want {
+				t.Errorf("%s: case %s:\n got: %s\nwant: %s", file, c.name, got, c.want)
+			}
+
+			seen["decision "+string(v.Decision)] = true
+			seen["reason "+string(v.Reason)] = true
+			seen["phase "+string(c.subject.Phase)] = true
+			seen["step "+string(c.subject.Step)] = true
+
+			fmt.Fprintf(&out, "%s\n=> %s\n\n", strings.Join(c.lines, "\n"), got)
+		}
+
+		if *update {
+			if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	var want []string
+	for _, d := range []plan.Decision{plan.Proceed, plan.Deselect, plan.Refuse, plan.Gone} {
+		want = append(want, "decision "+string(d))
+	}
+
+	for _, r := range []plan.Reason{plan.ReasonAutoscalerCandidate, plan.ReasonAutoscalerDeleting, plan.ReasonDeleting,
+		plan.ReasonNotFound, plan.ReasonFencedByOther, plan.ReasonNotReady, plan.ReasonRebooted, plan.ReasonCordonChanged,
+		plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved} {
+		want = append(want, "reason "+string(r))
+	}
+
+	for _, p := range state.Phases {
+		want = append(want, "phase "+string(p))
+	}
+
+	for _, s := range []plan.Step{plan.StepPlan, plan.StepClaim, plan.StepGuard, plan.StepDrain, plan.StepConfigure, plan.StepReboot,
+		plan.StepWait, plan.StepProve, plan.StepRelease, plan.StepCheck, plan.StepAnnotate, plan.StepUndo} {
+		want = append(want, "step "+string(s))
+	}
+
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("no judge case covers %s", w)
+		}
+	}
+}
+
+func render(v plan.Verdict, s plan.Subject) string {
+	if v.Decision == plan.Proceed {
+		return "proceed"
+	}
+
+	return fmt.Sprintf("%s %s: %s", v.Decision, v.Reason, v.Message("n1", s.Step))
+}
+
+// readJudgeCases reads a file's cases and its header (the comment lines before the first case).
+func readJudgeCases(t *testing.T, file string) ([]judgeCase, []string) {
+	t.Helper()
+
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	var (
+		cases  []judgeCase
+		header []string
+	)
+
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+
+		switch {
+		case text == "":
+			continue
+		case strings.HasPrefix(text, "case "):
+			cases = append(cases, judgeCase{name: strings.TrimPrefix(text, "case "), subject: plan.Subject{Step: plan.StepPlan}})
+		case len(cases) == 0 && strings.HasPrefix(text, "#"):
+			header = append(header, text)
+
+			continue
+		case len(cases) == 0:
+			t.Fatalf("%s:%d: %q before the first case", file, line, text)
+		case strings.HasPrefix(text, "=> "):
+			cases[len(cases)-1].want = strings.TrimPrefix(text, "=> ")
+
+			continue
+		case !strings.HasPrefix(text, "#"):
+			if err := parseJudgeLine(&cases[len(cases)-1], text); err != nil {
+				t.Fatalf("%s:%d: %v", file, line, err)
+			}
+		}
+
+		cases[len(cases)-1].lines = append(cases[len(cases)-1].lines, text)
+	}
+
+	return cases, header
+}
+
+func parseJudgeLine(c *judgeCase, text string) error {
+	fields := strings.Fields(text)
+	kind, args := fields[0], fields[1:]
+
+	switch kind {
+	case "planned":
+		inv := &plan.Invariants{SchedulingTaints: []string{}}
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "uid":
+				inv.UID = v
+			case "boot":
+				inv.BootID = v
+			case "digest":
+				inv.ConfiguredDigest = v
+			case "cordoned":
+				inv.Unschedulable = true
+			case "taint":
+				inv.SchedulingTaints = taints.Scheduling(append(parseTaints(inv.SchedulingTaints), parseTaint(v)))
+			default:
+				return fmt.Errorf("planned: unknown %q", a)
+			}
+		}
+
+		c.subject.Planned = inv
+	case "node":
+		if len(args) == 1 && args[0] == "absent" {
+			c.subject.Node = nil
+
+			return nil
+		}
+
+		n := &plan.Node{Name: "n1"}
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "uid":
+				n.UID = v
+			case "boot":
+				n.BootID = v
+			case "ready":
+				n.Ready = true
+			case "cordoned":
+				n.Unschedulable = true
+			case "deleting":
+				at := time.Date(2026, 11, 29, 11, 59, 0, 0, time.UTC)
+				n.Deleting = &at
+			case "owner":
+				n.Owner = v
+			case "phase":
+				n.Phase = v
+			case "taint":
+				n.Taints = append(n.Taints, parseTaint(v))
+			case "active":
+				if n.Talos == nil {
+					n.Talos = &plan.TalosFacts{}
+				}
+
+				n.Talos.ConfiguredDigest = v
+			default:
+				return fmt.Errorf("node: unknown %q", a)
+			}
+		}
+
+		c.subject.Node = n
+	case "at":
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "phase":
+				c.subject.Phase = state.Phase(v)
+			case "action":
+				c.subject.Action = plan.Action(v)
+			case "step":
+				c.subject.Step = plan.Step(strings.ReplaceAll(v, "_", " "))
+			case "holder":
+				c.subject.Holder = v
+			case "desired":
+				c.subject.Desired = v
+			case "policy":
+				c.subject.CandidatePolicy = v
+			default:
+				return fmt.Errorf("at: unknown %q", a)
+			}
+		}
+	default:
+		return fmt.Errorf("unknown line kind %q", kind)
+	}
+
+	return nil
+}
+
+// parseTaint reads KEY[=VALUE]:EFFECT.
+func parseTaint(s string) taints.Taint {
+	kv, effect, _ := strings.Cut(s, ":")
+	k, v, _ := strings.Cut(kv, "=")
+
+	return taints.Taint{Key: k, Value: v, Effect: effect}
+}
+
+func parseTaints(canonical []string) []taints.Taint {
+	out := make([]taints.Taint, 0, len(canonical))
+	for _, c := range canonical {
+		out = append(out, parseTaint(c))
+	}
+
+	return out
+}
