@@ -176,11 +176,16 @@ func (t *txn) deselect(ctx context.Context, reason plan.Reason, msg string) *Nod
 	return &r
 }
 
-// advance judges the node, then records the phase: its mutation follows.
+// advance judges the node, then records the phase: its mutation follows. Until the reboot, it
+// also records the boot the node is on (the reboot must leave it).
 func (t *txn) advance(ctx context.Context, step plan.Step, phase state.Phase) (*corev1.Node, *NodeResult) {
 	n, r := t.guard(ctx, step)
 	if r != nil {
 		return nil, r
+	}
+
+	if !t.rec.Phase.AtOrAfter(state.PhaseRebooting) {
+		t.rec.BootBefore = n.Status.NodeInfo.BootID
 	}
 
 	return n, t.enter(phase)

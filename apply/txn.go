@@ -72,14 +72,7 @@ func (t *txn) rotatedLive() NodeResult {
 
 // claim is the compare-and-swap claim: judged on every read, retried on conflict.
 func (t *txn) claim(ctx context.Context) *NodeResult {
-	n, r := t.guard(ctx, plan.StepClaim)
-	if r != nil {
-		return r
-	}
-
-	t.rec.BootBefore = n.Status.NodeInfo.BootID
-
-	if r := t.enter(state.PhaseClaimed); r != nil {
+	if _, r := t.advance(ctx, plan.StepClaim, state.PhaseClaimed); r != nil {
 		return r
 	}
 
@@ -148,16 +141,9 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 	return nil
 }
 
-// reboot records the boot it leaves, then asks Talos to reboot.
+// reboot asks Talos to reboot (advance recorded the boot it leaves).
 func (t *txn) reboot(ctx context.Context) *NodeResult {
-	n, r := t.guard(ctx, plan.StepReboot)
-	if r != nil {
-		return r
-	}
-
-	t.rec.BootBefore = n.Status.NodeInfo.BootID
-
-	if r := t.enter(state.PhaseRebooting); r != nil {
+	if _, r := t.advance(ctx, plan.StepReboot, state.PhaseRebooting); r != nil {
 		return r
 	}
 
