@@ -4,8 +4,10 @@ GO       ?= go
 BIN      := bin
 # Control-plane binaries are cached outside the clone (CI runs in a fresh clone).
 export GHCRSYNC_CONTROL_PLANE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/control-plane/k8s-v1.37.2-etcd-v3.6.16
+# The real talosctl the sandbox's fidelity test drives (built once, outside the clone).
+export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talosctl/v1.13.9/talosctl
 
-.PHONY: all build control-plane test unit demo bench vet check-leaks clean
+.PHONY: all build control-plane talosctl test unit demo bench vet check-leaks clean
 
 all: build
 
@@ -18,12 +20,16 @@ build:
 control-plane:
 	@scripts/build-control-plane.sh >/dev/null
 
+# Builds the real talosctl v1.13.9 from the module proxy (3-8 min cold), then reuses it.
+talosctl:
+	@scripts/build-talosctl.sh >/dev/null
+
 vet:
 	$(GO) vet ./...
 
-# All tests, including the sandbox ones (a real control plane per test package), then a check
-# that no sandbox process outlived them.
-test: control-plane vet
+# All tests, including the sandbox ones (a real control plane per test package, and the real
+# talosctl against the simulated machines), then a check that no sandbox process outlived them.
+test: control-plane talosctl vet
 	$(GO) test -count=1 -timeout 40m ./...
 	@scripts/check-leaks.sh
 

@@ -60,6 +60,11 @@ func newUp() *cobra.Command {
 				return errors.New("--dir is required")
 			}
 
+			// A fleet asked for no autoscaled machines gets none, unless a scale rate is asked for too.
+			if o.Autoscaled == 0 && !cmd.Flags().Changed("autoscaler-scale-rate") {
+				o.AutoscalerScaleRate = 0
+			}
+
 			if detach {
 				return upDetached(cmd, o.Dir)
 			}
@@ -77,13 +82,13 @@ func newUp() *cobra.Command {
 	f.DurationVar(&o.Heartbeat, "heartbeat", 10*time.Second, "kubelet status heartbeat interval")
 	f.DurationVar(&o.Reboot, "reboot", 5*time.Second, "how long a machine reboot takes")
 	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
-	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl)")
+	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl; default 0 with --autoscaled 0)")
 	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
 	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live)")
 	f.BoolVar(&o.VIP, "vip", false, "serve the API endpoint on a VIP that fails over across control planes")
 	f.BoolVar(&o.InSync, "in-sync", false, "start the fleet on the secret file's credential (nothing to rotate)")
 	f.BoolVar(&o.NoWorkloads, "no-workloads", false, "do not create the demo DaemonSet and Deployment")
-	f.BoolVar(&detach, "detach", false, "start in the background and return once ready (stop with `down`)")
+	f.BoolVar(&detach, "detach", false, "start in the background and return once ready (stop it with: ghcrsync-sandbox down)")
 	f.StringVar(&logLevel, "log-level", "info", "log level (trace, debug, info, warn, error)")
 
 	return cmd

@@ -137,7 +137,7 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 			return nil, err
 		}
 
-		m.reboot("ctl reboot")
+		m.reboot("ctl reboot", "")
 
 		return map[string]string{"rebooting": m.Name}, nil
 	case "power-off", "power-on":

@@ -332,11 +332,20 @@ func waitHTTP(ctx context.Context, p *process, url string, client *http.Client, 
 
 // writeKubeconfig writes a client-certificate kubeconfig (0600).
 func writeKubeconfig(path, server string, ca, crt, key []byte) error {
+	return clientcmd.WriteToFile(*kubeconfig(server, ca, crt, key), path)
+}
+
+// kubeconfigBytes renders a kubeconfig (what Talos's Kubeconfig API hands out).
+func kubeconfigBytes(server string, ca, crt, key []byte) ([]byte, error) {
+	return clientcmd.Write(*kubeconfig(server, ca, crt, key))
+}
+
+func kubeconfig(server string, ca, crt, key []byte) *clientcmdapi.Config {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["sandbox"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key}
 	cfg.Contexts["sandbox"] = &clientcmdapi.Context{Cluster: "sandbox", AuthInfo: "admin"}
 	cfg.CurrentContext = "sandbox"
 
-	return clientcmd.WriteToFile(*cfg, path)
+	return cfg
 }

@@ -56,6 +56,7 @@ type Fleet struct {
 	rng   *mrand.Rand // seeded: names, autoscaler decisions
 
 	endpoint *endpointProxy
+	talosCA  *authority // issues the Talos API's certificates (machine.ca)
 
 	mu        sync.Mutex
 	machines  map[string]*Machine
@@ -296,7 +297,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	_, _ = rand.Read(idb[:])
 	m.memberID = binary.BigEndian.Uint64(idb[:])
 
-	data, err := renderMachineConfig(string(role), name, tag, f.endpoint.url(), f.cp.kubeCA.certPEM(), cred)
+	data, err := renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred)
 	if err != nil {
 		return nil, err
 	}
@@ -351,6 +352,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	f.byIP[ip] = m
 	f.mu.Unlock()
 
+	m.bootEvents(ctx)
 	m.kubelet.boot()
 
 	return m, nil
@@ -392,4 +394,10 @@ func mergePatch(v map[string]any) []byte {
 	b, _ := json.Marshal(v)
 
 	return b
+}
+
+// adminKubeconfig is the cluster's admin kubeconfig, as Talos's Kubeconfig API hands it out:
+// through the cluster's API endpoint.
+func (f *Fleet) adminKubeconfig() ([]byte, error) {
+	return kubeconfigBytes(f.endpoint.url(), f.cp.kubeCA.certPEM(), f.cp.admin.CertData, f.cp.admin.KeyData)
 }

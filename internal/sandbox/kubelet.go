@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -284,6 +285,8 @@ func (k *kubelet) podLoop(ctx context.Context) {
 	resync := time.NewTicker(k.heartbeat())
 	defer resync.Stop()
 
+	k.ensureMirrorPods(ctx, lister)
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -294,6 +297,8 @@ func (k *kubelet) podLoop(ctx context.Context) {
 				k.syncPod(ctx, pod)
 			}
 		case <-resync.C:
+			k.ensureMirrorPods(ctx, lister)
+
 			pods, _ := lister.List(everything)
 			for _, pod := range pods {
 				k.syncPod(ctx, pod)
@@ -416,6 +421,53 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 	node.source = "node"
 
 	return append(creds, node)
+}
+
+// ensureMirrorPods gives a control plane's static pods (apiserver, controller manager,
+// scheduler) their mirror pods in kube-system, as a kubelet does, recreating a deleted one.
+func (k *kubelet) ensureMirrorPods(ctx context.Context, lister corelisters.PodLister) {
+	if k.m.Role != RoleControlPlane {
+		return
+	}
+
+	var node *corev1.Node
+
+	for _, c := range controlPlaneComponents {
+		name := c + "-" + k.m.Name
+		if _, err := lister.Pods(metav1.NamespaceSystem).Get(name); err == nil {
+			continue
+		}
+
+		if node == nil {
+			n, err := k.client.CoreV1().Nodes().Get(ctx, k.m.Name, getOpts)
+			if err != nil {
+				return
+			}
+
+			node = n
+		}
+
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: metav1.NamespaceSystem,
+				Labels: map[string]string{"k8s-app": c, "component": c, "tier": "control-plane"},
+				Annotations: map[string]string{
+					corev1.MirrorPodAnnotationKey: "sandbox-" + k.m.TalosTag, "kubernetes.io/config.source": "file",
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: ptr.To(true)}},
+			},
+			Spec: corev1.PodSpec{
+				NodeName: k.m.Name, PriorityClassName: "system-node-critical", HostNetwork: true,
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+				Containers:  []corev1.Container{{Name: c, Image: "registry.k8s.io/" + c + ":v1.37.2"}},
+			},
+		}
+
+		if _, err := k.client.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, metav1.CreateOptions{}); err != nil &&
+			!apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+			k.m.fleet.log.Debug("kubelet mirror pod", "pod", name, "error", err)
+		}
+	}
 }
 
 func podReady(pod *corev1.Pod) bool {

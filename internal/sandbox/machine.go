@@ -14,7 +14,6 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc/codes"
@@ -42,7 +41,9 @@ type Machine struct {
 	memberID uint64 // etcd member id (control planes)
 	cosi     state.State
 	core     state.CoreState
+	api      state.CoreState // core behind Talos's access policy: what the API serves
 	kubelet  *kubelet
+	logs     *logBook
 
 	mu         sync.Mutex
 	powerOn    chan struct{} // non-nil while powered off: closed to boot
@@ -51,9 +52,18 @@ type Machine struct {
 	down       bool // rebooting: no kubelet, no Talos API
 	gone       bool // deleted
 	effective  Credential
-	staged     []byte
 	criStarted time.Time
 	rebootDone chan struct{}
+	events     *eventLog   // this boot's runtime events
+	tryRevert  *time.Timer // pending rollback of a config applied in try mode
+}
+
+// eventLog returns this boot's event log.
+func (m *Machine) eventLog() *eventLog {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.events
 }
 
 // liveRegistryAuth reports whether this Talos reloads registry auth without a reboot (1.14+).
@@ -67,10 +77,14 @@ func newBootID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// initConfig stores the machine config as both the active and the persistent resource.
+// initConfig stores the machine config as both the active and the persistent resource, with
+// the resources Talos keeps about itself.
 func (m *Machine) initConfig(ctx context.Context, data []byte) error {
 	m.core = namespaced.NewState(inmem.Build)
 	m.cosi = state.WrapCore(m.core)
+	m.api = state.Filter(m.core, accessPolicy(m.cosi))
+	m.logs = newLogBook()
+	m.events = newEventLog()
 
 	for _, id := range []resource.ID{talosconfig.ActiveID, talosconfig.PersistentID} {
 		res, err := m.configResource(data, id)
@@ -83,7 +97,7 @@ func (m *Machine) initConfig(ctx context.Context, data []byte) error {
 		}
 	}
 
-	return nil
+	return m.initResources(ctx)
 }
 
 func (m *Machine) configResource(data []byte, id resource.ID) (*talosconfig.MachineConfig, error) {
@@ -166,105 +180,9 @@ func (m *Machine) available() error {
 	return nil
 }
 
-// applyConfiguration implements MachineService.ApplyConfiguration for this machine with the
-// semantics of its Talos version: before 1.14 a registry-auth change cannot be applied live,
-// so no-reboot refuses it; from 1.14 every change is live and the reboot mode is gone.
-func (m *Machine) applyConfiguration(ctx context.Context, req *machine.ApplyConfigurationRequest) (*machine.ApplyConfiguration, error) {
-	provider, err := configloader.NewFromBytes(req.GetData())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "failed to parse config: %v", err)
-	}
-
-	cur, err := m.config(ctx, talosconfig.ActiveID)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "read active config: %v", err)
-	}
-
-	if got, want := provider.Machine().Type().String(), cur.Config().Machine().Type().String(); got != want {
-		return nil, status.Errorf(codes.InvalidArgument, "machine type change is not supported: %s -> %s", want, got)
-	}
-
-	newCred := registryCredential(provider)
-	authChanged := newCred != registryCredential(cur.Config())
-	needsReboot := authChanged && !m.liveRegistryAuth()
-	reply := &machine.ApplyConfiguration{Mode: req.GetMode()}
-
-	if req.GetDryRun() {
-		reply.ModeDetails = fmt.Sprintf("Dry run: registry auth changed: %t, needs reboot: %t", authChanged, needsReboot)
-
-		return reply, nil
-	}
-
-	mode := req.GetMode()
-	if mode == machine.ApplyConfigurationRequest_AUTO {
-		mode = machine.ApplyConfigurationRequest_NO_REBOOT
-		if needsReboot {
-			mode = machine.ApplyConfigurationRequest_REBOOT
-		}
-
-		reply.Mode = mode
-	}
-
-	switch mode {
-	case machine.ApplyConfigurationRequest_TRY:
-		return nil, status.Error(codes.Unimplemented, "try mode is not supported by the sandbox")
-	case machine.ApplyConfigurationRequest_REBOOT:
-		if m.liveRegistryAuth() {
-			return nil, status.Error(codes.InvalidArgument, "reboot mode was removed in Talos 1.14: use auto or no-reboot")
-		}
-	case machine.ApplyConfigurationRequest_NO_REBOOT:
-		if needsReboot {
-			return nil, status.Errorf(codes.FailedPrecondition,
-				"apply configuration: the change to RegistryAuthConfig %q can not be applied without a reboot (Talos %s): use staged mode and reboot", RegistryHost, m.TalosTag)
-		}
-	}
-
-	m.fleet.countTalosWrite(m.Name)
-
-	switch mode {
-	case machine.ApplyConfigurationRequest_STAGED:
-		if err := m.setConfig(ctx, req.GetData(), talosconfig.PersistentID); err != nil {
-			return nil, status.Errorf(codes.Internal, "stage config: %v", err)
-		}
-
-		m.mu.Lock()
-		m.staged = append([]byte(nil), req.GetData()...)
-		m.mu.Unlock()
-
-		reply.ModeDetails = "Staged configuration to be applied after the next reboot"
-	case machine.ApplyConfigurationRequest_NO_REBOOT:
-		for _, id := range []resource.ID{talosconfig.PersistentID, talosconfig.ActiveID} {
-			if err := m.setConfig(ctx, req.GetData(), id); err != nil {
-				return nil, status.Errorf(codes.Internal, "apply config: %v", err)
-			}
-		}
-
-		m.mu.Lock()
-		m.staged = nil
-		m.effective = newCred // live reload (or an unchanged credential)
-		m.mu.Unlock()
-
-		reply.ModeDetails = "Applied configuration without a reboot"
-	case machine.ApplyConfigurationRequest_REBOOT:
-		if err := m.setConfig(ctx, req.GetData(), talosconfig.PersistentID); err != nil {
-			return nil, status.Errorf(codes.Internal, "stage config: %v", err)
-		}
-
-		m.mu.Lock()
-		m.staged = append([]byte(nil), req.GetData()...)
-		m.mu.Unlock()
-
-		m.reboot("apply-configuration (reboot mode)")
-
-		reply.ModeDetails = "Applied configuration with a reboot"
-	}
-
-	return reply, nil
-}
-
 // reboot starts a reboot cycle, after the safety witness has judged it. It returns at once,
-// like Talos's Reboot API.
-func (m *Machine) reboot(cause string) {
+// like Talos's Reboot API; actor is the request's actor ID, carried by the reboot's events.
+func (m *Machine) reboot(cause, actor string) {
 	m.fleet.witnessReboot(m, cause)
 
 	m.mu.Lock()
@@ -277,7 +195,10 @@ func (m *Machine) reboot(cause string) {
 	m.down = true
 	done := make(chan struct{})
 	m.rebootDone = done
+	events := m.events
 	m.mu.Unlock()
+
+	m.shutdownEvents(events, actor)
 
 	m.fleet.countReboot(m.Name)
 	m.fleet.log.Info("machine rebooting", "node", m.Name, "cause", cause)
@@ -320,19 +241,13 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 		return
 	}
 
-	staged := m.staged
-	m.staged = nil
+	m.cancelTry()
 	m.mu.Unlock()
 
-	if staged != nil {
-		if err := m.setConfig(ctx, staged, talosconfig.ActiveID); err != nil {
-			f.log.Error("apply staged config at boot", "node", m.Name, "error", err)
-		}
-	} else if mc, err := m.config(ctx, talosconfig.ActiveID); err == nil {
-		// The active config is loaded anew at every boot.
-		if data, err := mc.Provider().Bytes(); err == nil {
-			_ = m.setConfig(ctx, data, talosconfig.ActiveID)
-		}
+	// Talos loads the persisted config at every boot: a staged change takes effect, a config
+	// applied in try mode is gone.
+	if err := m.loadPersisted(ctx); err != nil {
+		f.log.Error("load the persisted config at boot", "node", m.Name, "error", err)
 	}
 
 	configured := m.Configured()
@@ -342,10 +257,12 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	m.booted = time.Now()
 	m.effective = configured
 	m.criStarted = time.Now()
+	m.events = newEventLog()
 	m.down = false
 	m.mu.Unlock()
 
 	f.log.Info("machine booted", "node", m.Name, "boot_id", m.bootID)
+	m.bootEvents(ctx)
 	f.endpointUp(m)
 	m.kubelet.boot()
 }
@@ -359,7 +276,7 @@ func (m *Machine) PowerOff() {
 	}
 	m.mu.Unlock()
 
-	m.reboot("power off")
+	m.reboot("power off", "")
 }
 
 // PowerOn lets a powered-off machine boot.
@@ -396,7 +313,10 @@ func (m *Machine) remove() {
 	m.mu.Lock()
 	m.gone = true
 	m.down = true
+	events := m.events
 	m.mu.Unlock()
+
+	events.shutdown()
 
 	m.kubelet.stop()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
@@ -36,11 +37,11 @@ machine:
   type: {{ .Type }}
   token: {{ .Token }}
   ca:
-    crt: {{ .CA }}
-    key: ""
+    crt: {{ .TalosCA }}
+    key: {{ printf "%q" .TalosCAKey }}
   certSANs: []
   kubelet:
-    image: ghcr.io/siderolabs/kubelet:v1.37.2
+    image: ghcr.io/siderolabs/kubelet:v{{ .Kubernetes }}
   network:
     hostname: {{ .Hostname }}
   install:
@@ -58,8 +59,8 @@ cluster:
       - 10.96.0.0/16
   token: wlzjyw.bei2zfylhs2by0wd
   ca:
-    crt: {{ .CA }}
-    key: ""
+    crt: {{ .KubeCA }}
+    key: {{ printf "%q" .KubeCAKey }}
 ---
 apiVersion: v1alpha1
 kind: RegistryAuthConfig
@@ -68,28 +69,53 @@ username: {{ printf "%q" .Username }}
 password: {{ printf "%q" .Password }}
 `))
 
+// machineCAs are the certificate authorities a machine config names: Talos's (machine.ca) and
+// Kubernetes' (cluster.ca). A control plane's config carries their keys; a worker's does not.
+type machineCAs struct {
+	talos, kube *authority
+}
+
 // renderMachineConfig builds a Talos multi-document machine config whose registry
-// credential is a RegistryAuthConfig document, as Talos 1.13+ writes it.
-func renderMachineConfig(machineType, hostname, tag, endpoint string, caPEM []byte, cred Credential) ([]byte, error) {
+// credential is a RegistryAuthConfig document, as Talos 1.13+ writes it. The config is valid for
+// Talos (validated as machined validates it).
+func renderMachineConfig(machineType, hostname, tag, endpoint string, cas machineCAs, cred Credential) ([]byte, error) {
 	var buf bytes.Buffer
 
+	key := func(a *authority) string {
+		if machineType != string(RoleControlPlane) {
+			return ""
+		}
+
+		return base64.StdEncoding.EncodeToString(a.ca.KeyPEM)
+	}
+
 	err := machineConfigTemplate.Execute(&buf, map[string]string{
-		"Type":     machineType,
-		"Token":    "sandbox.machinetoken0",
-		"CA":       base64.StdEncoding.EncodeToString(caPEM),
+		"Type":       machineType,
+		"Token":      "sandbox.machinetoken0",
+		"TalosCA":    base64.StdEncoding.EncodeToString(cas.talos.certPEM()),
+		"TalosCAKey": key(cas.talos),
+		"KubeCA":     base64.StdEncoding.EncodeToString(cas.kube.certPEM()),
+		"KubeCAKey":  key(cas.kube),
 		"Hostname": hostname,
 		"Tag":      tag,
 		"Endpoint": endpoint,
 		"Registry": registry.RegistryHost,
 		"Username": cred.Username,
 		"Password": cred.Password,
+		// The kubelet a Talos 1.13 node runs (Talos validates it against its supported range).
+		"Kubernetes": constants.DefaultKubernetesVersion,
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	if _, err := configloader.NewFromBytes(buf.Bytes()); err != nil {
+	provider, err := configloader.NewFromBytes(buf.Bytes())
+	if err != nil {
 		return nil, fmt.Errorf("sandbox: generated machine config does not load: %w", err)
+	}
+
+	if _, err := provider.Validate(metalInstalled{}); err != nil {
+		return nil, fmt.Errorf("sandbox: generated machine config is not valid for Talos: %w", err)
 	}
 
 	return buf.Bytes(), nil

@@ -243,6 +243,8 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
+	f.talosCA = talosCA
+
 	if s.apid, err = startAPID(f, talosCA); err != nil {
 		return nil, err
 	}

@@ -301,8 +301,8 @@ func TestTalosReadApplyAndReboot(t *testing.T) {
 	data := withRegistryAuth(t, mc.Provider(), sb.NewCredential())
 
 	_, err = talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("no-reboot registry-auth change on Talos 1.13: want FailedPrecondition, got %v", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "this config change can't be applied in immediate mode") {
+		t.Fatalf("no-reboot registry-auth change on Talos 1.13: want machined's InvalidArgument, got %v", err)
 	}
 
 	if _, err := talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_STAGED}); err != nil {

@@ -13,7 +13,7 @@ import (
 	cosiserver "github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	clusterres "github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -80,17 +80,27 @@ func startAPID(f *Fleet, ca *authority) (*apid, error) {
 
 func (a *apid) stop() { a.srv.Stop() }
 
-// methodRoles lists which roles may call each method; anything unlisted is admin-only.
+// methodRoles lists which roles may call each method, as machined's authorization table says;
+// anything unlisted is admin-only. COSI reads are further filtered per resource type
+// (accessPolicy: sensitive types need os:admin).
 var methodRoles = map[string][]string{
 	"/machine.MachineService/Version":        {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/ServiceList":    {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/EtcdMemberList": {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/EtcdStatus":     {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/Events":         {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/Memory":         {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/Dmesg":          {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/Logs":           {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/LogsContainers": {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/Reboot":         {roleAdmin, roleOperator},
 	"/cosi.resource.State/Get":               {roleAdmin, roleOperator, roleReader},
 	"/cosi.resource.State/List":              {roleAdmin, roleOperator, roleReader},
 	"/cosi.resource.State/Watch":             {roleAdmin, roleOperator, roleReader},
 }
+
+// hasRole reports whether the client's certificate carries role.
+func hasRole(ctx context.Context, role string) bool { return slices.Contains(roles(ctx), role) }
 
 func roles(ctx context.Context) []string {
 	p, ok := peer.FromContext(ctx)
@@ -168,8 +178,10 @@ func (a *apid) lookup(target string) (*Machine, error) {
 	return m, m.available()
 }
 
-// fanOut calls one per target machine. One-to-one: the machine's error is the call's error.
-// One-to-many: each machine's error becomes an error message with its metadata, as apid does.
+// fanOut calls one per target machine. One-to-one (the `node` metadata, or none): the machine
+// answers with no metadata, as machined does, and its error is the call's. One-to-many (`nodes`):
+// apid sets each reply's hostname to the node address the client asked for, and a machine's
+// error becomes a reply carrying that error and its status.
 func fanOut[T any](a *apid, ctx context.Context, one func(*Machine, *common.Metadata) (T, error), failed func(*common.Metadata) T) ([]T, error) {
 	names, many, err := a.targets(ctx)
 	if err != nil {
@@ -179,11 +191,16 @@ func fanOut[T any](a *apid, ctx context.Context, one func(*Machine, *common.Meta
 	out := make([]T, 0, len(names))
 
 	for _, n := range names {
+		var md *common.Metadata
+		if many {
+			md = &common.Metadata{Hostname: n}
+		}
+
 		m, err := a.lookup(n)
 
 		var msg T
 		if err == nil {
-			msg, err = one(m, &common.Metadata{Hostname: m.Name})
+			msg, err = one(m, md)
 		}
 
 		if err != nil {
@@ -210,6 +227,7 @@ func (a *apid) Version(ctx context.Context, _ *emptypb.Empty) (*machine.VersionR
 				GoVersion: runtime.Version(), Os: "linux", Arch: "amd64",
 			},
 			Platform: &machine.PlatformInfo{Name: "metal", Mode: "metal"},
+			Features: &machine.FeaturesInfo{Rbac: true},
 		}, nil
 	}, func(md *common.Metadata) *machine.Version { return &machine.Version{Metadata: md} })
 	if err != nil {
@@ -241,9 +259,10 @@ func (a *apid) ApplyConfiguration(ctx context.Context, req *machine.ApplyConfigu
 
 func (a *apid) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {
 	msgs, err := fanOut(a, ctx, func(m *Machine, md *common.Metadata) (*machine.Reboot, error) {
-		m.reboot("Reboot API (" + req.GetMode().String() + ")")
+		actor := newBootID()
+		m.reboot("Reboot API ("+req.GetMode().String()+")", actor)
 
-		return &machine.Reboot{Metadata: md, ActorId: newBootID()}, nil
+		return &machine.Reboot{Metadata: md, ActorId: actor}, nil
 	}, func(md *common.Metadata) *machine.Reboot { return &machine.Reboot{Metadata: md} })
 	if err != nil {
 		return nil, err
@@ -283,14 +302,15 @@ func (a *apid) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machine.Serv
 	return &machine.ServiceListResponse{Messages: msgs}, nil
 }
 
-func errNotControlPlane(m *Machine) error {
-	return status.Errorf(codes.FailedPrecondition, "%s: etcd is not running on worker nodes", m.Name)
+// errNotControlPlane is machined's answer to an etcd API call on a worker.
+func errNotControlPlane(api string) error {
+	return status.Errorf(codes.Unimplemented, "%s is only available on control plane nodes", api)
 }
 
 func (a *apid) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
 	msgs, err := fanOut(a, ctx, func(m *Machine, md *common.Metadata) (*machine.EtcdMembers, error) {
 		if m.Role != RoleControlPlane {
-			return nil, errNotControlPlane(m)
+			return nil, errNotControlPlane("member list")
 		}
 
 		var members []*machine.EtcdMember
@@ -319,7 +339,7 @@ func (a *apid) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequ
 func (a *apid) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	msgs, err := fanOut(a, ctx, func(m *Machine, md *common.Metadata) (*machine.EtcdStatus, error) {
 		if m.Role != RoleControlPlane {
-			return nil, errNotControlPlane(m)
+			return nil, errNotControlPlane("etcd status")
 		}
 
 		var leader uint64
@@ -346,15 +366,17 @@ func (a *apid) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdS
 }
 
 // cosiRouter serves the COSI State API of the machine named by the `node` metadata, backed
-// by that machine's in-memory COSI state holding Talos's own resource types. Resources are
-// read-only through the API, and sensitive ones (the machine config) need os:admin.
+// by that machine's in-memory COSI state holding Talos's own resource types, behind Talos's
+// access policy (read-only; registered types and namespaces only; sensitive types need os:admin).
 type cosiRouter struct {
 	cosiv1alpha1.UnimplementedStateServer
 
 	apid *apid
 }
 
-func (r *cosiRouter) state(ctx context.Context, typ string) (*cosiserver.State, error) {
+// state is the COSI state of the machine the call targets. Discovery members are listed from the
+// fleet as they are asked for (a node discovers the others; the fleet changes under it).
+func (r *cosiRouter) state(ctx context.Context, typ ...string) (*cosiserver.State, error) {
 	names, many, err := r.apid.targets(ctx)
 	if err != nil {
 		return nil, err
@@ -369,11 +391,13 @@ func (r *cosiRouter) state(ctx context.Context, typ string) (*cosiserver.State, 
 		return nil, err
 	}
 
-	if typ == talosconfig.MachineConfigType && !slices.Contains(roles(ctx), roleAdmin) {
-		return nil, status.Errorf(codes.PermissionDenied, "not authorized: %s is sensitive and needs %s", typ, roleAdmin)
+	if slices.Contains(typ, clusterres.MemberType) {
+		if err := m.syncMembers(ctx); err != nil {
+			return nil, status.Errorf(codes.Internal, "discovery: %v", err)
+		}
 	}
 
-	return cosiserver.NewState(m.core), nil
+	return cosiserver.NewState(m.api), nil
 }
 
 func (r *cosiRouter) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) (*cosiv1alpha1.GetResponse, error) {
@@ -403,18 +427,29 @@ func (r *cosiRouter) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStream
 	return st.Watch(req, srv)
 }
 
-func readOnly(op string) error {
-	return status.Errorf(codes.PermissionDenied, "%s: resources are read-only through the Talos API", op)
+func (r *cosiRouter) Create(ctx context.Context, req *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
+	st, err := r.state(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	return st.Create(ctx, req)
 }
 
-func (r *cosiRouter) Create(context.Context, *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
-	return nil, readOnly("create")
+func (r *cosiRouter) Update(ctx context.Context, req *cosiv1alpha1.UpdateRequest) (*cosiv1alpha1.UpdateResponse, error) {
+	st, err := r.state(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	return st.Update(ctx, req)
 }
 
-func (r *cosiRouter) Update(context.Context, *cosiv1alpha1.UpdateRequest) (*cosiv1alpha1.UpdateResponse, error) {
-	return nil, readOnly("update")
-}
+func (r *cosiRouter) Destroy(ctx context.Context, req *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
+	st, err := r.state(ctx)
+	if err != nil {
+		return nil, err
+	}
 
-func (r *cosiRouter) Destroy(context.Context, *cosiv1alpha1.DestroyRequest) (*cosiv1alpha1.DestroyResponse, error) {
-	return nil, readOnly("destroy")
+	return st.Destroy(ctx, req)
 }

@@ -168,7 +168,14 @@ func KubeFrom(t testing.TB, path string) kubernetes.Interface {
 func Talos(t testing.TB, file string) *client.Client {
 	t.Helper()
 
-	c, err := client.New(context.Background(), client.WithConfigFromFile(Get(t).Path(file)))
+	return TalosFor(t, Get(t), file)
+}
+
+// TalosFor is Talos for a given sandbox (one a test started with Start).
+func TalosFor(t testing.TB, sb *sandbox.Sandbox, file string) *client.Client {
+	t.Helper()
+
+	c, err := client.New(context.Background(), client.WithConfigFromFile(sb.Path(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
