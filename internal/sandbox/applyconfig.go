@@ -162,7 +162,7 @@ func (m *Machine) canApplyImmediate(cur, next config.Provider) error {
 	b.ConfigDebug, b.ClusterConfig = a.ConfigDebug, a.ClusterConfig
 
 	if mb, ma := b.MachineConfig, a.MachineConfig; mb != nil && ma != nil {
-		mb.MachineCA, mb.MachineAcceptedCAs, mb.MachineTime, mb.MachineCertSANs = ma.MachineCA, ma.MachineAcceptedCAs, ma.MachineTime, ma.MachineCertSANs //nolint:staticcheck
+		mb.MachineCA, mb.MachineAcceptedCAs, mb.MachineTime, mb.MachineCertSANs = ma.MachineCA, ma.MachineAcceptedCAs, ma.MachineTime, ma.MachineCertSANs   //nolint:staticcheck
 		mb.MachineInstall, mb.MachineNetwork, mb.MachineSysfs, mb.MachineSysctls = ma.MachineInstall, ma.MachineNetwork, ma.MachineSysfs, ma.MachineSysctls //nolint:staticcheck
 		mb.MachineLogging, mb.MachineControlPlane, mb.MachineKubelet, mb.MachineKernel = ma.MachineLogging, ma.MachineControlPlane, ma.MachineKubelet, ma.MachineKernel
 		mb.MachineRegistries, mb.MachinePods, mb.MachineSeccompProfiles = ma.MachineRegistries, ma.MachinePods, ma.MachineSeccompProfiles //nolint:staticcheck

@@ -96,12 +96,12 @@ func renderMachineConfig(machineType, hostname, tag, endpoint string, cas machin
 		"TalosCAKey": key(cas.talos),
 		"KubeCA":     base64.StdEncoding.EncodeToString(cas.kube.certPEM()),
 		"KubeCAKey":  key(cas.kube),
-		"Hostname": hostname,
-		"Tag":      tag,
-		"Endpoint": endpoint,
-		"Registry": registry.RegistryHost,
-		"Username": cred.Username,
-		"Password": cred.Password,
+		"Hostname":   hostname,
+		"Tag":        tag,
+		"Endpoint":   endpoint,
+		"Registry":   registry.RegistryHost,
+		"Username":   cred.Username,
+		"Password":   cred.Password,
 		// The kubelet a Talos 1.13 node runs (Talos validates it against its supported range).
 		"Kubernetes": constants.DefaultKubernetesVersion,
 	})

@@ -65,7 +65,9 @@ func (l *eventLog) watch(req *machine.EventsRequest) (backlog []*machine.Event, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	match := func(ev *machine.Event) bool { return req.GetWithActorId() == "" || ev.GetActorId() == req.GetWithActorId() }
+	match := func(ev *machine.Event) bool {
+		return req.GetWithActorId() == "" || ev.GetActorId() == req.GetWithActorId()
+	}
 
 	var since []*machine.Event
 
@@ -134,9 +136,9 @@ func (l *eventLog) shutdown() {
 }
 
 var machineStages = map[runtime.MachineStage]machine.MachineStatusEvent_MachineStage{
-	runtime.MachineStageBooting:   machine.MachineStatusEvent_BOOTING,
-	runtime.MachineStageRunning:   machine.MachineStatusEvent_RUNNING,
-	runtime.MachineStageRebooting: machine.MachineStatusEvent_REBOOTING,
+	runtime.MachineStageBooting:      machine.MachineStatusEvent_BOOTING,
+	runtime.MachineStageRunning:      machine.MachineStatusEvent_RUNNING,
+	runtime.MachineStageRebooting:    machine.MachineStatusEvent_REBOOTING,
 	runtime.MachineStageShuttingDown: machine.MachineStatusEvent_SHUTTING_DOWN,
 }
 

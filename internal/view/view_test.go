@@ -116,6 +116,10 @@ func TestStateListView(t *testing.T) {
 				Outcome: state.OutcomeFailed, LastError: "refusing to configure prod-worker-2: its taints changed outside ghcrsync:\n+ example.com/maintenance:NoSchedule"},
 		}}
 
-	golden(t, "state_list.txt", func(b *bytes.Buffer) error { return view.StateList(b, view.Human, st, "local file /srv/ghcrsync.state.json") })
-	golden(t, "state_list.json", func(b *bytes.Buffer) error { return view.StateList(b, view.JSON, st, "local file /srv/ghcrsync.state.json") })
+	golden(t, "state_list.txt", func(b *bytes.Buffer) error {
+		return view.StateList(b, view.Human, st, "local file /srv/ghcrsync.state.json")
+	})
+	golden(t, "state_list.json", func(b *bytes.Buffer) error {
+		return view.StateList(b, view.JSON, st, "local file /srv/ghcrsync.state.json")
+	})
 }
