@@ -46,6 +46,24 @@ type Result struct {
 	Secrets    []fanout.Result
 	Reclaimed  []fence.Outcome // fences of terminated runs released before the run
 	ReleaseErr error           // the Lease could not be released after the run
+	// Cancelled is true when a signal stopped the run; MaxFailures is the failure budget it ran
+	// with; ConfigPath names the configuration, for the release command a person is given.
+	Cancelled   bool
+	MaxFailures int
+	ConfigPath  string
+}
+
+// Held lists the nodes the run left fenced (failed or cancelled after its claim landed).
+func (r *Result) Held() []string {
+	var out []string
+
+	for _, n := range r.Nodes {
+		if n.Fenced {
+			out = append(out, n.Node)
+		}
+	}
+
+	return out
 }
 
 // Failed counts failed nodes and pull secrets (a held-back root counts: the rotation is not done).
@@ -80,7 +98,7 @@ type run struct {
 
 // Run executes the plan under the Lease, writing the state before every mutation.
 func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) (*Result, error) {
-	r := &run{ws: ws, p: p, o: o, log: o.Logger, res: &Result{Plan: p}}
+	r := &run{ws: ws, p: p, o: o, log: o.Logger, res: &Result{Plan: p, MaxFailures: ws.Config.Nodes.MaxFailures, ConfigPath: ws.Config.Path}}
 	if r.log == nil {
 		r.log = hclog.NewNullLogger()
 	}
@@ -101,7 +119,10 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 		return nil, err
 	}
 
-	r.fanOut(ctx)
+	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
+		r.fanOut(ctx)
+	}
+
 	r.record()
 
 	return r.res, nil
@@ -202,7 +223,8 @@ func (r *run) nodes(ctx context.Context) error {
 	exec := newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
-		ProbeImage: cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
+		MaxFailures: cfg.Nodes.MaxFailures,
+		ProbeImage:  cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks,
 	})
 
@@ -245,10 +267,14 @@ func (r *run) record() {
 	st := r.ws.State
 	finished := r.ws.Now().UTC()
 	st.Run.Finished = &finished
-	st.Run.Outcome = "succeeded"
 
-	if r.res.Failed() > 0 {
+	switch {
+	case r.res.Cancelled:
+		st.Run.Outcome = "cancelled"
+	case r.res.Failed() > 0:
 		st.Run.Outcome = "failed"
+	default:
+		st.Run.Outcome = "succeeded"
 	}
 
 	if err := r.ws.Store.Write(st); err != nil {

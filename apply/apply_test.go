@@ -217,7 +217,8 @@ func node0(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node { return
 func nodeOf(t *testing.T, sb *sandbox.Sandbox, name string) *corev1.Node { return node(t, sb, name) }
 
 // The autoscaler's candidate taint churning during the transaction does not stop it; a genuine
-// scheduling change does, naming the taint, and leaves the fence in place.
+// scheduling change does, naming the taint. It came before the node's Talos write, so the refusal
+// undoes ghcrsync's claim and keeps the operator's taint.
 func TestTaintChurnVersusGenuineChange(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -261,6 +262,7 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 
 	r2 := newRotation(t, sb, nil, victim)
 	path2 := r2.plan()
+	talosBefore := sb.Fleet().Stats().TalosWrites[victim]
 
 	res, err = r2.apply(path2, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 		if phase == state.PhaseDrained {
@@ -277,26 +279,32 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 	}
 
 	x := r2.result(res, victim)
-	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "refusing to configure "+victim+": its taints changed outside ghcrsync: + example.com/maintenance:NoSchedule") {
+	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "refusing to configure "+victim+": its taints changed outside ghcrsync: + example.com/maintenance:NoSchedule") ||
+		!strings.Contains(x.Message, "its claim was undone") {
 		t.Fatalf("genuine change: %s %s", x.Outcome, x.Message)
 	}
 
+	// Nothing reached Talos: the claim is undone (cordon restored, annotations gone), the operator's
+	// taint stays, and nothing is left for `ghcrsync fences` to report.
 	n := node(t, sb, victim)
-	if n.Annotations[cluster.OwnerAnnotation] != res.Holder || !n.Spec.Unschedulable {
-		t.Fatalf("the fence was not kept: %+v", n.Annotations)
+	if n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable ||
+		!slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" }) {
+		t.Fatalf("after a refusal before the Talos write: cordoned %t, annotations %+v, taints %+v", n.Spec.Unschedulable, n.Annotations, n.Spec.Taints)
 	}
 
-	if st := r2.readState(); st.Record(victim).Phase != state.PhaseDrained || st.Record(victim).Outcome != state.OutcomeFailed {
-		t.Fatalf("state: %+v", st.Record(victim))
+	if rec := r2.readState().Record(victim); rec.Phase != state.PhaseReleased || rec.Outcome != state.OutcomeFailed || rec.Holds() {
+		t.Fatalf("state: %+v", rec)
 	}
 
-	// Undo by hand (the release command is another issue's): taint, fence.
+	if rep := fences(t, r2.cfg, ""); len(rep.Fences) != 0 {
+		t.Fatalf("fences after a restored refusal: %+v", rep.Fences)
+	}
+
+	if sb.Fleet().Stats().TalosWrites[victim] != talosBefore {
+		t.Fatal("a refused node reached Talos")
+	}
+
 	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" })
-	n.Spec.Unschedulable = false
-	for _, a := range []string{cluster.OwnerAnnotation, cluster.PhaseAnnotation, cluster.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by", sandbox.ScaleDownDisabledAnnotation} {
-		delete(n.Annotations, a)
-	}
-
 	if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

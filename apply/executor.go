@@ -28,7 +28,8 @@ type Nodes interface {
 
 // Talos is what the executor needs from the Talos API.
 type Talos interface {
-	Digests(ctx context.Context, node, registry string) (active, staged string, err error)
+	// ConfigFacts reads the credential digests of the active and staged configs.
+	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
 	Configure(ctx context.Context, node, registry, username, password string, live bool) error
 	Reboot(ctx context.Context, node string) error
 	EtcdHealthy(ctx context.Context, node string) error
@@ -38,6 +39,8 @@ type Talos interface {
 type Lease interface {
 	Assert() error
 	WaitLive(ctx context.Context) error
+	// Done is closed when the Lease is lost for good.
+	Done() <-chan struct{}
 }
 
 // Store persists the state.
@@ -66,6 +69,7 @@ type execOptions struct {
 	DrainTimeout       time.Duration
 	ReadyTimeout       time.Duration
 	WorkerParallelism  int
+	MaxFailures        int // the failure budget: after that many failed nodes no new node starts
 	ProbeImage         string
 	ProbeNamespace     string
 	Logger             hclog.Logger
@@ -82,6 +86,8 @@ type NodeResult struct {
 	Outcome state.Outcome
 	Reason  plan.Reason
 	Message string
+	// Fenced is true when the node was left fenced (its record holds a fence).
+	Fenced bool
 }
 
 // Failed reports whether the outcome makes the run fail.
@@ -97,11 +103,17 @@ type executor struct {
 	now   func() time.Time
 	judge func(plan.Subject) plan.Verdict // plan.Judge; tests record it
 
-	mu sync.Mutex
-	st *state.State
+	mu       sync.Mutex
+	st       *state.State
+	failures int
 
 	stop     chan struct{} // closed when the Lease is lost: no new mutation starts
 	stopOnce sync.Once
+	stopErr  error
+
+	// sig is the run's context as the signals see it: done when the run is cancelled (SIGINT,
+	// SIGTERM). Mutations run under a context that also ends when the Lease is lost.
+	sig context.Context
 }
 
 func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.State, o execOptions) *executor {
@@ -115,6 +127,10 @@ func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.S
 
 	if o.Poll == 0 {
 		o.Poll = 500 * time.Millisecond
+	}
+
+	if o.MaxFailures == 0 {
+		o.MaxFailures = 1
 	}
 
 	return &executor{nodes: nodes, talos: talos, lease: lease, store: store, st: st, o: o, now: time.Now, judge: plan.Judge, stop: make(chan struct{})}
@@ -147,13 +163,29 @@ func (e *executor) stopped() bool {
 func (e *executor) halt(err error) {
 	e.stopOnce.Do(func() {
 		e.o.Logger.Error("stopping all mutation", "error", err)
+		e.stopErr = err
 		close(e.stop)
 	})
 }
 
 // run executes the plan's fence and apply-live nodes in order: workers concurrently (bounded),
-// then control planes one at a time (a failed one stops the rest), in the plan's order.
+// then control planes one at a time (a failed one stops the rest), in the plan's order. ctx ends
+// when the run is cancelled; mutations also stop when the Lease is lost.
 func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
+	e.sig = ctx
+
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	go func() {
+		select {
+		case <-e.lease.Done():
+			e.halt(e.lease.Assert())
+			cancel()
+		case <-mctx.Done():
+		}
+	}()
+
 	var workers, controlPlanes []plan.NodePlan
 
 	for _, n := range p.Nodes {
@@ -166,15 +198,15 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 		}
 	}
 
-	results := e.parallel(ctx, p, workers, max(e.o.WorkerParallelism, 1))
+	results := e.parallel(mctx, p, workers, max(e.o.WorkerParallelism, 1))
 
 	for i, n := range controlPlanes {
-		r := e.node(ctx, p, n)
+		r := e.node(mctx, p, n)
 		results = append(results, r)
 
 		if r.Failed() {
 			for _, rest := range controlPlanes[i+1:] {
-				results = append(results, NodeResult{Node: rest.Name, Action: rest.Action, Outcome: state.OutcomeFailed,
+				results = append(results, NodeResult{Node: rest.Name, Action: rest.Action, Outcome: state.OutcomeSkipped,
 					Message: "not started: an earlier control plane failed, and the next one depends on its etcd member"})
 			}
 
@@ -210,15 +242,40 @@ func (e *executor) parallel(ctx context.Context, p *plan.Plan, nodes []plan.Node
 	return results
 }
 
-// node runs one node's transaction.
+// node runs one node's transaction, unless the run is cancelled, the Lease lost, or the failure
+// budget spent.
 func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) NodeResult {
-	if e.stopped() {
-		return NodeResult{Node: np.Name, Action: np.Action, Outcome: state.OutcomeFailed, Message: "not started: the Lease was lost"}
+	skip := func(outcome state.Outcome, msg string) NodeResult {
+		return NodeResult{Node: np.Name, Action: np.Action, Outcome: outcome, Message: "not started: " + msg}
+	}
+
+	switch {
+	case e.sig.Err() != nil:
+		return skip(state.OutcomeSkipped, "the run was cancelled")
+	case e.stopped():
+		return skip(state.OutcomeFailed, "the Lease was lost")
+	case e.budgetSpent():
+		return skip(state.OutcomeSkipped, fmt.Sprintf("the failure budget is spent (nodes.max_failures = %d)", e.o.MaxFailures))
 	}
 
 	t := &txn{e: e, p: p, np: np, log: e.o.Logger.With("node", np.Name)}
 
-	return t.run(ctx)
+	r := t.run(ctx)
+	if r.Failed() {
+		e.mu.Lock()
+		e.failures++
+		e.mu.Unlock()
+	}
+
+	return r
+}
+
+// budgetSpent reports whether max_failures nodes have failed.
+func (e *executor) budgetSpent() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	return e.failures >= e.o.MaxFailures
 }
 
 // quorum waits until every other control plane of the cluster is Ready and its etcd member

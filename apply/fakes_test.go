@@ -250,8 +250,8 @@ type fakeTalos struct{ w *world }
 
 func nodeOfIP(ip string) string { return strings.TrimPrefix(ip, "ip-") }
 
-func (f fakeTalos) Digests(context.Context, string, string) (string, string, error) {
-	return "old", "old", nil
+func (f fakeTalos) ConfigFacts(context.Context, string, string) (*plan.TalosFacts, error) {
+	return &plan.TalosFacts{ConfiguredDigest: "old", StagedDigest: "old"}, nil
 }
 
 func (f fakeTalos) Configure(_ context.Context, ip, _, _, _ string, live bool) error {
@@ -279,6 +279,18 @@ func (f fakeTalos) EtcdHealthy(context.Context, string) error { return nil }
 type fakeLease struct {
 	mu   sync.Mutex
 	lost error
+	done chan struct{}
+}
+
+func (l *fakeLease) Done() <-chan struct{} { return l.done }
+
+// lose loses the Lease for good.
+func (l *fakeLease) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	l.lost = err
+	close(l.done)
 }
 
 func (l *fakeLease) Assert() error {

@@ -20,18 +20,52 @@ var errRefused = errors.New("refused by the judgement")
 // errLeaseLost marks a guard failure caused by the Lease.
 var errLeaseLost = errors.New("lease lost")
 
-// guard is the re-validation before a mutation: the Lease is live, the node is read (an API
-// outage is ridden out up to ready_timeout), its Talos config is read before a Talos write, and
-// the judgement decides. It returns the node, or the result that ends the transaction.
+// guard is the re-validation before a mutation: the run is not cancelled, the Lease is live, the
+// node is read (an API outage is ridden out up to ready_timeout), its Talos config is read before
+// a claim or a Talos write, the judgement decides, and the Lease is asserted once more,
+// immediately before the mutation (a wait for the Lease to come back starts over). It returns the
+// node, or the result that ends the transaction.
 func (t *txn) guard(ctx context.Context, step plan.Step) (*corev1.Node, *NodeResult) {
-	if err := t.leaseLive(ctx); err != nil {
-		t.e.halt(err)
+	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
 
-		return nil, t.fail(fmt.Sprintf("refusing to %s %s: %v: %v", step, t.np.Name, errLeaseLost, err))
+	for {
+		if r := t.interrupted(); r != nil {
+			return nil, r
+		}
+
+		if t.e.stopped() {
+			return nil, t.leaseLost(step, t.e.stopErr)
+		}
+
+		if r := t.waitLease(ctx, step); r != nil {
+			return nil, r
+		}
+
+		n, r := t.judged(ctx, step)
+		if r != nil {
+			return nil, r
+		}
+
+		err := t.e.lease.Assert()
+		if err == nil {
+			return n, nil
+		}
+
+		if t.e.now().After(deadline) {
+			return nil, t.leaseLost(step, err)
+		}
 	}
+}
 
+// judged reads the node and asks the judgement, with the node's Talos facts before a claim or a
+// Talos write.
+func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeResult) {
 	n, err := t.read(ctx)
 	if err != nil {
+		if r := t.interrupted(); r != nil {
+			return nil, r
+		}
+
 		return nil, t.fail("read node: " + err.Error())
 	}
 
@@ -39,33 +73,45 @@ func (t *txn) guard(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRes
 		return nil, r
 	}
 
-	if step == plan.StepClaim || step == plan.StepConfigure {
-		// Before a claim or a Talos write, the node's Talos config too is as the plan saw it.
-		facts, r := t.talosFacts(ctx, n, step)
-		if r != nil {
-			return nil, r
-		}
-
-		if r := t.verdict(ctx, t.judge(n, facts, step), step); r != nil {
-			return nil, r
-		}
+	if step != plan.StepClaim && step != plan.StepConfigure {
+		return n, nil
 	}
 
-	return n, nil
-}
-
-// talosFacts reads the registry credential's digests in the node's active and staged configs.
-func (t *txn) talosFacts(ctx context.Context, n *corev1.Node, step plan.Step) (*plan.TalosFacts, *NodeResult) {
 	if t.ip == "" {
 		t.ip = cluster.InternalIP(n)
 	}
 
-	active, staged, err := t.e.talos.Digests(ctx, t.ip, t.e.o.Registry)
+	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
 	if err != nil {
-		return nil, t.failKeepingFence(fmt.Sprintf("refusing to %s %s: its Talos config cannot be read: %v", step, t.np.Name, err))
+		if r := t.interrupted(); r != nil {
+			return nil, r
+		}
+
+		return nil, t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonTalosUnreachable, Detail: err.Error()}, step)
 	}
 
-	return &plan.TalosFacts{ConfiguredDigest: active, StagedDigest: staged}, nil
+	return n, t.verdict(ctx, t.judge(n, facts, step), step)
+}
+
+// waitLease returns nil while the Lease is live, riding out an outage while it could still be
+// ours; a Lost lease stops all mutation.
+func (t *txn) waitLease(ctx context.Context, step plan.Step) *NodeResult {
+	if err := t.leaseLive(ctx); err != nil {
+		if r := t.interrupted(); r != nil {
+			return r
+		}
+
+		return t.leaseLost(step, err)
+	}
+
+	return nil
+}
+
+// leaseLost stops all mutation of the run and ends the transaction, saying why.
+func (t *txn) leaseLost(step plan.Step, err error) *NodeResult {
+	t.e.halt(err)
+
+	return t.failKeepingFence(fmt.Sprintf("refusing to %s %s: %v: %v; no further mutation starts", step, t.np.Name, errLeaseLost, err))
 }
 
 // leaseLive returns nil while the Lease is held and live; an API outage (the endpoint node
@@ -147,7 +193,91 @@ func (t *txn) verdict(ctx context.Context, v plan.Verdict, step plan.Step) *Node
 		return t.deselect(ctx, v.Reason, msg)
 	}
 
+	return t.refuseBeforeTalos(ctx, v, step)
+}
+
+// refuseBeforeTalos fails the node on a refusal. Before its Talos write, nothing was changed on
+// the machine, so a claim that landed is undone (cordon restored as recorded, ghcrsync's
+// annotations and scale-down guard removed, other taints untouched); after it, the fence stays.
+func (t *txn) refuseBeforeTalos(ctx context.Context, v plan.Verdict, step plan.Step) *NodeResult {
+	msg := v.Message(t.np.Name, step)
+
+	if !t.claimLanded() || t.rec.Phase.AtOrAfter(state.PhaseConfigured) {
+		if t.claimLanded() {
+			msg += "; its Talos config was already written, so the fence stays (see `ghcrsync fences`)"
+		}
+
+		r := t.finish(state.OutcomeFailed, v.Reason, msg)
+
+		return &r
+	}
+
+	t.rec.Phase = state.PhaseReleased
+	if err := t.e.save(&t.rec); err != nil {
+		r := t.finish(state.OutcomeFailed, v.Reason, msg+"; and "+err.Error())
+
+		return &r
+	}
+
+	if err := t.undo(t.cleanup(ctx)); err != nil {
+		msg += "; nothing reached Talos, but undoing its claim failed: " + err.Error()
+	} else {
+		msg += "; nothing reached Talos, so its claim was undone (cordon restored as recorded, ghcrsync's annotations removed, other taints untouched)"
+	}
+
 	r := t.finish(state.OutcomeFailed, v.Reason, msg)
+
+	return &r
+}
+
+// claimLanded reports whether this transaction's claim is on the node.
+func (t *txn) claimLanded() bool {
+	return t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed)
+}
+
+// cleanup is a context for undoing a claim: it outlives a cancelled run, briefly.
+func (t *txn) cleanup(ctx context.Context) context.Context {
+	if ctx.Err() == nil {
+		return ctx
+	}
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	context.AfterFunc(cctx, cancel)
+
+	return cctx
+}
+
+// interrupted ends the transaction when the run was cancelled (SIGINT, SIGTERM). Before the
+// node's Talos write, a claim that landed is undone and the node recorded cancelled; after it,
+// the fence stays, recorded at its phase, for `ghcrsync release`.
+func (t *txn) interrupted() *NodeResult {
+	if t.e.sig.Err() == nil {
+		return nil
+	}
+
+	phase := t.rec.Phase
+
+	var msg string
+
+	switch {
+	case phase.AtOrAfter(state.PhaseConfigured) && t.claimLanded():
+		msg = "cancelled after its Talos config was written: the fence stays, recorded at phase " + string(phase) + " (release it with `ghcrsync release`)"
+	case phase.AtOrAfter(state.PhaseConfigured):
+		msg = "cancelled after its Talos config was written; nothing is fenced"
+	case t.claimLanded():
+		t.rec.Phase = state.PhaseReleased
+		if err := t.e.save(&t.rec); err != nil {
+			msg = "cancelled before its Talos write, but the state could not be written (" + err.Error() + "): the fence stays"
+		} else if err := t.undo(t.cleanup(t.e.sig)); err != nil {
+			msg = "cancelled before its Talos write; undoing its claim failed: " + err.Error()
+		} else {
+			msg = "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"
+		}
+	default:
+		msg = "cancelled before anything was done to it"
+	}
+
+	r := t.finish(state.OutcomeCancelled, "", msg)
 
 	return &r
 }
@@ -221,35 +351,77 @@ func (t *txn) mirror(ctx context.Context, phase state.Phase) *NodeResult {
 	return t.patch(ctx, plan.StepAnnotate, "mirror phase "+string(phase), func(*corev1.Node) map[string]any { return cluster.PhasePatch(phase) }, nil)
 }
 
-// patch is a compare-and-swap patch of the node, judged on every read: a read the judgement does
-// not let through ends the transaction as that verdict says.
+// patch is a compare-and-swap patch of the node, judged on every read with the Lease asserted
+// immediately before it: a read the judgement does not let through ends the transaction as that
+// verdict says. An unreachable API is ridden out up to ready_timeout.
 func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func(*corev1.Node) map[string]any, between func(int)) *NodeResult {
-	var refused *plan.Verdict
+	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
 
-	_, err := t.e.nodes.CASPatch(ctx, t.np.Name, 10, func(n *corev1.Node) error {
-		if v := t.judge(n, nil, step); v.Decision != plan.Proceed {
-			refused = &v
+	for {
+		var (
+			refused  *plan.Verdict
+			leaseErr error
+		)
 
-			return errRefused
+		_, err := t.e.nodes.CASPatch(ctx, t.np.Name, 10, func(n *corev1.Node) error {
+			if v := t.judge(n, nil, step); v.Decision != plan.Proceed {
+				refused = &v
+
+				return errRefused
+			}
+
+			if leaseErr = t.e.lease.Assert(); leaseErr != nil {
+				return errLeaseLost
+			}
+
+			return nil
+		}, build, between)
+
+		if step == plan.StepClaim && err != nil {
+			t.rec.Phase = state.PhaseSelected // the claim did not land
 		}
 
-		return nil
-	}, build, between)
+		switch {
+		case err == nil:
+			return nil
+		case refused != nil:
+			return t.verdict(ctx, *refused, step)
+		case apierrors.IsNotFound(err):
+			return t.verdict(ctx, t.judge(nil, nil, step), step)
+		case leaseErr != nil && t.e.now().Before(deadline):
+			if r := t.waitLease(ctx, step); r != nil {
+				return r
+			}
+		case leaseErr != nil:
+			return t.leaseLost(step, leaseErr)
+		case cluster.Transient(err) && t.e.now().Before(deadline) && ctx.Err() == nil:
+			t.log.Warn("the Kubernetes API is unreachable; retrying until ready_timeout", "write", what, "error", err)
 
-	if step == plan.StepClaim && (refused != nil || err != nil) {
-		t.rec.Phase = state.PhaseSelected // the claim did not land
+			if err := t.e.sleep(ctx); err != nil {
+				return t.failOrInterrupted(what + ": " + err.Error())
+			}
+		default:
+			return t.failOrInterrupted(what + ": " + err.Error())
+		}
+
+		if step == plan.StepClaim {
+			t.rec.Phase = state.PhaseClaimed // retrying the claim
+		}
+	}
+}
+
+// failOrInterrupted is failKeepingFence, unless the failure came from a cancelled run or a lost
+// Lease (which stops mutations in flight): then it says that.
+func (t *txn) failOrInterrupted(msg string) *NodeResult {
+	if r := t.interrupted(); r != nil {
+		return r
 	}
 
-	switch {
-	case refused != nil:
-		return t.verdict(ctx, *refused, step)
-	case apierrors.IsNotFound(err):
-		return t.verdict(ctx, t.judge(nil, nil, step), step)
-	case err != nil:
-		return t.failKeepingFence(what + ": " + err.Error())
+	if t.e.stopped() {
+		return t.failKeepingFence(fmt.Sprintf("%s: stopped: %v: %v; no further mutation starts", msg, errLeaseLost, t.e.stopErr))
 	}
 
-	return nil
+	return t.failKeepingFence(msg)
 }
 
 // finish records the outcome.
@@ -274,7 +446,8 @@ func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) Node
 		t.log.Info(msg)
 	}
 
-	return NodeResult{Node: t.np.Name, Action: t.np.Action, Outcome: outcome, Reason: reason, Message: msg}
+	return NodeResult{Node: t.np.Name, Action: t.np.Action, Outcome: outcome, Reason: reason, Message: msg,
+		Fenced: t.np.Action == plan.ActionFence && t.rec.Holds()}
 }
 
 // fail ends the transaction as failed.

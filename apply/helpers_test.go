@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	talosconfigprovider "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -27,6 +30,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
+	"github.com/ghcrsync/ghcrsync/state/kubestate"
 )
 
 // rotation is one test's rotation: its own config (selector over its nodes), credential,
@@ -41,6 +45,8 @@ type rotation struct {
 	group   string
 	log     *syncBuffer
 	planned *plan.Plan
+	// storeClient, if set, is the client the run's Kubernetes state backend writes with.
+	storeClient kubernetes.Interface
 	// mayDeselect lets the plan leave these nodes alone (a test that wants a deselection).
 	mayDeselect map[string]bool
 }
@@ -169,7 +175,7 @@ func (r *rotation) apply(path string, hooks apply.Hooks) (*apply.Result, error) 
 	log := hclog.New(&hclog.LoggerOptions{Name: "ghcrsync", Level: hclog.Debug, Output: r.log})
 
 	res, err := applyCfg(context.Background(), applyOptions{
-		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks,
+		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks, StoreClient: r.storeClient,
 	})
 	if r.t.Failed() || err != nil {
 		r.t.Logf("apply log:\n%s", r.log.String())
@@ -263,6 +269,7 @@ type applyOptions struct {
 	Hooks                apply.Hooks
 	SecretHooks          fanout.Hooks
 	Now                  func() time.Time
+	StoreClient          kubernetes.Interface
 }
 
 // applyCfg applies a saved plan, as `ghcrsync apply PLANFILE` does.
@@ -272,6 +279,13 @@ func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
 		return nil, err
 	}
 	defer ws.Close()
+
+	if o.StoreClient != nil {
+		ws.Store = &kubestate.Store{Client: o.StoreClient, Namespace: ws.Config.State.Namespace, Name: ws.Config.State.Secret}
+		if ws.State, err = ws.Store.Read(); err != nil {
+			return nil, err
+		}
+	}
 
 	p, err := plan.Load(o.PlanPath)
 	if err != nil {
@@ -305,6 +319,36 @@ func recoverWith(ctx context.Context, cfg string, o fence.RecoveryOptions) (*fen
 	defer ws.Close()
 
 	return fence.Recover(ctx, ws, o)
+}
+
+// releaseHolder is `ghcrsync release --holder HOLDER`.
+func releaseHolder(t *testing.T, cfg, holder string) *fence.RecoveryResult {
+	t.Helper()
+
+	res, err := recoverWith(context.Background(), cfg, fence.RecoveryOptions{InventoryOptions: fence.InventoryOptions{Holder: holder}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return res
+}
+
+// writeJSON writes v to path as JSON and returns path.
+func writeJSON(t *testing.T, path string, v any) string {
+	t.Helper()
+
+	if err := os.WriteFile(path, mustJSON(t, v), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return path
+}
+
+// loadConfig loads a Talos machine config.
+func loadConfig(t *testing.T, text string) (talosconfigprovider.Provider, error) {
+	t.Helper()
+
+	return configloader.NewFromBytes([]byte(text))
 }
 
 // pullState is `ghcrsync state pull`.

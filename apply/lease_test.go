@@ -196,7 +196,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 	kube := sb.Kube()
 	const name = "prod-worker-3"
 
-	tc, err := talos.Connect(ctx, sb.Path(sandbox.TalosconfigFile), "", nil)
+	tc, err := talos.Connect(ctx, sb.Path(sandbox.TalosconfigFile), "", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

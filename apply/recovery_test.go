@@ -17,6 +17,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -110,11 +111,10 @@ func assertLeaseFree(t *testing.T, sb *sandbox.Sandbox, name string) {
 }
 
 // apply killed with kill -9 before each phase's mutation: fences reports exactly what is held,
-// release refuses while the run is alive (live Lease, then a CI status of in_progress), and once
-// the CI API says the run completed, release leaves no cordon, no ghcrsync annotation and no
-// held Lease. A second release is a no-op.
+// at the state's phase, as releasable at once (the process on this host has exited, whatever
+// its Lease and the CI API say), and release leaves no cordon, no ghcrsync annotation and no held
+// Lease. A second release is a no-op.
 func TestReleaseAfterKillAtEachPhase(t *testing.T) {
-	ctx := context.Background()
 	sb := sandboxtest.Get(t)
 	const name = "prod-worker-1"
 
@@ -134,32 +134,16 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				t.Errorf("node fence phase %q, want %q (the state's, written before the mutation)", f.Phase, phase)
 			}
 
+			// The killed process ran on this host and has exited: its run is provably over, even
+			// while its Lease has not expired yet and whatever the CI API says.
 			for _, f := range rep.Fences {
-				if f.Releasable || !f.Live || !strings.Contains(f.Holder, "-gh"+id+".1-") {
-					t.Fatalf("a live run's fence: %+v", f)
+				if !f.Releasable || f.Live || !strings.Contains(f.Holder, "-gh"+id+".1-") || !strings.Contains(f.Evidence, "has exited") {
+					t.Fatalf("a killed run's fence: %+v", f)
 				}
 			}
 
-			if res := release(t, r.cfg); res.Held() != 2 {
-				t.Fatalf("release while the Lease is live: %+v", res.Outcomes)
-			}
-
-			waitLeaseExpired(t, sb, leaseName)
-
-			if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "in_progress"}); err != nil {
-				t.Fatal(err)
-			}
-
-			if res := release(t, r.cfg); res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
-				t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
-			}
-
-			if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
-				t.Fatal(err)
-			}
-
 			if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 2 {
-				t.Fatalf("release after completion: %+v", res.Outcomes)
+				t.Fatalf("release of a killed run: %+v", res.Outcomes)
 			}
 
 			assertReleased(t, sb, name, false)
@@ -279,8 +263,9 @@ func TestReleaseWithKubernetesBackendElsewhere(t *testing.T) {
 	}
 }
 
-// An unreachable liveness API is no evidence: release refuses. Then apply, with the CI API
-// saying the run completed, reclaims the dead run's fences itself before it starts.
+// A run on another runner: only the CI API can say it is over. While it says in_progress, or
+// cannot be asked, release refuses; once it says completed, apply reclaims the dead run's fences
+// itself before it starts.
 func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -288,7 +273,16 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 
 	r := newRotation(t, sb, shortLease("recover-reclaim"), name)
 	id := killRun(t, r, r.plan(), state.PhaseGuarded)
+	onAnotherRunner(t, sb, r, name, "recover-reclaim")
 	waitLeaseExpired(t, sb, "recover-reclaim")
+
+	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "in_progress"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if res := release(t, r.cfg); res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
+		t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
+	}
 
 	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
 		t.Fatal(err)
@@ -380,5 +374,46 @@ func TestStatePushAndRemove(t *testing.T) {
 
 	if err := removeState(r.cfg, "prod-worker-9"); err == nil {
 		t.Fatal("removing an absent record succeeded")
+	}
+}
+
+// onAnotherRunner makes a killed run look as if it ran on another machine: its holder id (on the
+// node, the Lease and in the state) names another host, so no local evidence applies.
+func onAnotherRunner(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName string) {
+	t.Helper()
+
+	ctx := context.Background()
+	kube := sb.Kube()
+
+	st := r.readState()
+	old := st.Run.Holder
+
+	id, ok := holder.Parse(old)
+	if !ok {
+		t.Fatalf("holder %q", old)
+	}
+
+	id.Host = "another-runner"
+	moved := id.String()
+
+	st.Run.Holder = moved
+	for i := range st.Records {
+		st.Records[i].Owner = moved
+	}
+
+	if err := os.WriteFile(r.state, mustJSON(t, st), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: moved}}})
+
+	l, err := kube.CoordinationV1().Leases("flux-system").Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l.Spec.HolderIdentity = ptr.To(moved)
+	if _, err := kube.CoordinationV1().Leases("flux-system").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

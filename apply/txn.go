@@ -111,6 +111,10 @@ func (t *txn) drain(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress); err != nil {
+		if t.e.sig.Err() != nil || t.e.stopped() {
+			return t.failOrInterrupted(err.Error())
+		}
+
 		return t.restore(ctx, err.Error())
 	}
 
@@ -187,7 +191,7 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 		}
 
 		if err := t.e.sleep(ctx); err != nil {
-			return t.failKeepingFence(err.Error())
+			return t.failOrInterrupted(err.Error())
 		}
 	}
 }
@@ -200,7 +204,7 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.ProbeNamespace, t.e.o.ProbeImage, t.e.o.ReadyTimeout); err != nil {
-		return t.failKeepingFence("not proved: " + err.Error())
+		return t.failOrInterrupted("not proved: " + err.Error())
 	}
 
 	mark := cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID)
@@ -215,7 +219,7 @@ func (t *txn) release(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.undo(ctx); err != nil {
-		return t.failKeepingFence("release: " + err.Error())
+		return t.failOrInterrupted("release: " + err.Error())
 	}
 
 	return nil
@@ -235,9 +239,10 @@ func (t *txn) restore(ctx context.Context, why string) *NodeResult {
 	return t.fail(why + "; the node was restored (fence released)")
 }
 
-// undo takes our fence off the node: the one undo, shared with `ghcrsync release`.
+// undo takes our fence off the node: the one undo, shared with `ghcrsync release`. It judges the
+// claim as recorded before this undo began (the record's phase says how far the claim got).
 func (t *txn) undo(ctx context.Context) error {
-	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, t.rec.Phase, t.rec.Fence)
+	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence)
 
 	return err
 }
@@ -245,6 +250,10 @@ func (t *txn) undo(ctx context.Context) error {
 // talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
 // such; anything else fails closed.
 func (t *txn) talosFailed(ctx context.Context, step string, err error) *NodeResult {
+	if r := t.interrupted(); r != nil {
+		return r
+	}
+
 	if _, r := t.guard(ctx, plan.StepCheck); r != nil {
 		return r
 	}

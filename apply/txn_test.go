@@ -34,7 +34,7 @@ func newHarness(t *testing.T, parallelism int, nodes ...string) *harness {
 		w.addNode(n, strings.HasPrefix(n, "cp"))
 	}
 
-	h := &harness{w: w, lease: &fakeLease{}, store: &fakeStore{w: w}}
+	h := &harness{w: w, lease: &fakeLease{done: make(chan struct{})}, store: &fakeStore{w: w}}
 	h.e = newExecutor(fakeNodes{w}, fakeTalos{w}, h.lease, h.store, &state.State{}, execOptions{
 		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 2 * time.Second, WorkerParallelism: parallelism, Poll: time.Millisecond,
 	})
@@ -139,21 +139,23 @@ func TestJudgedBeforeEveryMutation(t *testing.T) {
 	}
 }
 
-// A refusal at each step stops the transaction there: no later mutation happens, the record
-// ends failed at the phase reached, with the refusal's reason.
+// A refusal at each step stops the transaction there: no later mutation happens and the record
+// ends failed with the refusal's reason. Before the Talos write the claim is undone (the node
+// restored, the record released); after it, the fence stays at the phase reached.
 func TestRefusalStopsAtEachStep(t *testing.T) {
 	for _, tc := range []struct {
 		step      plan.Step
 		lastPhase state.Phase
 		notAfter  string // no operation of this kind may happen
+		fenced    bool   // the fence stays
 	}{
-		{plan.StepClaim, state.PhaseSelected, "patch w1 claim"},
-		{plan.StepGuard, state.PhaseClaimed, "drain w1"},
-		{plan.StepDrain, state.PhaseGuarded, "drain w1"},
-		{plan.StepConfigure, state.PhaseDrained, "talos configure"},
-		{plan.StepReboot, state.PhaseConfigured, "talos reboot"},
-		{plan.StepProve, state.PhaseReady, "probe w1"},
-		{plan.StepRelease, state.PhaseProved, "patch w1 release"},
+		{plan.StepClaim, state.PhaseSelected, "patch w1 claim", false},
+		{plan.StepGuard, state.PhaseReleased, "drain w1", false},
+		{plan.StepDrain, state.PhaseReleased, "drain w1", false},
+		{plan.StepConfigure, state.PhaseReleased, "talos configure", false},
+		{plan.StepReboot, state.PhaseConfigured, "talos reboot", true},
+		{plan.StepProve, state.PhaseReady, "probe w1", true},
+		{plan.StepRelease, state.PhaseProved, "patch w1 release", true},
 	} {
 		t.Run(string(tc.step), func(t *testing.T) {
 			h := newHarness(t, 1, "w1")
@@ -173,6 +175,15 @@ func TestRefusalStopsAtEachStep(t *testing.T) {
 				if strings.HasPrefix(l, tc.notAfter) {
 					t.Fatalf("%q happened after a refusal at %s:\n%s", l, tc.step, strings.Join(h.ops("w1", false), "\n"))
 				}
+			}
+
+			n, _ := fakeNodes{h.w}.Get(context.Background(), "w1")
+			if fenced := n.Spec.Unschedulable && n.Annotations[cluster.OwnerAnnotation] == "h1"; fenced != tc.fenced {
+				t.Fatalf("fenced %t, want %t: %+v", fenced, tc.fenced, n.Annotations)
+			}
+
+			if h.e.st.Record("w1").Holds() != tc.fenced {
+				t.Fatalf("the record holds a fence: %t, want %t", !tc.fenced, tc.fenced)
 			}
 		})
 	}
@@ -316,9 +327,7 @@ func TestLeaseLostStopsNewNodes(t *testing.T) {
 	h := newHarness(t, 1, "w1", "w2")
 	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
 		if node == "w1" && phase == state.PhaseDrained {
-			h.lease.mu.Lock()
-			h.lease.lost = errors.New("lease held-by-another")
-			h.lease.mu.Unlock()
+			h.lease.lose(errors.New("lease held-by-another"))
 		}
 	}
 
@@ -349,7 +358,7 @@ func TestControlPlaneFailureStopsTheRest(t *testing.T) {
 		got[r.Node] = r.Outcome
 	}
 
-	if got["w1"] != state.OutcomeDone || got["cp1"] != state.OutcomeFailed || got["cp2"] != state.OutcomeFailed {
+	if got["w1"] != state.OutcomeDone || got["cp1"] != state.OutcomeFailed || got["cp2"] != state.OutcomeSkipped {
 		t.Fatalf("%+v", res)
 	}
 
@@ -376,5 +385,70 @@ func TestStateWriteFailureStopsBeforeMutation(t *testing.T) {
 		if strings.HasPrefix(l, "patch") || strings.HasPrefix(l, "talos") || strings.HasPrefix(l, "drain") {
 			t.Fatalf("%q happened without its state write", l)
 		}
+	}
+}
+
+// The failure budget: with max_failures = 1, after the first failed node no new node starts; the
+// others are skipped and untouched. With a budget of 2, a second node is started.
+func TestFailureBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget, failed, skipped int
+	}{{1, 1, 2}, {2, 2, 1}} {
+		t.Run(fmt.Sprint("max_failures=", tc.budget), func(t *testing.T) {
+			h := newHarness(t, 1, "w1", "w2", "w3")
+			h.e.o.MaxFailures = tc.budget
+
+			for _, n := range []string{"w1", "w2", "w3"} {
+				h.w.probeErr[n] = errors.New("the probe image cannot be pulled")
+			}
+
+			counts := map[state.Outcome]int{}
+			for _, r := range h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1", "w2", "w3")) {
+				counts[r.Outcome]++
+
+				if r.Outcome == state.OutcomeSkipped && (!strings.Contains(r.Message, "failure budget") || len(h.ops(r.Node, false)) != 0) {
+					t.Fatalf("skipped node: %+v %v", r, h.ops(r.Node, false))
+				}
+			}
+
+			if counts[state.OutcomeFailed] != tc.failed || counts[state.OutcomeSkipped] != tc.skipped {
+				t.Fatalf("outcomes %v", counts)
+			}
+		})
+	}
+}
+
+// A cancelled run: a node before its Talos write has its claim undone and is recorded cancelled;
+// a node past it stays fenced, recorded at its phase; no node starts after the cancellation.
+func TestCancellation(t *testing.T) {
+	for _, tc := range []struct {
+		at     state.Phase
+		phase  state.Phase
+		fenced bool
+	}{{state.PhaseDrained, state.PhaseReleased, false}, {state.PhaseRebooting, state.PhaseRebooting, true}} {
+		t.Run(string(tc.at), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+
+			h := newHarness(t, 1, "w1", "w2")
+			h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
+				if node == "w1" && phase == tc.at {
+					cancel()
+				}
+			}
+
+			res := h.e.run(ctx, testPlan(h.w, plan.ActionFence, "w1", "w2"))
+
+			if res[0].Outcome != state.OutcomeCancelled || res[1].Outcome != state.OutcomeSkipped || len(h.ops("w2", false)) != 0 {
+				t.Fatalf("%+v", res)
+			}
+
+			rec := h.e.st.Record("w1")
+			n, _ := fakeNodes{h.w}.Get(context.Background(), "w1")
+
+			if rec.Phase != tc.phase || rec.Holds() != tc.fenced || (n.Annotations[cluster.OwnerAnnotation] == "h1") != tc.fenced || n.Spec.Unschedulable != tc.fenced {
+				t.Fatalf("record %s holds %t; node %+v cordoned %t", rec.Phase, rec.Holds(), n.Annotations, n.Spec.Unschedulable)
+			}
+		})
 	}
 }

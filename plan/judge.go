@@ -131,7 +131,27 @@ func judgePlanning(s Subject) Verdict {
 		return verdict(Deselect, ReasonNotReady, "Ready condition is not True")
 	}
 
+	if v, ok := staged(n, s.Action, s.Desired, Deselect); ok {
+		return v
+	}
+
 	return proceed()
+}
+
+// staged: a config an operator staged for the next boot is never dropped. A live apply would
+// activate it, so it refuses any; a fence goes on only when the staged config already carries
+// the desired credential (ghcrsync then builds on it, and the reboot applies both).
+func staged(n *Node, action Action, desired string, d Decision) (Verdict, bool) {
+	if n.Talos == nil || !n.Talos.StagedDiffers {
+		return Verdict{}, false
+	}
+
+	if action == ActionFence && desired != "" && n.Talos.StagedDigest == desired {
+		return Verdict{}, false
+	}
+
+	return verdict(d, ReasonStagedConfig, "its staged config carries "+human.ShortOrNone(n.Talos.StagedDigest)+", desired "+human.ShortOrNone(desired)+
+		"; apply or discard the staged change, then plan again"), true
 }
 
 // judgeTransaction: the re-validation before each mutation of a node's transaction.
@@ -177,10 +197,18 @@ func judgeTransaction(s Subject) Verdict {
 			", planned "+human.ShortOrNone(p.ConfiguredDigest)+", desired "+human.ShortOrNone(s.Desired))
 	}
 
+	if !mutated {
+		if v, ok := staged(n, s.Action, s.Desired, Refuse); ok {
+			return v
+		}
+	}
+
 	return proceed()
 }
 
-// judgeUndo: may a recorded fence be undone on this node?
+// judgeUndo: may a recorded fence be undone on this node? Only what ghcrsync did: the node must
+// carry this holder's owner annotation, or — the annotation gone — the record must show the claim
+// landed (the transaction reached guarded) on this very node. Anything else is left alone.
 func judgeUndo(s Subject) Verdict {
 	n, p := s.Node, s.Planned
 
@@ -190,8 +218,11 @@ func judgeUndo(s Subject) Verdict {
 		return v
 	}
 
-	if n.Owner != "" && n.Owner != s.Holder {
+	switch {
+	case n.Owner != "" && n.Owner != s.Holder:
 		return verdict(Refuse, ReasonFencedByOther, "owner "+n.Owner+", not "+s.Holder)
+	case n.Owner == "" && !s.Phase.AtOrAfter(state.PhaseGuarded):
+		return verdict(Deselect, ReasonNeverClaimed, "no owner annotation, and the record stops at "+string(s.Phase))
 	}
 
 	return proceed()

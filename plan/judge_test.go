@@ -76,7 +76,7 @@ func TestJudge(t *testing.T) {
 
 	for _, r := range []plan.Reason{plan.ReasonAutoscalerCandidate, plan.ReasonAutoscalerDeleting, plan.ReasonDeleting,
 		plan.ReasonNotFound, plan.ReasonFencedByOther, plan.ReasonNotReady, plan.ReasonRebooted, plan.ReasonCordonChanged,
-		plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved} {
+		plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig} {
 		want = append(want, "reason "+string(r))
 	}
 
@@ -210,6 +210,12 @@ func parseJudgeLine(c *judgeCase, text string) error {
 				}
 
 				n.Talos.ConfiguredDigest = v
+			case "staged":
+				if n.Talos == nil {
+					n.Talos = &plan.TalosFacts{}
+				}
+
+				n.Talos.StagedDigest, n.Talos.StagedDiffers = v, true
 			default:
 				return fmt.Errorf("node: unknown %q", a)
 			}

@@ -112,7 +112,7 @@ func classify(n Node, in Input) NodePlan {
 
 	np.Action, np.Reason, np.Sentence = needs(n, in)
 
-	v := Judge(Subject{Node: &n, Action: np.Action, Step: StepPlan, CandidatePolicy: in.AutoscalerPolicy})
+	v := Judge(Subject{Node: &n, Action: np.Action, Step: StepPlan, CandidatePolicy: in.AutoscalerPolicy, Desired: in.AuthDigest})
 	if v.Decision != Proceed {
 		np.Action, np.Reason, np.Sentence = ActionDeselect, v.Reason, v.Reason.Sentence(v.Detail)
 	}

@@ -125,7 +125,7 @@ func TestGolden(t *testing.T) {
 	}
 
 	// These only arise during a run (testdata/judge covers them); a plan cannot give them.
-	runOnly := []plan.Reason{plan.ReasonRebooted, plan.ReasonCordonChanged, plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved}
+	runOnly := []plan.Reason{plan.ReasonRebooted, plan.ReasonCordonChanged, plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig}
 
 	for _, r := range plan.Reasons {
 		if !reasons[r] && !slices.Contains(runOnly, r) {

@@ -24,6 +24,8 @@ const (
 	ReasonTaintsChanged       Reason = "taints-changed"
 	ReasonConfigChanged       Reason = "config-changed"
 	ReasonFenceRemoved        Reason = "fence-removed"
+	ReasonNeverClaimed        Reason = "never-claimed"
+	ReasonStagedConfig        Reason = "staged-config"
 )
 
 // Reasons lists every reason code.
@@ -31,7 +33,7 @@ var Reasons = []Reason{
 	ReasonConfigOutdated, ReasonRuntimeUnproven, ReasonInSync, ReasonAutoscalerCandidate,
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
-	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved,
+	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -54,6 +56,8 @@ var clauses = map[Reason]string{
 	ReasonTaintsChanged:       "its taints changed outside ghcrsync: %s",
 	ReasonConfigChanged:       "its Talos config changed outside ghcrsync since the plan (%s)",
 	ReasonFenceRemoved:        "ghcrsync's owner annotation was removed outside ghcrsync (%s)",
+	ReasonNeverClaimed:        "ghcrsync's claim never landed on it (%s): nothing of ghcrsync's is there to undo",
+	ReasonStagedConfig:        "it has a config staged for its next boot that differs from its active one (%s); ghcrsync never drops an operator's staged change",
 }
 
 // Sentence says the reason about the node; detail fills in the specifics.

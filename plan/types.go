@@ -43,10 +43,13 @@ type TalosFacts struct {
 	Version string `json:"version"`
 	// ConfiguredDigest is the AuthDigest of the registry's credential in the active machine
 	// config ("" if it has none); StagedDigest the same for the persistent (next-boot) config.
-	ConfiguredDigest string    `json:"configured_digest,omitempty"`
-	StagedDigest     string    `json:"staged_digest,omitempty"`
-	ConfigUpdated    time.Time `json:"config_updated"`
-	CRIStarted       time.Time `json:"cri_started"`
+	ConfiguredDigest string `json:"configured_digest,omitempty"`
+	StagedDigest     string `json:"staged_digest,omitempty"`
+	// StagedDiffers is true when a config staged for the next boot differs from the active one
+	// (an operator's pending change).
+	StagedDiffers bool      `json:"staged_differs,omitempty"`
+	ConfigUpdated time.Time `json:"config_updated"`
+	CRIStarted    time.Time `json:"cri_started"`
 }
 
 // Lease is the observed run Lease.

@@ -68,6 +68,11 @@ const (
 	OutcomeFailed            Outcome = "failed"
 	// OutcomeReleased is a fence undone by `ghcrsync release` (or apply's reclaim).
 	OutcomeReleased Outcome = "released"
+	// OutcomeCancelled is a transaction stopped by a signal: before its Talos write the claim was
+	// undone; after it, the fence stays, recorded at its phase.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeSkipped is a node never started (the run was cancelled, or its failure budget spent).
+	OutcomeSkipped Outcome = "skipped"
 )
 
 // Store is a state backend.
@@ -153,9 +158,18 @@ type Record struct {
 // Terminal reports whether the record's transaction has ended.
 func (r Record) Terminal() bool { return r.Outcome != OutcomeInProgress }
 
-// Holds reports whether the record may still hold a fence on the cluster.
+// Holds reports whether the record may still hold a fence on the cluster: a transaction still in
+// progress (or killed), or one that ended failed or cancelled after its claim landed and before
+// its release. A node whose claim never landed (refused at selection) holds nothing.
 func (r Record) Holds() bool {
-	return !r.Terminal() || (r.Outcome == OutcomeFailed && r.Phase != PhaseReleased)
+	switch {
+	case !r.Terminal():
+		return true
+	case r.Phase == PhaseReleased:
+		return false
+	}
+
+	return (r.Outcome == OutcomeFailed || r.Outcome == OutcomeCancelled) && r.Phase.AtOrAfter(PhaseClaimed)
 }
 
 // Record returns the record for node, or nil.

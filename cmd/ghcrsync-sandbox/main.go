@@ -273,13 +273,16 @@ func newCtl() *cobra.Command {
   delete-node NODE               the machine and its Node vanish
   pause-autoscaler | resume-autoscaler
   revoke-credential USER         the registry stops accepting USER
+  hang-talos NODE | unhang-talos NODE   the node's Talos API accepts calls and never answers
+  api-outage DURATION            the Kubernetes API endpoint refuses connections for DURATION
   set-run-status ID ATTEMPT STATUS   the CI API's run attempt status
   stats                          {"unsafe_writes", "talos_writes", "reboots", "pulls"}
   fleet                          the machines and their credential state`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verb, rest := args[0], args[1:]
-			need := map[string]int{"reboot": 1, "power-off": 1, "power-on": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3}
+			need := map[string]int{"reboot": 1, "power-off": 1, "power-on": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3,
+				"hang-talos": 1, "unhang-talos": 1, "api-outage": 1}
 
 			if len(rest) != need[verb] {
 				return fmt.Errorf("%s takes %d argument(s)", verb, need[verb])
@@ -288,8 +291,10 @@ func newCtl() *cobra.Command {
 			var req sandbox.Request
 
 			switch verb {
-			case "reboot", "power-off", "power-on", "scale-down", "delete-node":
+			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos":
 				req.Node = rest[0]
+			case "api-outage":
+				req.Duration = rest[0]
 			case "revoke-credential":
 				req.User = rest[0]
 			case "set-run-status":

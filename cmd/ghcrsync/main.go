@@ -4,10 +4,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -27,27 +31,74 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes the command line and returns the process exit code.
+// run executes the command line and returns the process exit code: 128 + the signal's number
+// (130 SIGINT, 143 SIGTERM) when a signal cancelled it.
 func run(args []string, stdout, stderr io.Writer) int {
+	ctx, signalled, stop := catchSignals(stderr)
+	defer stop()
+
 	root := newRoot()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 
 	var ee exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
 
-	if err != nil {
+	switch {
+	case signalled() != 0:
+		if err != nil && !errors.As(err, &ee) && !errors.Is(err, context.Canceled) {
+			view.Error(stderr, err)
+		}
+
+		return 128 + signalled()
+	case errors.As(err, &ee):
+		return ee.code
+	case err != nil:
 		view.Error(stderr, err)
 
 		return 1
 	}
 
 	return 0
+}
+
+// catchSignals cancels the returned context at the first SIGINT or SIGTERM (a CI job being
+// cancelled: the command winds down to a safe point and says what is held), and exits at once
+// at a second one (the state is written before every mutation, so it stays true).
+func catchSignals(stderr io.Writer) (ctx context.Context, signalled func() int, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+
+	var got atomic.Int32
+
+	done := make(chan struct{})
+
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				n := int32(s.(syscall.Signal))
+				if got.Swap(n) != 0 {
+					view.SecondSignal(stderr)
+					os.Exit(128 + int(n))
+				}
+
+				view.Signalled(stderr, s.String())
+				cancel()
+			case <-done:
+				return
+			}
+		}
+	}()
+
+	return ctx, func() int { return int(got.Load()) }, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
 }
 
 func newRoot() *cobra.Command {

@@ -15,6 +15,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if childMain() {
+		return
+	}
+
 	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 3, Workers: 3, Autoscaled: 2})
 }
 

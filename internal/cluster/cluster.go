@@ -3,6 +3,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -29,8 +30,9 @@ type Connection struct {
 }
 
 // Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
-// and context ("" = current). It does not contact the cluster.
-func Connect(kubeconfig, context string) (*Connection, error) {
+// and context ("" = current), every request bounded by timeout (0: 30 s). It does not contact
+// the cluster.
+func Connect(kubeconfig, context string, timeout time.Duration) (*Connection, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
@@ -44,7 +46,11 @@ func Connect(kubeconfig, context string) (*Connection, error) {
 	}
 
 	cfg.UserAgent = "ghcrsync"
-	cfg.Timeout = 30 * time.Second
+
+	cfg.Timeout = timeout
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
 
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
@@ -194,4 +200,21 @@ func FromLease(l *coordinationv1.Lease) *plan.Lease {
 	}
 
 	return out
+}
+
+// Transient reports whether a failed request may succeed when retried: the API was unreachable
+// (no status from the server), overloaded, or timed out. A status the server decided (Conflict,
+// NotFound, Forbidden, Invalid…) is not transient.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
 }

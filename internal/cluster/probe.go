@@ -11,12 +11,24 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// pullFailure reports a waiting reason that means the image could not be pulled.
+func pullFailure(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "RegistryUnavailable":
+		return true
+	}
+
+	return false
+}
+
 // ProbeLabel marks ghcrsync's runtime probe pods.
 const ProbeLabel = "ghcrsync.dev/probe-node"
 
 // ProveRuntime shows the node's container runtime pulls image with its own credential: a pod
-// pinned to the node, with no pull secret, must pull the image and complete. ErrImagePull (or
-// anything but success before timeout) is a failed proof. The pod is deleted afterwards.
+// pinned to the node, with no pull secret, must get the image pulled — the runtime reports its
+// image ID. What the image then does (a distroless image has no shell, its entrypoint may
+// fail) proves nothing either way and is not asked. ErrImagePull, or no pull before timeout, is
+// a failed proof. The pod is deleted afterwards.
 func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error {
 	if _, err := c.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		_, err = c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
@@ -36,9 +48,7 @@ func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image st
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			Containers: []corev1.Container{{
-				Name: "probe", Image: image, ImagePullPolicy: corev1.PullAlways, Command: []string{"/bin/true"},
-			}},
+			Containers:                    []corev1.Container{{Name: "probe", Image: image, ImagePullPolicy: corev1.PullAlways}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -60,21 +70,22 @@ func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image st
 			return false, err
 		}
 
-		switch p.Status.Phase {
-		case corev1.PodSucceeded:
-			return true, nil
-		case corev1.PodFailed:
-			verdict = fmt.Errorf("runtime probe %s/%s on %s failed: %s", namespace, p.Name, node, p.Status.Message)
-
-			return true, nil
-		}
-
 		for _, cs := range p.Status.ContainerStatuses {
-			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+			if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
 				verdict = fmt.Errorf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", node, image, w.Reason, w.Message)
 
 				return true, nil
 			}
+
+			if cs.ImageID != "" {
+				return true, nil // pulled: proved
+			}
+		}
+
+		if p.Status.Phase == corev1.PodFailed {
+			verdict = fmt.Errorf("runtime probe %s/%s on %s failed before its image was pulled: %s", namespace, p.Name, node, p.Status.Message)
+
+			return true, nil
 		}
 
 		return false, nil

@@ -53,6 +53,7 @@ type Liveness struct {
 type Cluster struct {
 	Kubeconfig string
 	Context    string
+	Timeout    time.Duration // bounds every Kubernetes request
 }
 
 // Talos is how to reach the Talos API. Empty fields follow TALOSCONFIG.
@@ -60,6 +61,7 @@ type Talos struct {
 	Talosconfig string
 	Context     string
 	Endpoints   []string
+	Timeout     time.Duration // bounds every Talos call
 }
 
 // Credential is where the pull credential comes from and how it is proved.
@@ -78,9 +80,11 @@ type Nodes struct {
 	Exclude              []string
 	AutoscalerCandidates string // AutoscalerDeselect or AutoscalerInclude
 	WorkerParallelism    int
-	DrainTimeout         time.Duration
-	ReadyTimeout         time.Duration
-	Probe                Probe
+	// MaxFailures is the failure budget: after that many failed nodes, no new node is started.
+	MaxFailures  int
+	DrainTimeout time.Duration
+	ReadyTimeout time.Duration
+	Probe        Probe
 }
 
 // Autoscaler candidate policies.
@@ -156,14 +160,16 @@ type livenessBlock struct {
 }
 
 type clusterBlock struct {
-	Kubeconfig *string `hcl:"kubeconfig,optional"`
-	Context    *string `hcl:"context,optional"`
+	Kubeconfig *string        `hcl:"kubeconfig,optional"`
+	Context    *string        `hcl:"context,optional"`
+	Timeout    hcl.Expression `hcl:"timeout,optional"`
 }
 
 type talosBlock struct {
-	Talosconfig *string  `hcl:"talosconfig,optional"`
-	Context     *string  `hcl:"context,optional"`
-	Endpoints   []string `hcl:"endpoints,optional"`
+	Talosconfig *string        `hcl:"talosconfig,optional"`
+	Context     *string        `hcl:"context,optional"`
+	Endpoints   []string       `hcl:"endpoints,optional"`
+	Timeout     hcl.Expression `hcl:"timeout,optional"`
 }
 
 type credentialBlock struct {
@@ -181,6 +187,7 @@ type nodesBlock struct {
 	Exclude              []string       `hcl:"exclude,optional"`
 	AutoscalerCandidates hcl.Expression `hcl:"autoscaler_candidates,optional"`
 	WorkerParallelism    hcl.Expression `hcl:"worker_parallelism,optional"`
+	MaxFailures          hcl.Expression `hcl:"max_failures,optional"`
 	DrainTimeout         hcl.Expression `hcl:"drain_timeout,optional"`
 	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
 	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
@@ -360,6 +367,29 @@ func (d *decoder) str(e hcl.Expression, def string) (string, hcl.Range, bool) {
 	return v.AsString(), e.Range(), true
 }
 
+// atLeastOne decodes an optional whole number of at least 1.
+func (d *decoder) atLeastOne(e hcl.Expression, def int, what string) int {
+	if e == nil {
+		return def
+	}
+
+	v, diags := e.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+
+	if diags.HasErrors() || v.IsNull() {
+		return def
+	}
+
+	var n int
+	if diags := gohcl.DecodeExpression(e, d.ctx, &n); diags.HasErrors() || n < 1 {
+		d.errorf(e.Range(), "Invalid "+what, "%s must be a whole number of at least 1.", what)
+
+		return def
+	}
+
+	return n
+}
+
 func (d *decoder) duration(e hcl.Expression, def time.Duration, what string) time.Duration {
 	s, rng, ok := d.str(e, "")
 	if !ok || s == "" {
@@ -427,7 +457,11 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 
 // connections decodes the cluster and talos blocks.
 func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
+	cfg.Cluster.Timeout, cfg.Talos.Timeout = 30*time.Second, 30*time.Second
+
 	if c := raw.Cluster; c != nil {
+		cfg.Cluster.Timeout = d.duration(c.Timeout, cfg.Cluster.Timeout, "cluster.timeout")
+
 		if c.Kubeconfig != nil {
 			cfg.Cluster.Kubeconfig = d.existingFile(*c.Kubeconfig, attrRange(body, "cluster", "kubeconfig"), "kubeconfig")
 		}
@@ -438,6 +472,8 @@ func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 	}
 
 	if t := raw.Talos; t != nil {
+		cfg.Talos.Timeout = d.duration(t.Timeout, cfg.Talos.Timeout, "talos.timeout")
+
 		if t.Talosconfig != nil {
 			cfg.Talos.Talosconfig = d.existingFile(*t.Talosconfig, attrRange(body, "talos", "talosconfig"), "talosconfig")
 		}
@@ -618,7 +654,7 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
-	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
+	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
 
 	if len(cfg.Credential.Prove) > 0 {
 		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0], Namespace: "ghcrsync-system"}
@@ -642,19 +678,8 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 
 		n.AutoscalerCandidates = policy
 
-		if b.WorkerParallelism != nil {
-			v, diags := b.WorkerParallelism.Value(d.ctx)
-			d.diags = append(d.diags, diags...)
-
-			if !diags.HasErrors() && !v.IsNull() {
-				var p int
-				if diags := gohcl.DecodeExpression(b.WorkerParallelism, d.ctx, &p); diags.HasErrors() || p < 1 {
-					d.errorf(b.WorkerParallelism.Range(), "Invalid worker_parallelism", "worker_parallelism must be a whole number of at least 1.")
-				} else {
-					n.WorkerParallelism = p
-				}
-			}
-		}
+		n.WorkerParallelism = d.atLeastOne(b.WorkerParallelism, n.WorkerParallelism, "worker_parallelism")
+		n.MaxFailures = d.atLeastOne(b.MaxFailures, n.MaxFailures, "max_failures")
 
 		n.DrainTimeout = d.duration(b.DrainTimeout, n.DrainTimeout, "nodes.drain_timeout")
 		n.ReadyTimeout = d.duration(b.ReadyTimeout, n.ReadyTimeout, "nodes.ready_timeout")

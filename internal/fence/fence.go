@@ -53,6 +53,9 @@ func (l *LeaseObs) Live(now time.Time) bool {
 type Verdict struct {
 	Checked  bool // a liveness source answered
 	Terminal bool
+	// Exited is proof beyond a Lease: the holder's process on this host is gone, so nothing can
+	// still write on its behalf, whatever its Lease's renew time says.
+	Exited   bool
 	Evidence string
 	Err      error
 }
@@ -174,6 +177,10 @@ func assessLiveness(f *Fence, o Observation) {
 	explicit := o.Holder != "" && o.Holder == f.Holder
 
 	switch {
+	case checked && v.Exited:
+		f.Releasable = true
+		f.Evidence = v.Evidence
+		f.Reason = "held by a run whose process has exited: releasable"
 	case leaseLive && explicit && o.Force:
 		f.Live, f.Releasable = true, true
 		f.Evidence = fmt.Sprintf("Lease %s/%s is live and names this holder", o.Lease.Namespace, o.Lease.Name)

@@ -37,9 +37,7 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		return o, err
 	}
 
-	if source != nil {
-		o.Verdicts = checkHolders(ctx, o, source)
-	}
+	o.Verdicts = checkHolders(ctx, o, source)
 
 	return o, nil
 }
@@ -101,7 +99,8 @@ func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string
 		Duration: time.Duration(l.DurationSeconds) * time.Second, Transitions: l.Transitions}, nil
 }
 
-// checkHolders asks the liveness source about every holder no live Lease vouches for.
+// checkHolders judges every holder no live Lease vouches for: a holder of this host whose process
+// exited is terminated (liveness.Local); otherwise the configured source (if any) is asked.
 func checkHolders(ctx context.Context, o Observation, source liveness.Source) map[string]Verdict {
 	holders := []string{}
 	for _, n := range o.Nodes {
@@ -117,12 +116,23 @@ func checkHolders(ctx context.Context, o Observation, source liveness.Source) ma
 	verdicts := map[string]Verdict{}
 
 	for _, h := range slices.Compact(holders) {
-		if h == "" || (o.Lease.Live(o.Now) && o.Lease.Holder == h) {
+		if h == "" {
 			continue
 		}
 
 		id, _ := holder.Parse(h)
-		v, err := source.Check(ctx, id.RunRef)
+
+		if local, _ := (liveness.Local{}).Check(ctx, id); local.Applicable {
+			verdicts[h] = Verdict{Checked: true, Terminal: true, Exited: true, Evidence: local.Evidence}
+
+			continue
+		}
+
+		if source == nil || (o.Lease.Live(o.Now) && o.Lease.Holder == h) {
+			continue
+		}
+
+		v, err := source.Check(ctx, id)
 		verdicts[h] = Verdict{Checked: err == nil && v.Applicable, Terminal: v.Terminal, Evidence: v.Evidence, Err: err}
 	}
 

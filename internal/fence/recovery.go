@@ -103,17 +103,12 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 	return res, nil
 }
 
-// Reclaim releases, before an apply, the fences whose holder's run is provably over (a liveness
-// source says so; mere expiry is never enough).
+// Reclaim releases, before an apply, the fences whose holder's run is provably over (its process
+// on this host has exited, or a liveness source says so; mere expiry is never enough).
 func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) ([]Outcome, error) {
-	source := ws.Liveness()
-	if source == nil {
-		return nil, nil
-	}
-
 	cfg := ws.Config
 
-	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, source, ws.Now())
+	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, ws.Liveness(), ws.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -32,11 +32,12 @@ type ReleaseOptions struct {
 }
 
 // Undo takes holder's fence off the named node: a compare-and-swap judged (plan.Judge, StepUndo)
-// on every read, so a node fenced by someone else, or replaced, is never touched. gone is true
-// when nothing of the fence is left on the cluster. The one undo of a fence: the executor and
-// `ghcrsync release` both call it.
-func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (gone bool, err error) {
-	return cluster.ReleaseFence(ctx, p, name, holder, rec, func(n *corev1.Node) error {
+// on every read, so only what ghcrsync did is undone — never a node fenced by someone else, or
+// replaced, or one the claim never reached. phase is how far the fence's transaction got. nothing
+// is non-empty (and says why) when nothing of the fence was there to undo. The one undo of a
+// fence: the executor and `ghcrsync release` both call it.
+func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (nothing string, err error) {
+	gone, err := cluster.ReleaseFence(ctx, p, name, holder, rec, func(n *corev1.Node) error {
 		obs := cluster.FromNode(n)
 
 		uid := rec.UID
@@ -54,8 +55,16 @@ func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase sta
 			return errors.New(v.Message(name, plan.StepUndo))
 		}
 
+		nothing = v.Reason.Sentence(v.Detail)
+
 		return cluster.ErrNoFence
 	})
+
+	if gone && nothing == "" {
+		nothing = plan.ReasonNotFound.Sentence("deleted meanwhile")
+	}
+
+	return nothing, err
 }
 
 // Release undoes every releasable fence of the report: node fences first, the Lease last. A
@@ -135,11 +144,11 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		rec = *f.Record
 	}
 
-	gone, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec)
+	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec)
 
 	switch {
-	case gone:
-		return Outcome{Fence: f, Released: true, Message: "the node was deleted meanwhile: released"}
+	case nothing != "":
+		return Outcome{Fence: f, Released: true, Message: "nothing to undo on the node: " + nothing + " (state record closed)"}
 	case err != nil:
 		return Outcome{Fence: f, Message: "not released: " + err.Error()}
 	case f.Record == nil:

@@ -71,9 +71,24 @@ type Lease struct {
 	lastRenew time.Time
 	lost      error
 	apiDown   bool
+	lostCh    chan struct{} // closed when the Lease is lost for good
 
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// Done is closed when the Lease is lost for good (another holder took it, or it was deleted):
+// mutations in flight should stop.
+func (l *Lease) Done() <-chan struct{} { return l.lostCh }
+
+func (l *Lease) setLost(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	if l.lost == nil {
+		l.lost = err
+		close(l.lostCh)
+	}
 }
 
 // Options configure Acquire.
@@ -89,7 +104,7 @@ type Options struct {
 func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease, error) {
 	l := &Lease{
 		kube: kube, namespace: o.Namespace, name: o.Name, holder: o.Holder,
-		duration: o.Duration, heartbeat: o.Heartbeat, logf: o.Logf,
+		duration: o.Duration, heartbeat: o.Heartbeat, logf: o.Logf, lostCh: make(chan struct{}),
 	}
 	if l.logf == nil {
 		l.logf = func(string, ...any) {}
@@ -201,10 +216,8 @@ func (l *Lease) Start(ctx context.Context) {
 
 			if err := l.renew(ctx); err != nil {
 				var le *Error
-				if errors.As(err, &le) && le.Class != APIUnreachable {
-					l.mu.Lock()
-					l.lost = err
-					l.mu.Unlock()
+				if errors.As(err, &le) && le.Class == HeldByAnother {
+					l.setLost(err)
 					l.logf("%v", err)
 
 					return
@@ -214,7 +227,11 @@ func (l *Lease) Start(ctx context.Context) {
 	}()
 }
 
-// renew renews once. An unreachable API is retried until the Lease would have expired.
+// renew renews once: a compare-and-swap that requires the Lease to still name us. An unreachable
+// API is retried for as long as it takes: past the Lease's duration it counts as expired (no
+// mutation starts), and once the API is back a Lease that still names us is renewed and live
+// again — nobody else may take it over on expiry, so it is still ours. Only another holder (or
+// its deletion) loses it for good.
 func (l *Lease) renew(ctx context.Context) error {
 	leases := l.kube.CoordinationV1().Leases(l.namespace)
 
@@ -248,15 +265,15 @@ func (l *Lease) renew(ctx context.Context) error {
 		return l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
 	}
 
+	if apierrors.IsConflict(err) {
+		return nil // a write in between: the next renewal re-reads
+	}
+
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	if time.Since(l.lastRenew) >= l.duration {
-		return l.errorFrom(Expired, cur, err)
-	}
-
 	if !l.apiDown {
-		l.logf("lease %s/%s: renewal failed (%s), retrying until it would expire at %s: %v",
+		l.logf("lease %s/%s: renewal failed (%s); no mutation starts once it would expire at %s, and it is renewed as soon as the API answers and the Lease still names this run: %v",
 			l.namespace, l.name, APIUnreachable, l.lastRenew.Add(l.duration).UTC().Format(time.RFC3339), err)
 	}
 

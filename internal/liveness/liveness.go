@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"regexp"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/holder"
 )
 
-// Source is a liveness source: it judges whether a run reference (holder.ID.RunRef) has ended.
+// Source is a liveness source: it judges whether the run behind a holder id has ended.
 type Source interface {
-	Check(ctx context.Context, runRef string) (Verdict, error)
+	Check(ctx context.Context, id holder.ID) (Verdict, error)
 }
 
 var ghRef = regexp.MustCompile(`^gh([0-9]+)\.([0-9]+)$`)
@@ -36,9 +38,11 @@ type Verdict struct {
 	Evidence   string
 }
 
-// Check asks whether runRef's attempt is completed. An error means the evidence could not be
-// had: the caller treats the run as alive.
-func (g *GitHubActions) Check(ctx context.Context, runRef string) (Verdict, error) {
+// Check asks whether the holder's GitHub Actions run attempt is completed. An error means the
+// evidence could not be had: the caller treats the run as alive.
+func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error) {
+	runRef := id.RunRef
+
 	m := ghRef.FindStringSubmatch(runRef)
 	if m == nil {
 		return Verdict{Evidence: fmt.Sprintf("run ref %q is not a GitHub Actions run (gh<run id>.<attempt>)", runRef)}, nil

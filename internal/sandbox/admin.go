@@ -24,12 +24,14 @@ type Request struct {
 	ID      string `json:"id,omitempty"`
 	Attempt string `json:"attempt,omitempty"`
 	Status  string `json:"status,omitempty"`
+	// Duration is how long a fault lasts (api-outage), as a Go duration.
+	Duration string `json:"duration,omitempty"`
 }
 
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
-	"revoke-credential", "set-run-status", "stats", "fleet",
+	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "api-outage",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -197,6 +199,24 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		return map[string]string{"revoked": req.User}, nil
+	case "hang-talos", "unhang-talos":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		m.SetHung(verb == "hang-talos")
+
+		return map[string]bool{m.Name: verb == "hang-talos"}, nil
+	case "api-outage":
+		d, err := time.ParseDuration(req.Duration)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("api-outage needs a duration like 8s: %q", req.Duration)
+		}
+
+		s.fleet.endpoint.outage(d)
+
+		return map[string]string{"api-outage": d.String()}, nil
 	case "set-run-status":
 		if req.ID == "" || req.Attempt == "" || req.Status == "" {
 			return nil, fmt.Errorf("set-run-status needs ID ATTEMPT STATUS")

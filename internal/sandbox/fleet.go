@@ -189,11 +189,16 @@ func (f *Fleet) witnessReboot(m *Machine, cause string) {
 // Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
 func Evictable(p *corev1.Pod) bool { return cluster.Evictable(p) }
 
-func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, creds []Credential) error {
-	var err error
+// pullImage pulls as the machine's runtime does, trying creds in order; it returns the image's
+// digest ("" for an image outside the registry).
+func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, creds []Credential) (string, error) {
+	var (
+		digest string
+		err    error
+	)
 
 	for _, c := range creds {
-		if err = f.reg.Pull(ctx, image, c.Username, c.Password); err == nil {
+		if digest, err = f.reg.Pull(ctx, image, c.Username, c.Password); err == nil {
 			f.statsMu.Lock()
 			f.pullSources[pod] = c.source
 			f.statsMu.Unlock()
@@ -203,7 +208,7 @@ func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, cr
 	}
 
 	if !strings.HasPrefix(image, registry.RegistryHost+"/") {
-		return err
+		return digest, err
 	}
 
 	f.statsMu.Lock()
@@ -218,7 +223,7 @@ func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, cr
 		f.log.Debug("image pull failed", "node", m.Name, "image", image, "error", err)
 	}
 
-	return err
+	return digest, err
 }
 
 // Machine returns the machine with the given name or IP.

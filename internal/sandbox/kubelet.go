@@ -348,17 +348,27 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
 
 	statuses := make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
 
+	startFailed := false
+
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
 
-		if err := k.m.fleet.pullImage(ctx, k.m, pod.Namespace+"/"+pod.Name, c.Image, creds); err != nil {
+		digest, err := k.m.fleet.pullImage(ctx, k.m, pod.Namespace+"/"+pod.Name, c.Image, creds)
+
+		switch failure := startFailure(c); {
+		case err != nil:
 			pullErr = err
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
-		} else if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
-			cs.ImageID = c.Image
+		case failure != "":
+			// Pulled, but nothing of it can start: what a real runtime reports.
+			startFailed = true
+			cs.ImageID = imageID(c.Image, digest)
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: failure, StartedAt: now, FinishedAt: now}
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+			cs.ImageID = imageID(c.Image, digest)
 			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
-		} else {
-			cs.ImageID = c.Image
+		default:
+			cs.ImageID = imageID(c.Image, digest)
 			cs.Ready, cs.Started = true, ptr.To(true)
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
 		}
@@ -373,6 +383,13 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
 		st.Phase = corev1.PodPending
 		st.Conditions = podConditions(false, now)
 		k.backoff[pod.UID] = time.Now().Add(2 * k.heartbeat())
+	case startFailed:
+		st.Phase = corev1.PodFailed
+		st.Conditions = podConditions(false, now)
+
+		if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+			st.Phase = corev1.PodRunning // restarted, forever: CrashLoopBackOff
+		}
 	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
 		st.Phase = corev1.PodSucceeded
 		st.Conditions = podConditions(false, now)
@@ -468,6 +485,35 @@ func (k *kubelet) ensureMirrorPods(ctx context.Context, lister corelisters.PodLi
 			k.m.fleet.log.Debug("kubelet mirror pod", "pod", name, "error", err)
 		}
 	}
+}
+
+// startFailure says why a container of a pulled image cannot start ("" if it can): its command
+// names a binary the image lacks, or the image's own entrypoint is missing.
+func startFailure(c corev1.Container) string {
+	traits := registry.ImageTraits(c.Image)
+
+	switch {
+	case len(c.Command) > 0 && traits.NoShell:
+		return fmt.Sprintf("failed to create containerd task: exec: %q: stat %s: no such file or directory", c.Command[0], c.Command[0])
+	case len(c.Command) == 0 && traits.MissingEntrypoint:
+		return "failed to create containerd task: exec: \"/app\": stat /app: no such file or directory"
+	}
+
+	return ""
+}
+
+// imageID is what a runtime reports for a pulled image: the reference by digest.
+func imageID(image, digest string) string {
+	if digest == "" {
+		return image
+	}
+
+	repo := image
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		repo = image[:i]
+	}
+
+	return repo + "@" + digest
 }
 
 func podReady(pod *corev1.Pod) bool {

@@ -56,6 +56,15 @@ type Machine struct {
 	rebootDone chan struct{}
 	events     *eventLog   // this boot's runtime events
 	tryRevert  *time.Timer // pending rollback of a config applied in try mode
+	hung       bool        // its Talos API accepts calls and never answers
+}
+
+// SetHung makes the machine's Talos API hang (accept calls, never answer) or answer again.
+func (m *Machine) SetHung(hung bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.hung = hung
 }
 
 // eventLog returns this boot's event log.
@@ -165,8 +174,19 @@ func (m *Machine) BootID() string {
 	return m.bootID
 }
 
-// available is the Talos API's view: a rebooting or deleted machine does not answer.
-func (m *Machine) available() error {
+// available is the Talos API's view: a rebooting or deleted machine does not answer, and a hung
+// one holds the call until the client gives up.
+func (m *Machine) available(ctx context.Context) error {
+	m.mu.Lock()
+	hung := m.hung
+	m.mu.Unlock()
+
+	if hung {
+		<-ctx.Done()
+
+		return status.FromContextError(ctx.Err()).Err()
+	}
+
 	m.mu.Lock()
 	defer m.mu.Unlock()
 

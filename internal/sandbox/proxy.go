@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // endpointProxy is the Kubernetes API endpoint the kubeconfig names. Without --vip it is owned
@@ -126,6 +127,27 @@ func (p *endpointProxy) close() {
 	}
 
 	p.wg.Wait()
+}
+
+// outage takes the endpoint down for d (refused connections, open ones cut), as a network
+// partition between ghcrsync and the API would, with no machine rebooting.
+func (p *endpointProxy) outage(d time.Duration) {
+	p.fleet.log.Info("API endpoint outage", "endpoint", p.addr(), "for", d)
+	p.close()
+
+	p.fleet.statsMu.Lock()
+	p.fleet.stats.EndpointOutages++
+	p.fleet.statsMu.Unlock()
+
+	time.AfterFunc(d, func() {
+		if owner, ok := p.fleet.Machine(p.owner); p.owner != "" && (!ok || owner.BootID() == "") {
+			return // its node is down: it comes back with it
+		}
+
+		if err := p.open(); err != nil {
+			p.fleet.log.Error("API endpoint did not come back after the outage", "endpoint", p.addr(), "error", err)
+		}
+	})
 }
 
 func (p *endpointProxy) machineDown(m *Machine) {

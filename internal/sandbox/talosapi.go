@@ -169,13 +169,13 @@ func (a *apid) targets(ctx context.Context) (names []string, oneToMany bool, err
 	return nil, false, status.Error(codes.Unavailable, "no control plane")
 }
 
-func (a *apid) lookup(target string) (*Machine, error) {
+func (a *apid) lookup(ctx context.Context, target string) (*Machine, error) {
 	m, ok := a.fleet.Machine(target)
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "%s: connection error: dial tcp %s:50000: connect: no route to host", target, target)
 	}
 
-	return m, m.available()
+	return m, m.available(ctx)
 }
 
 // fanOut calls one per target machine. One-to-one (the `node` metadata, or none): the machine
@@ -196,7 +196,7 @@ func fanOut[T any](a *apid, ctx context.Context, one func(*Machine, *common.Meta
 			md = &common.Metadata{Hostname: n}
 		}
 
-		m, err := a.lookup(n)
+		m, err := a.lookup(ctx, n)
 
 		var msg T
 		if err == nil {
@@ -386,7 +386,7 @@ func (r *cosiRouter) state(ctx context.Context, typ ...string) (*cosiserver.Stat
 		return nil, status.Error(codes.InvalidArgument, "one-to-many proxying is not supported for COSI methods")
 	}
 
-	m, err := r.apid.lookup(names[0])
+	m, err := r.apid.lookup(ctx, names[0])
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func streamEach[T any](a *apid, ctx context.Context, send func(T) error, withMet
 	}
 
 	if !many {
-		m, err := a.lookup(names[0])
+		m, err := a.lookup(ctx, names[0])
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func streamEach[T any](a *apid, ctx context.Context, send func(T) error, withMet
 			defer wg.Done()
 
 			md := &common.Metadata{Hostname: n}
-			m, err := a.lookup(n)
+			m, err := a.lookup(ctx, n)
 
 			if err == nil {
 				err = one(m, func(msg T) error {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	configconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
@@ -20,15 +19,7 @@ import (
 // WithRegistryAuth returns the machine config with the registry's credential replaced by a
 // RegistryAuthConfig document (Talos merges it over any legacy machine.registries.config auth).
 func WithRegistryAuth(cfg config.Provider, registry, username, password string) ([]byte, error) {
-	docs := make([]configconfig.Document, 0, len(cfg.Documents())+1)
-
-	for _, d := range cfg.Documents() {
-		if ra, ok := d.(*cri.RegistryAuthConfigV1Alpha1); ok && ra.Name() == registry {
-			continue
-		}
-
-		docs = append(docs, d)
-	}
+	docs := otherDocuments(cfg, registry)
 
 	auth := cri.NewRegistryAuthConfigV1Alpha1(registry)
 	auth.RegistryUsername, auth.RegistryPassword = username, password
@@ -42,19 +33,35 @@ func WithRegistryAuth(cfg config.Provider, registry, username, password string) 
 	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 }
 
+// otherDocuments are a config's documents but the registry's RegistryAuthConfig.
+func otherDocuments(cfg config.Provider, registry string) []configconfig.Document {
+	docs := make([]configconfig.Document, 0, len(cfg.Documents())+1)
+
+	for _, d := range cfg.Documents() {
+		if ra, ok := d.(*cri.RegistryAuthConfigV1Alpha1); ok && ra.Name() == registry {
+			continue
+		}
+
+		docs = append(docs, d)
+	}
+
+	return docs
+}
+
 // Configure writes the credential into the node's machine config. When live, the change is
 // applied without a reboot (Talos 1.14+); otherwise it is staged for the next boot, since an
-// older Talos refuses a no-reboot registry-auth change. The written config is read back and its
-// digest checked.
+// older Talos refuses a no-reboot registry-auth change. The new config is built on the next-boot
+// config (so a change an operator staged is kept, never dropped), and read back and checked.
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) error {
-	nctx := client.WithNode(ctx, node)
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
 
-	active, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
+	_, next, err := c.configs(nctx)
 	if err != nil {
 		return fmt.Errorf("read machine config of %s: %w", node, err)
 	}
 
-	data, err := WithRegistryAuth(active.Provider(), registry, username, password)
+	data, err := WithRegistryAuth(next.Provider(), registry, username, password)
 	if err != nil {
 		return fmt.Errorf("build machine config for %s: %w", node, err)
 	}
@@ -82,7 +89,10 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 
 // Reboot asks the node to reboot.
 func (c *Client) Reboot(ctx context.Context, node string) error {
-	if err := c.c.Reboot(client.WithNode(ctx, node)); err != nil {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	if err := c.c.Reboot(nctx); err != nil {
 		return fmt.Errorf("reboot %s: %w", node, err)
 	}
 
@@ -91,7 +101,10 @@ func (c *Client) Reboot(ctx context.Context, node string) error {
 
 // EtcdHealthy reports an error unless the node's etcd member answers with no errors.
 func (c *Client) EtcdHealthy(ctx context.Context, node string) error {
-	resp, err := c.c.EtcdStatus(client.WithNode(ctx, node))
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	resp, err := c.c.EtcdStatus(nctx)
 	if err != nil {
 		return fmt.Errorf("etcd status of %s: %w", node, err)
 	}
@@ -107,7 +120,10 @@ func (c *Client) EtcdHealthy(ctx context.Context, node string) error {
 
 // EtcdMembers lists the etcd members' host names, as seen from node.
 func (c *Client) EtcdMembers(ctx context.Context, node string) ([]string, error) {
-	resp, err := c.c.EtcdMemberList(client.WithNode(ctx, node), &machine.EtcdMemberListRequest{})
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	resp, err := c.c.EtcdMemberList(nctx, &machine.EtcdMemberListRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("etcd members from %s: %w", node, err)
 	}

@@ -5,6 +5,7 @@
 package talos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,20 +17,39 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// Client is a Talos API client for the whole fleet; calls target one node each.
+// Client is a Talos API client for the whole fleet; calls target one node each, and every call
+// is bounded by the client's timeout (a node whose API accepts and never answers fails that call,
+// not the run).
 type Client struct {
-	c *client.Client
+	c       *client.Client
+	timeout time.Duration
+}
+
+// DefaultTimeout bounds one Talos call when the configuration sets none.
+const DefaultTimeout = 30 * time.Second
+
+// bounded derives a call's context: the node's metadata and the client's deadline.
+func (c *Client) bounded(ctx context.Context, node string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+
+	return client.WithNode(ctx, node), cancel
 }
 
 // Connect builds a client from a talosconfig (path "" follows TALOSCONFIG and ~/.talos/config),
-// context ("" = current) and optional endpoints. It reads the file but does not dial.
-func Connect(ctx context.Context, path, contextName string, endpoints []string) (*Client, error) {
+// context ("" = current) and optional endpoints, with gRPC keepalive and timeout per call (0 =
+// DefaultTimeout). It reads the file but does not dial.
+func Connect(ctx context.Context, path, contextName string, endpoints []string, timeout time.Duration) (*Client, error) {
 	cfgPath := path
 	if cfgPath == "" {
 		cfgPath = os.Getenv("TALOSCONFIG")
@@ -79,7 +99,8 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string) 
 		return nil, fmt.Errorf("talosconfig %s, context %q: no client certificate (ca, crt and key are required; generate one with os:admin role)", cfgPath, name)
 	}
 
-	opts := []client.OptionFunc{client.WithConfig(cfg), client.WithContextName(name)}
+	opts := []client.OptionFunc{client.WithConfig(cfg), client.WithContextName(name),
+		client.WithGRPCDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}))}
 	if len(endpoints) > 0 {
 		opts = append(opts, client.WithEndpoints(endpoints...))
 	}
@@ -89,7 +110,11 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string) 
 		return nil, fmt.Errorf("talosconfig %s, context %q: %w", cfgPath, name, err)
 	}
 
-	return &Client{c: c}, nil
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+
+	return &Client{c: c, timeout: timeout}, nil
 }
 
 // Close closes the connection.
@@ -97,18 +122,24 @@ func (c *Client) Close() error { return c.c.Close() }
 
 // Facts reads one node's facts for registry; node is its address.
 func (c *Client) Facts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {
-	nctx := client.WithNode(ctx, node)
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
 
 	ver, err := c.c.Version(nctx)
 	if err != nil {
 		return nil, fmt.Errorf("version: %w", err)
 	}
 
-	facts := &plan.TalosFacts{Version: ver.GetMessages()[0].GetVersion().GetTag()}
+	if len(ver.GetMessages()) == 0 {
+		return nil, fmt.Errorf("version: the node's Talos API answered with no message")
+	}
 
-	if facts.ConfiguredDigest, facts.StagedDigest, facts.ConfigUpdated, err = c.digests(nctx, registry); err != nil {
+	facts, err := c.configFacts(nctx, registry)
+	if err != nil {
 		return nil, err
 	}
+
+	facts.Version = ver.GetMessages()[0].GetVersion().GetTag()
 
 	services, err := c.c.ServiceList(nctx)
 	if err != nil {
@@ -120,27 +151,62 @@ func (c *Client) Facts(ctx context.Context, node, registry string) (*plan.TalosF
 	return facts, nil
 }
 
-// Digests reads the registry credential's digest in the node's active and next-boot (staged)
-// machine configs.
-func (c *Client) Digests(ctx context.Context, node, registry string) (active, staged string, err error) {
-	active, staged, _, err = c.digests(client.WithNode(ctx, node), registry)
+// ConfigFacts reads what the node's machine configs say: the registry credential's digest in the
+// active and the next-boot (staged) config, and whether a staged config differs from the active.
+func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
 
-	return active, staged, err
+	return c.configFacts(nctx, registry)
 }
 
-func (c *Client) digests(nctx context.Context, registry string) (active, staged string, updated time.Time, err error) {
-	mc, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
+func (c *Client) configFacts(nctx context.Context, registry string) (*plan.TalosFacts, error) {
+	active, next, err := c.configs(nctx)
 	if err != nil {
-		return "", "", time.Time{}, fmt.Errorf("read machine config (needs the os:admin role): %w", err)
+		return nil, err
 	}
 
-	active, updated = digest(mc, registry), mc.Metadata().Updated().UTC()
+	facts := &plan.TalosFacts{ConfiguredDigest: digest(active, registry), ConfigUpdated: active.Metadata().Updated().UTC()}
+	facts.StagedDigest, facts.StagedDiffers = facts.ConfiguredDigest, false
+
+	if next != active {
+		facts.StagedDigest = digest(next, registry)
+
+		a, errA := withoutRegistryAuth(active.Provider(), registry)
+		b, errB := withoutRegistryAuth(next.Provider(), registry)
+		facts.StagedDiffers = errA != nil || errB != nil || !bytes.Equal(a, b)
+	}
+
+	return facts, nil
+}
+
+// withoutRegistryAuth encodes a config without the registry's RegistryAuthConfig document: two
+// configs equal this way differ at most in the credential ghcrsync manages (a staged config of a
+// ghcrsync run that stopped before its reboot is not an operator's change).
+func withoutRegistryAuth(cfg config.Provider, registry string) ([]byte, error) {
+	c, err := container.New(otherDocuments(cfg, registry)...)
+	if err != nil {
+		return nil, err
+	}
+
+	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+}
+
+// configs reads the active machine config and the next-boot one (the active one when nothing is
+// staged).
+func (c *Client) configs(nctx context.Context) (active, next *talosconfig.MachineConfig, err error) {
+	active, err = safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read machine config (needs the os:admin role): %w", err)
+	}
+
+	next = active
 
 	if persistent, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.PersistentID); err == nil {
-		staged = digest(persistent, registry)
+		next = persistent
 	}
 
-	return active, staged, updated, nil
+	return active, next, nil
 }
 
 func digest(mc *talosconfig.MachineConfig, registry string) string {
@@ -173,9 +239,10 @@ func CRIStarted(resp *machine.ServiceListResponse) time.Time {
 	return started
 }
 
-// FillFacts reads every node's facts with at most parallel calls at a time, each bounded by
-// timeout. A node whose facts cannot be read gets TalosError instead: the planner fails closed.
-func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int, timeout time.Duration) {
+// FillFacts reads every node's facts with at most parallel calls at a time, each bounded by the
+// client's timeout. A node whose facts cannot be read gets TalosError instead: the planner fails
+// closed.
+func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) {
 	sem := make(chan struct{}, max(parallel, 1))
 
 	var wg sync.WaitGroup
@@ -196,10 +263,7 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 			sem <- struct{}{}
 			defer func() { <-sem }()
 
-			fctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-
-			facts, err := c.Facts(fctx, n.InternalIP, registry)
+			facts, err := c.Facts(ctx, n.InternalIP, registry)
 			if err != nil {
 				n.TalosError = err.Error()
 

@@ -3,9 +3,11 @@ package view
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -24,6 +26,9 @@ type ApplyJSON struct {
 	LeaseReleased      bool              `json:"lease_released"`
 	LeaseError         string            `json:"lease_error,omitempty"`
 	Failed             int               `json:"failed"`
+	Cancelled          bool              `json:"cancelled"`
+	Held               []string          `json:"held"`
+	MaxFailures        int               `json:"max_failures"`
 }
 
 // ApplyNodeJSON is one node's outcome.
@@ -50,6 +55,7 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		FormatVersion: ApplyJSONFormatVersion, CredentialRevision: res.Plan.CredentialRevision, Changes: res.Plan.Changes(),
 		Holder: res.Holder, Nodes: []ApplyNodeJSON{}, Secrets: []ApplySecretJSON{}, Reclaimed: outcomesJSON(res.Reclaimed),
 		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
+		Cancelled: res.Cancelled, Held: append([]string{}, res.Held()...), MaxFailures: res.MaxFailures,
 	}
 
 	if res.ReleaseErr != nil {
@@ -87,14 +93,39 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		fmt.Fprintf(w, "Lease released (holder %s).\n", res.Holder)
 	}
 
-	if failed > 0 {
+	if failed > 0 && !res.Cancelled {
 		fmt.Fprintln(w, "Failed nodes keep their fence where it is needed: inspect with `ghcrsync fences`, undo with `ghcrsync release`.")
+	}
+
+	if res.Cancelled {
+		fmt.Fprintln(w, CancelledLine(res))
 	}
 
 	return nil
 }
 
-var outcomeMarks = map[state.Outcome]string{state.OutcomeDone: "✓", state.OutcomeDeselected: "-", state.OutcomeGoneAfterMutation: "?", state.OutcomeFailed: "✗"}
+// CancelledLine is the one line a cancelled run ends with: what it left held, and the exact
+// command that releases it.
+func CancelledLine(res *apply.Result) string {
+	held := res.Held()
+	lease := "its Lease was released"
+
+	if res.ReleaseErr != nil {
+		lease = "its Lease is still held"
+	}
+
+	if len(held) == 0 && res.ReleaseErr == nil {
+		return "Apply cancelled: no node is left fenced, and " + lease + "."
+	}
+
+	return fmt.Sprintf("Apply cancelled: %d node(s) left fenced (%s), %s. Release with: ghcrsync release --config %s",
+		len(held), strings.Join(held, ", "), lease, fence.Quote(res.ConfigPath))
+}
+
+var outcomeMarks = map[state.Outcome]string{
+	state.OutcomeDone: "✓", state.OutcomeDeselected: "-", state.OutcomeGoneAfterMutation: "?", state.OutcomeFailed: "✗",
+	state.OutcomeCancelled: "!", state.OutcomeSkipped: " ",
+}
 
 // applyNodes renders one line per node and the summary; it returns the failed count.
 func applyNodes(w io.Writer, res *apply.Result) int {
@@ -109,6 +140,15 @@ func applyNodes(w io.Writer, res *apply.Result) int {
 
 	fmt.Fprintf(w, "\nApply complete: %d rotated, %d deselected, %d gone after mutation, %d failed.\n",
 		counts[state.OutcomeDone], counts[state.OutcomeDeselected], counts[state.OutcomeGoneAfterMutation], counts[state.OutcomeFailed])
+
+	if n := counts[state.OutcomeSkipped]; n > 0 && !res.Cancelled {
+		fmt.Fprintf(w, "The failure budget stopped the run: after %d failed node(s) (nodes.max_failures = %d), %d node(s) were not started.\n",
+			counts[state.OutcomeFailed], res.MaxFailures, n)
+	}
+
+	if n := counts[state.OutcomeCancelled] + counts[state.OutcomeSkipped]; n > 0 && res.Cancelled {
+		fmt.Fprintf(w, "The run was cancelled: %d node(s) stopped or not started.\n", n)
+	}
 
 	return counts[state.OutcomeFailed]
 }

@@ -54,6 +54,16 @@ func Version(w io.Writer, version string) {
 	fmt.Fprintln(w, "ghcrsync", version)
 }
 
+// Signalled says a signal arrived and the command is winding down.
+func Signalled(w io.Writer, signal string) {
+	fmt.Fprintf(w, "Received %s: stopping at the next safe point (a second signal stops at once; the state is written before every mutation).\n", signal)
+}
+
+// SecondSignal says the command stops at once.
+func SecondSignal(w io.Writer) {
+	fmt.Fprintln(w, "Second signal: stopping now. Run `ghcrsync fences` to see what is held.")
+}
+
 // Warning renders a warning the command gives before it acts.
 func Warning(w io.Writer, msg string) {
 	fmt.Fprintf(w, "Warning: %s\n", oneLine(msg))

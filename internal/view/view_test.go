@@ -76,6 +76,24 @@ func TestApplyView(t *testing.T) {
 	lost.Nodes, lost.Secrets, lost.ReleaseErr = lost.Nodes[:1], nil, errors.New("lease held-by-another: ours=a holder=b")
 	golden(t, "apply_lease_not_released.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, lost) })
 
+	budget := &apply.Result{Plan: changed, Holder: "h", MaxFailures: 1, Nodes: []apply.NodeResult{
+		{Node: "prod-worker-1", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Fenced: true,
+			Message: "not proved: the container runtime of prod-worker-1 cannot pull ghcr.io/acme/probe:latest; the fence stays in place (see `ghcrsync fences`)"},
+		{Node: "prod-worker-2", Action: plan.ActionFence, Outcome: state.OutcomeSkipped, Message: "not started: the failure budget is spent (nodes.max_failures = 1)"},
+		{Node: "prod-worker-3", Action: plan.ActionFence, Outcome: state.OutcomeSkipped, Message: "not started: the failure budget is spent (nodes.max_failures = 1)"},
+	}}
+	golden(t, "apply_budget.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, budget) })
+
+	cancelled := &apply.Result{Plan: changed, Holder: "h", Cancelled: true, ConfigPath: "/srv/ci config/ghcrsync.hcl", Nodes: []apply.NodeResult{
+		{Node: "prod-worker-1", Action: plan.ActionFence, Outcome: state.OutcomeCancelled, Fenced: true,
+			Message: "cancelled after its Talos config was written: the fence stays, recorded at phase rebooting (release it with `ghcrsync release`)"},
+		{Node: "prod-worker-2", Action: plan.ActionFence, Outcome: state.OutcomeCancelled,
+			Message: "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"},
+		{Node: "prod-worker-3", Action: plan.ActionFence, Outcome: state.OutcomeSkipped, Message: "not started: the run was cancelled"},
+	}}
+	golden(t, "apply_cancelled.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, cancelled) })
+	golden(t, "apply_cancelled.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, cancelled) })
+
 	none := &apply.Result{Plan: &plan.Plan{CredentialRevision: "9f8e7d6c5b4a3928"}}
 	golden(t, "apply_no_changes.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, none) })
 	golden(t, "apply_no_changes.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, none) })

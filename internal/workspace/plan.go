@@ -93,7 +93,7 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		return plan.Snapshot{}, err
 	}
 
-	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, 8, 15*time.Second)
+	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, 8)
 
 	targets, err := w.SecretTargets(ctx)
 	if err != nil {

@@ -49,7 +49,7 @@ func Open(o Options) (*Workspace, error) {
 		return nil, err
 	}
 
-	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context)
+	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context, cfg.Cluster.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	if w.talos == nil {
 		t := w.Config.Talos
 
-		tc, err := talos.Connect(ctx, t.Talosconfig, t.Context, t.Endpoints)
+		tc, err := talos.Connect(ctx, t.Talosconfig, t.Context, t.Endpoints, t.Timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,26 @@ const PrivateOrg = "ghcrsync"
 const RegistryHost = "ghcr.io"
 
 // PrivateImages are seeded at start; all need credentials.
-var PrivateImages = []string{PrivateOrg + "/private-probe:v1", PrivateOrg + "/app:v1"}
+var PrivateImages = []string{PrivateOrg + "/private-probe:v1", PrivateOrg + "/app:v1", DistrolessImage}
+
+// DistrolessImage is a private image with no shell and no /bin/true, whose entrypoint is missing:
+// it pulls, but no container of it starts (what a runtime proof by exit code would get wrong).
+const DistrolessImage = PrivateOrg + "/distroless-probe:v1"
+
+// Traits are what a runtime finds in an image after pulling it.
+type Traits struct {
+	NoShell           bool // no /bin/sh, /bin/true…: a command naming them cannot start
+	MissingEntrypoint bool // its own entrypoint does not exist
+}
+
+// ImageTraits says what is in an image ("org/name:tag", or with the registry host).
+func ImageTraits(image string) Traits {
+	if strings.TrimPrefix(image, RegistryHost+"/") == DistrolessImage {
+		return Traits{NoShell: true, MissingEntrypoint: true}
+	}
+
+	return Traits{}
+}
 
 // Start seeds the private images and serves the registry on a loopback port.
 func Start() (*Registry, error) {
@@ -244,17 +263,17 @@ func registryError(w http.ResponseWriter, status int, code, msg string) {
 var ErrPullDenied = errors.New("pull access denied")
 
 // Pull fetches an image manifest as a container runtime does: the registry's token dance with
-// the given credential (empty = anonymous). Images outside RegistryHost are treated as already
-// present on the machine (pause, system images).
-func (r *Registry) Pull(ctx context.Context, image, username, password string) error {
+// the given credential (empty = anonymous), and returns its digest. Images outside RegistryHost
+// are treated as already present on the machine (pause, system images): no digest.
+func (r *Registry) Pull(ctx context.Context, image, username, password string) (string, error) {
 	rest, ok := strings.CutPrefix(image, RegistryHost+"/")
 	if !ok {
-		return nil
+		return "", nil
 	}
 
 	ref, err := name.ParseReference(r.addr+"/"+rest, name.Insecure)
 	if err != nil {
-		return fmt.Errorf("invalid image reference %q: %w", image, err)
+		return "", fmt.Errorf("invalid image reference %q: %w", image, err)
 	}
 
 	auth := authn.Anonymous
@@ -262,17 +281,17 @@ func (r *Registry) Pull(ctx context.Context, image, username, password string) e
 		auth = &authn.Basic{Username: username, Password: password}
 	}
 
-	_, err = remote.Get(ref, remote.WithAuth(auth), remote.WithContext(ctx))
+	desc, err := remote.Get(ref, remote.WithAuth(auth), remote.WithContext(ctx))
 
 	var terr *transport.Error
 	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference: %w: %d %s",
+		return "", fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference: %w: %d %s",
 			image, ErrPullDenied, terr.StatusCode, http.StatusText(terr.StatusCode))
 	}
 
 	if err != nil {
-		return fmt.Errorf("failed to pull image %q: %w", image, err)
+		return "", fmt.Errorf("failed to pull image %q: %w", image, err)
 	}
 
-	return nil
+	return desc.Digest.String(), nil
 }
