@@ -46,6 +46,10 @@ func Connect(kubeconfig, context string, timeout time.Duration) (*Connection, er
 	}
 
 	cfg.UserAgent = "ghcrsync"
+	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
+	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet
+	// heartbeat in between is a conflict. kubectl's limits.
+	cfg.QPS, cfg.Burst = 50, 300
 
 	cfg.Timeout = timeout
 	if cfg.Timeout <= 0 {
