@@ -65,4 +65,44 @@ func TestApplyLiveOnTalos114(t *testing.T) {
 
 	_ = os.Remove(filepath.Join(r.dir, "x"))
 	_ = strings.TrimSpace
+
+	liveNeverHoldsAFence(t, sb)
+}
+
+// A live rotation claims nothing, so it never holds a fence: when an operator cordons the node
+// after its Talos write and the proof refuses it, neither the state, `fences` nor `release`
+// call the cordon ghcrsync's (the chaos campaign found release uncordoning it). Negative
+// control: the refusal itself still happens.
+func liveNeverHoldsAFence(t *testing.T, sb *sandbox.Sandbox) {
+	const name = "prod-worker-1"
+
+	kube := sb.Kube()
+	r := newRotation(t, sb, nil, name)
+	path := r.plan()
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == name && phase == state.PhaseConfigured {
+			sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
+	})
+
+	if x := r.result(res, name); x.Outcome != state.OutcomeFailed || x.Fenced {
+		t.Fatalf("operator cordon after the live write: %+v", x)
+	}
+
+	if rec := r.readState().Record(name); rec.Holds() {
+		t.Fatalf("a live record holds a fence: %+v", rec)
+	}
+
+	rel := release(t, r.cfg)
+	if len(rel.Outcomes) != 0 || !nodeOf(t, sb, name).Spec.Unschedulable {
+		t.Fatalf("release touched the operator's cordon: %+v", rel.Outcomes)
+	}
 }

@@ -218,11 +218,15 @@ func judgeUndo(s Subject) Verdict {
 		return v
 	}
 
+	// A fence is ghcrsync's only while the node carries its owner annotation: without it, the
+	// cordon and taints are somebody else's (an operator's), whatever the record says.
 	switch {
 	case n.Owner != "" && n.Owner != s.Holder:
 		return verdict(Refuse, ReasonFencedByOther, "owner "+n.Owner+", not "+s.Holder)
 	case n.Owner == "" && !s.Phase.AtOrAfter(state.PhaseGuarded):
 		return verdict(Deselect, ReasonNeverClaimed, "no owner annotation, and the record stops at "+string(s.Phase))
+	case n.Owner == "":
+		return verdict(Deselect, ReasonFenceRemoved, "the record stops at "+string(s.Phase)+"; its cordon and taints are left as they are")
 	}
 
 	return proceed()

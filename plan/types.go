@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // Snapshot is what the planner looks at: the fleet as observed, with no client in sight.
@@ -89,7 +90,7 @@ type Action string
 
 const (
 	ActionFence     Action = "fence"
-	ActionApplyLive Action = "apply-live"
+	ActionApplyLive Action = state.ActionApplyLive
 	ActionNoOp      Action = "no-op"
 	ActionDeselect  Action = "deselect"
 )

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // FormatVersion is the state file's format.
@@ -74,6 +75,10 @@ const (
 	// OutcomeSkipped is a node never started (the run was cancelled, or its failure budget spent).
 	OutcomeSkipped Outcome = "skipped"
 )
+
+// ActionApplyLive is a record's action when the node's Talos reloads the credential live: no
+// claim, no cordon, no reboot (plan.ActionApplyLive).
+const ActionApplyLive = "apply-live"
 
 // Store is a state backend.
 type Store interface {
@@ -163,6 +168,8 @@ func (r Record) Terminal() bool { return r.Outcome != OutcomeInProgress }
 // its release. A node whose claim never landed (refused at selection) holds nothing.
 func (r Record) Holds() bool {
 	switch {
+	case r.Action == ActionApplyLive:
+		return false // a live rotation claims and cordons nothing
 	case !r.Terminal():
 		return true
 	case r.Phase == PhaseReleased:
@@ -219,7 +226,7 @@ func (l *Local) Describe() string { return "local file " + l.Path }
 
 // ReadLocal reads a local state file. A missing file is an empty state.
 func ReadLocal(path string) (*State, error) {
-	data, err := os.ReadFile(path)
+	data, err := readlimit.File(path, readlimit.State)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &State{FormatVersion: FormatVersion}, nil
 	}
@@ -228,16 +235,47 @@ func ReadLocal(path string) (*State, error) {
 		return nil, fmt.Errorf("read state %s: %w", path, err)
 	}
 
+	s, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("state file %s %w", path, err)
+	}
+
+	return s, nil
+}
+
+// Decode reads a state's JSON. Its errors read after "state file PATH ".
+func Decode(data []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("state file %s is corrupt (%v): restore it from a backup, or inspect the cluster with `ghcrsync fences`", path, err)
+		return nil, fmt.Errorf("is corrupt (%s): restore it from a backup, or inspect the cluster with `ghcrsync fences`", jsonErr(err))
 	}
 
 	if s.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("state file %s has format_version %q; this ghcrsync reads %q", path, s.FormatVersion, FormatVersion)
+		return nil, fmt.Errorf("has format_version %q; this ghcrsync reads %q: use the ghcrsync version that wrote it", s.FormatVersion, FormatVersion)
+	}
+
+	for i, r := range s.Records {
+		if r.Node == "" {
+			return nil, fmt.Errorf("is corrupt (record %d names no node): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)
+		}
 	}
 
 	return &s, nil
+}
+
+// jsonErr describes a JSON error by position, not by quoting the input.
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d", se.Offset)
+	}
+
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q has the wrong type", te.Field)
+	}
+
+	return "not JSON"
 }
 
 // Advance makes s the next serial of its lineage (assigning a lineage on the first write).

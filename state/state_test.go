@@ -80,3 +80,30 @@ func TestPhaseOrder(t *testing.T) {
 		t.Fatal("holds")
 	}
 }
+
+// Which records may still hold a fence on the cluster.
+func TestRecordHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Record
+		want bool
+	}{
+		{"running", Record{Action: "fence", Phase: PhaseDrained}, true},
+		{"killed_before_claim", Record{Action: "fence", Phase: PhaseSelected}, true},
+		{"done", Record{Action: "fence", Phase: PhaseReleased, Outcome: OutcomeDone}, false},
+		{"failed_after_claim", Record{Action: "fence", Phase: PhaseConfigured, Outcome: OutcomeFailed}, true},
+		{"failed_at_selection", Record{Action: "fence", Phase: PhaseSelected, Outcome: OutcomeFailed}, false},
+		{"cancelled_after_claim", Record{Action: "fence", Phase: PhaseRebooting, Outcome: OutcomeCancelled}, true},
+		{"deselected", Record{Action: "fence", Phase: PhaseClaimed, Outcome: OutcomeDeselected}, false},
+		// found by the chaos campaign: a live rotation never claims, so it never holds a fence,
+		// even when it failed after its Talos write (release then uncordoned an operator's cordon)
+		{"live_failed_after_configure", Record{Action: ActionApplyLive, Phase: PhaseConfigured, Outcome: OutcomeFailed}, false},
+		{"live_killed", Record{Action: ActionApplyLive, Phase: PhaseConfigured}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.Holds(); got != tc.want {
+				t.Fatalf("Holds() = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
