@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // fileFormat names the saved-plan envelope.
@@ -43,11 +45,16 @@ func Save(path string, p *Plan) error {
 
 // Load reads and verifies a saved plan.
 func Load(path string) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	data, err := readlimit.File(path, readlimit.Plan)
 	if err != nil {
-		return nil, fmt.Errorf("read plan file %s: %w", path, err)
+		return nil, fmt.Errorf("read plan file %s: %w; run `ghcrsync plan --out %s` again", path, err, path)
 	}
 
+	return Decode(data, path)
+}
+
+// Decode verifies and reads a saved plan's bytes; path names it in errors.
+func Decode(data []byte, path string) (*Plan, error) {
 	corrupt := func(why string) error {
 		return fmt.Errorf("%w (%s: %s); run `ghcrsync plan --out %s` again", ErrCorrupt, path, why, path)
 	}

@@ -175,16 +175,39 @@ func MarkPatch(revision, bootID string) map[string]any {
 	}}}
 }
 
-// RecordOf reads the recovery record from a node's annotation.
+// RecordOf reads the recovery record from a node's annotation; false if absent or invalid.
 func RecordOf(n *corev1.Node) (state.Fence, bool) {
-	var r state.Fence
-
 	raw, ok := n.Annotations[RecordAnnotation]
-	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
-		return r, false
+	if !ok {
+		return state.Fence{}, false
 	}
 
-	return r, true
+	r, err := ParseRecord(raw)
+
+	return r, err == nil
+}
+
+// maxRecord bounds a recovery record annotation: a genuine one is a few hundred bytes.
+const maxRecord = 16 << 10
+
+// ParseRecord reads a recovery record annotation's value (anyone who can patch the Node can
+// write it, so it is checked, not trusted): JSON of a state.Fence naming the node's uid.
+func ParseRecord(raw string) (state.Fence, error) {
+	var r state.Fence
+
+	if len(raw) > maxRecord {
+		return r, fmt.Errorf("recovery record is %d bytes, over %d", len(raw), maxRecord)
+	}
+
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return state.Fence{}, errors.New("recovery record is not the JSON ghcrsync writes")
+	}
+
+	if r.UID == "" {
+		return state.Fence{}, errors.New("recovery record names no node uid")
+	}
+
+	return r, nil
 }
 
 // WaitFor polls cond every interval until it is true, ctx ends, or timeout passes; errors from

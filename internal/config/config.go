@@ -20,6 +20,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // Config is a decoded, validated configuration with defaults applied and relative paths
@@ -273,7 +275,7 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 
-	src, err := os.ReadFile(abs)
+	src, err := readlimit.File(abs, readlimit.Config)
 	if err != nil {
 		return nil, fmt.Errorf("read configuration %s: %w (pass --config FILE, or create ghcrsync.hcl; see docs/config.md)", path, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // Credential is a registry credential decoded from a dockerconfigjson.
@@ -51,27 +52,48 @@ func (c *Credential) GoString() string { return c.String() }
 // Load decrypts the SOPS file in-process (age keys from SOPS_AGE_KEY_FILE or SOPS_AGE_KEY),
 // extracts the dockerconfigjson at keyPath and validates it for registry.
 func Load(path string, keyPath []string, registry string) (*Credential, error) {
-	data, err := os.ReadFile(path)
+	data, err := readlimit.File(path, readlimit.SOPSFile)
 	if err != nil {
 		return nil, fmt.Errorf("credential: read SOPS file %s: %w", path, err)
 	}
 
+	plain, err := decryptDocument(data, path)
+	if err != nil {
+		return nil, err
+	}
+
+	c, err := FromDocument(plain, keyPath, registry)
+	if err != nil {
+		return nil, fmt.Errorf("credential: %s%w", path, err)
+	}
+
+	return c, nil
+}
+
+// FromDocument extracts the dockerconfigjson at keyPath from a decrypted YAML/JSON document
+// and validates it for registry. Its errors read after the document's name.
+func FromDocument(plain []byte, keyPath []string, registry string) (*Credential, error) {
+	value, err := lookup(plain, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf(": %w", err)
+	}
+
+	c, err := Parse(value, registry)
+	if err != nil {
+		return nil, fmt.Errorf(" at %s: %w", strings.Join(keyPath, "."), err)
+	}
+
+	return c, nil
+}
+
+// decryptDocument decrypts a SOPS file's bytes in-process (its format from path's extension).
+func decryptDocument(data []byte, path string) ([]byte, error) {
 	plain, err := decrypt.DataWithFormat(data, formats.FormatForPath(path))
 	if err != nil {
 		return nil, decryptError(path, err)
 	}
 
-	value, err := lookup(plain, keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("credential: %s: %w", path, err)
-	}
-
-	c, err := Parse(value, registry)
-	if err != nil {
-		return nil, fmt.Errorf("credential: %s at %s: %w", path, strings.Join(keyPath, "."), err)
-	}
-
-	return c, nil
+	return plain, nil
 }
 
 func decryptError(path string, err error) error {

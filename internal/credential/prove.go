@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // ProofError says which target failed at which step of the registry's token flow.
@@ -166,7 +168,7 @@ func (p *prover) token(realm string, params map[string]string) (string, error) {
 		AccessToken string `json:"access_token"`
 	}
 
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&tok); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&tok); err != nil {
 		return "", p.fail("token", 0, fmt.Errorf("token response is not JSON"))
 	}
 
@@ -194,7 +196,7 @@ func (p *prover) pull(bearer string) error {
 }
 
 func drain(r *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, readlimit.Body))
 	r.Body.Close()
 }
 

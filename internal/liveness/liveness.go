@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // Source is a liveness source: it judges whether the run behind a holder id has ended.
@@ -80,7 +81,7 @@ func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error
 		Status string `json:"status"`
 	}
 
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&body); err != nil {
 		return Verdict{}, fmt.Errorf("GitHub Actions API: unreadable answer: %w", err)
 	}
 

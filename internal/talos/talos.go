@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -75,7 +76,7 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 		}
 	}
 
-	data, err := os.ReadFile(cfgPath)
+	data, err := readlimit.File(cfgPath, readlimit.Talosconf)
 	if err != nil {
 		return nil, fmt.Errorf("talosconfig %s: %w (set talos.talosconfig in the configuration, or TALOSCONFIG)", cfgPath, err)
 	}

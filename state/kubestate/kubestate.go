@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -88,7 +88,7 @@ func (s *Store) fetch() (*state.State, string, error) {
 
 	st, err := Decode(sec.Data)
 	if err != nil {
-		return nil, "", fmt.Errorf("state in %s is corrupt (%v): restore it with `ghcrsync state push`", s.Describe(), err)
+		return nil, "", fmt.Errorf("state in %s: %w", s.Describe(), err)
 	}
 
 	return st, sec.ResourceVersion, nil
@@ -96,9 +96,11 @@ func (s *Store) fetch() (*state.State, string, error) {
 
 // Decode reads a state from a Secret's data: the chunk count, the gzipped chunks, the JSON.
 func Decode(data map[string][]byte) (*state.State, error) {
+	const restore = "restore it with `ghcrsync state push FILE`"
+
 	n, err := strconv.Atoi(string(data["chunks"]))
 	if err != nil || n < 1 || n > maxChunks {
-		return nil, fmt.Errorf("chunk count %q is not a number between 1 and %d", data["chunks"], maxChunks)
+		return nil, fmt.Errorf("its chunk count is not a number between 1 and %d: %s", maxChunks, restore)
 	}
 
 	var gz []byte
@@ -108,28 +110,20 @@ func Decode(data map[string][]byte) (*state.State, error) {
 
 	zr, err := gzip.NewReader(bytes.NewReader(gz))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("its chunks are not gzip (%v): %s", err, restore)
 	}
 
-	raw, err := io.ReadAll(io.LimitReader(zr, maxStateSize+1))
+	raw, err := readlimit.Reader(zr, maxStateSize, "the state uncompressed")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%v: %s", err, restore)
 	}
 
-	if len(raw) > maxStateSize {
-		return nil, fmt.Errorf("the state is larger than %d MiB uncompressed", maxStateSize>>20)
+	st, err := state.Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the state it holds %w", err)
 	}
 
-	var st state.State
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("not a state: %v", err)
-	}
-
-	if st.FormatVersion != state.FormatVersion {
-		return nil, fmt.Errorf("format_version %q; this ghcrsync reads %q", st.FormatVersion, state.FormatVersion)
-	}
-
-	return &st, nil
+	return st, nil
 }
 
 // encode is the Secret's data for a state.
