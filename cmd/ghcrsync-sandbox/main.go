@@ -84,7 +84,7 @@ func newUp() *cobra.Command {
 	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
 	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl; default 0 with --autoscaled 0)")
 	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
-	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live)")
+	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live); a list like 1.13,1.14 mixes them, machine by machine")
 	f.BoolVar(&o.VIP, "vip", false, "serve the API endpoint on a VIP that fails over across control planes")
 	f.BoolVar(&o.InSync, "in-sync", false, "start the fleet on the secret file's credential (nothing to rotate)")
 	f.BoolVar(&o.NoWorkloads, "no-workloads", false, "do not create the demo DaemonSet and Deployment")
@@ -266,7 +266,7 @@ func newCtl() *cobra.Command {
 		Use:   "ctl --dir DIR VERB [ARGS]",
 		Short: "Inject a fault or read counters: " + strings.Join(sandbox.Verbs, ", "),
 		Long: `Verbs:
-  reboot NODE                    reboot a machine out of band (the safety witness judges it)
+  reboot NODE                    reboot a machine out of band (a third party: counted, not judged)
   power-off NODE | power-on NODE keep a machine down until powered on
   scale-down NODE                the cluster autoscaler scales the node down
   scale-up                       the cluster autoscaler adds a node
@@ -274,15 +274,17 @@ func newCtl() *cobra.Command {
   pause-autoscaler | resume-autoscaler
   revoke-credential USER         the registry stops accepting USER
   hang-talos NODE | unhang-talos NODE   the node's Talos API accepts calls and never answers
+  slow-talos NODE DURATION       the node's Talos API answers each call DURATION late (0s: at once)
   api-outage DURATION            the Kubernetes API endpoint refuses connections for DURATION
+  rotate-secret                  a fresh credential becomes the one secret.enc.yaml holds
   set-run-status ID ATTEMPT STATUS   the CI API's run attempt status
-  stats                          {"unsafe_writes", "talos_writes", "reboots", "pulls"}
+  stats                          {"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}
   fleet                          the machines and their credential state`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verb, rest := args[0], args[1:]
 			need := map[string]int{"reboot": 1, "power-off": 1, "power-on": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3,
-				"hang-talos": 1, "unhang-talos": 1, "api-outage": 1}
+				"hang-talos": 1, "unhang-talos": 1, "slow-talos": 2, "api-outage": 1}
 
 			if len(rest) != need[verb] {
 				return fmt.Errorf("%s takes %d argument(s)", verb, need[verb])
@@ -293,6 +295,8 @@ func newCtl() *cobra.Command {
 			switch verb {
 			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos":
 				req.Node = rest[0]
+			case "slow-talos":
+				req.Node, req.Duration = rest[0], rest[1]
 			case "api-outage":
 				req.Duration = rest[0]
 			case "revoke-credential":

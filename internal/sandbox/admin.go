@@ -31,7 +31,7 @@ type Request struct {
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
-	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "api-outage",
+	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -108,7 +108,7 @@ func (s *Sandbox) FleetInfo() []MachineInfo {
 		out = append(out, MachineInfo{
 			Name: m.Name, Role: string(m.Role), Autoscaled: m.Autoscaled, IP: m.IP, TalosVersion: m.TalosTag,
 			BootID: m.BootID(), Configured: conf.Username, Effective: eff.Username,
-			InSync:   conf == s.newCred && eff == s.newCred,
+			InSync:   conf == s.NewCredential() && eff == s.NewCredential(),
 			Endpoint: s.fleet.endpoint.owner == m.Name,
 		})
 	}
@@ -133,13 +133,13 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 	case "fleet":
 		return s.FleetInfo(), nil
 	case "reboot":
-		// An out-of-band reboot (power button, provider maintenance): no witness exemption.
+		// An out-of-band reboot (power button, provider maintenance) by a third party.
 		m, err := machine()
 		if err != nil {
 			return nil, err
 		}
 
-		m.reboot("ctl reboot", "")
+		m.reboot("ctl reboot", "", true)
 
 		return map[string]string{"rebooting": m.Name}, nil
 	case "power-off", "power-on":
@@ -208,6 +208,27 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		m.SetHung(verb == "hang-talos")
 
 		return map[string]bool{m.Name: verb == "hang-talos"}, nil
+	case "rotate-secret":
+		c, err := s.RotateSecret(fmt.Sprintf("rotated-%d", time.Now().UnixNano()))
+		if err != nil {
+			return nil, err
+		}
+
+		return map[string]string{"new_credential_user": c.Username, "old_credential_user": s.OldCredential().Username}, nil
+	case "slow-talos":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		d, err := time.ParseDuration(req.Duration)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("slow-talos needs a latency like 2s (0s: answer at once): %q", req.Duration)
+		}
+
+		m.SetLatency(d)
+
+		return map[string]string{m.Name: d.String()}, nil
 	case "api-outage":
 		d, err := time.ParseDuration(req.Duration)
 		if err != nil || d <= 0 {
@@ -251,7 +272,7 @@ func (s *Sandbox) writeInfo() error {
 	b, err := json.MarshalIndent(Info{
 		PID: os.Getpid(), Admin: s.admin.url(), Registry: s.registry.URL(), CIAPI: s.ci.url(),
 		APIEndpoint: s.fleet.endpoint.url(), TalosEndpoint: s.apid.addr,
-		OldCredential: s.oldCred.Username, NewCredential: s.newCred.Username,
+		OldCredential: s.OldCredential().Username, NewCredential: s.NewCredential().Username,
 		ControlPlanePIDs: s.cp.pids(),
 	}, "", "  ")
 	if err != nil {

@@ -66,6 +66,7 @@ func (m *Machine) applyConfiguration(ctx context.Context, req *machine.ApplyConf
 	}
 
 	m.fleet.countTalosWrite(m.Name)
+	m.fleet.witnessLease(ctx, m, "ApplyConfiguration ("+mode.String()+")")
 
 	if mode == machine.ApplyConfigurationRequest_TRY {
 		timeout := defaultTryTimeout
@@ -214,7 +215,7 @@ func (m *Machine) commit(ctx context.Context, mode machine.ApplyConfigurationReq
 	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
 		m.reloadActive(ctx)
 	case machine.ApplyConfigurationRequest_REBOOT:
-		m.reboot("apply-configuration (reboot mode)", "")
+		m.reboot("apply-configuration (reboot mode)", "", false)
 	}
 
 	return nil

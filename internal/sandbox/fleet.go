@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 
@@ -87,6 +88,12 @@ type Stats struct {
 	// EndpointOutages counts the times the kubeconfig's API endpoint went down.
 	EndpointOutages int           `json:"endpoint_outages"`
 	Unsafe          []UnsafeWrite `json:"unsafe,omitempty"`
+	// InterleavedWrites counts Talos writes by ghcrsync's identity made outside its own Lease:
+	// the run Lease free or expired, or the node fenced by a run the Lease does not name.
+	InterleavedWrites int           `json:"interleaved_writes"`
+	Interleaved       []UnsafeWrite `json:"interleaved,omitempty"`
+	// ThirdPartyReboots counts out-of-band reboots and power-offs (ctl): not ghcrsync's writes.
+	ThirdPartyReboots int `json:"third_party_reboots"`
 }
 
 // PullStats counts image pulls by outcome.
@@ -107,6 +114,12 @@ func (f *Fleet) countTalosWrite(node string) {
 	f.statsMu.Lock()
 	defer f.statsMu.Unlock()
 	f.stats.TalosWrites[node]++
+}
+
+func (f *Fleet) countThirdPartyReboot() {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	f.stats.ThirdPartyReboots++
 }
 
 func (f *Fleet) countReboot(node string) {
@@ -132,6 +145,7 @@ func (f *Fleet) Stats() Stats {
 	}
 
 	s.Unsafe = append([]UnsafeWrite(nil), f.stats.Unsafe...)
+	s.Interleaved = append([]UnsafeWrite(nil), f.stats.Interleaved...)
 
 	return s
 }
@@ -184,6 +198,60 @@ func (f *Fleet) witnessReboot(m *Machine, cause string) {
 	f.statsMu.Unlock()
 
 	f.log.Warn("UNSAFE WRITE: reboot of an unfenced node", "node", m.Name, "cause", cause, "reasons", strings.Join(reasons, "; "))
+}
+
+// leaseGrace is how long past its expiry a Lease still covers a write already on its way.
+const leaseGrace = 2 * time.Second
+
+// witnessLease is the interleaving witness: a Talos write by ghcrsync's identity must happen
+// under the run Lease (held, not expired by more than leaseGrace), and on a node fenced by a
+// run, that run must be the one the Lease names. Writes by other identities (an operator)
+// are not ghcrsync's and are not judged.
+func (f *Fleet) witnessLease(ctx context.Context, m *Machine, what string) {
+	if clientIdentity(ctx) != GhcrsyncTalosIdentity {
+		return
+	}
+
+	rctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+
+	var reasons []string
+
+	lease, err := f.admin.CoordinationV1().Leases(LeaseNamespace).Get(rctx, LeaseName, getOpts)
+
+	holder := ""
+
+	switch {
+	case apierrors.IsNotFound(err):
+		reasons = append(reasons, "no run Lease")
+	case err != nil:
+		reasons = append(reasons, "Lease unreadable: "+err.Error())
+	default:
+		holder = ptr.Deref(lease.Spec.HolderIdentity, "")
+		if holder == "" {
+			reasons = append(reasons, "run Lease free")
+		} else if r := lease.Spec.RenewTime; r != nil && lease.Spec.LeaseDurationSeconds != nil &&
+			time.Since(r.Add(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second)) > leaseGrace {
+			reasons = append(reasons, "run Lease expired at "+r.Add(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second).UTC().Format(time.RFC3339Nano))
+		}
+	}
+
+	if node, err := f.admin.CoreV1().Nodes().Get(rctx, m.Name, getOpts); err == nil {
+		if owner := node.Annotations[OwnerAnnotation]; owner != "" && holder != "" && owner != holder {
+			reasons = append(reasons, "node fenced by "+owner+" while the Lease names "+holder)
+		}
+	}
+
+	if len(reasons) == 0 {
+		return
+	}
+
+	f.statsMu.Lock()
+	f.stats.InterleavedWrites++
+	f.stats.Interleaved = append(f.stats.Interleaved, UnsafeWrite{Node: m.Name, Cause: what, Reasons: reasons, At: time.Now().UTC()})
+	f.statsMu.Unlock()
+
+	f.log.Warn("INTERLEAVED WRITE: Talos write outside the run's Lease", "node", m.Name, "write", what, "reasons", strings.Join(reasons, "; "))
 }
 
 // Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
@@ -284,11 +352,12 @@ func (f *Fleet) autoscaledName() string {
 // addMachine boots a new machine and registers its Node.
 func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscaled bool, cred Credential) (*Machine, error) {
 	f.mu.Lock()
-	ip := f.net.host(f.nextIndex)
+	index := f.nextIndex
+	ip := f.net.host(index)
 	f.nextIndex++
 	f.mu.Unlock()
 
-	tag, err := talosTag(f.opts.TalosVersion)
+	tag, err := talosTagFor(f.opts.TalosVersion, index)
 	if err != nil {
 		return nil, err
 	}

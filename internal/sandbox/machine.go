@@ -54,9 +54,10 @@ type Machine struct {
 	effective  Credential
 	criStarted time.Time
 	rebootDone chan struct{}
-	events     *eventLog   // this boot's runtime events
-	tryRevert  *time.Timer // pending rollback of a config applied in try mode
-	hung       bool        // its Talos API accepts calls and never answers
+	events     *eventLog     // this boot's runtime events
+	tryRevert  *time.Timer   // pending rollback of a config applied in try mode
+	hung       bool          // its Talos API accepts calls and never answers
+	latency    time.Duration // added before its Talos API answers (a slow machine)
 }
 
 // SetHung makes the machine's Talos API hang (accept calls, never answer) or answer again.
@@ -65,6 +66,14 @@ func (m *Machine) SetHung(hung bool) {
 	defer m.mu.Unlock()
 
 	m.hung = hung
+}
+
+// SetLatency makes the machine's Talos API answer each call d late (0: at once).
+func (m *Machine) SetLatency(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.latency = d
 }
 
 // eventLog returns this boot's event log.
@@ -178,13 +187,21 @@ func (m *Machine) BootID() string {
 // one holds the call until the client gives up.
 func (m *Machine) available(ctx context.Context) error {
 	m.mu.Lock()
-	hung := m.hung
+	hung, latency := m.hung, m.latency
 	m.mu.Unlock()
 
 	if hung {
 		<-ctx.Done()
 
 		return status.FromContextError(ctx.Err()).Err()
+	}
+
+	if latency > 0 {
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(latency):
+		}
 	}
 
 	m.mu.Lock()
@@ -200,10 +217,16 @@ func (m *Machine) available(ctx context.Context) error {
 	return nil
 }
 
-// reboot starts a reboot cycle, after the safety witness has judged it. It returns at once,
-// like Talos's Reboot API; actor is the request's actor ID, carried by the reboot's events.
-func (m *Machine) reboot(cause, actor string) {
-	m.fleet.witnessReboot(m, cause)
+// reboot starts a reboot cycle. A reboot asked through the Talos API is judged by the safety
+// witness first; an out-of-band one (power button, provider maintenance: thirdParty) is only
+// counted. It returns at once, like Talos's Reboot API; actor is the request's actor ID,
+// carried by the reboot's events.
+func (m *Machine) reboot(cause, actor string, thirdParty bool) {
+	if thirdParty {
+		m.fleet.countThirdPartyReboot()
+	} else {
+		m.fleet.witnessReboot(m, cause)
+	}
 
 	m.mu.Lock()
 	if m.down || m.gone {
@@ -288,7 +311,7 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 }
 
 // PowerOff takes the machine down (as a reboot does) and keeps it down until PowerOn: an
-// outage longer than any timeout. Out of band, so the safety witness judges it.
+// outage longer than any timeout, out of band.
 func (m *Machine) PowerOff() {
 	m.mu.Lock()
 	if m.powerOn == nil {
@@ -296,7 +319,7 @@ func (m *Machine) PowerOff() {
 	}
 	m.mu.Unlock()
 
-	m.reboot("power off", "")
+	m.reboot("power off", "", true)
 }
 
 // PowerOn lets a powered-off machine boot.
@@ -350,6 +373,25 @@ func talosMinor(tag string) int {
 	return minor
 }
 
+// talosTagFor is the tag of the index-th machine of a fleet whose --talos-version is a
+// comma-separated list ("1.13,1.14": a mixed fleet, versions taken in turn).
+func talosTagFor(versions string, index int) (string, error) {
+	list := strings.Split(versions, ",")
+
+	return talosTag(strings.TrimSpace(list[index%len(list)]))
+}
+
+// validTalosVersions checks every version of a --talos-version list.
+func validTalosVersions(versions string) error {
+	for i := range strings.Split(versions, ",") {
+		if _, err := talosTagFor(versions, i); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
 // talosTag turns a --talos-version like "1.13" into the tag the machine reports.
 func talosTag(version string) (string, error) {
 	v := strings.TrimPrefix(version, "v")
@@ -367,5 +409,5 @@ func talosTag(version string) (string, error) {
 		}
 	}
 
-	return "", errors.New("sandbox: --talos-version must be 1.13 or 1.14 (or a full 1.13+/1.14+ tag)")
+	return "", errors.New("sandbox: --talos-version must be 1.13 or 1.14 (or a full 1.13+/1.14+ tag), or a comma-separated list of them")
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -118,6 +119,7 @@ type Sandbox struct {
 	autoscaler *autoscaler
 	admin      *adminAPI
 
+	credMu           sync.Mutex
 	oldCred, newCred Credential
 	ageRecipient     string
 }
@@ -127,13 +129,26 @@ const (
 	KubeconfigFile        = "kubeconfig"
 	TalosconfigFile       = "talosconfig"
 	TalosconfigReaderFile = "talosconfig-reader"
-	AgeKeyFile            = "age.key"
-	SecretFile            = "secret.enc.yaml"
-	EnvFile               = "env"
-	ConfigFile            = "ghcrsync.hcl"
-	ReadyFile             = "ready"
-	InfoFile              = "sandbox.json"
+	// TalosconfigOperatorFile is an os:admin talosconfig for a person (the operator in tests):
+	// its writes are not ghcrsync's, so the interleaving witness does not judge them.
+	TalosconfigOperatorFile = "talosconfig-operator"
+	AgeKeyFile              = "age.key"
+	SecretFile              = "secret.enc.yaml"
+	EnvFile                 = "env"
+	ConfigFile              = "ghcrsync.hcl"
+	ReadyFile               = "ready"
+	InfoFile                = "sandbox.json"
 )
+
+// The run Lease the sandbox's ghcrsync.hcl names; the interleaving witness reads it.
+const (
+	LeaseNamespace = "flux-system"
+	LeaseName      = "ghcr-auth-refresh"
+)
+
+// GhcrsyncTalosIdentity is the common name of TalosconfigFile's certificate: ghcrsync's
+// identity towards Talos in the sandbox.
+const GhcrsyncTalosIdentity = "sandbox-admin"
 
 // Start brings a sandbox up and returns once every node is Ready and the files are written.
 func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
@@ -143,7 +158,7 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, errors.New("sandbox: a directory is required")
 	}
 
-	if _, err := talosTag(opts.TalosVersion); err != nil {
+	if err := validTalosVersions(opts.TalosVersion); err != nil {
 		return nil, err
 	}
 
@@ -389,8 +404,12 @@ func (s *Sandbox) writeFiles(talosCA *authority) error {
 		}
 	}
 
-	for file, role := range map[string]string{TalosconfigFile: roleAdmin, TalosconfigReaderFile: roleReader} {
-		kp, err := talosCA.client("sandbox-"+strings.TrimPrefix(role, "os:"), role)
+	for file, id := range map[string]struct{ cn, role string }{
+		TalosconfigFile:         {GhcrsyncTalosIdentity, roleAdmin},
+		TalosconfigReaderFile:   {"sandbox-reader", roleReader},
+		TalosconfigOperatorFile: {"operator", roleAdmin},
+	} {
+		kp, err := talosCA.client(id.cn, id.role)
 		if err != nil {
 			return err
 		}
@@ -458,6 +477,8 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 		case "credential":
 			b.Body().SetAttributeValue("endpoint", cty.StringVal(s.registry.URL()))
 		case "lease":
+			b.Body().SetAttributeValue("namespace", cty.StringVal(LeaseNamespace))
+			b.Body().SetAttributeValue("name", cty.StringVal(LeaseName))
 			b.Body().SetAttributeValue("duration", cty.StringVal("15s"))
 			b.Body().SetAttributeValue("heartbeat", cty.StringVal("5s"))
 		case "liveness":
@@ -600,10 +621,20 @@ func (s *Sandbox) CIURL() string                 { return s.ci.url() }
 func (s *Sandbox) ChildPIDs() []int              { return s.cp.pids() }
 
 // OldCredential is the credential the fleet starts on (unless InSync).
-func (s *Sandbox) OldCredential() Credential { return s.oldCred }
+func (s *Sandbox) OldCredential() Credential {
+	s.credMu.Lock()
+	defer s.credMu.Unlock()
+
+	return s.oldCred
+}
 
 // NewCredential is the credential in secret.enc.yaml.
-func (s *Sandbox) NewCredential() Credential { return s.newCred }
+func (s *Sandbox) NewCredential() Credential {
+	s.credMu.Lock()
+	defer s.credMu.Unlock()
+
+	return s.newCred
+}
 
 // Kube is a direct admin client (bypasses the endpoint proxy).
 func (s *Sandbox) Kube() kubernetes.Interface {

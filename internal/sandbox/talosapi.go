@@ -116,6 +116,21 @@ func roles(ctx context.Context) []string {
 	return info.State.PeerCertificates[0].Subject.Organization
 }
 
+// clientIdentity is the common name of the client's certificate.
+func clientIdentity(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return ""
+	}
+
+	return info.State.PeerCertificates[0].Subject.CommonName
+}
+
 func authorize(ctx context.Context, method string) error {
 	allowed, ok := methodRoles[method]
 	if !ok {
@@ -260,7 +275,8 @@ func (a *apid) ApplyConfiguration(ctx context.Context, req *machine.ApplyConfigu
 func (a *apid) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {
 	msgs, err := fanOut(a, ctx, func(m *Machine, md *common.Metadata) (*machine.Reboot, error) {
 		actor := newBootID()
-		m.reboot("Reboot API ("+req.GetMode().String()+")", actor)
+		m.fleet.witnessLease(ctx, m, "Reboot API")
+		m.reboot("Reboot API ("+req.GetMode().String()+")", actor, false)
 
 		return &machine.Reboot{Metadata: md, ActorId: actor}, nil
 	}, func(md *common.Metadata) *machine.Reboot { return &machine.Reboot{Metadata: md} })
