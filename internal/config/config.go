@@ -181,7 +181,6 @@ type credentialBlock struct {
 	SopsFile hcl.Expression `hcl:"sops_file"`
 	Key      []string       `hcl:"key,optional"`
 	Prove    []string       `hcl:"prove,optional"`
-	Remain   hcl.Body       `hcl:",remain"`
 }
 
 type nodesBlock struct {
@@ -290,7 +289,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 
 	f, diags := p.ParseHCL(src, name)
 	if diags.HasErrors() {
-		return nil, &Error{Diagnostics: diags, Files: p.Files()}
+		return nil, newError(diags, p.Files())
 	}
 
 	d := &decoder{dir: filepath.Dir(filename), ctx: evalContext()}
@@ -299,7 +298,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 	diags = append(diags, gohcl.DecodeBody(f.Body, d.ctx, &raw)...)
 
 	if diags.HasErrors() {
-		return nil, &Error{Diagnostics: diags, Files: p.Files()}
+		return nil, newError(diags, p.Files())
 	}
 
 	sum := sha256.Sum256(src)
@@ -307,10 +306,31 @@ func Parse(src []byte, filename string) (*Config, error) {
 	cfg.Path, cfg.Digest = filename, hex.EncodeToString(sum[:])
 
 	if d.diags.HasErrors() {
-		return nil, &Error{Diagnostics: d.diags, Files: p.Files()}
+		return nil, newError(d.diags, p.Files())
 	}
 
 	return cfg, nil
+}
+
+// newError keeps the first error reported at each place: a value that failed to evaluate (an
+// unset env() variable) is reported once, not followed by what its absence caused there.
+func newError(diags hcl.Diagnostics, files map[string]*hcl.File) *Error {
+	seen := map[hcl.Pos]bool{}
+	out := make(hcl.Diagnostics, 0, len(diags))
+
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError && d.Subject != nil {
+			if seen[d.Subject.Start] {
+				continue
+			}
+
+			seen[d.Subject.Start] = true
+		}
+
+		out = append(out, d)
+	}
+
+	return &Error{Diagnostics: out, Files: files}
 }
 
 func evalContext() *hcl.EvalContext {
@@ -620,13 +640,17 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 	}
 
 	c := raw.Credentials[0]
-	sops, rng, _ := d.str(c.SopsFile, "")
+	sops, rng, ok := d.str(c.SopsFile, "")
+
+	if ok {
+		sops = d.existingFile(sops, rng, "sops_file")
+	}
 
 	cfg.Credential = Credential{
 		Name:     c.Name,
 		Registry: c.Registry,
 		Endpoint: "https://" + c.Registry,
-		SopsFile: d.existingFile(sops, rng, "sops_file"),
+		SopsFile: sops,
 		Key:      []string{"stringData", "ghcr_dockerconfigjson"},
 		Prove:    c.Prove,
 	}
