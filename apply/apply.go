@@ -103,7 +103,7 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 		r.log = hclog.NewNullLogger()
 	}
 
-	if err := r.checkPlan(); err != nil || !p.Changes() {
+	if err := r.checkPlan(ctx); err != nil || !p.Changes() {
 		return r.resultOr(err)
 	}
 
@@ -136,8 +136,8 @@ func (r *run) resultOr(err error) (*Result, error) {
 	return r.res, nil
 }
 
-// checkPlan refuses a plan that no longer matches the world.
-func (r *run) checkPlan() error {
+// checkPlan refuses a plan that no longer matches the world, or was made for another cluster.
+func (r *run) checkPlan(ctx context.Context) error {
 	cred, err := r.ws.Credential()
 	if err != nil {
 		return err
@@ -145,7 +145,12 @@ func (r *run) checkPlan() error {
 
 	r.cred = cred
 
-	return checkStale(r.p, r.o.PlanPath, r.ws.Config, cred, r.ws.State, r.ws.Now())
+	uid, err := r.ws.Kube.ClusterUID(ctx)
+	if err != nil {
+		return fmt.Errorf("%w; nothing was changed", err)
+	}
+
+	return checkStale(r.p, r.o.PlanPath, r.ws.Config, cred, r.ws.State, clusterRef{uid, r.ws.Kube.Server}, r.ws.Now())
 }
 
 // prove proves the credential against the registry, when the configuration lists targets.

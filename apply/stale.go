@@ -26,7 +26,10 @@ func IsStale(err error) bool {
 	return errors.As(err, &s)
 }
 
-func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.Credential, st *state.State, now time.Time) error {
+// clusterRef is the cluster apply is talking to.
+type clusterRef struct{ uid, server string }
+
+func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.Credential, st *state.State, cl clusterRef, now time.Time) error {
 	if path == "" {
 		path = "PLANFILE"
 	}
@@ -36,6 +39,8 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 	}
 
 	switch {
+	case p.ClusterUID != cl.uid:
+		return stale("it was made for another cluster (kube-system namespace uid %s), and %s is cluster %s: check the kubeconfig and context", human.ShortOrNone(p.ClusterUID), cl.server, human.ShortOrNone(cl.uid))
 	case now.After(p.ExpiresAt):
 		return stale("it expired at %s", p.ExpiresAt.Format(time.RFC3339))
 	case p.ConfigDigest != cfg.Digest:

@@ -27,6 +27,7 @@ func Make(s Snapshot, in Input) *Plan {
 		ConfigDigest:       in.ConfigDigest,
 		State:              in.State,
 		APIEndpoint:        s.APIEndpoint,
+		ClusterUID:         s.ClusterUID,
 	}
 
 	seen := map[string]bool{}

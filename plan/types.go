@@ -11,10 +11,12 @@ import (
 type Snapshot struct {
 	TakenAt time.Time `json:"taken_at"`
 	// APIEndpoint is the host of the kubeconfig's server.
-	APIEndpoint string      `json:"api_endpoint"`
-	Nodes       []Node      `json:"nodes"`
-	Lease       *Lease      `json:"lease,omitempty"`
-	Secrets     []SecretObs `json:"secrets,omitempty"`
+	APIEndpoint string `json:"api_endpoint"`
+	// ClusterUID identifies the cluster: the uid of its kube-system namespace.
+	ClusterUID string      `json:"cluster_uid"`
+	Nodes      []Node      `json:"nodes"`
+	Lease      *Lease      `json:"lease,omitempty"`
+	Secrets    []SecretObs `json:"secrets,omitempty"`
 }
 
 // Node is one observed Kubernetes Node with its Talos facts.
@@ -115,6 +117,7 @@ type Plan struct {
 	ConfigDigest       string       `json:"config_digest"`
 	State              StateRef     `json:"state"`
 	APIEndpoint        string       `json:"api_endpoint"`
+	ClusterUID         string       `json:"cluster_uid"` // the plan applies to this cluster only
 	EndpointNode       string       `json:"endpoint_node,omitempty"`
 	Nodes              []NodePlan   `json:"nodes"`
 	Secrets            []SecretPlan `json:"secrets,omitempty"`

@@ -313,7 +313,7 @@ func (l *Local) Lock() error {
 	}
 
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(l.Path + ".lock")
+		holder, _ := readlimit.File(l.Path+".lock", 256)
 		f.Close()
 
 		return fmt.Errorf("state %s is locked by another ghcrsync command (%s): wait for it to finish", l.Path, string(holder))

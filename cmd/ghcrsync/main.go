@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -42,7 +43,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	err = withUsageHint(cmd, err)
 
 	var ee exitError
 
@@ -62,6 +64,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	return 0
+}
+
+// withUsageHint adds where to read the usage to cobra's own argument errors.
+func withUsageHint(cmd *cobra.Command, err error) error {
+	if err == nil || cmd == nil {
+		return err
+	}
+
+	for _, p := range []string{"accepts ", "requires ", "unknown command ", "invalid argument "} {
+		if strings.HasPrefix(err.Error(), p) {
+			return fmt.Errorf("%w: see `%s --help`", err, cmd.CommandPath())
+		}
+	}
+
+	return err
 }
 
 // catchSignals cancels the returned context at the first SIGINT or SIGTERM (a CI job being
@@ -108,6 +125,10 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
+	})
 
 	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newState(), &cobra.Command{
 		Use:   "version",

@@ -91,6 +91,17 @@ func (c *Connection) Unreachable(what string, err error) error {
 	return fmt.Errorf("%s: cannot reach the Kubernetes API at %s: %w (check the kubeconfig's server and that the cluster is up)", what, c.Server, err)
 }
 
+// ClusterUID identifies the cluster the kubeconfig reaches: the uid of its kube-system
+// namespace (created once, with the cluster). Plans are bound to it.
+func (c *Connection) ClusterUID(ctx context.Context) (string, error) {
+	ns, err := c.Client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		return "", c.Unreachable("read namespace kube-system (the cluster's identity)", err)
+	}
+
+	return string(ns.UID), nil
+}
+
 // Nodes lists the fleet's Nodes (one LIST, filtered by the label selector).
 func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, error) {
 	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})

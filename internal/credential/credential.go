@@ -107,11 +107,18 @@ func decryptError(path string, err error) error {
 
 		return fmt.Errorf("credential: cannot decrypt %s with the available age keys (SOPS_AGE_KEY_FILE=%q, SOPS_AGE_KEY set: %t): "+
 			"use the age key whose recipient the file is encrypted for", path, keyFile, keySet)
-	case strings.Contains(msg, "MAC mismatch"), strings.Contains(msg, "message authentication failed"):
-		return fmt.Errorf("credential: %s was modified after encryption (MAC mismatch): restore it from Git", path)
+	case strings.Contains(msg, "MAC mismatch"), strings.Contains(msg, "message authentication failed"),
+		strings.Contains(msg, "Could not decrypt value"), strings.Contains(msg, "base64"):
+		return fmt.Errorf("credential: %s was damaged or edited after encryption (%s): restore it from Git, or re-encrypt it with sops", path, firstLine(msg))
 	}
 
 	return fmt.Errorf("credential: decrypt %s: %w", path, err)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+
+	return line
 }
 
 // lookup walks keyPath through the decrypted YAML/JSON document. Values under a Secret's

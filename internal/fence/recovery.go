@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
@@ -80,6 +81,10 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 		}
 
 		rep.Fences = kept
+
+		if len(kept) == 0 {
+			return nil, fmt.Errorf("no ghcrsync fence is held on node %q: nothing to release (see `ghcrsync fences` for what is held)", o.Node)
+		}
 	}
 
 	res := &RecoveryResult{Report: rep, DryRun: o.DryRun}

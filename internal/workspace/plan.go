@@ -78,6 +78,11 @@ func (w *Workspace) known(previousPlan string) map[string]string {
 func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 	cfg := w.Config
 
+	uid, err := w.Kube.ClusterUID(ctx)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
 	nodes, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
 		return plan.Snapshot{}, err
@@ -111,7 +116,7 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		secrets = append(secrets, obs)
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, Nodes: nodes, Lease: lease, Secrets: secrets}, nil
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, Lease: lease, Secrets: secrets}, nil
 }
 
 // SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),
