@@ -7,7 +7,7 @@ export GHCRSYNC_CONTROL_PLANE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcr
 # The real talosctl the sandbox's fidelity test drives (built once, outside the clone).
 export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talosctl/v1.13.9/talosctl
 
-.PHONY: all build control-plane talosctl test unit demo bench vet check-leaks clean
+.PHONY: all build control-plane talosctl test unit demo bench vet check-leaks clean chaos fuzz
 
 all: build
 
@@ -31,7 +31,20 @@ vet:
 # talosctl against the simulated machines), then a check that no sandbox process outlived them.
 test: control-plane talosctl vet
 	$(GO) test -count=1 -timeout 40m ./...
+	@FUZZTIME=3s scripts/fuzz.sh
 	@scripts/check-leaks.sh
+
+# The seeded chaos campaign on the sandbox (docs/reliability.md): `make chaos SEEDS=200`,
+# `make chaos SEED=N` replays one seed, `SEED_BASE=N SEEDS=K` runs K seeds from N. Without
+# SEED/SEEDS it runs the fixed seeds `make test` runs. CHAOS_DIR keeps every seed's files.
+chaos: control-plane
+	SEED=$(SEED) SEEDS=$(SEEDS) SEED_BASE=$(SEED_BASE) CHAOS_DIR=$(CHAOS_DIR) \
+		$(GO) test -count=1 -timeout 4h -run '^TestChaos$$' -v ./test/chaos
+	@scripts/check-leaks.sh
+
+# Every fuzz target for FUZZTIME (default 5m) each; `make test` runs them for 3 s each.
+fuzz:
+	@FUZZTIME=$(or $(FUZZTIME),5m) scripts/fuzz.sh
 
 # Tests that need no sandbox.
 unit: vet

@@ -7,10 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -28,19 +27,29 @@ type envelope struct {
 
 // Save writes the plan with a checksum, 0600, atomically (temp file, fsync, rename).
 func Save(path string, p *Plan) error {
-	body, err := json.Marshal(p)
+	data, err := Encode(p)
 	if err != nil {
 		return err
+	}
+
+	return atomicfile.Write(path, data, 0o600)
+}
+
+// Encode is a plan file's bytes: the plan in a checksummed envelope.
+func Encode(p *Plan) ([]byte, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
 	}
 
 	sum := sha256.Sum256(body)
 
 	data, err := json.MarshalIndent(envelope{Format: fileFormat, Checksum: "sha256:" + hex.EncodeToString(sum[:]), Plan: body}, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	return writeAtomic(path, append(data, '\n'))
+	return append(data, '\n'), nil
 }
 
 // Load reads and verifies a saved plan.
@@ -88,37 +97,4 @@ func Decode(data []byte, path string) (*Plan, error) {
 	}
 
 	return &p, nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-
-	defer os.Remove(tmp.Name())
-
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-
-		return err
-	}
-
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-
-		return err
-	}
-
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-
-		return err
-	}
-
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-
-	return os.Rename(tmp.Name(), path)
 }
