@@ -109,7 +109,7 @@ func TestLoadErrors(t *testing.T) {
 
 			s = s[:i] + string(c) + s[i+1:]
 			_ = os.WriteFile(path, []byte(s), 0o600)
-		}, want: "modified after encryption"},
+		}, want: "damaged or edited after encryption"},
 		{name: "missing_key_path", doc: "{}", keyPath: []string{"stringData", "other"}, want: `no "other" under "stringData"`},
 		{name: "not_json", doc: "{not json", want: "not JSON"},
 		{name: "no_registry_entry", doc: `{"auths":{"docker.io":{"username":"u","password":"p"}}}`, want: `no auths entry for "ghcr.io"`},
