@@ -4,18 +4,42 @@
 package authdigest
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/base64"
 	"encoding/hex"
 	"strings"
 )
 
-// DockerConfig identifies a dockerconfigjson: the hex SHA-256 of its bytes. It is the credential
-// revision, and a pull secret is in sync when the digest of what it holds equals it.
+// DockerConfig identifies a dockerconfigjson: the hex SHA-256 of its canonical JSON (keys
+// sorted, no insignificant space), so the same content written by another tool — fields in
+// another order, indented — has the same digest. Bytes that are not JSON are digested as they
+// are. It is the credential revision, and a pull secret is in sync when the digest of what it
+// holds equals the desired one.
 func DockerConfig(data []byte) string {
-	sum := sha256.Sum256(data)
+	sum := sha256.Sum256(canonical(data))
 
 	return hex.EncodeToString(sum[:])
+}
+
+// canonical re-encodes JSON with sorted keys (numbers kept as written); anything else is
+// returned unchanged.
+func canonical(data []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return data
+	}
+
+	out, err := json.Marshal(v)
+	if err != nil {
+		return data
+	}
+
+	return out
 }
 
 // Of is the hex SHA-256 of "username:password" ("" when both are empty). Registry tokens are
