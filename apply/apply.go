@@ -16,12 +16,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -105,6 +108,10 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 
 	if err := r.checkPlan(ctx); err != nil || !p.Changes() {
 		return r.resultOr(err)
+	}
+
+	if err := ws.Preflight(ctx, workspace.CommandApply); err != nil {
+		return nil, err
 	}
 
 	for _, step := range []func(context.Context) error{r.prove, r.reclaim, r.acquire} {
@@ -200,6 +207,8 @@ func (r *run) acquire(ctx context.Context) error {
 	l.Start(ctx)
 	r.lease = l
 	r.log.Info("lease acquired", "lease", cfg.Lease.Namespace+"/"+cfg.Lease.Name, "holder", r.res.Holder)
+	r.event(ctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
+		"run "+r.res.Holder+" rotates the registry credential to revision "+human.Short(r.p.CredentialRevision), false)
 
 	r.ws.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.ws.Now().UTC()}
 	if err := r.ws.Store.Write(r.ws.State); err != nil {
@@ -225,12 +234,19 @@ func (r *run) nodes(ctx context.Context) error {
 			"node", n.Name, "endpoint", r.ws.Kube.Server)
 	}
 
+	for _, n := range r.p.Nodes {
+		if n.Action == plan.ActionDeselect && n.UID != "" {
+			r.event(ctx, cluster.NodeRef(n.Name, types.UID(n.UID)), "GhcrsyncDeselect",
+				"run "+r.res.Holder+" leaves the node alone, as planned: "+n.Sentence, false)
+		}
+	}
+
 	exec := newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		MaxFailures: cfg.Nodes.MaxFailures,
 		ProbeImage:  cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
-		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks,
+		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.ws.Kube,
 	})
 
 	r.res.Nodes = exec.run(ctx, r.p)
@@ -254,7 +270,7 @@ func (r *run) fanOut(ctx context.Context) {
 
 	st, store := r.ws.State, r.ws.Store
 	r.res.Secrets = fanout.Run(ctx, r.ws.Kube.Client, dyn, r.p, fanout.Options{
-		Data: r.cred.DockerConfigJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks,
+		Data: r.cred.PullSecretJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks,
 		Record: func(ns, name, role, outcome string) error {
 			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})
 
@@ -264,6 +280,21 @@ func (r *run) fanOut(ctx context.Context) {
 
 	for _, s := range r.res.Secrets {
 		r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
+
+		switch s.Outcome {
+		case fanout.Written:
+			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten",
+				"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.ws.Config.Credential.Registry+" entry only)", false)
+		case fanout.Failed:
+			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
+		}
+	}
+}
+
+// event records an Event on the run's objects (the Lease, the pull secrets); best effort.
+func (r *run) event(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) {
+	if err := r.ws.Kube.Record(context.WithoutCancel(ctx), ref, reason, msg, warning); err != nil {
+		r.log.Debug("event not written", "error", err)
 	}
 }
 
@@ -293,4 +324,8 @@ func (r *run) releaseLease(ctx context.Context) {
 	defer cancel()
 
 	r.res.ReleaseErr = r.lease.Release(rctx)
+	if r.res.ReleaseErr == nil {
+		cfg := r.ws.Config
+		r.event(rctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased", "run "+r.res.Holder+" released the Lease", false)
+	}
 }

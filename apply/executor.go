@@ -77,6 +77,13 @@ type execOptions struct {
 	Hooks              Hooks
 	// Poll is how often waits re-read (default 500 ms).
 	Poll time.Duration
+	// Events writes the cluster's audit trail; nil writes none.
+	Events Recorder
+}
+
+// Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).
+type Recorder interface {
+	Record(ctx context.Context, ref cluster.Ref, reason, message string, warning bool) error
 }
 
 // NodeResult is one node's outcome.

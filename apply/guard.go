@@ -329,6 +329,7 @@ func (t *txn) enter(phase state.Phase) *NodeResult {
 	}
 
 	t.log.Info(string(phase))
+	t.phaseEvent(phase)
 
 	if h := t.e.o.Hooks.BeforeMutation; h != nil {
 		h(t.np.Name, phase)
@@ -435,6 +436,10 @@ func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) Node
 
 	if err := t.e.save(&t.rec); err != nil {
 		msg += "; and the state could not be written: " + err.Error()
+	}
+
+	if reason, ok := outcomeEvents[outcome]; ok {
+		t.event(reason, msg, outcome == state.OutcomeFailed || outcome == state.OutcomeCancelled)
 	}
 
 	switch outcome {

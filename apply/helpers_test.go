@@ -161,7 +161,7 @@ func (r *rotation) plan() string {
 
 	path := filepath.Join(r.dir, "plan.out")
 
-	if err := plan.Save(path, res.Plan); err != nil {
+	if err := plan.Save(path, res.Plan, res.Key); err != nil {
 		r.t.Fatal(err)
 	}
 
@@ -243,7 +243,10 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 var _ = sandboxtest.Get
 
 // planned is what `ghcrsync plan` computes.
-type planned struct{ Plan *plan.Plan }
+type planned struct {
+	Plan *plan.Plan
+	Key  []byte // seals the saved plan
+}
 
 // planCfg plans with the configuration, as `ghcrsync plan` does.
 func planCfg(ctx context.Context, cfg string) (*planned, error) {
@@ -258,7 +261,12 @@ func planCfg(ctx context.Context, cfg string) (*planned, error) {
 		return nil, err
 	}
 
-	return &planned{Plan: p}, nil
+	cred, err := ws.Credential()
+	if err != nil {
+		return nil, err
+	}
+
+	return &planned{Plan: p, Key: cred.PlanKey()}, nil
 }
 
 // applyOptions are an apply's inputs, as `ghcrsync apply` gathers them.

@@ -52,7 +52,18 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 		return stale("it was made against another state (lineage %q, now %q)", p.State.Lineage, st.Lineage)
 	case p.State.Serial != st.Serial || p.State.Lineage != st.Lineage:
 		return stale("the state was changed by another operation after the plan was created (serial %d, now %d)", p.State.Serial, st.Serial)
+	case !p.Authentic(cred.PlanKey()):
+		return &NotAuthenticError{PlanPath: path}
 	}
 
 	return nil
+}
+
+// NotAuthenticError is a saved plan whose authentication code does not verify.
+type NotAuthenticError struct{ PlanPath string }
+
+func (e *NotAuthenticError) Error() string {
+	return fmt.Sprintf("Saved plan %s is not authentic — its authentication code (an HMAC keyed from the decrypted credential) "+
+		"does not verify: it was changed after `ghcrsync plan` made it. Run `ghcrsync plan --out %s` again, review it, and apply "+
+		"the new plan. Nothing was changed.", e.PlanPath, e.PlanPath)
 }

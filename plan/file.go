@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,15 +20,25 @@ const fileFormat = "ghcrsync-plan"
 // ErrCorrupt is returned for a plan file that does not verify.
 var ErrCorrupt = errors.New("the plan file is corrupt or was edited")
 
+// envelope is a plan file: the plan, its checksum (anyone can recompute it: it only tells a
+// damaged file), and its authentication code, an HMAC-SHA256 keyed from the decrypted
+// credential: only someone who can decrypt the credential can make a plan apply accepts.
 type envelope struct {
 	Format   string          `json:"format"`
 	Checksum string          `json:"checksum"`
+	MAC      string          `json:"mac"`
 	Plan     json.RawMessage `json:"plan"`
 }
 
-// Save writes the plan with a checksum, 0600, atomically (temp file, fsync, rename).
-func Save(path string, p *Plan) error {
-	data, err := Encode(p)
+// seal is what Decode read: the body the MAC covers.
+type seal struct {
+	mac  string
+	body []byte
+}
+
+// Save writes the plan, sealed with key, 0600, atomically (temp file, fsync, rename).
+func Save(path string, p *Plan, key []byte) error {
+	data, err := Encode(p, key)
 	if err != nil {
 		return err
 	}
@@ -35,8 +46,8 @@ func Save(path string, p *Plan) error {
 	return atomicfile.Write(path, data, 0o600)
 }
 
-// Encode is a plan file's bytes: the plan in a checksummed envelope.
-func Encode(p *Plan) ([]byte, error) {
+// Encode is a plan file's bytes: the plan in an envelope with its checksum and its MAC.
+func Encode(p *Plan, key []byte) ([]byte, error) {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
@@ -44,7 +55,7 @@ func Encode(p *Plan) ([]byte, error) {
 
 	sum := sha256.Sum256(body)
 
-	data, err := json.MarshalIndent(envelope{Format: fileFormat, Checksum: "sha256:" + hex.EncodeToString(sum[:]), Plan: body}, "", "  ")
+	data, err := json.MarshalIndent(envelope{Format: fileFormat, Checksum: "sha256:" + hex.EncodeToString(sum[:]), MAC: mac(key, body), Plan: body}, "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -96,5 +107,24 @@ func Decode(data []byte, path string) (*Plan, error) {
 		return nil, fmt.Errorf("plan file %s has format_version %s; this ghcrsync reads 1.x: run plan again with this version", path, p.FormatVersion)
 	}
 
+	p.seal = &seal{mac: env.MAC, body: compact.Bytes()}
+
 	return &p, nil
+}
+
+func mac(key, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+
+	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Authentic reports whether a plan read from a file was sealed with key (a plan made in this
+// process, never written, is). The comparison takes constant time.
+func (p *Plan) Authentic(key []byte) bool {
+	if p.seal == nil {
+		return true
+	}
+
+	return hmac.Equal([]byte(p.seal.mac), []byte(mac(key, p.seal.body)))
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 )
 
+var fuzzKey = []byte("fuzz plan key")
+
 // Decode never panics on a plan file's bytes, refuses anything not made by Save, and a plan it
 // accepts saves and loads back to the same plan.
 func FuzzDecode(f *testing.F) {
@@ -26,7 +28,7 @@ func FuzzDecode(f *testing.F) {
 	dir := f.TempDir()
 	saved := filepath.Join(dir, "seed.plan")
 
-	if err := Save(saved, &p); err != nil {
+	if err := Save(saved, &p, fuzzKey); err != nil {
 		f.Fatal(err)
 	}
 
@@ -47,7 +49,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 
-		data, err = Encode(p)
+		data, err = Encode(p, fuzzKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,6 +57,10 @@ func FuzzDecode(f *testing.F) {
 		again, err := Decode(data, "again.plan")
 		if err != nil {
 			t.Fatalf("an accepted plan, encoded again, does not decode: %v", err)
+		}
+
+		if !again.Authentic(fuzzKey) || again.Authentic([]byte("another key")) {
+			t.Fatal("a plan sealed with a key is authentic with that key only")
 		}
 
 		a, _ := json.Marshal(p)

@@ -64,7 +64,7 @@ func Make(s Snapshot, in Input) *Plan {
 	}
 
 	order(p.Nodes)
-	p.Secrets = planSecrets(s.Secrets, in.CredentialRevision)
+	p.Secrets = planSecrets(s.Secrets, in.PullSecretRevision)
 	p.Summary = summarize(p.Nodes)
 
 	for _, sp := range p.Secrets {

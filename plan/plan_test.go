@@ -21,6 +21,7 @@ type goldenInput struct {
 	Now                time.Time         `json:"now"`
 	TTLSeconds         int               `json:"ttl_seconds"`
 	CredentialRevision string            `json:"credential_revision"`
+	PullSecretRevision string            `json:"pull_secret_revision"`
 	AuthDigest         string            `json:"auth_digest"`
 	Registry           string            `json:"registry"`
 	ProofSkipped       bool              `json:"proof_skipped"`
@@ -53,7 +54,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 	}
 
 	return s, plan.Input{
-		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision,
+		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
 	}
@@ -217,7 +218,7 @@ func TestPlanFile(t *testing.T) {
 	p := plan.Make(s, in)
 	path := filepath.Join(t.TempDir(), "plan.out")
 
-	if err := plan.Save(path, p); err != nil {
+	if err := plan.Save(path, p, []byte("key")); err != nil {
 		t.Fatal(err)
 	}
 

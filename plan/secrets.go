@@ -49,8 +49,8 @@ type SecretPlan struct {
 }
 
 // planSecrets decides every pull secret's action: consumers by namespace and name, the root
-// Flux secret last. The desired digest is the credential revision (both are the SHA-256 of the
-// dockerconfigjson bytes written).
+// Flux secret last. revision is the digest an in-sync secret holds (SHA-256 of the
+// dockerconfigjson bytes the fan-out writes).
 func planSecrets(obs []SecretObs, revision string) []SecretPlan {
 	out := make([]SecretPlan, 0, len(obs))
 

@@ -70,6 +70,9 @@ type Input struct {
 	Now                time.Time
 	TTL                time.Duration // how long the plan stays valid
 	CredentialRevision string
+	// PullSecretRevision is the digest a pull secret holds when it is in sync: of the
+	// dockerconfigjson with the Registry's entry only (what the fan-out writes).
+	PullSecretRevision string
 	AuthDigest         string // of the desired credential for Registry
 	Registry           string
 	ProofSkipped       bool
@@ -123,6 +126,8 @@ type Plan struct {
 	Secrets            []SecretPlan `json:"secrets,omitempty"`
 	Warnings           []string     `json:"warnings,omitempty"`
 	Summary            Summary      `json:"summary"`
+
+	seal *seal // set when read from a file: what its MAC covers
 }
 
 // FormatVersion of Plan; additive changes keep the major version.

@@ -358,7 +358,7 @@ func clusterRows(sb *sandbox.Sandbox) []badInput {
 				b.t.Fatal(err)
 			}
 			return planCmd(b)
-		}, 1, []string{"refused ghcrsync's identity", "check the kubeconfig user and its RBAC"}, ""},
+		}, 1, []string{"ghcrsync plan cannot run as " + "bad-input-", "the cluster denies get nodes (cluster-wide)", "deploy/rbac/read.yaml", "nothing was changed"}, ""},
 		{"bad_talosconfig", func(b *bench) []string {
 			b.edit(sb.Path("talosconfig"), b.write("talosconfig", []byte("context: [unterminated")))
 			return planCmd(b)
@@ -383,6 +383,17 @@ func planRows() []badInput {
 			b.write("saved.plan", bytes.Replace(raw, []byte(`"action": "fence"`), []byte(`"action": "no-op"`), 1))
 			return apply(b, p)
 		}, 1, []string{"corrupt or was edited", "checksum mismatch", "ghcrsync plan --out"}, ""},
+		{"plan_edited_with_its_checksum_recomputed", func(b *bench) []string {
+			p := b.savedPlan()
+			b.rewritePlan(p, func(m map[string]any) {
+				for _, n := range m["nodes"].([]any) {
+					if n := n.(map[string]any); n["role"] == "control-plane" {
+						n["role"] = "worker" // would reboot it in parallel with no quorum gate
+					}
+				}
+			})
+			return apply(b, p)
+		}, 1, []string{"is not authentic", "changed after `ghcrsync plan` made it", "ghcrsync plan --out", "Nothing was changed"}, ""},
 		{"plan_truncated", func(b *bench) []string {
 			p := b.savedPlan()
 			raw, _ := os.ReadFile(p)

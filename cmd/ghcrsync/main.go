@@ -35,6 +35,10 @@ func main() {
 // run executes the command line and returns the process exit code: 128 + the signal's number
 // (130 SIGINT, 143 SIGTERM) when a signal cancelled it.
 func run(args []string, stdout, stderr io.Writer) int {
+	// Every byte ghcrsync prints goes through the views' guard (no control characters, no line
+	// a CI runner would read as a workflow command).
+	stdout, stderr = view.Guard(stdout), view.Guard(stderr)
+
 	ctx, signalled, stop := catchSignals(stderr)
 	defer stop()
 
@@ -152,4 +156,10 @@ func defaultConfig() string {
 // open opens the workspace of --config, locked when the command writes the state.
 func open(cfgPath string, lock bool) (*workspace.Workspace, error) {
 	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock})
+}
+
+// openAs opens the workspace for a command class, checking its permissions first (before the
+// state is read).
+func openAs(ctx context.Context, class, cfgPath string, lock bool) (*workspace.Workspace, error) {
+	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Preflight: class, Context: ctx})
 }

@@ -31,7 +31,7 @@ its nodes' Talos API, and prints one action per node. It never writes to the clu
 the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := open(a.config, false)
+			ws, err := openAs(cmd.Context(), workspace.CommandPlan, a.config, false)
 			if err != nil {
 				return err
 			}
@@ -47,7 +47,12 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 			}
 
 			if a.out != "" {
-				if err := plan.Save(a.out, p); err != nil {
+				cred, err := ws.Credential()
+				if err != nil {
+					return err
+				}
+
+				if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
 					return fmt.Errorf("save plan to %s: %w", a.out, err)
 				}
 

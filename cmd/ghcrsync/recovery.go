@@ -5,6 +5,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 func newFences() *cobra.Command {
@@ -19,7 +20,7 @@ func newFences() *cobra.Command {
 		Short: "List the fences ghcrsync holds, with liveness evidence and how to release them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := open(cfgPath, false)
+			ws, err := openAs(cmd.Context(), workspace.CommandFences, cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -64,7 +65,12 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 				view.ForceWarning(cmd.ErrOrStderr(), o.Holder)
 			}
 
-			ws, err := open(cfgPath, !o.DryRun)
+			class := workspace.CommandRelease
+			if o.DryRun {
+				class = workspace.CommandFences
+			}
+
+			ws, err := openAs(cmd.Context(), class, cfgPath, !o.DryRun)
 			if err != nil {
 				return err
 			}

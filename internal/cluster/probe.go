@@ -31,10 +31,7 @@ const ProbeLabel = "ghcrsync.dev/probe-node"
 // a failed proof. The pod is deleted afterwards.
 func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error {
 	if _, err := c.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		_, err = c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create probe namespace %s: %w", namespace, err)
-		}
+		return fmt.Errorf("the runtime probe namespace %s does not exist: create it (deploy/rbac/namespace.yaml), or set nodes.runtime_probe.namespace", namespace)
 	}
 
 	pod, err := c.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{

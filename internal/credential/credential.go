@@ -4,6 +4,8 @@
 package credential
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -40,6 +42,34 @@ func (c *Credential) Revision() string { return authdigest.DockerConfig(c.raw) }
 
 // AuthDigest identifies the registry's username/password pair (authdigest.Of).
 func (c *Credential) AuthDigest() string { return authdigest.Of(c.Username, c.password) }
+
+// PullSecretJSON is what the pull secrets receive: a dockerconfigjson holding only the
+// configured registry's entry, never the other registries' entries the SOPS file may hold.
+func (c *Credential) PullSecretJSON() []byte {
+	type entry struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+		Auth     string `json:"auth"`
+	}
+
+	b, _ := json.Marshal(map[string]map[string]entry{"auths": {c.Registry: {
+		Username: c.Username, Password: c.password, Auth: base64.StdEncoding.EncodeToString([]byte(c.Username + ":" + c.password)),
+	}}})
+
+	return b
+}
+
+// PullSecretRevision is the digest pull secrets are compared by: of PullSecretJSON.
+func (c *Credential) PullSecretRevision() string { return authdigest.DockerConfig(c.PullSecretJSON()) }
+
+// PlanKey is the key that authenticates saved plans: derived (HMAC-SHA256) from the decrypted
+// dockerconfigjson, so only someone who can decrypt the credential makes a plan apply accepts.
+func (c *Credential) PlanKey() []byte {
+	m := hmac.New(sha256.New, c.raw)
+	m.Write([]byte("ghcrsync plan authentication v1"))
+
+	return m.Sum(nil)
+}
 
 // String never includes the secret.
 func (c *Credential) String() string {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
@@ -95,6 +98,7 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 	res.Outcomes = Release(ctx, ws.Kube, rep, ws.Store, ws.State, ReleaseOptions{
 		Node: o.Node, ReadyTimeout: ws.Config.Nodes.ReadyTimeout, Progress: o.Progress,
 	})
+	recordReleases(ctx, ws, res.Outcomes, "ghcrsync release")
 
 	if run := ws.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
 		now := ws.Now().UTC()
@@ -133,5 +137,25 @@ func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) (
 		return nil, nil
 	}
 
-	return Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: progress}), nil
+	out := Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: progress})
+	recordReleases(ctx, ws, out, "ghcrsync apply (reclaim of a run that is over)")
+
+	return out, nil
+}
+
+// recordReleases writes an Event on every node and Lease whose fence was released (best
+// effort: the cluster's audit trail of who undid what).
+func recordReleases(ctx context.Context, ws *workspace.Workspace, outcomes []Outcome, by string) {
+	for _, o := range outcomes {
+		if !o.Released {
+			continue
+		}
+
+		ref := cluster.LeaseRef(ws.Config.Lease.Namespace, ws.Config.Lease.Name)
+		if o.Fence.Kind == KindNode {
+			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
+		}
+
+		_ = ws.Kube.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)
+	}
 }

@@ -30,6 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -561,6 +563,15 @@ func (s *Sandbox) WriteKubeconfig(path, user string, groups ...string) error {
 	return writeKubeconfig(path, s.fleet.endpoint.url(), s.cp.kubeCA.certPEM(), kp.CrtPEM, kp.KeyPEM)
 }
 
+// WriteTokenKubeconfig writes a kubeconfig that authenticates with a bearer token (a service
+// account's, from the TokenRequest API) through the API endpoint.
+func (s *Sandbox) WriteTokenKubeconfig(path, token string) error {
+	cfg := kubeconfig(s.fleet.endpoint.url(), s.cp.kubeCA.certPEM(), nil, nil)
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
+
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
 // AuditEvent is one write recorded in the apiserver's audit log.
 type AuditEvent struct {
 	Verb       string `json:"verb"`
@@ -574,6 +585,8 @@ type AuditEvent struct {
 }
 
 // AuditedWrites returns the write requests user made, as the apiserver's audit log records them.
+// Permission checks and "who am I" (SelfSubjectAccessReview, SelfSubjectReview) are creates
+// that persist nothing and are left out.
 func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
 	b, err := os.ReadFile(filepath.Join(s.opts.Dir, "logs", AuditLogFile))
 	if err != nil {
@@ -592,7 +605,7 @@ func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
 			return nil, fmt.Errorf("audit log: %w", err)
 		}
 
-		if ev.User.Username == user {
+		if ev.User.Username == user && !strings.Contains(ev.RequestURI, "/selfsubject") {
 			out = append(out, ev)
 		}
 	}

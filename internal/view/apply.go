@@ -88,9 +88,9 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 	failed := applyNodes(w, res) + applySecrets(w, res.Secrets)
 
 	if res.ReleaseErr != nil {
-		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %v\n", res.ReleaseErr)
+		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %s\n", oneLine(res.ReleaseErr.Error()))
 	} else if res.Holder != "" {
-		fmt.Fprintf(w, "Lease released (holder %s).\n", res.Holder)
+		fmt.Fprintf(w, "Lease released (holder %s).\n", Clean(res.Holder))
 	}
 
 	if failed > 0 && !res.Cancelled {
@@ -135,7 +135,7 @@ func applyNodes(w io.Writer, res *apply.Result) int {
 
 	for _, r := range res.Nodes {
 		counts[r.Outcome]++
-		fmt.Fprintf(w, "  %s %s (%s): %s\n", outcomeMarks[r.Outcome], r.Node, r.Action, r.Message)
+		fmt.Fprintf(w, "  %s %s (%s): %s\n", outcomeMarks[r.Outcome], Clean(r.Node), r.Action, oneLine(r.Message))
 	}
 
 	fmt.Fprintf(w, "\nApply complete: %d rotated, %d deselected, %d gone after mutation, %d failed.\n",
@@ -167,7 +167,7 @@ func applySecrets(w io.Writer, secrets []fanout.Result) int {
 
 	for _, s := range secrets {
 		counts[s.Outcome]++
-		fmt.Fprintf(w, "  %s %s/%s (%s): %s\n", secretMarks[s.Outcome], s.Namespace, s.Secret, s.Role, s.Message)
+		fmt.Fprintf(w, "  %s %s/%s (%s): %s\n", secretMarks[s.Outcome], s.Namespace, s.Secret, s.Role, oneLine(s.Message))
 	}
 
 	fmt.Fprintf(w, "\nPull secrets: %d written, %d unchanged, %d left alone, %d failed, %d held back.\n",

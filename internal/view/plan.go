@@ -47,7 +47,7 @@ func describe(n plan.NodePlan) string {
 	}
 
 	if n.Talos != "" {
-		attrs = append(attrs, "Talos "+n.Talos)
+		attrs = append(attrs, "Talos "+Clean(n.Talos))
 	}
 
 	if len(attrs) == 0 {
@@ -72,7 +72,7 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	secrets(w, p)
 
 	for _, warn := range p.Warnings {
-		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+		fmt.Fprintf(w, "Warning: %s\n\n", oneLine(warn))
 	}
 
 	planSummary(w, p)
@@ -164,11 +164,11 @@ func secrets(w io.Writer, p *plan.Plan) {
 		return
 	}
 
-	fmt.Fprintln(w, "Pull secrets (consumers, then the root Flux secret last):")
+	fmt.Fprintf(w, "Pull secrets (consumers, then the root Flux secret last; each receives the %s entry of the credential only):\n", p.Registry)
 	fmt.Fprintln(w)
 
 	for _, sp := range p.Secrets {
-		fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", secretSymbols[sp.Action], sp.Namespace, sp.Secret, sp.Role, secretVerbs[sp.Action], sp.Reason)
+		fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", secretSymbols[sp.Action], sp.Namespace, sp.Secret, sp.Role, secretVerbs[sp.Action], oneLine(sp.Reason))
 
 		if len(sp.ServiceAccounts) > 0 && sp.Action != plan.SecretSkip {
 			fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
@@ -218,7 +218,7 @@ func Plan(w io.Writer, f Format, p *plan.Plan) error {
 
 func node(w io.Writer, n plan.NodePlan, prefix string) {
 	fmt.Fprintf(w, "  %s %s%s %s\n", symbol(n.Action), prefix, describe(n), verbs[n.Action])
-	fmt.Fprintf(w, "      # (because %s)\n\n", n.Sentence)
+	fmt.Fprintf(w, "      # (because %s)\n\n", oneLine(n.Sentence))
 }
 
 // PlanJSON is the machine-readable plan (`--json`).
@@ -235,9 +235,12 @@ type PlanJSON struct {
 	EndpointNode       string        `json:"endpoint_node,omitempty"`
 	Nodes              []NodeJSON    `json:"nodes"`
 	Consumers          []SecretJSON  `json:"consumers"`
-	Warnings           []string      `json:"warnings"`
-	Summary            plan.Summary  `json:"summary"`
-	Changes            bool          `json:"changes"`
+	// PullSecretEntries are the registries whose entry the pull secrets receive: only the
+	// configured one, never other entries of the SOPS file's dockerconfigjson.
+	PullSecretEntries []string     `json:"pull_secret_entries"`
+	Warnings          []string     `json:"warnings"`
+	Summary           plan.Summary `json:"summary"`
+	Changes           bool         `json:"changes"`
 }
 
 // NodeJSON is one node of PlanJSON.
@@ -273,7 +276,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
-		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Warnings: append([]string{}, p.Warnings...),
+		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(),
 	}
 

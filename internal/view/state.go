@@ -27,11 +27,11 @@ func StateList(w io.Writer, f Format, st *state.State, backend string) error {
 	fmt.Fprintf(w, "State in %s: lineage %s, serial %d\n", backend, orNone(st.Lineage), st.Serial)
 
 	if st.Run != nil {
-		fmt.Fprintf(w, "Last run: %s, started %s, outcome %s\n", st.Run.Holder, human.Clock(st.Run.Started), orNone(st.Run.Outcome))
+		fmt.Fprintf(w, "Last run: %s, started %s, outcome %s\n", Clean(st.Run.Holder), human.Clock(st.Run.Started), oneLine(orNone(st.Run.Outcome)))
 	}
 
 	for _, r := range st.Records {
-		fmt.Fprintf(w, "  %-34s %-10s %-12s %-20s %s\n", r.Node, r.Action, r.Phase, orNone(string(r.Outcome)), oneLine(r.LastError))
+		fmt.Fprintf(w, "  %-34s %-10s %-12s %-20s %s\n", Clean(r.Node), Clean(r.Action), Clean(string(r.Phase)), Clean(orNone(string(r.Outcome))), oneLine(r.LastError))
 	}
 
 	return nil

@@ -94,4 +94,6 @@ func orNone(s string) string {
 }
 
 // oneLine keeps values read from the cluster on one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine renders a message from outside ghcrsync on one line: its whitespace collapsed, any
+// control character left escaped (Clean).
+func oneLine(s string) string { return Clean(strings.Join(strings.Fields(s), " ")) }

@@ -43,7 +43,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	cfg := w.Config
 
 	return plan.Make(snap, plan.Input{
-		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), AuthDigest: cred.AuthDigest(),
+		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),

@@ -25,7 +25,13 @@ type Options struct {
 	ConfigPath string
 	// Lock takes the state's lock for the workspace's lifetime (commands that write it).
 	Lock bool
-	Now  func() time.Time
+	// Preflight, if set, is the command class (CommandPlan, …) whose permissions are checked
+	// before the state is read or locked: a missing permission is the first error, not a
+	// forbidden read half-way.
+	Preflight string
+	// Context bounds the preflight's calls.
+	Context context.Context
+	Now     func() time.Time
 }
 
 // Workspace is a command's inputs.
@@ -41,8 +47,9 @@ type Workspace struct {
 	talos  *talos.Client
 }
 
-// Open reads the configuration, builds the Kubernetes client (without contacting the cluster)
-// and reads the state from its backend, locked if asked.
+// Open reads the configuration, builds the Kubernetes client, checks the command's permissions
+// if asked (the first contact with the cluster) and reads the state from its backend, locked if
+// asked.
 func Open(o Options) (*Workspace, error) {
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
@@ -57,6 +64,17 @@ func Open(o Options) (*Workspace, error) {
 	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now}
 	if w.now == nil {
 		w.now = time.Now
+	}
+
+	if o.Preflight != "" {
+		ctx := o.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+
+		if err := w.Preflight(ctx, o.Preflight); err != nil {
+			return nil, err
+		}
 	}
 
 	if o.Lock {

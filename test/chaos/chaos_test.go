@@ -94,10 +94,7 @@ func TestChaos(t *testing.T) {
 		})
 	}
 
-	bin, err := buildBinary(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sandboxtest.Binary(t)
 
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,

@@ -7,30 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// buildBinary builds cmd/ghcrsync into dir: the campaign drives the real binary, so that a
-// kill -9 or a signal lands on a real process at a random point.
-func buildBinary(dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-
-	out := filepath.Join(dir, "ghcrsync")
-	cmd := exec.Command(goBin, "build", "-o", out, "github.com/ghcrsync/ghcrsync/cmd/ghcrsync")
-
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build ghcrsync: %w\n%s", err, b)
-	}
-
-	return out, nil
-}
 
 // proc is one ghcrsync process.
 type proc struct {
@@ -169,4 +150,3 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-

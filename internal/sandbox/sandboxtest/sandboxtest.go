@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -136,6 +138,44 @@ func Get(t testing.TB) *sandbox.Sandbox {
 	}
 
 	return current
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// Binary builds cmd/ghcrsync once per test package and returns its path: for tests that drive
+// the real binary (signals, kill -9, another identity's environment).
+func Binary(t testing.TB) string {
+	t.Helper()
+
+	binOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+
+		d, err := os.MkdirTemp("", "ghcrsync-bin-")
+		if err != nil {
+			binErr = err
+
+			return
+		}
+
+		binPath = filepath.Join(d, "ghcrsync")
+
+		if out, err := exec.Command(goBin, "build", "-o", binPath, "github.com/ghcrsync/ghcrsync/cmd/ghcrsync").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build ghcrsync: %w\n%s", err, out)
+		}
+	})
+
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+
+	return binPath
 }
 
 // Kube is a client built from the sandbox's kubeconfig, as ghcrsync would build it: through

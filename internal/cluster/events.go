@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Ref names the object an Event is about.
+type Ref struct {
+	Kind, Namespace, Name string
+	UID                   types.UID
+	APIVersion            string
+}
+
+// NodeRef, SecretRef and LeaseRef are the objects ghcrsync acts on.
+func NodeRef(name string, uid types.UID) Ref {
+	return Ref{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}
+}
+
+func SecretRef(namespace, name string) Ref {
+	return Ref{Kind: "Secret", Namespace: namespace, Name: name, APIVersion: "v1"}
+}
+
+func LeaseRef(namespace, name string) Ref {
+	return Ref{Kind: "Lease", Namespace: namespace, Name: name, APIVersion: "coordination.k8s.io/v1"}
+}
+
+// EventSource is the component Events name as their source.
+const EventSource = "ghcrsync"
+
+// Record writes a Kubernetes Event about ref (in the default namespace for a cluster-scoped
+// object): the cluster's own audit trail of what ghcrsync did, readable with `kubectl
+// describe`. reason is CamelCase; message holds no secret (digests and holder ids only).
+// Best effort: a failed Event never stops a run; the error is returned for the log.
+func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string, warning bool) error {
+	ns := ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+
+	kind := corev1.EventTypeNormal
+	if warning {
+		kind = corev1.EventTypeWarning
+	}
+
+	now := metav1.NewTime(time.Now())
+
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+
+	_, err := c.Client.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": EventSource}},
+		InvolvedObject: corev1.ObjectReference{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, APIVersion: ref.APIVersion},
+		Reason:         reason,
+		Message:        message,
+		Type:           kind,
+		Source:         corev1.EventSource{Component: EventSource},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "ghcrsync.dev/ghcrsync", ReportingInstance: EventSource,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("record event %s on %s %s: %w", reason, ref.Kind, ref.Name, err)
+	}
+
+	return nil
+}

@@ -1,0 +1,160 @@
+package view
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// Strings ghcrsync prints come from places anyone may write to: a node annotation (a node's own
+// kubelet can patch it), a Lease holder, an API error, a registry's answer. Printed raw into a
+// CI log, such a string could end a line and start a GitHub Actions workflow command
+// ("::error …", "::add-mask::…"), or move the cursor and rewrite what a person reads. The two
+// rules below are the only ones: Clean for a value inside a line, Guard for every stream.
+
+// Clean renders a value from outside ghcrsync inside a line: every control character
+// (newline and tab included), invisible direction override and invalid UTF-8 is shown escaped
+// (\n, \x1b, \u202e), so a value can neither start a line nor reach the terminal as a control.
+func Clean(s string) string {
+	if !needsCleaning(s) {
+		return s
+	}
+
+	var b strings.Builder
+
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case unsafeRune(r):
+			b.WriteString(escapeRune(r))
+		default:
+			b.WriteString(s[i : i+size])
+		}
+
+		i += size
+	}
+
+	return b.String()
+}
+
+func needsCleaning(s string) bool {
+	if !utf8.ValidString(s) {
+		return true
+	}
+
+	for _, r := range s {
+		if r == '\n' || r == '\t' || unsafeRune(r) {
+			return true
+		}
+	}
+
+	return false
+}
+
+// unsafeRune: a control character other than newline and tab (C0, DEL, C1), or an invisible
+// character that changes how a line reads (bidirectional overrides and isolates, line and
+// paragraph separators).
+func unsafeRune(r rune) bool {
+	switch {
+	case r == '\n' || r == '\t':
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c,
+		r == 0x2028, r == 0x2029:
+		return true
+	}
+
+	return false
+}
+
+func escapeRune(r rune) string {
+	if r <= 0xff {
+		return fmt.Sprintf(`\x%02x`, r)
+	}
+
+	return fmt.Sprintf(`\u%04x`, r)
+}
+
+// Guard wraps one of ghcrsync's output streams (stdout, stderr, the log). Whatever a value
+// holds, nothing it lets through is a control character other than newline and tab (the rest
+// are shown escaped, as Clean does), and no line begins — after its indentation — with a
+// colon (shown as \x3a): GitHub Actions reads a line starting with "::" as a workflow
+// command, and ghcrsync writes none through a guarded stream.
+func Guard(w io.Writer) io.Writer {
+	if g, ok := w.(*guard); ok {
+		return g
+	}
+
+	return &guard{w: w, lineStart: true}
+}
+
+type guard struct {
+	w         io.Writer
+	mu        sync.Mutex
+	lineStart bool   // only spaces and tabs since the last newline
+	carry     []byte // an incomplete UTF-8 sequence the previous Write ended with
+}
+
+func (g *guard) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+
+	buf := append(g.carry, p...)
+	g.carry = nil
+	out := make([]byte, 0, len(buf)+16)
+
+	for i := 0; i < len(buf); {
+		r, size := utf8.DecodeRune(buf[i:])
+
+		if r == utf8.RuneError && size <= 1 {
+			if !utf8.FullRune(buf[i:]) {
+				g.carry = append([]byte(nil), buf[i:]...)
+
+				break
+			}
+
+			out = fmt.Appendf(out, `\x%02x`, buf[i])
+			g.lineStart = false
+			i++
+
+			continue
+		}
+
+		switch {
+		case r == '\n':
+			out = append(out, '\n')
+			g.lineStart = true
+		case r == ' ' || r == '\t':
+			out = append(out, byte(r))
+		case unsafeRune(r):
+			out = append(out, escapeRune(r)...)
+			g.lineStart = false
+		case r == ':' && g.lineStart:
+			out = append(out, `\x3a`...)
+			g.lineStart = false
+		default:
+			out = append(out, buf[i:i+size]...)
+			g.lineStart = false
+		}
+
+		i += size
+	}
+
+	if _, err := g.w.Write(out); err != nil {
+		return 0, err
+	}
+
+	return len(p), nil
+}

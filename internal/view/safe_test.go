@@ -1,0 +1,67 @@
+package view
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestClean(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"plain", "prod-worker-1 owner abc-local-host-1-ff", "prod-worker-1 owner abc-local-host-1-ff"},
+		{"unicode_kept", "nœud ✓ 节点", "nœud ✓ 节点"},
+		{"newline_cannot_start_a_line", "x\n::error title=pwned::y", `x\n::error title=pwned::y`},
+		{"escape_sequence", "\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
+		{"carriage_return", "ok\rFAIL", `ok\rFAIL`},
+		{"bell_and_backspace", "a\x07b\x08", `a\x07b\x08`},
+		{"c1_control", "a\u009bb", `a\x9bb`},
+		{"bidi_override", "evil\u202egnp.exe", `evil\u202egnp.exe`},
+		{"line_separator", "a\u2028b", `a\u2028b`},
+		{"invalid_utf8", "a\xffb", `a\xffb`},
+		{"tab", "a\tb", `a\tb`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Clean(tc.in); got != tc.want {
+				t.Fatalf("Clean(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGuard(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"ordinary_lines_unchanged", []string{"  ✓ prod-worker-1 (fence): rotated\n", "Plan: 1 to fence.\n"}, "  ✓ prod-worker-1 (fence): rotated\nPlan: 1 to fence.\n"},
+		{"workflow_command_at_line_start", []string{"::error title=x::pwned\n"}, `\x3a:error title=x::pwned` + "\n"},
+		{"workflow_command_after_indentation", []string{"ok\n   \t::add-mask::x\n"}, "ok\n   \t" + `\x3a:add-mask::x` + "\n"},
+		{"colon_split_across_writes", []string{"line\n", ":", ":warning::x\n"}, "line\n" + `\x3a:warning::x` + "\n"},
+		{"colons_inside_a_line_kept", []string{"holder: a::b\n"}, "holder: a::b\n"},
+		{"escape_sequences", []string{"\x1b]0;title\x07\x1b[2J\n"}, `\x1b]0;title\x07\x1b[2J` + "\n"},
+		{"utf8_split_across_writes", []string{"\xe2\x9c", "\x93 done\n"}, "✓ done\n"},
+		{"bidi_override", []string{"\u202e\n"}, `\u202e` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+
+			g := Guard(&b)
+			for _, w := range tc.writes {
+				if n, err := g.Write([]byte(w)); err != nil || n != len(w) {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+
+			if b.String() != tc.want {
+				t.Fatalf("got %q, want %q", b.String(), tc.want)
+			}
+
+			for _, line := range strings.Split(b.String(), "\n") {
+				if strings.HasPrefix(strings.TrimLeft(line, " \t"), "::") || strings.ContainsRune(line, 0x1b) {
+					t.Fatalf("unsafe line %q", line)
+				}
+			}
+		})
+	}
+}
