@@ -6,9 +6,9 @@ package authdigest
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 )
 
