@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
+
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
@@ -171,17 +173,26 @@ func (r *seedRun) checkState(revision string) {
 	}
 }
 
-// checkCarriedChanges: a staged change the operator re-staged with the credential is live now.
+// checkCarriedChanges: a staged change the operator re-staged with the credential is never
+// lost: it is live (ghcrsync rebooted its node after it was staged) or still staged (ghcrsync had
+// no reason to reboot the node: it already ran the credential).
 func (r *seedRun) checkCarriedChanges(ctx context.Context) {
 	for name := range r.carried {
 		if _, ok := r.sb.Fleet().Machine(name); !ok {
 			continue
 		}
 
-		v, err := r.activeLabel(ctx, name)
+		live, err := r.configLabel(ctx, name, talosconfig.ActiveID)
 		if err != nil {
 			r.problem("read %s's config: %v", name, err)
-		} else if v != "yes" {
+
+			continue
+		}
+
+		staged, err := r.configLabel(ctx, name, talosconfig.PersistentID)
+		if err != nil {
+			r.problem("read %s's staged config: %v", name, err)
+		} else if live != "yes" && staged != "yes" {
 			r.problem("the operator's staged change on %s was dropped by the rotation", name)
 		}
 	}

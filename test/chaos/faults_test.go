@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -344,8 +345,8 @@ func (r *seedRun) discardStagedChange(ctx context.Context, name string) error {
 	return err
 }
 
-// activeLabel reads the operator's label from the node's active Talos config.
-func (r *seedRun) activeLabel(ctx context.Context, name string) (string, error) {
+// configLabel reads the operator's label from the node's active or persistent (staged) Talos config.
+func (r *seedRun) configLabel(ctx context.Context, name string, id resource.ID) (string, error) {
 	m, ok := r.sb.Fleet().Machine(name)
 	if !ok {
 		return "", nil
@@ -357,12 +358,12 @@ func (r *seedRun) activeLabel(ctx context.Context, name string) (string, error) 
 	}
 	defer tc.Close()
 
-	active, err := safe.StateGetByID[*talosconfig.MachineConfig](client.WithNode(ctx, m.IP), tc.COSI, talosconfig.ActiveID)
+	mc, err := safe.StateGetByID[*talosconfig.MachineConfig](client.WithNode(ctx, m.IP), tc.COSI, id)
 	if err != nil {
 		return "", err
 	}
 
-	return active.Config().Machine().NodeLabels()[operatorLabel], nil
+	return mc.Config().Machine().NodeLabels()[operatorLabel], nil
 }
 
 // Node filters for pick.
