@@ -26,6 +26,14 @@ func IsStale(err error) bool {
 	return errors.As(err, &s)
 }
 
+// IsRefused reports whether err is apply refusing the saved plan before any write: stale,
+// not authentic, damaged or of another format.
+func IsRefused(err error) bool {
+	var na *NotAuthenticError
+
+	return IsStale(err) || errors.As(err, &na) || plan.IsRefused(err)
+}
+
 // clusterRef is the cluster apply is talking to.
 type clusterRef struct{ uid, server string }
 

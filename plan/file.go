@@ -20,6 +20,20 @@ const fileFormat = "ghcrsync-plan"
 // ErrCorrupt is returned for a plan file that does not verify.
 var ErrCorrupt = errors.New("the plan file is corrupt or was edited")
 
+// FormatError is a plan file of a format this ghcrsync does not read.
+type FormatError struct{ Path, Version string }
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("plan file %s has format_version %s; this ghcrsync reads 1.x: run plan again with this version", e.Path, e.Version)
+}
+
+// IsRefused reports whether err refuses a plan file itself: damaged, edited or of another format.
+func IsRefused(err error) bool {
+	var fe *FormatError
+
+	return errors.Is(err, ErrCorrupt) || errors.As(err, &fe)
+}
+
 // envelope is a plan file: the plan, its checksum (anyone can recompute it: it only tells a
 // damaged file), and its authentication code, an HMAC-SHA256 keyed from the decrypted
 // credential: only someone who can decrypt the credential can make a plan apply accepts.
@@ -104,7 +118,7 @@ func Decode(data []byte, path string) (*Plan, error) {
 	}
 
 	if major, _, _ := strings.Cut(p.FormatVersion, "."); major != "1" {
-		return nil, fmt.Errorf("plan file %s has format_version %s; this ghcrsync reads 1.x: run plan again with this version", path, p.FormatVersion)
+		return nil, &FormatError{Path: path, Version: p.FormatVersion}
 	}
 
 	p.seal = &seal{mac: env.MAC, body: compact.Bytes()}

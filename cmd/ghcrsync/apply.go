@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -20,6 +23,7 @@ type applyArgs struct {
 	autoApprove bool
 	runRef      string
 	logLevel    string
+	logFormat   string
 	json        bool
 }
 
@@ -41,6 +45,11 @@ runs under the configured Lease and writes the state before every mutation.`,
 				return errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
 			}
 
+			logger, err := newLogger(cmd.ErrOrStderr(), a.logLevel, a.logFormat)
+			if err != nil {
+				return err
+			}
+
 			ws, err := open(a.config, true)
 			if err != nil {
 				return err
@@ -53,10 +62,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 			}
 
 			res, err := apply.Run(cmd.Context(), ws, p, apply.Options{
-				PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks,
-				Logger: hclog.New(&hclog.LoggerOptions{
-					Name: "ghcrsync", Level: hclog.LevelFromString(a.logLevel), Output: cmd.ErrOrStderr(), TimeFormat: "15:04:05",
-				}),
+				PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger,
 			})
 			if err != nil {
 				return err
@@ -67,7 +73,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 			}
 
 			if res.Failed() > 0 || res.ReleaseErr != nil {
-				return exitError{code: 1}
+				return exitError{code: exitPartial}
 			}
 
 			return nil
@@ -78,10 +84,28 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
-	f.StringVar(&a.logLevel, "log-level", "info", "progress log level (debug, info, warn, error)")
+	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
+	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
 	f.BoolVar(&a.json, "json", false, "print the outcome as JSON")
 
 	return cmd
+}
+
+// newLogger is the progress log on w: level and format checked (a typo is an error, never a
+// silent default), timestamps with date and zone.
+func newLogger(w io.Writer, level, format string) (hclog.Logger, error) {
+	lvl := hclog.LevelFromString(level)
+	if lvl == hclog.NoLevel || strings.EqualFold(level, "off") {
+		return nil, fmt.Errorf("unknown --log-level %q: use trace, debug, info, warn or error", level)
+	}
+
+	if format != "text" && format != "json" {
+		return nil, fmt.Errorf("unknown --log-format %q: use text or json", format)
+	}
+
+	return hclog.New(&hclog.LoggerOptions{
+		Name: "ghcrsync", Level: lvl, Output: w, JSONFormat: format == "json", TimeFormat: "2006-01-02T15:04:05.000Z07:00",
+	}), nil
 }
 
 // applyPlan loads the saved plan, or (--auto-approve) plans now and prints the plan first.

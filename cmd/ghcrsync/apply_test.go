@@ -41,7 +41,7 @@ func TestApplyCommand(t *testing.T) {
 	}
 
 	r = ghcrsync(t, "apply", "--config", cfg, planFile)
-	if r.code != 1 || !strings.Contains(r.stderr, "Saved plan is stale — the state was changed by another operation after the plan was created") {
+	if r.code != 3 || !strings.Contains(r.stderr, "Saved plan is stale — the state was changed by another operation after the plan was created") {
 		t.Fatalf("re-applying a used plan: %d %s", r.code, r.stderr)
 	}
 

@@ -382,7 +382,7 @@ func planRows() []badInput {
 			raw, _ := os.ReadFile(p)
 			b.write("saved.plan", bytes.Replace(raw, []byte(`"action": "fence"`), []byte(`"action": "no-op"`), 1))
 			return apply(b, p)
-		}, 1, []string{"corrupt or was edited", "checksum mismatch", "ghcrsync plan --out"}, ""},
+		}, 3, []string{"corrupt or was edited", "checksum mismatch", "ghcrsync plan --out"}, ""},
 		{"plan_edited_with_its_checksum_recomputed", func(b *bench) []string {
 			p := b.savedPlan()
 			b.rewritePlan(p, func(m map[string]any) {
@@ -393,28 +393,28 @@ func planRows() []badInput {
 				}
 			})
 			return apply(b, p)
-		}, 1, []string{"is not authentic", "changed after `ghcrsync plan` made it", "ghcrsync plan --out", "Nothing was changed"}, ""},
+		}, 3, []string{"is not authentic", "changed after `ghcrsync plan` made it", "ghcrsync plan --out", "Nothing was changed"}, ""},
 		{"plan_truncated", func(b *bench) []string {
 			p := b.savedPlan()
 			raw, _ := os.ReadFile(p)
 			b.write("saved.plan", raw[:len(raw)/2])
 			return apply(b, p)
-		}, 1, []string{"corrupt or was edited", "ghcrsync plan --out"}, ""},
+		}, 3, []string{"corrupt or was edited", "ghcrsync plan --out"}, ""},
 		{"plan_of_a_future_version", func(b *bench) []string {
 			p := b.savedPlan()
 			b.rewritePlan(p, func(m map[string]any) { m["format_version"] = "2.0" })
 			return apply(b, p)
-		}, 1, []string{"format_version 2.0", "run plan again with this version"}, ""},
+		}, 3, []string{"format_version 2.0", "run plan again with this version"}, ""},
 		{"plan_for_another_cluster", func(b *bench) []string {
 			p := b.savedPlan()
 			b.rewritePlan(p, func(m map[string]any) { m["cluster_uid"] = "5f0c2a5e-0000-4000-8000-000000000000" })
 			return apply(b, p)
-		}, 1, []string{"made for another cluster", "check the kubeconfig and context", again, "Nothing was changed"}, ""},
+		}, 3, []string{"made for another cluster", "check the kubeconfig and context", again, "Nothing was changed"}, ""},
 		{"plan_expired", func(b *bench) []string {
 			p := b.savedPlan("--expires-in", "1ms")
 			time.Sleep(5 * time.Millisecond)
 			return apply(b, p)
-		}, 1, []string{"it expired at", again, "Nothing was changed"}, ""},
+		}, 3, []string{"it expired at", again, "Nothing was changed"}, ""},
 		{"plan_huge", func(b *bench) []string {
 			f, err := os.Create(b.path("huge.plan"))
 			if err != nil {
@@ -428,12 +428,12 @@ func planRows() []badInput {
 			p := b.savedPlan()
 			b.write("ghcrsync.state.json", []byte(`{"format_version":"1","lineage":"1111","serial":9,"records":[]}`+"\n"))
 			return apply(b, p)
-		}, 1, []string{"the state was changed by another operation after the plan was created", again}, ""},
+		}, 3, []string{"the state was changed by another operation after the plan was created", again}, ""},
 		{"plan_file_missing", func(b *bench) []string { return apply(b, b.path("absent.plan")) }, 1,
 			[]string{"read plan file", "absent.plan", "ghcrsync plan --out"}, ""},
 		{"show_a_file_that_is_not_a_plan", func(b *bench) []string {
 			return []string{"show", b.write("not.plan", []byte(`{"hello":"world"}`))}
-		}, 1, []string{"not a plan file", "ghcrsync plan --out"}, ""},
+		}, 3, []string{"not a plan file", "ghcrsync plan --out"}, ""},
 	}
 }
 
@@ -470,6 +470,12 @@ func stateAndFlagRows() []badInput {
 			[]string{"apply needs a saved plan", "--auto-approve"}, ""},
 		{"bad_expiry", func(b *bench) []string { return []string{"plan", "--config", b.cfg, "--expires-in", "soon"} }, 1,
 			[]string{"invalid argument", "--expires-in", "see `ghcrsync plan --help`"}, ""},
+		{"unknown_log_level", func(b *bench) []string {
+			return []string{"apply", "--config", b.cfg, "--auto-approve", "--log-level", "verbose"}
+		}, 1, []string{`unknown --log-level "verbose"`, "trace, debug, info, warn or error"}, ""},
+		{"unknown_log_format", func(b *bench) []string {
+			return []string{"apply", "--config", b.cfg, "--auto-approve", "--log-format", "yaml"}
+		}, 1, []string{`unknown --log-format "yaml"`, "text or json"}, ""},
 	}
 }
 

@@ -20,14 +20,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-// exitError carries an exit code other than 1 (e.g. 2 for --detailed-exitcode).
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -63,11 +55,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	case err != nil:
 		view.Error(stderr, err)
-
-		return 1
 	}
 
-	return 0
+	return exitCode(err)
 }
 
 // withUsageHint adds where to read the usage to cobra's own argument errors.
@@ -128,7 +118,10 @@ func newRoot() *cobra.Command {
 		Short:         "Rotate a GHCR pull credential across a Talos Linux Kubernetes cluster",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
+
+	root.SetVersionTemplate("ghcrsync {{.Version}}\n")
 
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
@@ -138,7 +131,7 @@ func newRoot() *cobra.Command {
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
-		Run:   func(cmd *cobra.Command, _ []string) { view.Version(cmd.OutOrStdout(), version) },
+		Run:   func(cmd *cobra.Command, _ []string) { view.Version(cmd.OutOrStdout(), buildVersion()) },
 	})
 
 	return root

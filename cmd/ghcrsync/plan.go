@@ -62,7 +62,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 			}
 
 			if a.detailedExit && p.Changes() {
-				return exitError{code: 2}
+				return exitError{code: exitChanges}
 			}
 
 			return nil

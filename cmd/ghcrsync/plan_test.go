@@ -106,7 +106,7 @@ func TestPlanRotationIsReadOnly(t *testing.T) {
 	data, _ := os.ReadFile(out)
 	_ = os.WriteFile(out, []byte(strings.Replace(string(data), `"action": "fence"`, `"action": "no-op"`, 1)), 0o600)
 
-	if bad := ghcrsync(t, "show", out); bad.code != 1 || !strings.Contains(bad.stderr, "the plan file is corrupt or was edited") {
+	if bad := ghcrsync(t, "show", out); bad.code != 3 || !strings.Contains(bad.stderr, "the plan file is corrupt or was edited") {
 		t.Fatalf("edited plan: exit %d: %s", bad.code, bad.stderr)
 	}
 }

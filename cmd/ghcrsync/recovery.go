@@ -10,9 +10,10 @@ import (
 
 func newFences() *cobra.Command {
 	var (
-		cfgPath string
-		o       fence.InventoryOptions
-		asJSON  bool
+		cfgPath  string
+		o        fence.InventoryOptions
+		asJSON   bool
+		exitCode bool
 	)
 
 	cmd := &cobra.Command{
@@ -31,13 +32,22 @@ func newFences() *cobra.Command {
 				return err
 			}
 
-			return view.Fences(cmd.OutOrStdout(), view.FormatFor(asJSON), rep)
+			if err := view.Fences(cmd.OutOrStdout(), view.FormatFor(asJSON), rep); err != nil {
+				return err
+			}
+
+			if exitCode && len(rep.Fences) > 0 {
+				return exitError{code: exitChanges}
+			}
+
+			return nil
 		},
 	}
 
 	cmd.Flags().StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
 	cmd.Flags().StringVar(&o.Holder, "holder", "", "judge as if releasing this holder id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the fences as JSON")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when a fence is held (a post-deploy guard)")
 
 	return cmd
 }
@@ -86,7 +96,7 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 			}
 
 			if res.Held() > 0 {
-				return exitError{code: 1}
+				return exitError{code: exitPartial}
 			}
 
 			return nil

@@ -253,7 +253,7 @@ func TestPlanFromAnotherCluster(t *testing.T) {
 	before := writesBy(t, a)
 
 	r := ghcrsync(t, a, "apply", "--config", cfgA, planFile)
-	if r.code != 1 || !strings.Contains(r.stderr, "made for another cluster") || !strings.Contains(r.stderr, "Nothing was changed") ||
+	if r.code != 3 || !strings.Contains(r.stderr, "made for another cluster") || !strings.Contains(r.stderr, "Nothing was changed") ||
 		strings.Contains(r.stderr, "not authentic") {
 		t.Fatalf("apply of B's plan on A: exit %d, want 1 naming the cluster (its authentication is valid)\n%s", r.code, r.stderr)
 	}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/lease"
+)
+
+// The exit codes, one table (docs/ci.md). A signal that cancelled the command exits 128 + its
+// number: 130 (SIGINT), 143 (SIGTERM).
+const (
+	exitOK          = 0 // done; plan: no changes
+	exitFailure     = 1 // an error: bad input, an unreachable cluster, a missing permission…
+	exitChanges     = 2 // plan --detailed-exitcode: changes present; fences --exit-code: fences held
+	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format
+	exitLeaseHeld   = 4 // the run Lease is held by another run
+	exitPartial     = 5 // some nodes failed or a fence is still held: the state records each fence
+)
+
+// exitError carries an exit code other than 1.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
+
+// exitCode maps a command's error to the table above.
+func exitCode(err error) int {
+	var (
+		ee exitError
+		le *lease.Error
+	)
+
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case apply.IsRefused(err):
+		return exitRefusedPlan
+	case errors.As(err, &le) && le.Class == lease.HeldByAnother:
+		return exitLeaseHeld
+	}
+
+	return exitFailure
+}
