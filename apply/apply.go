@@ -39,6 +39,32 @@ type Options struct {
 	Progress    io.Writer // drain progress
 	Hooks       Hooks
 	SecretHooks fanout.Hooks
+	// Observe, if set, sees every Event the run records (apply --json streams them).
+	Observe func(Event)
+}
+
+// Event is one step of the run as recorded on its object: the Kubernetes Event's content.
+type Event struct {
+	Time    time.Time
+	Object  cluster.Ref
+	Reason  string
+	Message string
+	Warning bool
+}
+
+// recorder records the run's Events in the cluster and shows each to Observe.
+type recorder struct {
+	kube    Recorder
+	observe func(Event)
+	now     func() time.Time
+}
+
+func (r recorder) Record(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) error {
+	if r.observe != nil {
+		r.observe(Event{Time: r.now(), Object: ref, Reason: reason, Message: msg, Warning: warning})
+	}
+
+	return r.kube.Record(ctx, ref, reason, msg, warning)
 }
 
 // Result is what a run did.
@@ -246,7 +272,7 @@ func (r *run) nodes(ctx context.Context) error {
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		MaxFailures: cfg.Nodes.MaxFailures,
 		ProbeImage:  cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
-		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.ws.Kube,
+		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 	})
 
 	r.res.Nodes = exec.run(ctx, r.p)
@@ -291,9 +317,14 @@ func (r *run) fanOut(ctx context.Context) {
 	}
 }
 
+// events is where the run records its Events: the cluster, and Options.Observe.
+func (r *run) events() Recorder {
+	return recorder{kube: r.ws.Kube, observe: r.o.Observe, now: r.ws.Now}
+}
+
 // event records an Event on the run's objects (the Lease, the pull secrets); best effort.
 func (r *run) event(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) {
-	if err := r.ws.Kube.Record(context.WithoutCancel(ctx), ref, reason, msg, warning); err != nil {
+	if err := r.events().Record(context.WithoutCancel(ctx), ref, reason, msg, warning); err != nil {
 		r.log.Debug("event not written", "error", err)
 	}
 }

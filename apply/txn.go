@@ -3,6 +3,8 @@ package apply
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
@@ -164,7 +166,9 @@ func (t *txn) reboot(ctx context.Context) *NodeResult {
 
 // waitReady waits for a new boot ID, Ready, and no lifecycle taints, judging every read.
 func (t *txn) waitReady(ctx context.Context) *NodeResult {
-	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+	start := t.e.now()
+	deadline := start.Add(t.e.o.ReadyTimeout)
+	lastSaid := start
 
 	for {
 		n, r := t.guard(ctx, plan.StepWait)
@@ -190,10 +194,42 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 				t.np.Name, t.e.o.ReadyTimeout, boot, ready, lifecycle))
 		}
 
+		if now := t.e.now(); now.Sub(lastSaid) >= progressEvery {
+			lastSaid = now
+			fmt.Fprintf(t.e.o.Progress, "%s: rebooting, %s elapsed of ready_timeout %s: waiting for %s\n", t.np.Name,
+				now.Sub(start).Round(time.Second), t.e.o.ReadyTimeout, awaited(boot != "" && boot != t.rec.BootBefore, ready, lifecycle))
+		}
+
 		if err := t.e.sleep(ctx); err != nil {
 			return t.failOrInterrupted(err.Error())
 		}
 	}
+}
+
+// progressEvery is how often a wait says what it is waiting for.
+const progressEvery = 5 * time.Second
+
+// awaited says what a node coming back from its reboot still lacks.
+func awaited(newBoot, ready, lifecycle bool) string {
+	var want []string
+
+	if !newBoot {
+		want = append(want, "a new boot id")
+	}
+
+	if !ready {
+		want = append(want, "Ready")
+	}
+
+	if lifecycle {
+		want = append(want, "its lifecycle taints to go")
+	}
+
+	if len(want) == 0 {
+		return "the next read"
+	}
+
+	return strings.Join(want, ", ")
 }
 
 // prove proves the runtime pulls with the node's credential, then marks the node verified.

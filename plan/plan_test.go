@@ -112,8 +112,15 @@ func TestGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			var md, gh bytes.Buffer
+
+			view.PlanMarkdown(&md, p)
+			view.PlanAnnotations(&gh, p)
+
 			golden(t, filepath.Join(dir, "plan.txt"), human.Bytes())
 			golden(t, filepath.Join(dir, "plan.json"), js.Bytes())
+			golden(t, filepath.Join(dir, "plan.md"), md.Bytes())
+			golden(t, filepath.Join(dir, "plan.github"), gh.Bytes())
 
 			// The planner is a function: the same inputs give the same plan.
 			again, _ := json.Marshal(plan.Make(s, in))

@@ -36,6 +36,9 @@ func newApply() *cobra.Command {
 		Long: `apply executes a plan saved by ghcrsync plan --out. It refuses a plan that expired, or that was
 made from another configuration, credential revision or state, before it writes anything. It
 runs under the configured Lease and writes the state before every mutation.`,
+		Example: `  ghcrsync apply plan.out                 # execute a reviewed plan
+  ghcrsync apply --auto-approve           # plan and apply in one go
+  ghcrsync apply --json plan.out | jq .   # each step as a JSON line, then the outcome`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			planPath := ""
@@ -50,7 +53,11 @@ runs under the configured Lease and writes the state before every mutation.`,
 				return err
 			}
 
-			ws, err := open(a.config, true)
+			if _, err := githubOutput(cmd); err != nil {
+				return err
+			}
+
+			ws, err := open(cmd, a.config, true)
 			if err != nil {
 				return err
 			}
@@ -61,15 +68,33 @@ runs under the configured Lease and writes the state before every mutation.`,
 				return err
 			}
 
-			res, err := apply.Run(cmd.Context(), ws, p, apply.Options{
-				PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger,
-			})
+			o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger}
+			if a.json { // JSON Lines: each step as it happens, then the summary
+				o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
+			}
+
+			res, err := apply.Run(cmd.Context(), ws, p, o)
 			if err != nil {
 				return err
 			}
 
-			if err := view.Apply(cmd.OutOrStdout(), view.FormatFor(a.json), res); err != nil {
+			if a.json {
+				err = view.ApplySummaryLine(cmd.OutOrStdout(), res)
+			} else {
+				err = view.Apply(cmd.OutOrStdout(), view.Human, res)
+			}
+
+			if err != nil {
 				return err
+			}
+
+			if gh, _ := githubOutput(cmd); gh {
+				view.PlanAnnotations(cmd.OutOrStdout(), res.Plan)
+				view.ApplyAnnotations(cmd.OutOrStdout(), res)
+
+				if err := view.AppendSummary(func(w io.Writer) { view.ApplyMarkdown(w, res) }); err != nil {
+					view.Annotate(cmd.OutOrStdout(), view.AnnotateWarning, "ghcrsync apply", err.Error())
+				}
 			}
 
 			if res.Failed() > 0 || res.ReleaseErr != nil {
@@ -86,7 +111,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
 	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
 	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
-	f.BoolVar(&a.json, "json", false, "print the outcome as JSON")
+	f.BoolVar(&a.json, "json", false, "print JSON Lines: each step as it happens (type \"event\"), then the outcome (type \"summary\")")
 
 	return cmd
 }

@@ -72,6 +72,11 @@ func TestExitCodes(t *testing.T) {
 		t.Fatalf("fences --exit-code with a fence held: exit %d, want %d\n%s", r.code, exitChanges, r.stdout)
 	}
 
+	// Shell completion offers the recorded node and holder.
+	if r := ghcrsync(t, "__complete", "release", "--config", cfg, "--node", "prod-w"); !strings.Contains(r.stdout, "prod-worker-1\n") {
+		t.Errorf("completion of --node: %q", r.stdout)
+	}
+
 	// The failed run ran in this test's process, which is alive: name its holder and force.
 	var fences struct {
 		Fences []struct{ Holder string } `json:"fences"`
@@ -79,6 +84,10 @@ func TestExitCodes(t *testing.T) {
 
 	if r := ghcrsync(t, "fences", "--config", cfg, "--json"); json.Unmarshal([]byte(r.stdout), &fences) != nil || len(fences.Fences) == 0 {
 		t.Fatalf("fences --json: %s", r.stdout)
+	}
+
+	if r := ghcrsync(t, "__complete", "release", "--config", cfg, "--holder", ""); !strings.Contains(r.stdout, fences.Fences[0].Holder+"\n") {
+		t.Errorf("completion of --holder: %q, want %s", r.stdout, fences.Fences[0].Holder)
 	}
 
 	if r := ghcrsync(t, "release", "--config", cfg, "--holder", fences.Fences[0].Holder, "--force"); r.code != exitOK {

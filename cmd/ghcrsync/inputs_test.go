@@ -367,6 +367,19 @@ func clusterRows(sb *sandbox.Sandbox) []badInput {
 			b.edit("talos {", "talos {\n  context = \"production\"")
 			return planCmd(b)
 		}, 1, []string{`has no context "production"`}, ""},
+		{"kubeconfig_flag_of_a_missing_file", func(b *bench) []string {
+			return append(planCmd(b), "--kubeconfig", b.path("absent.kubeconfig"))
+		}, 1, []string{"--kubeconfig " + "", "absent.kubeconfig does not exist", "leave the flag out"}, ""},
+		{"kubeconfig_flag_wins_over_the_file", func(b *bench) []string {
+			// The file's kubeconfig is admin; the flag's is an identity with no rights.
+			if err := sb.WriteKubeconfig(b.path("flag.kubeconfig"), b.identity); err != nil {
+				b.t.Fatal(err)
+			}
+			return append(planCmd(b), "--kubeconfig", b.path("flag.kubeconfig"))
+		}, 1, []string{"ghcrsync plan cannot run as " + "bad-input-", "the cluster denies get nodes"}, ""},
+		{"talos_context_flag_wins_over_the_file", func(b *bench) []string {
+			return append(planCmd(b), "--talos-context", "production")
+		}, 1, []string{`has no context "production"`}, ""},
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
@@ -55,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	case err != nil:
 		view.Error(stderr, err)
+
+		if gh, _ := githubOutput(cmd); gh && cmd != nil {
+			view.Annotate(stdout, view.AnnotateError, cmd.CommandPath(), firstLine(err.Error()))
+		}
 	}
 
 	return exitCode(err)
@@ -122,12 +127,19 @@ func newRoot() *cobra.Command {
 	}
 
 	root.SetVersionTemplate("ghcrsync {{.Version}}\n")
+	pf := root.PersistentFlags()
+	pf.String("kubeconfig", "", "kubeconfig file (overrides cluster.kubeconfig)")
+	pf.String("context", "", "kubeconfig context (overrides cluster.context)")
+	pf.String("talosconfig", "", "talosconfig file (overrides talos.talosconfig)")
+	pf.String("talos-context", "", "talosconfig context (overrides talos.context)")
+	root.PersistentFlags().String("output", outputAuto,
+		"GitHub Actions output (annotations, step summary): auto (when GITHUB_ACTIONS=true), github or plain")
 
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
 	})
 
-	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newState(), &cobra.Command{
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
@@ -147,12 +159,33 @@ func defaultConfig() string {
 }
 
 // open opens the workspace of --config, locked when the command writes the state.
-func open(cfgPath string, lock bool) (*workspace.Workspace, error) {
-	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock})
+func open(cmd *cobra.Command, cfgPath string, lock bool) (*workspace.Workspace, error) {
+	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Overrides: overrides(cmd)})
 }
 
 // openAs opens the workspace for a command class, checking its permissions first (before the
 // state is read).
-func openAs(ctx context.Context, class, cfgPath string, lock bool) (*workspace.Workspace, error) {
-	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Preflight: class, Context: ctx})
+func openAs(cmd *cobra.Command, class, cfgPath string, lock bool) (*workspace.Workspace, error) {
+	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Preflight: class, Context: cmd.Context(), Overrides: overrides(cmd)})
+}
+
+// overrides are the global connection flags, which win over the configuration file.
+func overrides(cmd *cobra.Command) config.Overrides {
+	get := func(name string) string {
+		v, _ := cmd.Flags().GetString(name)
+
+		return v
+	}
+
+	return config.Overrides{
+		Kubeconfig: get("kubeconfig"), Context: get("context"), Talosconfig: get("talosconfig"), TalosContext: get("talos-context"),
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+
+	return s
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 type planArgs struct {
 	config       string
 	out          string
+	markdown     string
 	json         bool
 	detailedExit bool
 	skipProof    bool
@@ -29,9 +31,17 @@ func newPlan() *cobra.Command {
 		Long: `plan reads the configuration, decrypts and proves the credential, observes the cluster and
 its nodes' Talos API, and prints one action per node. It never writes to the cluster, Talos or
 the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.`,
+		Example: `  ghcrsync plan                                   # read-only: what a rotation would do
+  ghcrsync plan --out plan.out --markdown plan.md # save it for apply, and for a PR comment
+  ghcrsync plan --detailed-exitcode               # exit 2 when there are changes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := openAs(cmd.Context(), workspace.CommandPlan, a.config, false)
+			gh, err := githubOutput(cmd)
+			if err != nil {
+				return err
+			}
+
+			ws, err := openAs(cmd, workspace.CommandPlan, a.config, false)
 			if err != nil {
 				return err
 			}
@@ -61,6 +71,20 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 				}
 			}
 
+			if a.markdown != "" {
+				if err := writeMarkdown(a.markdown, func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
+					return err
+				}
+			}
+
+			if gh {
+				view.PlanAnnotations(cmd.OutOrStdout(), p)
+
+				if err := view.AppendSummary(func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
+					view.Annotate(cmd.OutOrStdout(), view.AnnotateWarning, "ghcrsync plan", err.Error())
+				}
+			}
+
 			if a.detailedExit && p.Changes() {
 				return exitError{code: exitChanges}
 			}
@@ -73,6 +97,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.StringVar(&a.out, "out", "", "save the plan to this file for ghcrsync apply")
 	f.BoolVar(&a.json, "json", false, "print the plan as JSON")
+	f.StringVar(&a.markdown, "markdown", "", "also write the plan as Markdown (a pull-request comment) to this file")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes, 2 when there are, 1 on error")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
@@ -81,22 +106,32 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 }
 
 func newShow() *cobra.Command {
-	var asJSON bool
+	var asJSON, asMarkdown bool
 
 	cmd := &cobra.Command{
 		Use:   "show PLANFILE",
 		Short: "Render a saved plan",
-		Args:  cobra.ExactArgs(1),
+		Example: `  ghcrsync show plan.out
+  ghcrsync show --markdown plan.out > comment.md`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := plan.Load(args[0])
 			if err != nil {
 				return err
 			}
 
+			if asMarkdown {
+				view.PlanMarkdown(cmd.OutOrStdout(), p)
+
+				return nil
+			}
+
 			return view.Plan(cmd.OutOrStdout(), view.FormatFor(asJSON), p)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	cmd.Flags().BoolVar(&asMarkdown, "markdown", false, "print the plan as Markdown (a pull-request comment)")
+	cmd.MarkFlagsMutuallyExclusive("json", "markdown")
 
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -19,9 +20,11 @@ func newFences() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fences",
 		Short: "List the fences ghcrsync holds, with liveness evidence and how to release them",
-		Args:  cobra.NoArgs,
+		Example: `  ghcrsync fences
+  ghcrsync fences --exit-code    # exit 2 while a fence is held (a post-deploy guard)`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := openAs(cmd.Context(), workspace.CommandFences, cfgPath, false)
+			ws, err := openAs(cmd, workspace.CommandFences, cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -46,8 +49,21 @@ func newFences() *cobra.Command {
 
 	cmd.Flags().StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
 	cmd.Flags().StringVar(&o.Holder, "holder", "", "judge as if releasing this holder id")
+	_ = cmd.RegisterFlagCompletionFunc("holder", completeFromState("config", true))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the fences as JSON")
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when a fence is held (a post-deploy guard)")
+
+	return cmd
+}
+
+// newDestroy is release under the name Terraform users reach for.
+func newDestroy() *cobra.Command {
+	cmd := newRelease()
+	cmd.Use = "destroy"
+	cmd.Short = "Same as release: undo the fences of a run that is over (Terraform's word for it)"
+	cmd.Long = "destroy is `ghcrsync release` under the name Terraform users reach for: same flags, same output.\n" +
+		"It destroys nothing but ghcrsync's own fences. `destroy --dry-run` previews, like terraform plan -destroy.\n\n" + cmd.Long
+	cmd.Example = strings.ReplaceAll(cmd.Example, "ghcrsync release", "ghcrsync destroy")
 
 	return cmd
 }
@@ -67,6 +83,10 @@ scale-down guard, uncordons a node only if it was not cordoned before the claim,
 Lease last — each write a compare-and-swap on what it read. It refuses while the owning run is
 provably alive (live Lease, or a run status that is not completed); without a liveness source,
 name the holder with --holder. --force releases a holder that may be alive.`,
+		Example: `  ghcrsync release --dry-run          # what would be undone
+  ghcrsync release                    # undo the fences of runs that are over
+  ghcrsync release --node prod-worker-3
+  ghcrsync release --holder HOLDER --force   # a run that may be alive (see ghcrsync fences)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Progress = cmd.ErrOrStderr()
@@ -80,7 +100,7 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 				class = workspace.CommandFences
 			}
 
-			ws, err := openAs(cmd.Context(), class, cfgPath, !o.DryRun)
+			ws, err := openAs(cmd, class, cfgPath, !o.DryRun)
 			if err != nil {
 				return err
 			}
@@ -110,6 +130,8 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 	f.BoolVar(&o.Force, "force", false, "release even if the holder's run may be alive (needs --holder)")
 	f.BoolVar(&o.DryRun, "dry-run", false, "print what would be undone, and change nothing")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	_ = cmd.RegisterFlagCompletionFunc("node", completeFromState("config", false))
+	_ = cmd.RegisterFlagCompletionFunc("holder", completeFromState("config", true))
 
 	return cmd
 }

@@ -12,7 +12,9 @@ import (
 func newState() *cobra.Command {
 	var cfgPath string
 
-	cmd := &cobra.Command{Use: "state", Short: "Inspect and manage ghcrsync's state"}
+	cmd := &cobra.Command{Use: "state", Short: "Inspect and manage ghcrsync's state", Example: `  ghcrsync state list --json
+  ghcrsync state show prod-worker-3
+  ghcrsync state pull > backup.json && ghcrsync state push backup.json`}
 	cmd.PersistentFlags().StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
 	cmd.AddCommand(newStateList(&cfgPath), newStateShow(&cfgPath), newStateRm(&cfgPath), newStatePull(&cfgPath), newStatePush(&cfgPath))
 
@@ -25,7 +27,7 @@ func newStateList(cfgPath *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "list", Short: "List the state's records", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := open(*cfgPath, false)
+			ws, err := open(cmd, *cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -43,7 +45,7 @@ func newStateShow(cfgPath *string) *cobra.Command {
 	return &cobra.Command{
 		Use: "show NODE", Short: "Show one node's record", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := open(*cfgPath, false)
+			ws, err := open(cmd, *cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -63,7 +65,7 @@ func newStateRm(cfgPath *string) *cobra.Command {
 	return &cobra.Command{
 		Use: "rm NODE", Short: "Forget a node's record without touching the cluster", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := open(*cfgPath, true)
+			ws, err := open(cmd, *cfgPath, true)
 			if err != nil {
 				return err
 			}
@@ -84,7 +86,7 @@ func newStatePull(cfgPath *string) *cobra.Command {
 	return &cobra.Command{
 		Use: "pull", Short: "Print the state as JSON", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := open(*cfgPath, false)
+			ws, err := open(cmd, *cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -110,7 +112,7 @@ func newStatePush(cfgPath *string) *cobra.Command {
 				return fmt.Errorf("%s holds no state (no lineage): push needs an existing state file", args[0])
 			}
 
-			ws, err := open(*cfgPath, true)
+			ws, err := open(cmd, *cfgPath, true)
 			if err != nil {
 				return err
 			}

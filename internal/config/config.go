@@ -723,3 +723,43 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 
 	cfg.Nodes = n
 }
+
+// Overrides are the command line's connection flags (--kubeconfig, --context, --talosconfig,
+// --talos-context); set ones win over the file. Paths are taken as given (relative to the
+// working directory, like any command-line path).
+type Overrides struct {
+	Kubeconfig, Context, Talosconfig, TalosContext string
+}
+
+// Override applies the set overrides; a file that does not exist is an error naming the flag.
+func (c *Config) Override(o Overrides) error {
+	for _, f := range []struct {
+		flag, path string
+		into       *string
+	}{{"--kubeconfig", o.Kubeconfig, &c.Cluster.Kubeconfig}, {"--talosconfig", o.Talosconfig, &c.Talos.Talosconfig}} {
+		if f.path == "" {
+			continue
+		}
+
+		abs, err := filepath.Abs(f.path)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", f.flag, f.path, err)
+		}
+
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("%s %s does not exist: pass an existing file, or leave the flag out to use the configuration's", f.flag, f.path)
+		}
+
+		*f.into = abs
+	}
+
+	if o.Context != "" {
+		c.Cluster.Context = o.Context
+	}
+
+	if o.TalosContext != "" {
+		c.Talos.Context = o.TalosContext
+	}
+
+	return nil
+}

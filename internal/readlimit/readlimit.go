@@ -10,12 +10,13 @@ import (
 
 // Ceilings of the inputs ghcrsync reads.
 const (
-	Config    = 1 << 20  // ghcrsync.hcl
-	SOPSFile  = 4 << 20  // the encrypted credential
-	Plan      = 64 << 20 // a saved plan (a 10,000-node plan is ~10 MiB)
-	State     = 64 << 20 // a local state file
-	Talosconf = 4 << 20  // a talosconfig
-	Body      = 1 << 20  // an HTTP answer from the registry or the CI API
+	Config      = 1 << 20  // ghcrsync.hcl
+	SOPSFile    = 4 << 20  // the encrypted credential
+	Plan        = 64 << 20 // a saved plan (a 10,000-node plan is ~10 MiB)
+	State       = 64 << 20 // a local state file
+	Talosconf   = 4 << 20  // a talosconfig
+	Body        = 1 << 20  // an HTTP answer from the registry or the CI API
+	StepSummary = 1 << 20  // GitHub Actions keeps 1 MiB of a step's summary
 )
 
 // TooLargeError is an input over its ceiling.

@@ -7,6 +7,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -594,6 +595,13 @@ func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
 	}
 
 	var out []AuditEvent
+
+	// The apiserver may be writing a line right now: only complete lines are read.
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i+1]
+	} else {
+		b = nil
+	}
 
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" {

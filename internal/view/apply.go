@@ -1,9 +1,11 @@
 package view
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
@@ -16,6 +18,8 @@ const ApplyJSONFormatVersion = "1.0"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
+	// Type is "summary" in the JSON Lines stream of `apply --json` (the last line).
+	Type               string            `json:"type,omitempty"`
 	FormatVersion      string            `json:"format_version"`
 	CredentialRevision string            `json:"credential_revision"`
 	Changes            bool              `json:"changes"`
@@ -29,6 +33,51 @@ type ApplyJSON struct {
 	Cancelled          bool              `json:"cancelled"`
 	Held               []string          `json:"held"`
 	MaxFailures        int               `json:"max_failures"`
+}
+
+// ApplyEventJSON is one line of the `apply --json` stream: a step of the run, as recorded in
+// the Kubernetes Event on its object. The stream ends with the summary (ApplyJSON, type
+// "summary").
+type ApplyEventJSON struct {
+	Type          string    `json:"type"` // "event"
+	FormatVersion string    `json:"format_version"`
+	Time          time.Time `json:"time"`
+	Kind          string    `json:"kind"` // Node, Secret, Lease
+	Namespace     string    `json:"namespace,omitempty"`
+	Name          string    `json:"name"`
+	Reason        string    `json:"reason"`
+	Message       string    `json:"message"`
+	Warning       bool      `json:"warning,omitempty"`
+}
+
+// ApplyEventLine writes one event line of the `apply --json` stream, in one Write.
+func ApplyEventLine(w io.Writer, ev apply.Event) error {
+	b, err := json.Marshal(ApplyEventJSON{
+		Type: "event", FormatVersion: ApplyJSONFormatVersion, Time: ev.Time.UTC(), Kind: ev.Object.Kind,
+		Namespace: ev.Object.Namespace, Name: ev.Object.Name, Reason: ev.Reason, Message: ev.Message, Warning: ev.Warning,
+	})
+	if err != nil {
+		return err
+	}
+
+	_, err = w.Write(append(b, '\n'))
+
+	return err
+}
+
+// ApplySummaryLine writes the last line of the `apply --json` stream.
+func ApplySummaryLine(w io.Writer, res *apply.Result) error {
+	s := NewApplyJSON(res)
+	s.Type = "summary"
+
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+
+	_, err = w.Write(append(b, '\n'))
+
+	return err
 }
 
 // ApplyNodeJSON is one node's outcome.

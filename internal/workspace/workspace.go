@@ -29,6 +29,8 @@ type Options struct {
 	// before the state is read or locked: a missing permission is the first error, not a
 	// forbidden read half-way.
 	Preflight string
+	// Overrides are the command line's connection flags.
+	Overrides config.Overrides
 	// Context bounds the preflight's calls.
 	Context context.Context
 	Now     func() time.Time
@@ -53,6 +55,10 @@ type Workspace struct {
 func Open(o Options) (*Workspace, error) {
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
+		return nil, err
+	}
+
+	if err := cfg.Override(o.Overrides); err != nil {
 		return nil, err
 	}
 

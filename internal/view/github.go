@@ -1,0 +1,199 @@
+package view
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// GitHub Actions output: errors and warnings as workflow annotations, and a Markdown summary
+// of the step. Annotations are the only "::" lines ghcrsync writes; they bypass the guard's
+// colon rule (Guard) because their title and message are escaped the way the runner reads
+// them, so no value can end the command or start another.
+
+// Annotation levels.
+const (
+	AnnotateError   = "error"
+	AnnotateWarning = "warning"
+	AnnotateNotice  = "notice"
+)
+
+// Annotation is one workflow command line, e.g. "::error title=T::message".
+func Annotation(level, title, msg string) string {
+	line := "::" + level
+	if title != "" {
+		line += " title=" + escapeProperty(Clean(title))
+	}
+
+	return line + "::" + escapeData(Clean(msg)) + "\n"
+}
+
+// escapeData escapes a workflow command's message as the runner unescapes it.
+func escapeData(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+// escapeProperty escapes a workflow command's property value (a title).
+func escapeProperty(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+// Annotate writes an annotation to w: through the guard's command channel when w is guarded
+// (starting a new line if needed), else as is.
+func Annotate(w io.Writer, level, title, msg string) {
+	line := Annotation(level, title, msg)
+
+	if g, ok := w.(*guard); ok {
+		g.command(line)
+
+		return
+	}
+
+	_, _ = io.WriteString(w, line)
+}
+
+// command writes a workflow command line ghcrsync made (Annotation escaped its values).
+func (g *guard) command(line string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+
+	if !g.lineStart {
+		_, _ = io.WriteString(g.w, "\n")
+	}
+
+	_, _ = io.WriteString(g.w, line)
+	g.lineStart = true
+}
+
+// PlanAnnotations annotates a plan's warnings.
+func PlanAnnotations(w io.Writer, p *plan.Plan) {
+	for _, warning := range p.Warnings {
+		Annotate(w, AnnotateWarning, "ghcrsync plan", warning)
+	}
+}
+
+// ApplyAnnotations annotates a run's failed and cancelled nodes, a Lease left held and the
+// pull secrets not written.
+func ApplyAnnotations(w io.Writer, res *apply.Result) {
+	for _, n := range res.Nodes {
+		switch n.Outcome {
+		case state.OutcomeFailed:
+			Annotate(w, AnnotateError, "ghcrsync: "+n.Node+" failed", n.Message)
+		case state.OutcomeCancelled:
+			Annotate(w, AnnotateWarning, "ghcrsync: "+n.Node+" cancelled", n.Message)
+		}
+	}
+
+	for _, s := range res.Secrets {
+		if s.Outcome == fanout.Failed {
+			Annotate(w, AnnotateError, "ghcrsync: pull secret "+s.Namespace+"/"+s.Secret, s.Message)
+		}
+	}
+
+	if res.ReleaseErr != nil {
+		Annotate(w, AnnotateError, "ghcrsync: Lease not released", res.ReleaseErr.Error()+" (release it with `ghcrsync release`)")
+	}
+}
+
+// ApplyMarkdown renders a run's outcome for the step summary.
+func ApplyMarkdown(w io.Writer, res *apply.Result) {
+	p := res.Plan
+	failed := 0
+
+	for _, n := range res.Nodes {
+		if n.Failed() {
+			failed++
+		}
+	}
+
+	head := "done"
+
+	switch {
+	case res.Cancelled:
+		head = "cancelled"
+	case failed > 0:
+		head = plural(failed, "node failed", "nodes failed")
+	case !p.Changes():
+		head = "no changes"
+	}
+
+	fmt.Fprintf(w, "### ghcrsync apply: %s\n\n", head)
+	fmt.Fprintf(w, "Credential revision `%s` for %s · run `%s`.\n\n", shortRev(p.CredentialRevision), md(p.Registry), md(res.Holder))
+
+	if len(res.Nodes) > 0 {
+		fmt.Fprintln(w, "| Node | Action | Outcome | Fence held | Detail |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+
+		for _, n := range res.Nodes {
+			held := "no"
+			if n.Fenced {
+				held = "**yes**"
+			}
+
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", md(n.Node), n.Action, n.Outcome, held, md(n.Message))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	if len(res.Secrets) > 0 {
+		fmt.Fprintln(w, "| Pull secret | Role | Outcome | Detail |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+
+		for _, s := range res.Secrets {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(s.Namespace+"/"+s.Secret), md(s.Role), md(string(s.Outcome)), md(s.Message))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	if held := res.Held(); len(held) > 0 || res.ReleaseErr != nil {
+		fmt.Fprintln(w, "Fences are still held: inspect them with `ghcrsync fences`, undo them with `ghcrsync release`.")
+	}
+}
+
+func shortRev(rev string) string {
+	if len(rev) > 12 {
+		return rev[:12]
+	}
+
+	return rev
+}
+
+// AppendSummary appends Markdown to the step summary file GitHub Actions names in
+// $GITHUB_STEP_SUMMARY (nothing when it is unset); a file that cannot be written is reported,
+// never fatal to the command.
+func AppendSummary(render func(io.Writer)) error {
+	path := os.Getenv("GITHUB_STEP_SUMMARY")
+	if path == "" {
+		return nil
+	}
+
+	if fi, err := os.Stat(path); err == nil && fi.Size() > readlimit.StepSummary {
+		return fmt.Errorf("step summary %s is already %d bytes: not appending", path, fi.Size())
+	}
+
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("step summary: %w", err)
+	}
+
+	var b strings.Builder
+
+	render(&b)
+
+	if _, err := f.WriteString(b.String() + "\n"); err != nil {
+		f.Close()
+
+		return fmt.Errorf("step summary %s: %w", path, err)
+	}
+
+	return f.Close()
+}

@@ -1,0 +1,201 @@
+package view
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// MarkdownMarker opens every Markdown plan: a workflow finds the comment it posted before by
+// it and updates that one instead of adding another.
+const MarkdownMarker = "<!-- ghcrsync-plan -->"
+
+// The labels a workflow may put on the pull request.
+const (
+	LabelNoChanges      = "ghcrsync:no-changes"
+	LabelLiveUpdate     = "ghcrsync:live-update"
+	LabelRebootRequired = "ghcrsync:reboot-required"
+)
+
+// disruption is what an action does to the workloads on the node.
+var disruption = map[plan.Action]string{
+	plan.ActionFence:     "cordon + drain + reboot",
+	plan.ActionApplyLive: "CRI restart",
+	plan.ActionNoOp:      "none",
+	plan.ActionDeselect:  "none (left alone)",
+}
+
+// Labels are the pull-request labels that describe a plan.
+func Labels(p *plan.Plan) []string {
+	var out []string
+
+	if !p.Changes() {
+		out = append(out, LabelNoChanges)
+	}
+
+	if p.Summary.ApplyLive > 0 {
+		out = append(out, LabelLiveUpdate)
+	}
+
+	if p.Summary.Fence > 0 {
+		out = append(out, LabelRebootRequired)
+	}
+
+	return out
+}
+
+// Headline is the plan in one line: no changes, or how many reboots and live updates.
+func Headline(p *plan.Plan) string {
+	if !p.Changes() {
+		return "No changes"
+	}
+
+	var parts []string
+
+	if n := p.Summary.Fence; n > 0 {
+		parts = append(parts, plural(n, "node reboot", "node reboots"))
+	}
+
+	if n := p.Summary.ApplyLive; n > 0 {
+		parts = append(parts, plural(n, "live update", "live updates"))
+	}
+
+	if n := p.Summary.SecretsCreate + p.Summary.SecretsUpdate; n > 0 {
+		parts = append(parts, plural(n, "pull secret to write", "pull secrets to write"))
+	}
+
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// PlanMarkdown renders a plan for a pull-request comment or a step summary. Every value from
+// outside ghcrsync goes through md, so none can break the tables or inject markup.
+func PlanMarkdown(w io.Writer, p *plan.Plan) {
+	fmt.Fprintln(w, MarkdownMarker)
+	fmt.Fprintf(w, "### ghcrsync plan: %s\n\n", Headline(p))
+	fmt.Fprintf(w, "Credential revision `%s` for %s · cluster `%s` · plan created %s, valid until %s.\n\n",
+		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),
+		p.CreatedAt.UTC().Format("2006-01-02 15:04Z"), p.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
+
+	var acted, left []plan.NodePlan
+
+	for _, n := range p.Nodes {
+		switch n.Action {
+		case plan.ActionFence, plan.ActionApplyLive:
+			acted = append(acted, n)
+		case plan.ActionDeselect:
+			left = append(left, n)
+		}
+	}
+
+	if len(acted) > 0 {
+		fmt.Fprintln(w, "| # | Node | Role | Talos | Action | Disruption | Reason |")
+		fmt.Fprintln(w, "|---:|---|---|---|---|---|---|")
+
+		for _, n := range acted {
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s |\n", n.Order, nodeCell(n), md(string(n.Role)), md(n.Talos),
+				n.Action, disruption[n.Action], md(n.Sentence))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	if len(left) > 0 {
+		fmt.Fprintf(w, "<details><summary>%s left alone</summary>\n\n", plural(len(left), "node", "nodes"))
+		fmt.Fprintln(w, "| Node | Role | Why |")
+		fmt.Fprintln(w, "|---|---|---|")
+
+		for _, n := range left {
+			fmt.Fprintf(w, "| %s | %s | %s |\n", nodeCell(n), md(string(n.Role)), md(n.Sentence))
+		}
+
+		fmt.Fprint(w, "\n</details>\n\n")
+	}
+
+	if n := p.Summary.Unchanged; n > 0 {
+		fmt.Fprintf(w, "%s already on this credential.\n\n", plural(n, "node is", "nodes are"))
+	}
+
+	if len(p.Secrets) > 0 {
+		fmt.Fprintf(w, "#### Pull secrets (each receives the %s entry only; the root Flux secret last)\n\n", md(p.Registry))
+		fmt.Fprintln(w, "| Secret | Role | Action | Why |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+
+		for _, s := range p.Secrets {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(s.Namespace+"/"+s.Secret), md(s.Role), md(string(s.Action)), md(s.Reason))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	if len(p.Warnings) > 0 {
+		fmt.Fprintln(w, "#### Warnings")
+		fmt.Fprintln(w)
+
+		for _, warning := range p.Warnings {
+			fmt.Fprintf(w, "- %s\n", md(warning))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	s := p.Summary
+	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.\n\n",
+		s.Fence, s.ApplyLive, s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
+
+	var labels []string
+	for _, l := range Labels(p) {
+		labels = append(labels, "`"+l+"`")
+	}
+
+	fmt.Fprintf(w, "Labels: %s\n", strings.Join(labels, " "))
+}
+
+func nodeCell(n plan.NodePlan) string {
+	name := md(n.Name)
+	if n.Endpoint {
+		name += " (API endpoint)"
+	}
+
+	return name
+}
+
+// md renders a value from outside ghcrsync inside Markdown (a table cell, a list item): control
+// characters escaped (Clean), the characters that end a cell or start markup backslash-escaped,
+// and HTML's special characters as entities — so a value can neither break the table, nor
+// open a link, an image, code or an HTML element.
+func md(s string) string {
+	if s == "" {
+		return "—"
+	}
+
+	var b strings.Builder
+
+	for _, r := range Clean(s) {
+		switch r {
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		case '&':
+			b.WriteString("&amp;")
+		case '|', '\\', '`', '*', '_', '[', ']', '(', ')', '#', '!', '~', ':', '@':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+
+	return b.String()
+}
