@@ -183,7 +183,26 @@ func (r *run) checkPlan(ctx context.Context) error {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
-	return checkStale(r.p, r.o.PlanPath, r.ws.Config, cred, r.ws.State, clusterRef{uid, r.ws.Kube.Server}, r.ws.Now())
+	if err := checkStale(r.p, r.o.PlanPath, r.ws.Config, cred, r.ws.State, clusterRef{uid, r.ws.Kube.Server}, r.ws.Now()); err != nil {
+		return err
+	}
+
+	return checkSelf(r.p, r.o.PlanPath, workspace.SelfNode())
+}
+
+// checkSelf refuses a plan (made elsewhere) that would fence the node this apply runs on: the
+// drain would evict this very run.
+func checkSelf(p *plan.Plan, path, self string) error {
+	if n, ok := p.Node(self); self != "" && ok && n.Action == plan.ActionFence {
+		if path == "" {
+			path = "PLANFILE"
+		}
+
+		return &StaleError{PlanPath: path, Why: fmt.Sprintf("it fences %s, the node this apply runs on (%s): its drain would evict this very run; "+
+			"a plan made here leaves that node for a run from another node", self, workspace.SelfNodeEnv)}
+	}
+
+	return nil
 }
 
 // prove proves the credential against the registry, when the configuration lists targets.
@@ -304,6 +323,8 @@ func (r *run) fanOut(ctx context.Context) {
 		},
 	})
 
+	r.settleSecrets()
+
 	for _, s := range r.res.Secrets {
 		r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
 
@@ -314,6 +335,35 @@ func (r *run) fanOut(ctx context.Context) {
 		case fanout.Failed:
 			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 		}
+	}
+}
+
+// settleSecrets closes the write-ahead records of pull secrets an earlier run was killed while
+// writing ("writing") that this run's plan found already in sync: the write landed, nothing is
+// in flight any more. One state write for all of them.
+func (r *run) settleSecrets() {
+	st, settled := r.ws.State, 0
+
+	for _, res := range r.res.Secrets {
+		if res.Outcome != fanout.Unchanged {
+			continue
+		}
+
+		for _, rec := range st.Secrets {
+			if rec.Namespace == res.Namespace && rec.Name == res.Secret && rec.Outcome == "writing" {
+				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.ws.Now().UTC()
+				st.PutSecret(rec)
+				settled++
+			}
+		}
+	}
+
+	if settled == 0 {
+		return
+	}
+
+	if err := r.ws.Store.Write(st); err != nil {
+		r.log.Warn("could not record that in-flight pull secret writes are settled", "error", err)
 	}
 }
 

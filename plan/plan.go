@@ -113,6 +113,12 @@ func classify(n Node, in Input) NodePlan {
 
 	np.Action, np.Reason, np.Sentence = needs(n, in)
 
+	if np.Action == ActionFence && n.Name == in.SelfNode {
+		np.Action, np.Reason, np.Sentence = ActionDeselect, ReasonRunsGhcrsync, ReasonRunsGhcrsync.Sentence("its pod's node, GHCRSYNC_NODE_NAME")
+
+		return np
+	}
+
 	v := Judge(Subject{Node: &n, Action: np.Action, Step: StepPlan, CandidatePolicy: in.AutoscalerPolicy, Desired: in.AuthDigest})
 	if v.Decision != Proceed {
 		np.Action, np.Reason, np.Sentence = ActionDeselect, v.Reason, v.Reason.Sentence(v.Detail)

@@ -27,6 +27,7 @@ type goldenInput struct {
 	ProofSkipped       bool              `json:"proof_skipped"`
 	ConfigDigest       string            `json:"config_digest"`
 	Exclude            []string          `json:"exclude"`
+	SelfNode           string            `json:"self_node"`
 	AutoscalerPolicy   string            `json:"autoscaler_policy"`
 	State              plan.StateRef     `json:"state"`
 	Known              map[string]string `json:"known"`
@@ -56,7 +57,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 	return s, plan.Input{
 		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, ConfigDigest: in.ConfigDigest,
-		Exclude: in.Exclude, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
+		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
 	}
 }
 

@@ -26,6 +26,7 @@ const (
 	ReasonFenceRemoved        Reason = "fence-removed"
 	ReasonNeverClaimed        Reason = "never-claimed"
 	ReasonStagedConfig        Reason = "staged-config"
+	ReasonRunsGhcrsync        Reason = "runs-ghcrsync"
 )
 
 // Reasons lists every reason code.
@@ -34,6 +35,7 @@ var Reasons = []Reason{
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
 	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
+	ReasonRunsGhcrsync,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -58,6 +60,7 @@ var clauses = map[Reason]string{
 	ReasonFenceRemoved:        "ghcrsync's owner annotation was removed outside ghcrsync (%s)",
 	ReasonNeverClaimed:        "ghcrsync's claim never landed on it (%s): nothing of ghcrsync's is there to undo",
 	ReasonStagedConfig:        "it has a config staged for its next boot that differs from its active one (%s); ghcrsync never drops an operator's staged change",
+	ReasonRunsGhcrsync:        "ghcrsync itself runs on it (%s): fencing it would drain this very run; a run from another node rotates it",
 }
 
 // Sentence says the reason about the node; detail fills in the specifics.

@@ -78,8 +78,10 @@ type Input struct {
 	ProofSkipped       bool
 	ConfigDigest       string
 	Exclude            []string
-	AutoscalerPolicy   string // "deselect" or "include"
-	State              StateRef
+	// SelfNode is the node this ghcrsync runs on, in a cluster (GHCRSYNC_NODE_NAME): never fenced.
+	SelfNode         string
+	AutoscalerPolicy string // "deselect" or "include"
+	State            StateRef
 	// Known lists nodes the prior state or a previous plan recorded (name -> uid).
 	Known map[string]string
 }

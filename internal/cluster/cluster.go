@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -45,6 +47,37 @@ func Connect(kubeconfig, context string, timeout time.Duration) (*Connection, er
 		return nil, fmt.Errorf("kubeconfig %s: %w (set cluster.kubeconfig in the configuration, or KUBECONFIG)", describePath(kubeconfig), err)
 	}
 
+	return connect(cfg, timeout)
+}
+
+// ConnectInCluster connects as the pod's service account, as a pod does: the API at
+// KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT, verified with dir/ca.crt, authenticated
+// with dir/token (re-read as the kubelet rotates it).
+func ConnectInCluster(dir string, timeout time.Duration) (*Connection, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return nil, errors.New("cluster.in_cluster is set, but KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not: " +
+			"run ghcrsync in a pod, or use cluster.kubeconfig outside the cluster")
+	}
+
+	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	for _, f := range []string{token, ca} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("cluster.in_cluster: the service account's %s is missing (%v): mount the service account token "+
+				"(automountServiceAccountToken), or set cluster.service_account_dir", filepath.Base(f), err)
+		}
+	}
+
+	cfg := &rest.Config{
+		Host:            "https://" + net.JoinHostPort(host, port),
+		BearerTokenFile: token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: ca},
+	}
+
+	return connect(cfg, timeout)
+}
+
+func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 	cfg.UserAgent = "ghcrsync"
 	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
 	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet

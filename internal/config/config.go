@@ -56,7 +56,14 @@ type Cluster struct {
 	Kubeconfig string
 	Context    string
 	Timeout    time.Duration // bounds every Kubernetes request
+	// InCluster connects as the pod's service account (a Job in the cluster): the API from
+	// KUBERNETES_SERVICE_HOST/PORT, the token and CA from ServiceAccountDir.
+	InCluster         bool
+	ServiceAccountDir string
 }
+
+// DefaultServiceAccountDir is where Kubernetes mounts a pod's service-account token and CA.
+const DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // Talos is how to reach the Talos API. Empty fields follow TALOSCONFIG.
 type Talos struct {
@@ -162,9 +169,11 @@ type livenessBlock struct {
 }
 
 type clusterBlock struct {
-	Kubeconfig *string        `hcl:"kubeconfig,optional"`
-	Context    *string        `hcl:"context,optional"`
-	Timeout    hcl.Expression `hcl:"timeout,optional"`
+	Kubeconfig        *string        `hcl:"kubeconfig,optional"`
+	Context           *string        `hcl:"context,optional"`
+	Timeout           hcl.Expression `hcl:"timeout,optional"`
+	InCluster         *bool          `hcl:"in_cluster,optional"`
+	ServiceAccountDir *string        `hcl:"service_account_dir,optional"`
 }
 
 type talosBlock struct {
@@ -491,6 +500,18 @@ func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 		if c.Context != nil {
 			cfg.Cluster.Context = *c.Context
 		}
+
+		cfg.Cluster.InCluster = c.InCluster != nil && *c.InCluster
+		cfg.Cluster.ServiceAccountDir = DefaultServiceAccountDir
+
+		if c.ServiceAccountDir != nil {
+			cfg.Cluster.ServiceAccountDir = d.path(*c.ServiceAccountDir)
+		}
+
+		if cfg.Cluster.InCluster && (c.Kubeconfig != nil || c.Context != nil) {
+			d.errorf(attrRange(body, "cluster", "in_cluster"), "Conflicting cluster settings",
+				"in_cluster = true connects as the pod's service account; remove kubeconfig and context, or in_cluster.")
+		}
 	}
 
 	if t := raw.Talos; t != nil {
@@ -751,6 +772,10 @@ func (c *Config) Override(o Overrides) error {
 		}
 
 		*f.into = abs
+	}
+
+	if o.Kubeconfig != "" {
+		c.Cluster.InCluster = false
 	}
 
 	if o.Context != "" {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -571,6 +572,25 @@ func (s *Sandbox) WriteTokenKubeconfig(path, token string) error {
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
 
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// WriteServiceAccountDir writes what Kubernetes mounts into a pod for its service account —
+// token, ca.crt, namespace — into dir, and returns the environment a pod gets
+// (KUBERNETES_SERVICE_HOST and _PORT, here the API endpoint: the sandbox has no Service
+// network).
+func (s *Sandbox) WriteServiceAccountDir(dir, namespace, token string) ([]string, error) {
+	for name, data := range map[string][]byte{"token": []byte(token), "ca.crt": s.cp.kubeCA.certPEM(), "namespace": []byte(namespace)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+
+	u, err := url.Parse(s.fleet.endpoint.url())
+	if err != nil {
+		return nil, err
+	}
+
+	return []string{"KUBERNETES_SERVICE_HOST=" + u.Hostname(), "KUBERNETES_SERVICE_PORT=" + u.Port()}, nil
 }
 
 // AuditEvent is one write recorded in the apiserver's audit log.

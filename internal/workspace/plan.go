@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -45,7 +46,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	return plan.Make(snap, plan.Input{
 		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
-		Exclude: cfg.Nodes.Exclude, AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates,
+		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
 	}), nil
 }
@@ -149,3 +150,10 @@ func (w *Workspace) SecretTargets(ctx context.Context) ([]cluster.SecretTarget, 
 
 	return targets, nil
 }
+
+// SelfNodeEnv names the node ghcrsync's own pod runs on (the Job manifest sets it from the
+// downward API's spec.nodeName); unset outside a cluster.
+const SelfNodeEnv = "GHCRSYNC_NODE_NAME"
+
+// SelfNode is the node this ghcrsync runs on, "" when it does not run in the cluster.
+func SelfNode() string { return os.Getenv(SelfNodeEnv) }

@@ -62,7 +62,12 @@ func Open(o Options) (*Workspace, error) {
 		return nil, err
 	}
 
-	kube, err := cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context, cfg.Cluster.Timeout)
+	var kube *cluster.Connection
+	if cfg.Cluster.InCluster {
+		kube, err = cluster.ConnectInCluster(cfg.Cluster.ServiceAccountDir, cfg.Cluster.Timeout)
+	} else {
+		kube, err = cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context, cfg.Cluster.Timeout)
+	}
 	if err != nil {
 		return nil, err
 	}

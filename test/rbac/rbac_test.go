@@ -251,6 +251,81 @@ func TestShippedRBAC(t *testing.T) {
 	}
 }
 
+// ghcrsync as a Job in the cluster: in-cluster config from the service-account mount a pod
+// gets (a real TokenRequest token, the cluster CA, KUBERNETES_SERVICE_*), exactly the shipped
+// apply roles, the Kubernetes state backend, and its own node (GHCRSYNC_NODE_NAME, from the
+// downward API) left alone rather than drained from under it.
+func TestInClusterJob(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	for _, f := range []string{"namespace.yaml", "read.yaml", "apply.yaml"} {
+		create(t, kube, manifests(t, f)...)
+	}
+
+	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "ghcrsync-apply",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	saDir := t.TempDir()
+
+	podEnv, err := sb.WriteServiceAccountDir(saDir, ns, tok.Status.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	base := newIdentity(t, sb, "ghcrsync-apply") // its config, with the kubeconfig line replaced below
+	text, err := os.ReadFile(base.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := filepath.Join(t.TempDir(), "ghcrsync.hcl")
+	lines := strings.Split(string(text), "\n")
+
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "kubeconfig") {
+			lines[i] = "  in_cluster          = true\n  service_account_dir = \"" + saDir + "\""
+		}
+	}
+
+	if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := sb.RotateSecret("in-cluster"); err != nil {
+		t.Fatal(err)
+	}
+
+	before := len(writes(t, sb, base.user))
+
+	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", cfg)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile),
+		"GHCRSYNC_NODE_NAME=prod-worker-1"}, podEnv...)
+
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+
+	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(out.String(), "0 failed") ||
+		!strings.Contains(out.String(), "ghcrsync itself runs on it") {
+		t.Fatalf("apply in the cluster: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+
+	all := writes(t, sb, base.user)
+	if len(all) == before {
+		t.Fatal("the run wrote nothing as the service account: did it use the in-cluster identity?")
+	}
+
+	for _, w := range all[before:] {
+		if strings.Contains(w, "/nodes/prod-worker-1") {
+			t.Errorf("ghcrsync touched the node it runs on: %s", w)
+		}
+	}
+}
+
 // killedAtReboot runs apply as id and kills it once a node is rebooting.
 func killedAtReboot(t *testing.T, sb *sandbox.Sandbox, id identity) {
 	t.Helper()
