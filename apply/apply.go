@@ -339,7 +339,7 @@ func (r *run) fanOut(ctx context.Context) {
 }
 
 // settleSecrets closes the write-ahead records of pull secrets an earlier run was killed while
-// writing ("writing") that this run's plan found already in sync: the write landed, nothing is
+// writing (state.SecretWriting) that this run's plan found already in sync: the write landed, nothing is
 // in flight any more. One state write for all of them.
 func (r *run) settleSecrets() {
 	st, settled := r.ws.State, 0
@@ -350,7 +350,7 @@ func (r *run) settleSecrets() {
 		}
 
 		for _, rec := range st.Secrets {
-			if rec.Namespace == res.Namespace && rec.Name == res.Secret && rec.Outcome == "writing" {
+			if rec.Namespace == res.Namespace && rec.Name == res.Secret && rec.Outcome == state.SecretWriting {
 				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.ws.Now().UTC()
 				st.PutSecret(rec)
 				settled++

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -266,12 +267,9 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 
 	res, err = r2.apply(path2, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 		if phase == state.PhaseDrained {
-			n := node0(t, sb, node)
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
-
-			if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-				t.Error(err)
-			}
+			updateNode(t, sb, node, func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+			})
 		}
 	}})
 	if err != nil {
@@ -304,9 +302,24 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 		t.Fatal("a refused node reached Talos")
 	}
 
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" })
-	if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	updateNode(t, sb, victim, func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" })
+	})
+}
+
+// updateNode changes a Node as another writer would: read, change, update, retried on a
+// conflict with the kubelet's heartbeat.
+func updateNode(t *testing.T, sb *sandbox.Sandbox, name string, change func(*corev1.Node)) {
+	t.Helper()
+
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := node0(t, sb, name)
+		change(n)
+		_, err := sb.Kube().CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+
+		return err
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -335,12 +348,9 @@ func TestAutoscalerTakesNodes(t *testing.T) {
 
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 		if node == later && phase == state.PhaseGuarded {
-			n := node0(t, sb, node)
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.ToBeDeletedTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
-
-			if _, err := sb.Kube().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-				t.Error(err)
-			}
+			updateNode(t, sb, node, func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.ToBeDeletedTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
+			})
 		}
 	}})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,31 +42,12 @@ type rotation struct {
 	state   string
 	cred    sandbox.Credential
 	group   string
-	log     *syncBuffer
+	log     *sandboxtest.SyncBuffer
 	planned *plan.Plan
 	// storeClient, if set, is the client the run's Kubernetes state backend writes with.
 	storeClient kubernetes.Interface
 	// mayDeselect lets the plan leave these nodes alone (a test that wants a deselection).
 	mayDeselect map[string]bool
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
 }
 
 var groupSeq int
@@ -132,7 +112,7 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 
 	t.Setenv("SOPS_AGE_KEY_FILE", sb.Path(sandbox.AgeKeyFile))
 
-	return &rotation{t: t, sb: sb, dir: dir, cfg: cfg, state: filepath.Join(dir, "state.json"), cred: cred, group: group, log: &syncBuffer{}}
+	return &rotation{t: t, sb: sb, dir: dir, cfg: cfg, state: filepath.Join(dir, "state.json"), cred: cred, group: group, log: &sandboxtest.SyncBuffer{}}
 }
 
 // plan plans and saves the plan.

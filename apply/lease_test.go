@@ -280,7 +280,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 	direct := sb.Kube()
 	const endpointNode = "prod-control-plane-1"
 
-	var logs syncBuffer
+	var logs sandboxtest.SyncBuffer
 
 	l, err := lease.Acquire(ctx, viaEndpoint, lease.Options{
 		Namespace: "default", Name: "outage", Holder: "outage-run", Duration: 15 * time.Second, Heartbeat: 200 * time.Millisecond,

@@ -106,9 +106,13 @@ type SecretRecord struct {
 	Name            string    `json:"name"`
 	Role            string    `json:"role"`
 	DesiredRevision string    `json:"desired_revision"`
-	Outcome         string    `json:"outcome"` // writing, written
+	Outcome         string    `json:"outcome"` // SecretWriting, then what the write became
 	Updated         time.Time `json:"updated"`
 }
+
+// SecretWriting is a pull secret's record while its write is in flight (written before the
+// write, like a node's phase): left by a run that died mid-write.
+const SecretWriting = "writing"
 
 // PutSecret replaces or appends a pull secret's record.
 func (s *State) PutSecret(r SecretRecord) {

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -106,7 +105,7 @@ func TestDocumentedApplyStepReceivesTheSignal(t *testing.T) {
 		c := exec.Command("bash", "--noprofile", "--norc", "-e", "-o", "pipefail", path)
 		c.Dir, c.Env = work, env
 
-		var buf syncBuffer
+		var buf sandboxtest.SyncBuffer
 		c.Stdout, c.Stderr = &buf, &buf
 
 		if err := c.Start(); err != nil {
@@ -142,24 +141,4 @@ func TestDocumentedApplyStepReceivesTheSignal(t *testing.T) {
 	if strings.Contains(out, "Received interrupt") || !strings.Contains(out, "Apply complete") {
 		t.Fatalf("without exec, ghcrsync heard the shell's signal (exit %d): the negative control does not hold\n%s", code, out)
 	}
-}
-
-// syncBuffer is a strings.Builder safe for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
 }

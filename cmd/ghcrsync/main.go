@@ -132,6 +132,7 @@ func newRoot() *cobra.Command {
 	pf.String("context", "", "kubeconfig context (overrides cluster.context)")
 	pf.String("talosconfig", "", "talosconfig file (overrides talos.talosconfig)")
 	pf.String("talos-context", "", "talosconfig context (overrides talos.context)")
+	pf.Bool("no-color", false, "accepted for Terraform-style scripts: ghcrsync never colours its output")
 	root.PersistentFlags().String("output", outputAuto,
 		"GitHub Actions output (annotations, step summary): auto (when GITHUB_ACTIONS=true), github or plain")
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // Outcome is what became of a pull secret.
@@ -142,7 +143,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 		return fail(fmt.Errorf("not written: %w", err))
 	}
 
-	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, "writing"); err != nil {
+	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, state.SecretWriting); err != nil {
 		return fail(err)
 	}
 

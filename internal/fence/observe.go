@@ -23,7 +23,7 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 	o := Observation{Now: now, Verdicts: map[string]Verdict{}}
 
 	for _, sr := range st.Secrets {
-		if sr.Outcome == "writing" {
+		if sr.Outcome == state.SecretWriting {
 			o.SecretsInFlight = append(o.SecretsInFlight, sr)
 		}
 	}

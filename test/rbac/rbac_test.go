@@ -12,10 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -332,24 +329,7 @@ func killedAtReboot(t *testing.T, sb *sandbox.Sandbox, id identity) {
 
 	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", id.cfg)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
-
-	var errb syncBuffer
-	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, &errb
-
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-
-	sandboxtest.Eventually(t, 2*time.Minute, "a node rebooting", func() error {
-		if strings.Contains(errb.String(), "rebooting: node=") {
-			return nil
-		}
-
-		return fmt.Errorf("not yet:\n%s", errb.String())
-	})
-
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	sandboxtest.KillWhen(t, cmd, "rebooting: node=")
 }
 
 // Every rule of the shipped roles is needed: with any one removed, the command it serves fails
@@ -501,23 +481,3 @@ func bindCopies(t *testing.T, sb *sandbox.Sandbox, id string, roles []runtime.Ob
 }
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
-}

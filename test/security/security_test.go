@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -495,27 +494,10 @@ func killedAtReboot(t *testing.T, sb *sandbox.Sandbox, cfg string) {
 
 	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", cfg)
 	cmd.Env = env(sb, t.TempDir())
-
-	var out, errb syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-
-	sandboxtest.Eventually(t, 2*time.Minute, "a node rebooting", func() error {
-		if strings.Contains(errb.String(), "rebooting: node=") {
-			return nil
-		}
-
-		return fmt.Errorf("not yet:\n%s", errb.String())
-	})
-
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	out, errb := sandboxtest.KillWhen(t, cmd, "rebooting: node=")
 
 	outputsMu.Lock()
-	outputs = append(outputs, out.String(), errb.String())
+	outputs = append(outputs, out, errb)
 	outputsMu.Unlock()
 }
 
@@ -562,24 +544,4 @@ func assertEvents(t *testing.T, events []corev1.Event) {
 			t.Errorf("no %s Event; seen %v", want, seen)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	return s.b.String()
 }

@@ -3,6 +3,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -321,4 +323,52 @@ func Start(t testing.TB, o sandbox.Options) *sandbox.Sandbox {
 	t.Cleanup(sb.Stop)
 
 	return sb
+}
+
+// SyncBuffer is a bytes.Buffer safe for one writer and readers in other goroutines: a child
+// process's output read while it runs.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.b.String()
+}
+
+// KillWhen starts cmd, waits (up to two minutes) until its stderr shows marker, kills it with
+// SIGKILL — no chance to wind down, as an OOM kill or a runner that gives up — and returns
+// what it printed.
+func KillWhen(t testing.TB, cmd *exec.Cmd, marker string) (stdout, stderr string) {
+	t.Helper()
+
+	var out, errb SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	Eventually(t, 2*time.Minute, "output "+marker, func() error {
+		if strings.Contains(errb.String(), marker) {
+			return nil
+		}
+
+		return fmt.Errorf("not yet:\n%s", errb.String())
+	})
+
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+
+	return out.String(), errb.String()
 }
