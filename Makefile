@@ -81,8 +81,9 @@ demo: control-plane build
 # start a control plane for nothing).
 BENCH_PKGS ?= ./plan
 
-bench:
+bench: control-plane build
 	$(GO) test -run '^$$' -bench . -benchmem $(BENCH_PKGS)
+	@scripts/bench-live.sh 20
 
 check-leaks:
 	@scripts/check-leaks.sh

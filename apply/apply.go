@@ -1,7 +1,7 @@
 // Package apply executes a saved plan: it owns the whole run, as a short sequence of named
 // steps — check the plan, prove the credential, reclaim fences of terminated runs, take the
-// Lease, rotate the nodes (workers, then control planes one at a time, the API endpoint's node
-// last), fan the credential out to the pull secrets (the root Flux secret last), record the run,
+// Lease, rotate the nodes (live updates several at a time, then fenced workers, then fenced
+// control planes one at a time, the API endpoint's node last), fan the credential out to the pull secrets (the root Flux secret last), record the run,
 // release the Lease.
 //
 // Each node's rotation is a transaction whose phases are exactly the state file's phases
@@ -289,8 +289,9 @@ func (r *run) nodes(ctx context.Context) error {
 	exec := newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
-		MaxFailures: cfg.Nodes.MaxFailures,
-		ProbeImage:  cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
+		LiveParallelism: cfg.Nodes.LiveParallelism,
+		MaxFailures:     cfg.Nodes.MaxFailures,
+		ProbeImage:      cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 	})
 

@@ -69,6 +69,7 @@ type execOptions struct {
 	DrainTimeout       time.Duration
 	ReadyTimeout       time.Duration
 	WorkerParallelism  int
+	LiveParallelism    int // live updates at a time (they cordon nothing)
 	MaxFailures        int // the failure budget: after that many failed nodes no new node starts
 	ProbeImage         string
 	ProbeNamespace     string
@@ -193,11 +194,13 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 		}
 	}()
 
-	var workers, controlPlanes []plan.NodePlan
+	var live, workers, controlPlanes []plan.NodePlan
 
 	for _, n := range p.Nodes {
 		switch {
 		case n.Order == 0:
+		case n.Action == plan.ActionApplyLive: // no cordon, no reboot: any role, in parallel
+			live = append(live, n)
 		case n.Role == plan.RoleControlPlane:
 			controlPlanes = append(controlPlanes, n)
 		default:
@@ -205,7 +208,8 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 		}
 	}
 
-	results := e.parallel(mctx, p, workers, max(e.o.WorkerParallelism, 1))
+	results := e.parallel(mctx, p, live, max(e.o.LiveParallelism, 1))
+	results = append(results, e.parallel(mctx, p, workers, max(e.o.WorkerParallelism, 1))...)
 
 	for i, n := range controlPlanes {
 		r := e.node(mctx, p, n)

@@ -206,20 +206,25 @@ func endpointOf(n Node, host string) bool {
 	return host != "" && slices.Contains(n.Addresses, host)
 }
 
-// order numbers the nodes acted on: workers first, then control planes one at a time, the API
-// endpoint's node last; the rest follow, by name.
+// order numbers the nodes acted on: live updates first (no cordon, no reboot: any role, in
+// parallel), then fenced workers, then fenced control planes one at a time, the API endpoint's
+// node last; the rest follow, by name.
 func order(nodes []NodePlan) {
+	const rest = 4
+
 	rank := func(n NodePlan) int {
 		switch {
-		case n.Action != ActionFence && n.Action != ActionApplyLive:
-			return 3
-		case n.Role != RoleControlPlane:
+		case n.Action == ActionApplyLive:
 			return 0
+		case n.Action != ActionFence:
+			return rest
+		case n.Role != RoleControlPlane:
+			return 1
 		case n.Endpoint:
-			return 2
+			return 3
 		}
 
-		return 1
+		return 2
 	}
 
 	sort.SliceStable(nodes, func(i, j int) bool {
@@ -232,7 +237,7 @@ func order(nodes []NodePlan) {
 	})
 
 	for i := range nodes {
-		if rank(nodes[i]) < 3 {
+		if rank(nodes[i]) < rest {
 			nodes[i].Order = i + 1
 		}
 	}

@@ -70,6 +70,9 @@ type Talos struct {
 	Talosconfig string
 	Context     string
 	Endpoints   []string
+	// Concurrency bounds the nodes whose Talos facts plan reads at once: enough to hide a WAN
+	// round-trip between a CI runner and the cluster.
+	Concurrency int
 	Timeout     time.Duration // bounds every Talos call
 }
 
@@ -89,6 +92,8 @@ type Nodes struct {
 	Exclude              []string
 	AutoscalerCandidates string // AutoscalerDeselect or AutoscalerInclude
 	WorkerParallelism    int
+	// LiveParallelism bounds the live updates (Talos reloads registry auth; no cordon) at a time.
+	LiveParallelism int
 	// MaxFailures is the failure budget: after that many failed nodes, no new node is started.
 	MaxFailures  int
 	DrainTimeout time.Duration
@@ -181,6 +186,7 @@ type talosBlock struct {
 	Context     *string        `hcl:"context,optional"`
 	Endpoints   []string       `hcl:"endpoints,optional"`
 	Timeout     hcl.Expression `hcl:"timeout,optional"`
+	Concurrency hcl.Expression `hcl:"concurrency,optional"`
 }
 
 type credentialBlock struct {
@@ -197,6 +203,7 @@ type nodesBlock struct {
 	Exclude              []string       `hcl:"exclude,optional"`
 	AutoscalerCandidates hcl.Expression `hcl:"autoscaler_candidates,optional"`
 	WorkerParallelism    hcl.Expression `hcl:"worker_parallelism,optional"`
+	LiveParallelism      hcl.Expression `hcl:"live_parallelism,optional"`
 	MaxFailures          hcl.Expression `hcl:"max_failures,optional"`
 	DrainTimeout         hcl.Expression `hcl:"drain_timeout,optional"`
 	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
@@ -514,8 +521,11 @@ func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 		}
 	}
 
+	cfg.Talos.Concurrency = 64
+
 	if t := raw.Talos; t != nil {
 		cfg.Talos.Timeout = d.duration(t.Timeout, cfg.Talos.Timeout, "talos.timeout")
+		cfg.Talos.Concurrency = d.atLeastOne(t.Concurrency, cfg.Talos.Concurrency, "talos.concurrency")
 
 		if t.Talosconfig != nil {
 			cfg.Talos.Talosconfig = d.existingFile(*t.Talosconfig, attrRange(body, "talos", "talosconfig"), "talosconfig")
@@ -701,7 +711,7 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
-	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
+	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
 
 	if len(cfg.Credential.Prove) > 0 {
 		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0], Namespace: "ghcrsync-system"}
@@ -726,6 +736,7 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		n.AutoscalerCandidates = policy
 
 		n.WorkerParallelism = d.atLeastOne(b.WorkerParallelism, n.WorkerParallelism, "worker_parallelism")
+		n.LiveParallelism = d.atLeastOne(b.LiveParallelism, n.LiveParallelism, "live_parallelism")
 		n.MaxFailures = d.atLeastOne(b.MaxFailures, n.MaxFailures, "max_failures")
 
 		n.DrainTimeout = d.duration(b.DrainTimeout, n.DrainTimeout, "nodes.drain_timeout")

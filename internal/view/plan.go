@@ -120,7 +120,7 @@ func legend(w io.Writer, p *plan.Plan) {
 // nodes renders the nodes acted on (in order), then the unchanged and the deselected ones.
 func nodes(w io.Writer, p *plan.Plan) {
 	if s := p.Summary; s.Fence+s.ApplyLive > 0 {
-		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (workers, then control planes one at a time, the API endpoint's node last):")
+		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (live updates first, several at a time; then fenced workers, then fenced control planes one at a time, the API endpoint's node last):")
 		fmt.Fprintln(w)
 
 		for _, n := range p.Nodes {

@@ -99,7 +99,7 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		return plan.Snapshot{}, err
 	}
 
-	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, 8)
+	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
 
 	targets, err := w.SecretTargets(ctx)
 	if err != nil {
