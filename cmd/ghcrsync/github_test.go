@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,9 +49,14 @@ func TestGitHubOutput(t *testing.T) {
 		t.Errorf("an error in GitHub Actions: exit %d, want an error annotation\n%s", bad.code, bad.stdout)
 	}
 
-	plain := ghcrsync(t, "plan", "--config", cfg, "--output", "plain")
+	plain := ghcrsync(t, "plan", "--config", cfg, "--output", "plain", "--verbose")
 	if plain.code != 0 || strings.Contains(plain.stdout, "::") {
 		t.Errorf("--output plain wrote annotations:\n%s", plain.stdout)
+	}
+
+	// --verbose says what the plan cost: one LIST of the Nodes, Talos reads.
+	if !regexp.MustCompile(`Requests: Kubernetes \d+ \(.*LIST \d.*\); Talos \d+ \(`).MatchString(plain.stderr) {
+		t.Errorf("plan --verbose: %s", plain.stderr)
 	}
 
 	if r := ghcrsync(t, "plan", "--config", cfg, "--output", "gitlab"); r.code != 1 || !strings.Contains(r.stderr, `unknown --output "gitlab"`) {

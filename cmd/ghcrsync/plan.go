@@ -16,6 +16,7 @@ type planArgs struct {
 	config       string
 	out          string
 	markdown     string
+	verbose      bool
 	json         bool
 	detailedExit bool
 	skipProof    bool
@@ -85,6 +86,11 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 				}
 			}
 
+			if a.verbose {
+				kube, talos := ws.Requests()
+				view.Requests(cmd.ErrOrStderr(), kube, talos)
+			}
+
 			if a.detailedExit && p.Changes() {
 				return exitError{code: exitChanges}
 			}
@@ -98,6 +104,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.StringVar(&a.out, "out", "", "save the plan to this file for ghcrsync apply")
 	f.BoolVar(&a.json, "json", false, "print the plan as JSON")
 	f.StringVar(&a.markdown, "markdown", "", "also write the plan as Markdown (a pull-request comment) to this file")
+	f.BoolVar(&a.verbose, "verbose", false, "also print the requests the plan made (Kubernetes by verb, Talos by method)")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes, 2 when there are, 1 on error")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")

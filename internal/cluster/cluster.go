@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -29,6 +30,8 @@ type Connection struct {
 	Config   *rest.Config
 	Server   string // the kubeconfig's server URL
 	Endpoint string // its host
+	// Requests counts the requests made through Client (and any client built from Config).
+	Requests *requests.Counter
 }
 
 // Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
@@ -78,6 +81,8 @@ func ConnectInCluster(dir string, timeout time.Duration) (*Connection, error) {
 }
 
 func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
+	counter := &requests.Counter{}
+	cfg.Wrap(counter.Transport)
 	cfg.UserAgent = "ghcrsync"
 	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
 	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet
@@ -104,7 +109,7 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 		host = h
 	}
 
-	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host}, nil
+	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter}, nil
 }
 
 func describePath(p string) string {

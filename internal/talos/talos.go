@@ -26,6 +26,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -35,6 +36,8 @@ import (
 type Client struct {
 	c       *client.Client
 	timeout time.Duration
+	// Requests counts the Talos API calls made.
+	Requests *requests.Counter
 }
 
 // DefaultTimeout bounds one Talos call when the configuration sets none.
@@ -100,8 +103,10 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 		return nil, fmt.Errorf("talosconfig %s, context %q: no client certificate (ca, crt and key are required; generate one with os:admin role)", cfgPath, name)
 	}
 
+	counter := &requests.Counter{}
 	opts := []client.OptionFunc{client.WithConfig(cfg), client.WithContextName(name),
-		client.WithGRPCDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}))}
+		client.WithGRPCDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.WithChainUnaryInterceptor(counter.UnaryInterceptor()), grpc.WithChainStreamInterceptor(counter.StreamInterceptor()))}
 	if len(endpoints) > 0 {
 		opts = append(opts, client.WithEndpoints(endpoints...))
 	}
@@ -115,7 +120,7 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 		timeout = DefaultTimeout
 	}
 
-	return &Client{c: c, timeout: timeout}, nil
+	return &Client{c: c, timeout: timeout, Requests: counter}, nil
 }
 
 // Close closes the connection.

@@ -49,6 +49,11 @@ func Error(w io.Writer, err error) {
 	}
 }
 
+// Requests renders what a command cost in calls.
+func Requests(w io.Writer, kube, talos string) {
+	fmt.Fprintf(w, "Requests: Kubernetes %s; Talos %s.\n", kube, talos)
+}
+
 // Version renders the version.
 func Version(w io.Writer, version string) {
 	fmt.Fprintln(w, "ghcrsync", version)

@@ -126,6 +126,17 @@ func (w *Workspace) Close() {
 	}
 }
 
+// Requests are the calls made so far: to the Kubernetes API, and to Talos (zero when no Talos
+// client was opened).
+func (w *Workspace) Requests() (kube, talos string) {
+	talos = "0"
+	if w.talos != nil {
+		talos = w.talos.Requests.String()
+	}
+
+	return w.Kube.Requests.String(), talos
+}
+
 // Now is the workspace's clock.
 func (w *Workspace) Now() time.Time { return w.now() }
 
