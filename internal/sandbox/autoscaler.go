@@ -249,12 +249,7 @@ func (a *autoscaler) scaleDown(ctx context.Context, name string) error {
 	a.f.log.Info("autoscaler scaling down", "node", name)
 
 	if err := a.evictAll(ctx, name, 20*time.Second); err != nil {
-		_ = a.updateNode(ctx, name, func(n *corev1.Node) bool {
-			n.Spec.Taints = withoutTaint(n.Spec.Taints, ToBeDeletedTaint)
-			n.Spec.Unschedulable = wasCordoned
-
-			return true
-		})
+		a.abandonScaleDown(ctx, name, wasCordoned)
 
 		return err
 	}
@@ -273,6 +268,35 @@ func (a *autoscaler) scaleDown(ctx context.Context, name string) error {
 	a.f.log.Info("autoscaler deleted node", "node", name)
 
 	return nil
+}
+
+// abandonScaleDown restores a node whose scale-down did not finish, as the cluster autoscaler
+// cleans up after a failed drain: its ToBeDeleted taint removed and its cordon undone. It does so
+// even when the scale-down was cancelled (the cleanup is not the caller's to cancel), retrying
+// through an API outage for up to a minute.
+func (a *autoscaler) abandonScaleDown(ctx context.Context, name string, wasCordoned bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+
+	for {
+		err := a.updateNode(rctx, name, func(n *corev1.Node) bool {
+			n.Spec.Taints = withoutTaint(n.Spec.Taints, ToBeDeletedTaint)
+			n.Spec.Unschedulable = wasCordoned
+
+			return true
+		})
+		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+
+		select {
+		case <-rctx.Done():
+			a.f.log.Warn("autoscaler could not restore an abandoned scale-down", "node", name, "error", err)
+
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // evictAll evicts every evictable pod through the Eviction API (PDBs honoured) and waits
