@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# bench-plan.sh [SIZES...]: `ghcrsync plan` against sandboxes of 1 control plane + N workers
+# (default 10 100 1000): median wall of 5 runs, peak RSS, and the requests it made (Kubernetes
+# by verb, Talos by method). A benchmark, not a test: it prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(10 100 1000)
+
+echo "| nodes | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests |"
+echo "|---:|---:|---:|---|---|"
+
+for n in "${sizes[@]}"; do
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/ghcrsync-bench-plan.XXXXXX")
+  bin/ghcrsync-sandbox up --dir "$dir" --detach --control-planes 1 --workers "$n" --autoscaled 0 \
+    --no-workloads --heartbeat 10s >/dev/null
+  export SOPS_AGE_KEY_FILE="$dir/age.key"
+
+  walls=()
+  for _ in 1 2 3 4 5; do
+    start=$(date +%s.%N)
+    bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --output plain --verbose >/dev/null 2>"$dir/plan.err"
+    end=$(date +%s.%N)
+    walls+=("$(awk "BEGIN{printf \"%.2f\", $end - $start}")")
+  done
+
+  median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n 3p)
+  rss=unknown
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -v bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --output plain >/dev/null 2>"$dir/time.err" || true
+    rss="$(awk -F': ' '/Maximum resident/ {printf "%d MiB", $2/1024}' "$dir/time.err")"
+  fi
+  kube=$(sed -n 's/^Requests: Kubernetes \(.*\); Talos .*/\1/p' "$dir/plan.err")
+  talos=$(sed -n 's/^Requests: .*; Talos \(.*\)\.$/\1/p' "$dir/plan.err")
+
+  echo "| $((n + 1)) | ${median} s | $rss | $kube | $talos |"
+
+  bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+done
