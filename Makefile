@@ -83,6 +83,7 @@ BENCH_PKGS ?= ./plan
 
 bench: control-plane build
 	$(GO) test -run '^$$' -bench . -benchmem $(BENCH_PKGS)
+	@scripts/bench-plan.sh 10 100 1000
 	@scripts/bench-live.sh 20
 
 check-leaks:
