@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
@@ -76,28 +73,7 @@ func nodeByName(p view.PlanJSON, name string) (view.NodeJSON, bool) {
 func copyConfig(t *testing.T, sb *sandbox.Sandbox, dir string, edit func(string) string) string {
 	t.Helper()
 
-	b, err := os.ReadFile(sb.Path(sandbox.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	s := string(b)
-	for _, f := range []string{"kubeconfig", "talosconfig", "secret.enc.yaml"} {
-		s = strings.Replace(s, `"`+f+`"`, `"`+sb.Path(f)+`"`, 1)
-	}
-
-	s = strings.Replace(s, `"ghcrsync.state.json"`, `"`+filepath.Join(dir, "ghcrsync.state.json")+`"`, 1)
-
-	if edit != nil {
-		s = edit(s)
-	}
-
-	path := filepath.Join(dir, "ghcrsync.hcl")
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	return path
+	return sandboxtest.CopyConfig(t, sb, dir, edit)
 }
 
 var _ = context.Background

@@ -129,22 +129,15 @@ func newIdentity(t *testing.T, sb *sandbox.Sandbox, sa string) identity {
 		t.Fatal(err)
 	}
 
-	base, err := os.ReadFile(sb.Path(sandbox.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := sandboxtest.CopyConfig(t, sb, dir, func(text string) string {
+		text = strings.Replace(text, `"`+sb.Path(sandbox.KubeconfigFile)+`"`, `"`+kc+`"`, 1)
 
-	text := strings.Replace(string(base), `"kubeconfig"`, `"`+kc+`"`, 1)
-	for _, f := range []string{"talosconfig", "secret.enc.yaml"} {
-		text = strings.Replace(text, `"`+f+`"`, `"`+sb.Path(f)+`"`, 1)
-	}
+		return strings.Replace(text, "state {\n  backend = \"local\"\n  path    = \""+filepath.Join(dir, "ghcrsync.state.json")+"\"\n}",
+			"state {\n  backend   = \"kubernetes\"\n  namespace = \"flux-system\"\n  secret    = \"ghcrsync-state\"\n}", 1)
+	})
 
-	text = strings.Replace(text, "state {\n  backend = \"local\"\n  path    = \"ghcrsync.state.json\"\n}",
-		"state {\n  backend   = \"kubernetes\"\n  namespace = \"flux-system\"\n  secret    = \"ghcrsync-state\"\n}", 1)
-
-	cfg := filepath.Join(dir, "ghcrsync.hcl")
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
+	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), `backend   = "kubernetes"`) || strings.Contains(string(b), `"`+sb.Path(sandbox.KubeconfigFile)+`"`) {
+		t.Fatalf("the identity's configuration keeps the sandbox's kubeconfig or local state:\n%s", b)
 	}
 
 	return identity{sa: sa, user: "system:serviceaccount:" + ns + ":" + sa, cfg: cfg}

@@ -83,28 +83,14 @@ func config(t *testing.T, sb *sandbox.Sandbox, edit func(string) string) string 
 		t.Fatal(err)
 	}
 
-	base, err := os.ReadFile(sb.Path(sandbox.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	return sandboxtest.CopyConfig(t, sb, dir, func(s string) string {
+		s = strings.Replace(s, `"`+sb.Path(sandbox.KubeconfigFile)+`"`, `"`+kc+`"`, 1)
+		if edit != nil {
+			s = edit(s)
+		}
 
-	text := strings.Replace(string(base), `"kubeconfig"`, `"`+kc+`"`, 1)
-	for _, f := range []string{"talosconfig", "secret.enc.yaml"} {
-		text = strings.Replace(text, `"`+f+`"`, `"`+sb.Path(f)+`"`, 1)
-	}
-
-	text = strings.Replace(text, `path    = "ghcrsync.state.json"`, `path    = "`+filepath.Join(dir, "ghcrsync.state.json")+`"`, 1)
-
-	if edit != nil {
-		text = edit(text)
-	}
-
-	cfg := filepath.Join(dir, "ghcrsync.hcl")
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	return cfg
+		return s
+	})
 }
 
 func kubeState(text string) string {

@@ -372,3 +372,32 @@ func KillWhen(t testing.TB, cmd *exec.Cmd, marker string) (stdout, stderr string
 
 	return out.String(), errb.String()
 }
+
+// CopyConfig copies the sandbox's ghcrsync.hcl into dir with absolute paths (its kubeconfig,
+// talosconfig and SOPS file; the local state file in dir), applies edit, and returns its path.
+func CopyConfig(t testing.TB, sb *sandbox.Sandbox, dir string, edit func(string) string) string {
+	t.Helper()
+
+	b, err := os.ReadFile(sb.Path(sandbox.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := string(b)
+	for _, f := range []string{sandbox.KubeconfigFile, sandbox.TalosconfigFile, sandbox.SecretFile} {
+		s = strings.Replace(s, `"`+f+`"`, `"`+sb.Path(f)+`"`, 1)
+	}
+
+	s = strings.Replace(s, `"ghcrsync.state.json"`, `"`+filepath.Join(dir, "ghcrsync.state.json")+`"`, 1)
+
+	if edit != nil {
+		s = edit(s)
+	}
+
+	path := filepath.Join(dir, "ghcrsync.hcl")
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return path
+}
