@@ -39,26 +39,23 @@ func (w *Workspace) Preflight(ctx context.Context, command string) error {
 // Needs lists the Kubernetes permissions a command needs with this configuration.
 func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access, error) {
 	cfg := w.Config
-	a := func(verb, group, resource, ns, name string) cluster.Access {
-		return cluster.Access{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: name}
-	}
 
 	needs := []cluster.Access{
-		a("get", "", "nodes", "", ""), a("list", "", "nodes", "", ""),
-		a("get", "", "namespaces", "", "kube-system"),
-		a("get", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		access("get", "", "nodes", "", ""), access("list", "", "nodes", "", ""),
+		access("get", "", "namespaces", "", "kube-system"),
+		access("get", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
 	}
 
 	kubeState := cfg.State.Backend == "kubernetes"
 	if kubeState {
-		needs = append(needs, a("get", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+		needs = append(needs, access("get", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 	}
 
 	var targets []cluster.SecretTarget
 
 	if command == CommandPlan || command == CommandApply {
 		if cfg.ConsumerSelector != nil {
-			needs = append(needs, a("list", "", "namespaces", "", ""))
+			needs = append(needs, access("list", "", "namespaces", "", ""))
 
 			if denied, err := w.Kube.Denied(ctx, needs[len(needs)-1:]); err != nil || len(denied) > 0 {
 				return needs, err // the targets cannot be listed: report that first
@@ -71,10 +68,10 @@ func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access
 		}
 
 		for _, t := range targets {
-			needs = append(needs, a("get", "", "secrets", t.Namespace, t.Name))
+			needs = append(needs, access("get", "", "secrets", t.Namespace, t.Name))
 
 			for _, sa := range t.ServiceAccounts {
-				needs = append(needs, a("get", "", "serviceaccounts", t.Namespace, sa))
+				needs = append(needs, access("get", "", "serviceaccounts", t.Namespace, sa))
 			}
 		}
 	}
@@ -84,12 +81,12 @@ func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access
 		needs = append(needs, w.applyNeeds(targets, kubeState)...)
 	case CommandRelease:
 		needs = append(needs,
-			a("patch", "", "nodes", "", ""),
-			a("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
-			a("create", "", "events", "default", ""))
+			access("patch", "", "nodes", "", ""),
+			access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+			access("create", "", "events", "default", ""))
 
 		if kubeState {
-			needs = append(needs, a("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+			needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 		}
 	}
 
@@ -98,39 +95,42 @@ func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access
 
 func (w *Workspace) applyNeeds(targets []cluster.SecretTarget, kubeState bool) []cluster.Access {
 	cfg := w.Config
-	a := func(verb, group, resource, ns, name string) cluster.Access {
-		return cluster.Access{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: name}
-	}
 
 	probe := cfg.Nodes.Probe.Namespace
 	needs := []cluster.Access{
-		a("patch", "", "nodes", "", ""),
-		a("get", "", "pods", "", ""), a("list", "", "pods", "", ""),
-		a("create", "", "pods/eviction", "", ""),
-		a("get", "apps", "daemonsets", "", ""),
-		a("list", "policy", "poddisruptionbudgets", "", ""),
-		a("create", "", "pods", probe, ""), a("delete", "", "pods", probe, ""),
-		a("create", "coordination.k8s.io", "leases", cfg.Lease.Namespace, ""),
-		a("update", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
-		a("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
-		a("create", "", "events", "default", ""),
+		access("patch", "", "nodes", "", ""),
+		access("get", "", "pods", "", ""), access("list", "", "pods", "", ""),
+		access("create", "", "pods/eviction", "", ""),
+		access("get", "apps", "daemonsets", "", ""),
+		access("list", "policy", "poddisruptionbudgets", "", ""),
+		access("create", "", "pods", probe, ""), access("delete", "", "pods", probe, ""),
+		access("create", "coordination.k8s.io", "leases", cfg.Lease.Namespace, ""),
+		access("update", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		access("create", "", "events", "default", ""),
 	}
 
 	for _, t := range targets {
-		needs = append(needs, a("create", "", "secrets", t.Namespace, ""), a("update", "", "secrets", t.Namespace, t.Name))
+		needs = append(needs, access("create", "", "secrets", t.Namespace, ""), access("update", "", "secrets", t.Namespace, t.Name))
 
 		for _, sa := range t.ServiceAccounts {
-			needs = append(needs, a("update", "", "serviceaccounts", t.Namespace, sa))
+			needs = append(needs, access("update", "", "serviceaccounts", t.Namespace, sa))
 		}
 	}
 
 	if r := cfg.FluxRoot; r != nil && r.OCIRepository != "" {
-		needs = append(needs, a("patch", "source.toolkit.fluxcd.io", "ocirepositories", r.Namespace, r.OCIRepository))
+		needs = append(needs, access("patch", "source.toolkit.fluxcd.io", "ocirepositories", r.Namespace, r.OCIRepository))
 	}
 
 	if kubeState {
-		needs = append(needs, a("create", "", "secrets", cfg.State.Namespace, ""), a("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+		needs = append(needs, access("create", "", "secrets", cfg.State.Namespace, ""), access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 	}
 
 	return needs
+}
+
+// access is one permission: verb on resource (of group), in namespace ns ("" cluster-wide),
+// named name ("" any).
+func access(verb, group, resource, ns, name string) cluster.Access {
+	return cluster.Access{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: name}
 }
