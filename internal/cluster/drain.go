@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/kubectl/pkg/drain"
@@ -16,12 +19,14 @@ import (
 // Drain evicts the node's pods through the Eviction API (PodDisruptionBudgets honoured,
 // DaemonSet pods left alone), bounded by timeout, with progress lines on out. A drain that does
 // not finish names the pods left and the PodDisruptionBudgets that hold them.
+//
+// Cancelling ctx stops the drain at its next step, never inside an eviction request: one
+// abandoned after the API server admitted it can leave the pod counted as disrupted by its
+// budget for two minutes (the budget's disruptedPods entry) although the pod keeps running —
+// and every drain behind that budget is refused meanwhile.
 func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error {
 	prefixed := &linePrefixer{w: out, prefix: node + ": "}
-	h := &drain.Helper{
-		Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true,
-		Timeout: timeout, EvictErrorRetryDelay: 2 * time.Second, Out: prefixed, ErrOut: prefixed,
-	}
+	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
 	list, errs := h.GetPodsForDeletion(node)
 	if len(errs) > 0 {
@@ -33,11 +38,91 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 		return fmt.Errorf("cannot drain %s: %s (ghcrsync does not force-delete pods)", node, strings.Join(msgs, "; "))
 	}
 
-	if err := h.DeleteOrEvictPods(list.Pods()); err != nil {
-		return fmt.Errorf("drain of %s did not finish within %s%s: %w", node, timeout, c.blockers(node), err)
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	pods := list.Pods()
+	results := make(chan error, len(pods))
+
+	for i := range pods {
+		go func(p *corev1.Pod) { results <- c.evict(dctx, p, prefixed) }(&pods[i])
 	}
 
-	return nil
+	var failed []error
+
+	for range pods {
+		if err := <-results; err != nil {
+			failed = append(failed, err)
+		}
+	}
+
+	switch {
+	case len(failed) == 0:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("drain of %s stopped (the run was cancelled)%s: %w", node, c.blockers(node), errors.Join(failed...))
+	default:
+		return fmt.Errorf("drain of %s did not finish within %s%s: %w", node, timeout, c.blockers(node), errors.Join(failed...))
+	}
+}
+
+// evictRetry is the pause before asking again for an eviction a budget refused.
+const evictRetry = 2 * time.Second
+
+// evict asks for the pod's eviction until its budget allows it, then waits for the pod to go.
+// Each request runs to its answer (bounded by the client's request timeout) whatever ctx says;
+// ctx is checked between requests.
+func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer) error {
+	name := p.Namespace + "/" + p.Name
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
+	}
+
+	for {
+		if ctx.Err() != nil {
+			return fmt.Errorf("pod %s not evicted: %w", name, ctx.Err())
+		}
+
+		fmt.Fprintf(out, "evicting pod %s\n", name)
+
+		err := c.Client.PolicyV1().Evictions(p.Namespace).Evict(context.WithoutCancel(ctx), ev)
+
+		switch {
+		case err == nil:
+			return c.waitGone(ctx, p)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			return nil // gone, or replaced by a pod of the same name: not this pod any more
+		case apierrors.IsTooManyRequests(err), apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			fmt.Fprintf(out, "pod %s not evicted yet (asking again in %s): %v\n", name, evictRetry, err)
+
+			select {
+			case <-ctx.Done():
+			case <-time.After(evictRetry):
+			}
+		default:
+			return fmt.Errorf("eviction of pod %s: %w", name, err)
+		}
+	}
+}
+
+// waitGone polls until the evicted pod is deleted (or replaced under its name).
+func (c *Connection) waitGone(ctx context.Context, p *corev1.Pod) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+
+	for {
+		cur, err := c.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && cur.UID != p.UID {
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s/%s evicted but still terminating: %w", p.Namespace, p.Name, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // blockers describes the evictable pods still on the node and the budgets that cover them.
