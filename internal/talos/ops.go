@@ -19,7 +19,7 @@ import (
 // WithRegistryAuth returns the machine config with the registry's credential replaced by a
 // RegistryAuthConfig document (Talos merges it over any legacy machine.registries.config auth).
 func WithRegistryAuth(cfg config.Provider, registry, username, password string) ([]byte, error) {
-	docs := otherDocuments(cfg, registry)
+	docs := OtherDocuments(cfg, registry)
 
 	auth := cri.NewRegistryAuthConfigV1Alpha1(registry)
 	auth.RegistryUsername, auth.RegistryPassword = username, password
@@ -33,8 +33,8 @@ func WithRegistryAuth(cfg config.Provider, registry, username, password string) 
 	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 }
 
-// otherDocuments are a config's documents but the registry's RegistryAuthConfig.
-func otherDocuments(cfg config.Provider, registry string) []configconfig.Document {
+// OtherDocuments are a config's documents but the registry's RegistryAuthConfig.
+func OtherDocuments(cfg config.Provider, registry string) []configconfig.Document {
 	docs := make([]configconfig.Document, 0, len(cfg.Documents())+1)
 
 	for _, d := range cfg.Documents() {

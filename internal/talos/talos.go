@@ -190,7 +190,7 @@ func (c *Client) configFacts(nctx context.Context, registry string) (*plan.Talos
 // configs equal this way differ at most in the credential ghcrsync manages (a staged config of a
 // ghcrsync run that stopped before its reboot is not an operator's change).
 func withoutRegistryAuth(cfg config.Provider, registry string) ([]byte, error) {
-	c, err := container.New(otherDocuments(cfg, registry)...)
+	c, err := container.New(OtherDocuments(cfg, registry)...)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,14 @@ func (c *Client) configs(nctx context.Context) (active, next *talosconfig.Machin
 }
 
 func digest(mc *talosconfig.MachineConfig, registry string) string {
-	auth, ok := mc.Config().RegistryAuthConfigs()[registry]
+	return RegistryAuthDigest(mc.Config(), registry)
+}
+
+// RegistryAuthDigest is the digest (authdigest) of the credential a machine config gives the
+// registry, in either form Talos merges (RegistryAuthConfig documents over the legacy
+// machine.registries.config); "" when it gives none. The one rule for nodes and node templates.
+func RegistryAuthDigest(c config.Config, registry string) string {
+	auth, ok := c.RegistryAuthConfigs()[registry]
 	if !ok || auth == nil {
 		return ""
 	}
