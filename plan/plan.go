@@ -79,6 +79,16 @@ func Make(s Snapshot, in Input) *Plan {
 			p.Summary.SecretsSkipped++
 		}
 	}
+	p.Templates = planTemplates(s.Templates, in.AuthDigest)
+
+	for _, tp := range p.Templates {
+		if tp.Action == TemplateUpdate {
+			p.Summary.TemplatesUpdate++
+		} else {
+			p.Summary.TemplatesUnchanged++
+		}
+	}
+
 	p.Warnings = warnings(p, s, in)
 
 	return p
@@ -290,6 +300,10 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	if p.EndpointNode == "" && s.APIEndpoint != "" {
 		w = append(w, fmt.Sprintf("The API endpoint %s is not a node address (a VIP or load balancer): no node is held back for it.", s.APIEndpoint))
+	}
+
+	if len(s.Templates) == 0 {
+		w = append(w, noTemplateWarning)
 	}
 
 	if l := s.Lease; l != nil && l.Holder != "" {

@@ -17,6 +17,8 @@ type Snapshot struct {
 	Nodes      []Node      `json:"nodes"`
 	Lease      *Lease      `json:"lease,omitempty"`
 	Secrets    []SecretObs `json:"secrets,omitempty"`
+	// Templates are the configured node templates' configs (none: no node_template block).
+	Templates []TemplateObs `json:"templates,omitempty"`
 }
 
 // Node is one observed Kubernetes Node with its Talos facts.
@@ -126,6 +128,9 @@ type Plan struct {
 	EndpointNode       string       `json:"endpoint_node,omitempty"`
 	Nodes              []NodePlan   `json:"nodes"`
 	Secrets            []SecretPlan `json:"secrets,omitempty"`
+	// Templates are the node templates' configs, written after the consumer secrets and before
+	// the root Flux secret.
+	Templates []TemplatePlan `json:"templates,omitempty"`
 	Warnings           []string     `json:"warnings,omitempty"`
 	Summary            Summary      `json:"summary"`
 
@@ -170,11 +175,14 @@ type Summary struct {
 	SecretsUpdate    int `json:"secrets_update"`
 	SecretsUnchanged int `json:"secrets_unchanged"`
 	SecretsSkipped   int `json:"secrets_skipped"`
+
+	TemplatesUpdate    int `json:"templates_update,omitempty"`
+	TemplatesUnchanged int `json:"templates_unchanged,omitempty"`
 }
 
-// Changes reports whether the plan acts on any node or pull secret.
+// Changes reports whether the plan acts on any node, pull secret or node template.
 func (p *Plan) Changes() bool {
-	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate > 0
+	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate > 0
 }
 
 // Node returns the plan's entry for the named node.

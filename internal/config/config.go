@@ -21,6 +21,7 @@ import (
 	"github.com/zclconf/go-cty/cty/function"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -38,7 +39,9 @@ type Config struct {
 	// ConsumerSelector selects more consumer namespaces by label (the consumers block).
 	ConsumerSelector *ConsumerSelector
 	FluxRoot         *FluxRoot
-	Lease            Lease
+	// NodeTemplates are the machine templates new nodes boot from (the autoscaler's).
+	NodeTemplates []NodeTemplate
+	Lease         Lease
 	State            State
 	Liveness         *Liveness
 }
@@ -136,6 +139,20 @@ type FluxRoot struct {
 	OCIRepository string
 }
 
+// NodeTemplate is a machine template kept in a Secret's key, which ghcrsync keeps on the
+// credential (see internal/nodetemplate for the formats).
+type NodeTemplate struct {
+	Name      string
+	Namespace string
+	Secret    string
+	Key       string
+	Format    string
+	Pools     []string // hcloud-cluster-config only; empty: every pool with a cloudInit
+	// RestartDeployment ("namespace/name") is rolled after the template changed, for an
+	// autoscaler that reads it only at start.
+	RestartDeployment string
+}
+
 // Lease is the run's coordination.k8s.io Lease.
 type Lease struct {
 	Namespace string
@@ -161,6 +178,7 @@ type file struct {
 	Consumers   []consumerBlock   `hcl:"consumer,block"`
 	Selected    *consumersBlock   `hcl:"consumers,block"`
 	FluxRoot    *fluxRootBlock    `hcl:"flux_root,block"`
+	Templates   []templateBlock   `hcl:"node_template,block"`
 	Lease       *leaseBlock       `hcl:"lease,block"`
 	State       *stateBlock       `hcl:"state,block"`
 	Liveness    []livenessBlock   `hcl:"liveness,block"`
@@ -232,6 +250,16 @@ type fluxRootBlock struct {
 	Namespace     string  `hcl:"namespace"`
 	Secret        string  `hcl:"secret"`
 	OCIRepository *string `hcl:"oci_repository,optional"`
+}
+
+type templateBlock struct {
+	Name              string    `hcl:"name,label"`
+	Namespace         string    `hcl:"namespace"`
+	Secret            string    `hcl:"secret"`
+	Key               string    `hcl:"key"`
+	Format            *string   `hcl:"format,optional"`
+	Pools             *[]string `hcl:"pools,optional"`
+	RestartDeployment *string   `hcl:"restart_deployment,optional"`
 }
 
 type leaseBlock struct {
@@ -486,6 +514,7 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.credential(raw, body, cfg)
 	d.nodes(raw, body, cfg)
 	d.consumers(raw, body, cfg)
+	d.templates(raw, body, cfg)
 	d.lease(raw, cfg)
 	d.state(raw, cfg)
 	d.liveness(raw, body, cfg)
@@ -566,6 +595,56 @@ func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
 		if raw.FluxRoot.OCIRepository != nil {
 			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
 		}
+	}
+}
+
+// templates decodes the node_template blocks.
+func (d *decoder) templates(raw *file, body hcl.Body, cfg *Config) {
+	content, _, _ := body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "node_template", LabelNames: []string{"name"}}}})
+	seen := map[string]bool{}
+
+	for i, b := range raw.Templates {
+		rng := content.Blocks[i].DefRange
+		attr := func(name string) hcl.Range {
+			if attrs, _ := content.Blocks[i].Body.JustAttributes(); attrs[name] != nil {
+				return attrs[name].Range
+			}
+
+			return rng
+		}
+
+		t := NodeTemplate{Name: b.Name, Namespace: b.Namespace, Secret: b.Secret, Key: b.Key, Format: nodetemplate.FormatHcloud}
+		if b.Format != nil {
+			t.Format = *b.Format
+		}
+
+		if !slices.Contains(nodetemplate.Formats, t.Format) {
+			d.errorf(attr("format"), "Unsupported node template format", "format must be one of %s, not %q.", strings.Join(nodetemplate.Formats, ", "), t.Format)
+		}
+
+		if b.Pools != nil {
+			t.Pools = *b.Pools
+			if t.Format != nodetemplate.FormatHcloud {
+				d.errorf(attr("pools"), "Pools without a cluster config", "pools select node pools of format %q; a %q template holds one config.", nodetemplate.FormatHcloud, t.Format)
+			}
+		}
+
+		if b.RestartDeployment != nil {
+			ns, name, ok := strings.Cut(*b.RestartDeployment, "/")
+			if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				d.errorf(attr("restart_deployment"), "Invalid deployment", "restart_deployment must be \"namespace/name\", not %q.", *b.RestartDeployment)
+			}
+
+			t.RestartDeployment = *b.RestartDeployment
+		}
+
+		where := t.Namespace + "/" + t.Secret + ":" + t.Key
+		if seen[where] {
+			d.errorf(rng, "Duplicate node template", "the key %s is managed by another node_template block already.", where)
+		}
+
+		seen[where] = true
+		cfg.NodeTemplates = append(cfg.NodeTemplates, t)
 	}
 }
 

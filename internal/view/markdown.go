@@ -67,6 +67,10 @@ func Headline(p *plan.Plan) string {
 		parts = append(parts, plural(n, "pull secret to write", "pull secrets to write"))
 	}
 
+	if n := p.Summary.TemplatesUpdate; n > 0 {
+		parts = append(parts, plural(n, "node template to update", "node templates to update"))
+	}
+
 	return strings.Join(parts, ", ")
 }
 
@@ -138,6 +142,19 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 	}
 
+	if len(p.Templates) > 0 {
+		fmt.Fprintln(w, "#### Node templates (machines created later boot from these)")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| Template | Secret key | Pool | Action | Why |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+
+		for _, t := range p.Templates {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", md(t.Name), md(t.Namespace+"/"+t.Secret+"["+t.Key+"]"), md(t.Pool), md(string(t.Action)), md(t.Reason))
+		}
+
+		fmt.Fprintln(w)
+	}
+
 	if len(p.Warnings) > 0 {
 		fmt.Fprintln(w, "#### Warnings")
 		fmt.Fprintln(w)
@@ -150,8 +167,14 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 	}
 
 	s := p.Summary
-	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.\n\n",
+	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.",
 		s.Fence, s.ApplyLive, s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
+
+	if len(p.Templates) > 0 {
+		fmt.Fprintf(w, " **Node templates:** %d to update, %d unchanged.", s.TemplatesUpdate, s.TemplatesUnchanged)
+	}
+
+	fmt.Fprint(w, "\n\n")
 
 	var labels []string
 	for _, l := range Labels(p) {

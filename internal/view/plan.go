@@ -70,6 +70,7 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	legend(w, p)
 	nodes(w, p)
 	secrets(w, p)
+	templates(w, p)
 
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", oneLine(warn))
@@ -112,6 +113,10 @@ func legend(w io.Writer, p *plan.Plan) {
 
 	if secretsUsed[plan.SecretSkip] && !used[plan.ActionDeselect] {
 		fmt.Fprintln(w, "  - leave a pull secret alone")
+	}
+
+	if p.Summary.TemplatesUpdate > 0 {
+		fmt.Fprintln(w, "  ~ update a node template's credential (compare-and-swap)")
 	}
 
 	fmt.Fprintln(w)
@@ -178,6 +183,27 @@ func secrets(w io.Writer, p *plan.Plan) {
 	}
 }
 
+var templateVerbs = map[plan.TemplateAction]string{plan.TemplateUpdate: "will be updated", plan.TemplateNoOp: "is unchanged"}
+
+// templates renders the node templates: one line per template and pool.
+func templates(w io.Writer, p *plan.Plan) {
+	if len(p.Templates) == 0 {
+		return
+	}
+
+	fmt.Fprintln(w, "Node templates (machines the autoscaler creates later boot from these; written after the consumer secrets, before the root Flux secret):")
+	fmt.Fprintln(w)
+
+	for _, t := range p.Templates {
+		symbol := " "
+		if t.Action == plan.TemplateUpdate {
+			symbol = "~"
+		}
+
+		fmt.Fprintf(w, "  %s %s (%s, %s) %s\n      # (because %s)\n\n", symbol, t.Where(), t.Name, t.Format, templateVerbs[t.Action], oneLine(t.Reason))
+	}
+}
+
 // planSummary is the plan's last line(s): Terraform's "Plan: …" or "No changes.".
 func planSummary(w io.Writer, p *plan.Plan) {
 	s := p.Summary
@@ -197,6 +223,10 @@ func planSummary(w io.Writer, p *plan.Plan) {
 
 	if len(p.Secrets) > 0 {
 		fmt.Fprintf(w, "Pull secrets: %d to create, %d to update, %d unchanged, %d left alone.\n", s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
+	}
+
+	if len(p.Templates) > 0 {
+		fmt.Fprintf(w, "Node templates: %d to update, %d unchanged.\n", s.TemplatesUpdate, s.TemplatesUnchanged)
 	}
 }
 
@@ -223,18 +253,19 @@ func node(w io.Writer, n plan.NodePlan, prefix string) {
 
 // PlanJSON is the machine-readable plan (`--json`).
 type PlanJSON struct {
-	FormatVersion      string        `json:"format_version"`
-	CredentialRevision string        `json:"credential_revision"`
-	Registry           string        `json:"registry"`
-	ConfigDigest       string        `json:"config_digest"`
-	ProofSkipped       bool          `json:"proof_skipped"`
-	CreatedAt          string        `json:"created_at"`
-	ExpiresAt          string        `json:"expires_at"`
-	State              plan.StateRef `json:"state"`
-	APIEndpoint        string        `json:"api_endpoint"`
-	EndpointNode       string        `json:"endpoint_node,omitempty"`
-	Nodes              []NodeJSON    `json:"nodes"`
-	Consumers          []SecretJSON  `json:"consumers"`
+	FormatVersion      string         `json:"format_version"`
+	CredentialRevision string         `json:"credential_revision"`
+	Registry           string         `json:"registry"`
+	ConfigDigest       string         `json:"config_digest"`
+	ProofSkipped       bool           `json:"proof_skipped"`
+	CreatedAt          string         `json:"created_at"`
+	ExpiresAt          string         `json:"expires_at"`
+	State              plan.StateRef  `json:"state"`
+	APIEndpoint        string         `json:"api_endpoint"`
+	EndpointNode       string         `json:"endpoint_node,omitempty"`
+	Nodes              []NodeJSON     `json:"nodes"`
+	Consumers          []SecretJSON   `json:"consumers"`
+	Templates          []TemplateJSON `json:"templates"`
 	// PullSecretEntries are the registries whose entry the pull secrets receive: only the
 	// configured one, never other entries of the SOPS file's dockerconfigjson.
 	PullSecretEntries []string     `json:"pull_secret_entries"`
@@ -266,6 +297,18 @@ type SecretJSON struct {
 	ServiceAccounts []string `json:"service_accounts,omitempty"`
 }
 
+// TemplateJSON is one node template config (a template, or one of its pools) of PlanJSON.
+type TemplateJSON struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Secret    string `json:"secret"`
+	Key       string `json:"key"`
+	Format    string `json:"format"`
+	Pool      string `json:"pool,omitempty"`
+	Action    string `json:"action"`
+	Reason    string `json:"reason"`
+}
+
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version.
 const PlanJSONFormatVersion = "1.0"
 
@@ -276,7 +319,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
-		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
+		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(),
 	}
 
@@ -290,6 +333,12 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 	for _, sp := range p.Secrets {
 		out.Consumers = append(out.Consumers, SecretJSON{
 			Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Action: string(sp.Action), Reason: sp.Reason, ServiceAccounts: sp.ServiceAccounts,
+		})
+	}
+
+	for _, t := range p.Templates {
+		out.Templates = append(out.Templates, TemplateJSON{
+			Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format, Pool: t.Pool, Action: string(t.Action), Reason: t.Reason,
 		})
 	}
 
