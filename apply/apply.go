@@ -317,6 +317,7 @@ func (r *run) fanOut(ctx context.Context) {
 	st, store := r.ws.State, r.ws.Store
 	r.res.Secrets = fanout.Run(ctx, r.ws.Kube.Client, dyn, r.p, fanout.Options{
 		Data: r.cred.PullSecretJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks,
+		Registry: r.ws.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.ws.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
 			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})
 
@@ -327,6 +328,12 @@ func (r *run) fanOut(ctx context.Context) {
 	r.settleSecrets()
 
 	for _, s := range r.res.Secrets {
+		if s.Role == plan.RoleTemplate {
+			r.templateOutcome(ctx, s)
+
+			continue
+		}
+
 		r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
 
 		switch s.Outcome {
@@ -336,6 +343,19 @@ func (r *run) fanOut(ctx context.Context) {
 		case fanout.Failed:
 			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 		}
+	}
+}
+
+// templateOutcome logs a node template's outcome and records it as an Event on its Secret.
+func (r *run) templateOutcome(ctx context.Context, s fanout.Result) {
+	r.log.Info("node template", "secret", s.Namespace+"/"+s.Secret, "key", s.Key, "outcome", s.Outcome, "detail", s.Message)
+
+	switch s.Outcome {
+	case fanout.Written:
+		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateWritten",
+			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" into node template key "+s.Key, false)
+	case fanout.Failed:
+		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
 }
 
@@ -351,7 +371,7 @@ func (r *run) settleSecrets() {
 		}
 
 		for _, rec := range st.Secrets {
-			if rec.Namespace == res.Namespace && rec.Name == res.Secret && rec.Outcome == state.SecretWriting {
+			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && rec.Outcome == state.SecretWriting {
 				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.ws.Now().UTC()
 				st.PutSecret(rec)
 				settled++

@@ -12,6 +12,8 @@ import (
 const (
 	RoleConsumer = "consumer"
 	RoleRoot     = "root"
+	// RoleTemplate is a node template's role in the fan-out's results and the state's records.
+	RoleTemplate = "node-template"
 )
 
 // SecretObs is an observed target pull secret.

@@ -109,3 +109,29 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.Se
 
 	return obs, nil
 }
+
+// TemplateValue reads one key of a node template's Secret.
+func (c *Connection) TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, error) {
+	s, err := c.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("the Secret does not exist")
+	case err != nil:
+		return nil, c.Unreachable("read Secret "+namespace+"/"+name, err)
+	}
+
+	v, ok := s.Data[key]
+	if !ok {
+		keys := make([]string, 0, len(s.Data))
+		for k := range s.Data {
+			keys = append(keys, k)
+		}
+
+		sort.Strings(keys)
+
+		return nil, fmt.Errorf("the Secret has no key %s (its keys: %s)", key, strings.Join(keys, ", "))
+	}
+
+	return v, nil
+}

@@ -42,8 +42,8 @@ type Config struct {
 	// NodeTemplates are the machine templates new nodes boot from (the autoscaler's).
 	NodeTemplates []NodeTemplate
 	Lease         Lease
-	State            State
-	Liveness         *Liveness
+	State         State
+	Liveness      *Liveness
 }
 
 // Liveness is where a Lease holder's run is checked for having ended.

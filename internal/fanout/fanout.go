@@ -1,6 +1,7 @@
-// Package fanout writes the rotated credential into the consumer pull secrets and, last, into
-// the root Flux secret — only when everything else in the run succeeded, since the root secret is
-// what lets the cluster deliver its own fixes.
+// Package fanout writes the rotated credential into the copies Kubernetes holds: the consumer
+// pull secrets, then the node templates new machines boot from, and last the root Flux secret —
+// only when everything else in the run succeeded, since the root secret is what lets the
+// cluster deliver its own fixes.
 package fanout
 
 import (
@@ -23,6 +24,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -42,22 +44,42 @@ const (
 // OCIRepositories is Flux's OCIRepository resource.
 var OCIRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"}
 
-// Result is one pull secret's outcome.
+// Result is one pull secret's or node template's outcome.
 type Result struct {
 	Namespace, Secret, Role string
+	Key                     string // a node template's key in the Secret ("" for a pull secret)
 	Outcome                 Outcome
 	Message                 string
+}
+
+// RecordName is the name the state records the write under: the Secret, or for a node template
+// the Secret and its key.
+func (r Result) RecordName() string { return recordName(r.Secret, r.Key) }
+
+func recordName(secret, key string) string {
+	if key == "" {
+		return secret
+	}
+
+	return secret + "[" + key + "]"
 }
 
 // Hooks let tests act at exact points.
 type Hooks struct {
 	// BetweenReadAndWrite runs after a secret was read and before it is written.
 	BetweenReadAndWrite func(namespace, name string, attempt int)
+	// BetweenTemplateReadAndWrite runs after a node template was read and rewritten in memory,
+	// before the update.
+	BetweenTemplateReadAndWrite func(t config.NodeTemplate, attempt int)
 }
 
 // Options configure a fan-out.
 type Options struct {
-	Data          []byte // the dockerconfigjson to write
+	Data []byte // the dockerconfigjson to write
+	// Registry, Username and Password are the credential the node templates receive.
+	Registry, Username, Password string
+	// Templates are the configured node templates (their plan entries say which need a write).
+	Templates     []config.NodeTemplate
 	NodesOK       bool   // every node of the run succeeded
 	OCIRepository string // reconciled after the root secret changed ("" = none)
 	Assert        func() error
@@ -65,7 +87,8 @@ type Options struct {
 	Hooks         Hooks
 }
 
-// Run fans the credential out: every consumer secret of the plan, then the root.
+// Run fans the credential out: every consumer secret of the plan, the node templates, then the
+// root.
 func Run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o Options) []Result {
 	var out []Result
 
@@ -81,6 +104,15 @@ func Run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, 
 		}
 
 		r := write(ctx, kube, sp, o)
+		if r.Outcome == Failed {
+			failed++
+		}
+
+		out = append(out, r)
+	}
+
+	for _, t := range o.Templates {
+		r := writeTemplate(ctx, kube, t, p, o)
 		if r.Outcome == Failed {
 			failed++
 		}
@@ -232,6 +264,12 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 	}
 
 	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)
+}
+
+func (h Hooks) betweenTemplate(t config.NodeTemplate, attempt int) {
+	if h.BetweenTemplateReadAndWrite != nil {
+		h.BetweenTemplateReadAndWrite(t, attempt)
+	}
 }
 
 func (h Hooks) between(sp plan.SecretPlan, attempt int) {

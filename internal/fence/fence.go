@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -159,7 +160,12 @@ func Classify(o Observation) Report {
 	}
 
 	for _, sr := range o.SecretsInFlight {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("pull secret %s/%s (%s) was being written with revision %s when its run stopped: "+
+		what := "pull secret"
+		if sr.Role == plan.RoleTemplate {
+			what = "node template"
+		}
+
+		rep.Notes = append(rep.Notes, fmt.Sprintf(what+" %s/%s (%s) was being written with revision %s when its run stopped: "+
 			"not a fence, but it may hold either credential; run plan to see what remains", sr.Namespace, sr.Name, sr.Role, human.Short(sr.DesiredRevision)))
 	}
 

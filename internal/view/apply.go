@@ -10,6 +10,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -93,6 +94,7 @@ type ApplyNodeJSON struct {
 type ApplySecretJSON struct {
 	Namespace string `json:"namespace"`
 	Secret    string `json:"secret"`
+	Key       string `json:"key,omitempty"` // a node template's key
 	Role      string `json:"role"`
 	Outcome   string `json:"outcome"`
 	Message   string `json:"message"`
@@ -116,7 +118,7 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 	}
 
 	for _, s := range res.Secrets {
-		out.Secrets = append(out.Secrets, ApplySecretJSON{Namespace: s.Namespace, Secret: s.Secret, Role: s.Role, Outcome: string(s.Outcome), Message: s.Message})
+		out.Secrets = append(out.Secrets, ApplySecretJSON{Namespace: s.Namespace, Secret: s.Secret, Key: s.Key, Role: s.Role, Outcome: string(s.Outcome), Message: s.Message})
 	}
 
 	return out
@@ -212,19 +214,31 @@ func applySecrets(w io.Writer, secrets []fanout.Result) int {
 
 	fmt.Fprintln(w)
 
-	counts := map[fanout.Outcome]int{}
+	counts, templates := map[fanout.Outcome]int{}, map[fanout.Outcome]int{}
 
 	for _, s := range secrets {
-		counts[s.Outcome]++
-		fmt.Fprintf(w, "  %s %s/%s (%s): %s\n", secretMarks[s.Outcome], s.Namespace, s.Secret, s.Role, oneLine(s.Message))
+		name := s.Namespace + "/" + s.Secret
+
+		if s.Role == plan.RoleTemplate {
+			templates[s.Outcome]++
+			name += "[" + s.Key + "]"
+		} else {
+			counts[s.Outcome]++
+		}
+
+		fmt.Fprintf(w, "  %s %s (%s): %s\n", secretMarks[s.Outcome], Clean(name), s.Role, oneLine(s.Message))
 	}
 
 	fmt.Fprintf(w, "\nPull secrets: %d written, %d unchanged, %d left alone, %d failed, %d held back.\n",
 		counts[fanout.Written], counts[fanout.Unchanged], counts[fanout.Skipped], counts[fanout.Failed], counts[fanout.HeldBack])
 
+	if len(templates) > 0 {
+		fmt.Fprintf(w, "Node templates: %d written, %d unchanged, %d failed.\n", templates[fanout.Written], templates[fanout.Unchanged], templates[fanout.Failed])
+	}
+
 	if counts[fanout.HeldBack] > 0 {
 		fmt.Fprintln(w, "The root Flux secret still holds the old credential; fix the failures and run plan and apply again.")
 	}
 
-	return counts[fanout.Failed]
+	return counts[fanout.Failed] + templates[fanout.Failed]
 }

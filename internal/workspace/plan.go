@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -117,7 +119,43 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		secrets = append(secrets, obs)
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, Lease: lease, Secrets: secrets}, nil
+	templates, err := w.Templates(ctx)
+	if err != nil {
+		return plan.Snapshot{}, err
+	}
+
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, Lease: lease, Secrets: secrets, Templates: templates}, nil
+}
+
+// Templates reads every configured node template and the credential digest of each of its
+// configs. A template that cannot be read or decoded is an error: nothing is planned.
+func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
+	var out []plan.TemplateObs
+
+	for _, t := range w.Config.NodeTemplates {
+		value, err := w.Kube.TemplateValue(ctx, t.Namespace, t.Secret, t.Key)
+		if err == nil {
+			var pools []nodetemplate.Pool
+
+			pools, err = nodetemplate.Read(t.Format, value, t.Pools, w.Config.Credential.Registry)
+			for _, p := range pools {
+				out = append(out, plan.TemplateObs{Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format,
+					Pool: p.Name, Form: p.Form, Digest: p.Digest})
+			}
+		}
+
+		if err != nil {
+			return nil, TemplateError(t, err)
+		}
+	}
+
+	return out, nil
+}
+
+// TemplateError names the node template whose Secret could not be used, and what to do.
+func TemplateError(t config.NodeTemplate, err error) error {
+	return fmt.Errorf("node_template %q (Secret %s/%s, key %s, format %s): %w; nothing was changed. "+
+		"Fix the template, or the block's format/pools (docs/node-templates.md)", t.Name, t.Namespace, t.Secret, t.Key, t.Format, err)
 }
 
 // SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),

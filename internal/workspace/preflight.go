@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 )
@@ -67,6 +68,10 @@ func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access
 			return nil, err
 		}
 
+		for _, t := range cfg.NodeTemplates {
+			needs = append(needs, access("get", "", "secrets", t.Namespace, t.Secret))
+		}
+
 		for _, t := range targets {
 			needs = append(needs, access("get", "", "secrets", t.Namespace, t.Name))
 
@@ -115,6 +120,14 @@ func (w *Workspace) applyNeeds(targets []cluster.SecretTarget, kubeState bool) [
 
 		for _, sa := range t.ServiceAccounts {
 			needs = append(needs, access("update", "", "serviceaccounts", t.Namespace, sa))
+		}
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		needs = append(needs, access("update", "", "secrets", t.Namespace, t.Secret))
+
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			needs = append(needs, access("patch", "apps", "deployments", ns, name))
 		}
 	}
 

@@ -1,0 +1,183 @@
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// writeTemplate rewrites the credential in a node template when its plan entries say so: a
+// compare-and-swap update of the Secret's key (re-read, re-checked and rewritten when another
+// writer got in between, so their change and ours are both kept), read back and checked, then the
+// optional rollout restart of the autoscaler that reads it.
+func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, p *plan.Plan, o Options) Result {
+	res := Result{Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Role: plan.RoleTemplate}
+	fail := func(err error) Result {
+		res.Outcome, res.Message = Failed, err.Error()
+
+		return res
+	}
+
+	var pools []string
+
+	update := false
+
+	for _, tp := range p.Templates {
+		if tp.Name == t.Name {
+			pools = append(pools, tp.Pool)
+			update = update || tp.Action == plan.TemplateUpdate
+		}
+	}
+
+	if !update {
+		res.Outcome, res.Message = Unchanged, "already carries credential "+shortDigest(o)
+
+		return res
+	}
+
+	if err := o.Assert(); err != nil {
+		return fail(fmt.Errorf("not written: %w", err))
+	}
+
+	if err := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, state.SecretWriting); err != nil {
+		return fail(err)
+	}
+
+	retries, err := putTemplate(ctx, kube, t, o)
+	if err != nil {
+		return fail(err)
+	}
+
+	if err := readBackTemplate(ctx, kube, t, o); err != nil {
+		return fail(err)
+	}
+
+	msg := fmt.Sprintf("credential written in %s, read back", describePools(pools))
+	if retries > 0 {
+		msg += fmt.Sprintf(" (after %d concurrent write(s), re-read and retried)", retries)
+	}
+
+	if t.RestartDeployment != "" {
+		if err := restart(ctx, kube, t.RestartDeployment); err != nil {
+			return fail(fmt.Errorf("%s; but the rollout restart of deployment %s failed: %w (restart it by hand so the autoscaler reads the template)",
+				msg, t.RestartDeployment, err))
+		}
+
+		msg += "; deployment " + t.RestartDeployment + " restarted to read it"
+	}
+
+	if err := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, string(Written)); err != nil {
+		return fail(err)
+	}
+
+	res.Outcome, res.Message = Written, msg
+
+	return res
+}
+
+func describePools(pools []string) string {
+	if len(pools) == 1 && pools[0] == "" {
+		return "the machine config"
+	}
+
+	return "pool(s) " + strings.Join(pools, ", ")
+}
+
+func shortDigest(o Options) string {
+	d := authdigest.Of(o.Username, o.Password)
+
+	return d[:min(12, len(d))] + "…"
+}
+
+// putTemplate is the compare-and-swap loop: read, rewrite the credential only, update carrying
+// the read resourceVersion; on a conflict start over from a fresh read.
+func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options) (retries int, err error) {
+	secrets := kube.CoreV1().Secrets(t.Namespace)
+	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
+
+	for attempt := range 5 {
+		cur, err := secrets.Get(ctx, t.Secret, metav1.GetOptions{})
+		if err != nil {
+			return retries, fmt.Errorf("read %s: %w; not written", where, err)
+		}
+
+		value, ok := cur.Data[t.Key]
+		if !ok {
+			return retries, fmt.Errorf("%s: the key is gone since the plan; not written", where)
+		}
+
+		next, err := nodetemplate.Rewrite(t.Format, value, t.Pools, o.Registry, o.Username, o.Password)
+		if err != nil {
+			return retries, fmt.Errorf("%s: %w; not written", where, err)
+		}
+
+		if bytes.Equal(next, value) {
+			return retries, nil
+		}
+
+		o.Hooks.betweenTemplate(t, attempt)
+
+		upd := cur.DeepCopy()
+		upd.Data[t.Key] = next
+
+		_, err = secrets.Update(ctx, upd, metav1.UpdateOptions{})
+
+		switch {
+		case apierrors.IsConflict(err):
+			retries++
+		case err != nil:
+			return retries, fmt.Errorf("write %s: %w", where, err)
+		default:
+			return retries, nil
+		}
+	}
+
+	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)
+}
+
+// readBackTemplate checks that every selected config of the template now carries the credential.
+func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options) error {
+	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
+
+	back, err := kube.CoreV1().Secrets(t.Namespace).Get(ctx, t.Secret, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read back %s: %w", where, err)
+	}
+
+	pools, err := nodetemplate.Read(t.Format, back.Data[t.Key], t.Pools, o.Registry)
+	if err != nil {
+		return fmt.Errorf("read back %s: %w", where, err)
+	}
+
+	want := authdigest.Of(o.Username, o.Password)
+	for _, p := range pools {
+		if p.Digest != want {
+			return fmt.Errorf("read back %s: %s does not carry the new credential (another writer replaced it)", where, describePools([]string{p.Name}))
+		}
+	}
+
+	return nil
+}
+
+// restart rolls a deployment the way `kubectl rollout restart` does.
+func restart(ctx context.Context, kube kubernetes.Interface, nsName string) error {
+	ns, name, _ := strings.Cut(nsName, "/")
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().UTC().Format(time.RFC3339))
+
+	_, err := kube.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+
+	return err
+}
