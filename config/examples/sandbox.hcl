@@ -66,3 +66,14 @@ flux_root {
   secret         = "ghcr-auth"
   oci_repository = "flux-system"
 }
+
+# The machine template the cluster autoscaler boots new workers from (the Hetzner autoscaler's
+# HCLOUD_CLUSTER_CONFIG): rewritten after the consumer secrets, before the root Flux secret, so
+# machines that join later carry the new credential too.
+node_template "hcloud-workers" {
+  namespace = "kube-system"
+  secret    = "hcloud-cluster-config"
+  key       = "HCLOUD_CLUSTER_CONFIG"
+  format    = "hcloud-cluster-config"
+  pools     = ["autoscale-cx43"]
+}

@@ -355,11 +355,12 @@ func (a *autoscaler) evictAll(ctx context.Context, node string, timeout time.Dur
 }
 
 func (a *autoscaler) scaleUp(ctx context.Context) (*Machine, error) {
-	a.f.mu.Lock()
-	cred := a.f.template
-	a.f.mu.Unlock()
+	cfg, err := a.f.templateConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: no machine from the node template: %w", err)
+	}
 
-	m, err := a.f.addMachine(ctx, a.f.autoscaledName(), RoleWorker, true, cred)
+	m, err := a.f.addMachine(ctx, a.f.autoscaledName(), RoleWorker, true, Credential{}, cfg)
 	if err != nil {
 		return nil, err
 	}

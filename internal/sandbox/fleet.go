@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +64,6 @@ type Fleet struct {
 	machines  map[string]*Machine
 	byIP      map[string]*Machine
 	nextIndex int
-	template  Credential // the credential new autoscaled machines boot with
 
 	statsMu     sync.Mutex
 	stats       Stats
@@ -350,7 +350,8 @@ func (f *Fleet) autoscaledName() string {
 }
 
 // addMachine boots a new machine and registers its Node.
-func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscaled bool, cred Credential) (*Machine, error) {
+// addMachine boots a machine from the config given, or (nil) from one rendered with cred.
+func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscaled bool, cred Credential, config []byte) (*Machine, error) {
 	f.mu.Lock()
 	index := f.nextIndex
 	ip := f.net.host(index)
@@ -371,9 +372,18 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	_, _ = rand.Read(idb[:])
 	m.memberID = binary.BigEndian.Uint64(idb[:])
 
-	data, err := renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred)
-	if err != nil {
-		return nil, err
+	data := config
+	if data == nil {
+		if data, err = renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred); err != nil {
+			return nil, err
+		}
+	} else {
+		provider, err := configloader.NewFromBytes(data)
+		if err != nil {
+			return nil, err
+		}
+
+		m.effective = registryCredential(provider)
 	}
 
 	if err := m.initConfig(ctx, data); err != nil {

@@ -246,7 +246,6 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
 		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
 		machines: map[string]*Machine{}, byIP: map[string]*Machine{},
-		template:    fleetCred,
 		stats:       Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
 		pullSources: map[string]string{},
 	}
@@ -269,25 +268,29 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 	}
 
 	for i := range opts.ControlPlanes {
-		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-control-plane-%d", i+1), RoleControlPlane, false, fleetCred); err != nil {
+		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-control-plane-%d", i+1), RoleControlPlane, false, fleetCred, nil); err != nil {
 			return nil, err
 		}
 	}
 
 	for i := range opts.Workers {
-		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-worker-%d", i+1), RoleWorker, false, fleetCred); err != nil {
+		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-worker-%d", i+1), RoleWorker, false, fleetCred, nil); err != nil {
 			return nil, err
 		}
 	}
 
 	for range opts.Autoscaled {
-		if _, err := f.addMachine(ctx, f.autoscaledName(), RoleWorker, true, fleetCred); err != nil {
+		if _, err := f.addMachine(ctx, f.autoscaledName(), RoleWorker, true, fleetCred, nil); err != nil {
 			return nil, err
 		}
 	}
 
 	if err := s.seedCluster(ctx, admin); err != nil {
 		return nil, err
+	}
+
+	if err := f.writeTemplate(ctx, fleetCred); err != nil {
+		return nil, fmt.Errorf("sandbox: node template: %w", err)
 	}
 
 	if err := s.WaitNodesReady(ctx, 60*time.Second); err != nil {
