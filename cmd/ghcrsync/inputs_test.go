@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -126,7 +127,7 @@ type badInput struct {
 func TestBadInputs(t *testing.T) {
 	sb := sandboxtest.Get(t)
 
-	rows := append(configRows(), append(credentialRows(sb), append(clusterRows(sb), append(planRows(), stateAndFlagRows()...)...)...)...)
+	rows := append(configRows(), append(credentialRows(sb), append(clusterRows(sb), append(planRows(), append(stateAndFlagRows(), templateRows(sb)...)...)...)...)...)
 	if len(rows) < 30 {
 		t.Fatalf("only %d rows", len(rows))
 	}
@@ -380,6 +381,64 @@ func clusterRows(sb *sandbox.Sandbox) []badInput {
 		{"talos_context_flag_wins_over_the_file", func(b *bench) []string {
 			return append(planCmd(b), "--talos-context", "production")
 		}, 1, []string{`has no context "production"`}, ""},
+	}
+}
+
+// templateRows: node templates plan cannot use. Each fails the plan (exit 1) naming the block,
+// the Secret, the key (and the pool), before anything is written.
+func templateRows(sb *sandbox.Sandbox) []badInput {
+	b64 := func(s string) []byte { return []byte(base64.StdEncoding.EncodeToString([]byte(s))) }
+	hcloud := func(pool, cloudInit string) []byte {
+		js, _ := json.Marshal(map[string]any{"nodeConfigs": map[string]any{pool: map[string]any{"cloudInit": cloudInit}}})
+
+		return []byte(base64.StdEncoding.EncodeToString(js))
+	}
+
+	// use points the node_template block at default/NAME holding value (nil: no such Secret),
+	// with more edits of the configuration as old/new pairs.
+	use := func(name string, value []byte, edits ...string) func(b *bench) []string {
+		return func(b *bench) []string {
+			if value != nil {
+				kube := sb.Kube()
+				secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string][]byte{sandbox.TemplateKey: value}}
+
+				if _, err := kube.CoreV1().Secrets("default").Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+					b.t.Fatal(err)
+				}
+
+				b.t.Cleanup(func() { _ = kube.CoreV1().Secrets("default").Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			}
+
+			b.edit(`namespace = "kube-system"
+  secret    = "hcloud-cluster-config"`, `namespace = "default"
+  secret    = "`+name+`"`)
+
+			for i := 0; i+1 < len(edits); i += 2 {
+				b.edit(edits[i], edits[i+1])
+			}
+
+			return planCmd(b)
+		}
+	}
+
+	named := func(secret string, more ...string) []string {
+		return append([]string{`node_template "hcloud-workers"`, "Secret default/" + secret, "key " + sandbox.TemplateKey, "nothing was changed", "docs/node-templates.md"}, more...)
+	}
+
+	return []badInput{
+		{"template_secret_missing", use("tpl-missing", nil), 1, named("tpl-missing", "the Secret does not exist"), ""},
+		{"template_key_missing", use("tpl-key", []byte("x"), `key       = "HCLOUD_CLUSTER_CONFIG"`, `key       = "CLUSTER_CONFIG"`), 1,
+			[]string{"Secret default/tpl-key", "has no key CLUSTER_CONFIG (its keys: " + sandbox.TemplateKey + ")"}, ""},
+		{"template_bad_base64", use("tpl-b64", []byte("!! not base64 !!")), 1, named("tpl-b64", "the value is not base64"), ""},
+		{"template_not_json", use("tpl-json", b64("version: v1alpha1\n")), 1, named("tpl-json", "is not the hcloud cluster config's JSON"), ""},
+		{"template_no_such_pool", use("tpl-pool", hcloud("autoscale-cx43", "x"), `pools     = ["autoscale-cx43"]`, `pools     = ["arm-pool"]`), 1,
+			named("tpl-pool", `no pool "arm-pool" with a cloudInit in nodeConfigs (pools with one: autoscale-cx43)`), ""},
+		{"template_not_a_talos_config", use("tpl-talos", hcloud("autoscale-cx43", "#cloud-config\nruncmd: []\n")), 1,
+			named("tpl-talos", `pool "autoscale-cx43": not a Talos machine config`), ""},
+		{"template_format_unknown", func(b *bench) []string {
+			b.edit(`format    = "hcloud-cluster-config"`, `format    = "cloud-init"`)
+			return planCmd(b)
+		}, 1, []string{"ghcrsync.hcl:", "Unsupported node template format", `not "cloud-init"`}, ""},
 	}
 }
 

@@ -123,6 +123,16 @@ func TestEnvFunction(t *testing.T) {
 }
 
 // Every bad input names the file, line and column, and says what is wrong.
+// template is a node_template block; FORMAT is replaced by more attributes.
+const template = `
+node_template "w" {
+  namespace = "kube-system"
+  secret    = "tpl"
+  key       = "K"
+  FORMAT
+}
+`
+
 func TestLoadErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -135,6 +145,17 @@ func TestLoadErrors(t *testing.T) {
 		},
 			[]string{"ghcrsync.hcl:18:3", "Unsupported argument", "drain_timout"}},
 		{"unknown_block", func(s string) string { return s + "\nfences {}\n" }, []string{"Unsupported block type", "fences"}},
+		{"template_format", func(s string) string { return s + strings.Replace(template, "FORMAT", `format = "yaml"`, 1) },
+			[]string{"ghcrsync.hcl:49:3", "Unsupported node template format", `not "yaml"`}},
+		{"template_pools_without_cluster_config", func(s string) string {
+			return s + strings.Replace(template, "FORMAT", "format = \"talos\"\n  pools = [\"a\"]", 1)
+		}, []string{"ghcrsync.hcl:50:3", "Pools without a cluster config"}},
+		{"template_restart_deployment", func(s string) string { return s + strings.Replace(template, "FORMAT", `restart_deployment = "autoscaler"`, 1) },
+			[]string{"ghcrsync.hcl:49:3", "Invalid deployment", `"namespace/name"`}},
+		{"template_twice", func(s string) string { return s + strings.Replace(template, "FORMAT", "", 1) + strings.Replace(template, "FORMAT", "", 1) },
+			[]string{"Duplicate node template", "kube-system/tpl:K"}},
+		{"template_missing_key", func(s string) string { return s + strings.Replace(strings.Replace(template, "FORMAT", "", 1), `key       = "K"`, "", 1) },
+			[]string{"Missing required argument", "key"}},
 		{"wrong_type", func(s string) string {
 			return strings.Replace(s, "worker_parallelism = 2", `worker_parallelism = "many"`, 1)
 		},

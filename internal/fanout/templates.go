@@ -56,6 +56,17 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		return fail(err)
 	}
 
+	// From here a failure is recorded as such: the state must not say a write is in flight.
+	fail = func(err error) Result {
+		if rerr := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, string(Failed)); rerr != nil {
+			err = fmt.Errorf("%w (and recording the failure in the state failed: %v)", err, rerr)
+		}
+
+		res.Outcome, res.Message = Failed, err.Error()
+
+		return res
+	}
+
 	retries, err := putTemplate(ctx, kube, t, o)
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,263 @@
+package apply_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// The node template the sandbox autoscaler boots machines from is rotated with the fleet. An
+// operator changes an unrelated part of it between ghcrsync's read and its write: the
+// compare-and-swap retry keeps their change and ours. A machine the autoscaler then creates
+// joins with the new credential, its kubelet pulls a private image with it, and the next plan
+// has nothing to do for the machine or the template.
+func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	r := newRotation(t, sb, nil, "prod-worker-1")
+	path := r.plan()
+
+	if tp := r.planned.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateUpdate || tp[0].Pool != sandbox.TemplatePool {
+		t.Fatalf("the plan's templates: %+v", tp)
+	}
+
+	res, err := applyCfg(ctx, applyOptions{
+		ConfigPath: r.cfg, PlanPath: path,
+		SecretHooks: fanout.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
+			if attempt == 0 {
+				editTemplate(t, kube, func(cc map[string]any) { cc["imagesForArch"].(map[string]any)["arm64"] = "operator-added" })
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tr := templateResult(t, res.Secrets)
+	if tr.Outcome != fanout.Written || !strings.Contains(tr.Message, "after 1 concurrent write") {
+		t.Fatalf("template: %+v", tr)
+	}
+
+	if root := res.Secrets[len(res.Secrets)-1]; root.Role != plan.RoleRoot || root.Outcome != fanout.Written {
+		t.Fatalf("the root Flux secret after the template: %+v", root)
+	}
+
+	if got := templateJSON(t, kube)["imagesForArch"].(map[string]any)["arm64"]; got != "operator-added" {
+		t.Fatalf("the operator's concurrent change was lost: arm64 = %v", got)
+	}
+
+	out, err := sb.Do(ctx, "scale-up", sandbox.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	name := out.(map[string]string)["added"]
+	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "delete-node", sandbox.Request{Node: name}) })
+
+	m, _ := sb.Fleet().Machine(name)
+	if eff := m.Effective(); eff.Username != r.cred.Username || eff.Password != r.cred.Password {
+		t.Fatalf("the machine scaled up after apply joined with %q, not the new credential %q", eff.Username, r.cred.Username)
+	}
+
+	pullsPrivateImage(t, sb, name)
+
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": r.group}}})
+
+	again, err := planCfg(ctx, r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if np, ok := again.Plan.Node(name); !ok || np.Action != plan.ActionNoOp {
+		t.Fatalf("the next plan for the new machine: %+v", np)
+	}
+
+	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateNoOp {
+		t.Fatalf("the next plan's templates: %+v", tp)
+	}
+}
+
+// Negative control: a concurrent writer that breaks the template between ghcrsync's read and its
+// write is not overwritten — the retry re-reads, refuses, writes nothing, and holds the root Flux
+// secret back.
+func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	before, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		s, _ := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(context.Background(), sandbox.TemplateSecret, metav1.GetOptions{})
+		s.Data = before.Data
+		_, _ = kube.CoreV1().Secrets(sandbox.TemplateNamespace).Update(context.Background(), s, metav1.UpdateOptions{})
+	})
+
+	r := newRotation(t, sb, nil, "prod-worker-1")
+	path := r.plan()
+
+	res, err := applyCfg(ctx, applyOptions{
+		ConfigPath: r.cfg, PlanPath: path,
+		SecretHooks: fanout.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
+			if attempt != 0 {
+				return
+			}
+
+			s, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+
+				return
+			}
+
+			s.Data[sandbox.TemplateKey] = []byte("!! not base64 !!")
+			if _, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if tr := templateResult(t, res.Secrets); tr.Outcome != fanout.Failed || !strings.Contains(tr.Message, "not base64") || !strings.Contains(tr.Message, "not written") {
+		t.Fatalf("template: %+v", tr)
+	}
+
+	if root := res.Secrets[len(res.Secrets)-1]; root.Outcome != fanout.HeldBack {
+		t.Fatalf("the root Flux secret after a failed template: %+v", root)
+	}
+
+	s, _ := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+	if string(s.Data[sandbox.TemplateKey]) != "!! not base64 !!" {
+		t.Fatal("ghcrsync wrote over the concurrent writer's template")
+	}
+
+	recorded := false
+
+	for _, rec := range r.readState().Secrets {
+		if rec.Role == plan.RoleTemplate && rec.Name == sandbox.TemplateSecret+"["+sandbox.TemplateKey+"]" && rec.Outcome == string(fanout.Failed) {
+			recorded = true
+		}
+	}
+
+	if !recorded {
+		t.Fatalf("the state does not record the failed template write: %+v", r.readState().Secrets)
+	}
+}
+
+func templateResult(t *testing.T, results []fanout.Result) fanout.Result {
+	t.Helper()
+
+	for _, s := range results {
+		if s.Role == plan.RoleTemplate {
+			return s
+		}
+	}
+
+	t.Fatalf("no node template among the results: %+v", results)
+
+	return fanout.Result{}
+}
+
+// templateJSON decodes the sandbox's HCLOUD_CLUSTER_CONFIG.
+func templateJSON(t *testing.T, kube kubernetes.Interface) map[string]any {
+	t.Helper()
+
+	s, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(context.Background(), sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(s.Data[sandbox.TemplateKey])))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var cc map[string]any
+	if err := json.Unmarshal(raw, &cc); err != nil {
+		t.Fatal(err)
+	}
+
+	return cc
+}
+
+// editTemplate changes the template as another writer would (a plain update).
+func editTemplate(t *testing.T, kube kubernetes.Interface, edit func(map[string]any)) {
+	t.Helper()
+
+	cc := templateJSON(t, kube)
+	edit(cc)
+
+	js, _ := json.Marshal(cc)
+	ctx := context.Background()
+
+	s, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Error(err)
+
+		return
+	}
+
+	s.Data[sandbox.TemplateKey] = []byte(base64.StdEncoding.EncodeToString(js))
+	if _, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// pullsPrivateImage runs a pod with a private image and no pull secret on the node: it starts
+// only if the node's own (Talos) credential pulls it.
+func pullsPrivateImage(t *testing.T, sb *sandbox.Sandbox, node string) {
+	t.Helper()
+
+	ctx := context.Background()
+	kube := sb.Kube()
+	name := "pull-" + node[len(node)-8:]
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName: node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			Containers: []corev1.Container{{Name: "c", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1"}},
+		},
+	}
+	if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}) })
+
+	sandboxtest.Eventually(t, 30*time.Second, "the private image is pulled", func() error {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodSucceeded {
+			return fmt.Errorf("pod %s: %v (%v)", name, p.Status.ContainerStatuses, err)
+		}
+
+		if src := sb.Fleet().PullSource("default", name); src != "node" {
+			return fmt.Errorf("pulled with %q, not the node's credential", src)
+		}
+
+		return nil
+	})
+}
