@@ -20,7 +20,10 @@ echo
 echo "==> ghcrsync apply: fence, reboot and prove each node (the autoscaler keeps churning meanwhile)"
 bin/ghcrsync apply --config "$dir/ghcrsync.hcl" --log-level warn "$dir/rotation.plan"
 echo
-echo "==> ghcrsync plan again"
+echo "==> The autoscaler adds a machine: it boots from the node template apply rotated"
+bin/ghcrsync-sandbox ctl --dir "$dir" scale-up
+echo
+echo "==> ghcrsync plan again (the new machine included: no changes)"
 bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --detailed-exitcode
 echo
 echo "==> The fleet after the rotation"

@@ -166,9 +166,10 @@ func (r *seedRun) checkState(revision string) {
 		r.problem("state's last run is for revision %s, the credential is %s", st.Run.CredentialRevision, revision)
 	}
 
+	// A write-ahead record a later run found already in sync is settled as "unchanged".
 	for _, s := range st.Secrets {
-		if s.Outcome != "written" || s.DesiredRevision != revision {
-			r.problem("state: pull secret %s/%s is %s for %s", s.Namespace, s.Name, s.Outcome, s.DesiredRevision)
+		if s.Outcome != "written" && s.Outcome != "unchanged" || s.DesiredRevision != revision {
+			r.problem("state: %s %s/%s is %s for %s", s.Role, s.Namespace, s.Name, s.Outcome, s.DesiredRevision)
 		}
 	}
 }

@@ -426,6 +426,16 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 		t.Fatalf("the scan's needles are not in the pull secret: %v", err)
 	}
 
+	// The node template is the one other place the plaintext belongs: machines boot from it.
+	tpl, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if raw, err := base64.StdEncoding.DecodeString(string(tpl.Data[sandbox.TemplateKey])); err != nil || !strings.Contains(string(raw), needles[0]) {
+		t.Fatalf("the node template does not carry the rotated credential: %v", err)
+	}
+
 	t.Logf("hygiene scan: %d items, %d bytes, %d secret forms: %d hits; %d Events", len(written), size(written), len(needles), hits, len(events))
 }
 
