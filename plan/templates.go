@@ -57,7 +57,7 @@ func planTemplates(obs []TemplateObs, authDigest string) []TemplatePlan {
 
 		switch {
 		case t.Digest == authDigest:
-			tp.Action, tp.Reason = TemplateNoOp, "machines created from it already join with credential "+human.Short(authDigest)
+			tp.Action, tp.Reason = TemplateNoOp, "machines created from it already join with the desired credential (auth digest "+human.Short(authDigest)+")"
 		case t.Digest == "":
 			tp.Reason = "it carries no credential for the registry: a RegistryAuthConfig document is added; machines created from it would join without one"
 		default:

@@ -131,8 +131,8 @@ type Plan struct {
 	// Templates are the node templates' configs, written after the consumer secrets and before
 	// the root Flux secret.
 	Templates []TemplatePlan `json:"templates,omitempty"`
-	Warnings           []string     `json:"warnings,omitempty"`
-	Summary            Summary      `json:"summary"`
+	Warnings  []string       `json:"warnings,omitempty"`
+	Summary   Summary        `json:"summary"`
 
 	seal *seal // set when read from a file: what its MAC covers
 }

@@ -406,7 +406,9 @@ func templateRows(sb *sandbox.Sandbox) []badInput {
 					b.t.Fatal(err)
 				}
 
-				b.t.Cleanup(func() { _ = kube.CoreV1().Secrets("default").Delete(context.Background(), name, metav1.DeleteOptions{}) })
+				b.t.Cleanup(func() {
+					_ = kube.CoreV1().Secrets("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+				})
 			}
 
 			b.edit(`namespace = "kube-system"

@@ -150,11 +150,17 @@ func TestLoadErrors(t *testing.T) {
 		{"template_pools_without_cluster_config", func(s string) string {
 			return s + strings.Replace(template, "FORMAT", "format = \"talos\"\n  pools = [\"a\"]", 1)
 		}, []string{"ghcrsync.hcl:50:3", "Pools without a cluster config"}},
-		{"template_restart_deployment", func(s string) string { return s + strings.Replace(template, "FORMAT", `restart_deployment = "autoscaler"`, 1) },
+		{"template_restart_deployment", func(s string) string {
+			return s + strings.Replace(template, "FORMAT", `restart_deployment = "autoscaler"`, 1)
+		},
 			[]string{"ghcrsync.hcl:49:3", "Invalid deployment", `"namespace/name"`}},
-		{"template_twice", func(s string) string { return s + strings.Replace(template, "FORMAT", "", 1) + strings.Replace(template, "FORMAT", "", 1) },
+		{"template_twice", func(s string) string {
+			return s + strings.Replace(template, "FORMAT", "", 1) + strings.Replace(template, "FORMAT", "", 1)
+		},
 			[]string{"Duplicate node template", "kube-system/tpl:K"}},
-		{"template_missing_key", func(s string) string { return s + strings.Replace(strings.Replace(template, "FORMAT", "", 1), `key       = "K"`, "", 1) },
+		{"template_missing_key", func(s string) string {
+			return s + strings.Replace(strings.Replace(template, "FORMAT", "", 1), `key       = "K"`, "", 1)
+		},
 			[]string{"Missing required argument", "key"}},
 		{"wrong_type", func(s string) string {
 			return strings.Replace(s, "worker_parallelism = 2", `worker_parallelism = "many"`, 1)
