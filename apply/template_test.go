@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,13 +27,34 @@ import (
 // operator changes an unrelated part of it between ghcrsync's read and its write: the
 // compare-and-swap retry keeps their change and ours. A machine the autoscaler then creates
 // joins with the new credential, its kubelet pulls a private image with it, and the next plan
-// has nothing to do for the machine or the template.
+// has nothing to do for the machine or the template. The autoscaler's deployment
+// (restart_deployment) is rolled after the template changed.
 func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 
-	r := newRotation(t, sb, nil, "prod-worker-1")
+	autoscaler := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-autoscaler", Namespace: "kube-system"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cluster-autoscaler"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "cluster-autoscaler"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+			},
+		},
+	}
+	if _, err := kube.AppsV1().Deployments("kube-system").Create(ctx, autoscaler, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		_ = kube.AppsV1().Deployments("kube-system").Delete(context.Background(), "cluster-autoscaler", metav1.DeleteOptions{})
+	})
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `pools     = ["autoscale-cx43"]`, `pools     = ["autoscale-cx43"]`+"\n  restart_deployment = \"kube-system/cluster-autoscaler\"", 1)
+	}, "prod-worker-1")
 	path := r.plan()
 
 	if tp := r.planned.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateUpdate || tp[0].Pool != sandbox.TemplatePool {
@@ -58,6 +80,11 @@ func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 
 	if root := res.Secrets[len(res.Secrets)-1]; root.Role != plan.RoleRoot || root.Outcome != fanout.Written {
 		t.Fatalf("the root Flux secret after the template: %+v", root)
+	}
+
+	if d, err := kube.AppsV1().Deployments("kube-system").Get(ctx, "cluster-autoscaler", metav1.GetOptions{}); err != nil ||
+		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] == "" || !strings.Contains(tr.Message, "restarted") {
+		t.Fatalf("the autoscaler was not restarted after the template changed (%v): %s", err, tr.Message)
 	}
 
 	if got := templateJSON(t, kube)["imagesForArch"].(map[string]any)["arm64"]; got != "operator-added" {
