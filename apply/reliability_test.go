@@ -179,6 +179,35 @@ func TestHungTalosFailsWithinItsBound(t *testing.T) {
 	waitReady(t, sb, name)
 }
 
+// plan reads versions and service lists one-to-many: a node whose Talos API hangs holds that call
+// to its deadline, and plan then reads the batch node by node, so the hung node alone is left out
+// (fail closed, naming the deadline) and the others are planned as usual.
+func TestPlanWithAHungTalosNode(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	const hung, fine = "prod-worker-3", "prod-worker-1"
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, "talos {", "talos {\n  timeout = \"2s\"", 1)
+	}, hung, fine)
+
+	m, _ := sb.Fleet().Machine(hung)
+	m.SetHung(true)
+	t.Cleanup(func() { m.SetHung(false) })
+
+	res, err := planCfg(context.Background(), r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n, _ := res.Plan.Node(hung); n.Action != plan.ActionDeselect || n.Reason != plan.ReasonTalosUnreachable || !strings.Contains(n.Sentence, "DeadlineExceeded") {
+		t.Fatalf("the hung node: %+v", n)
+	}
+
+	if n, _ := res.Plan.Node(fine); n.Action != plan.ActionFence {
+		t.Fatalf("the node that answers: %+v", n)
+	}
+}
+
 // An API outage longer than the Lease's duration, with nobody taking the Lease: the run resumes
 // when the API is back and completes. Negative control: a usurper takes the Lease during the
 // outage: the run stops mutating at its next step, says so, and never reboots the node.

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # bench-plan.sh [SIZES...]: `ghcrsync plan` against sandboxes of 1 control plane + N workers
-# (default 10 100 1000): median wall of 5 runs, peak RSS, and the requests it made (Kubernetes
-# by verb, Talos by method). A benchmark, not a test: it prints a Markdown table.
+# (default 10 100 1000), each with every round-trip in LATENCIES (default "0 25ms") added between
+# ghcrsync and the Talos API endpoint (the sandbox's --talos-latency delay line): median wall of 5
+# runs, peak RSS, and the requests it made (Kubernetes by verb, Talos by method). A benchmark, not
+# a test: it prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(10 100 1000)
 
-echo "| nodes | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests |"
-echo "|---:|---:|---:|---|---|"
+read -r -a latencies <<<"${LATENCIES:-0 25ms}"
+
+echo "| nodes | Talos round-trip added | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests |"
+echo "|---:|---:|---:|---:|---|---|"
 
 for n in "${sizes[@]}"; do
+for lat in "${latencies[@]}"; do
   dir=$(mktemp -d "${TMPDIR:-/tmp}/ghcrsync-bench-plan.XXXXXX")
   bin/ghcrsync-sandbox up --dir "$dir" --detach --control-planes 1 --workers "$n" --autoscaled 0 \
-    --no-workloads --heartbeat 10s >/dev/null
+    --no-workloads --heartbeat 10s --talos-latency "$lat" >/dev/null
   export SOPS_AGE_KEY_FILE="$dir/age.key"
 
   walls=()
@@ -34,8 +39,9 @@ for n in "${sizes[@]}"; do
   kube=$(sed -n 's/^Requests: Kubernetes \(.*\); Talos .*/\1/p' "$dir/plan.err")
   talos=$(sed -n 's/^Requests: .*; Talos \(.*\)\.$/\1/p' "$dir/plan.err")
 
-  echo "| $((n + 1)) | ${median} s | $rss | $kube | $talos |"
+  echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos |"
 
   bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true
   rm -rf "$dir"
+done
 done

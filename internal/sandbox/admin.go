@@ -271,7 +271,7 @@ func (s *Sandbox) writeInfo() error {
 
 	b, err := json.MarshalIndent(Info{
 		PID: os.Getpid(), Admin: s.admin.url(), Registry: s.registry.URL(), CIAPI: s.ci.url(),
-		APIEndpoint: s.fleet.endpoint.url(), TalosEndpoint: s.apid.addr,
+		APIEndpoint: s.fleet.endpoint.url(), TalosEndpoint: s.talosAddr,
 		OldCredential: s.OldCredential().Username, NewCredential: s.NewCredential().Username,
 		ControlPlanePIDs: s.cp.pids(),
 	}, "", "  ")

@@ -57,7 +57,12 @@ type Options struct {
 	VIP                 bool
 	InSync              bool // start the fleet on the secret file's credential
 	NoWorkloads         bool // skip the demo Deployment
-	Logger              hclog.Logger
+	// TalosLatency and APILatency add a round-trip at the Talos API endpoint and the
+	// Kubernetes API endpoint (a delay line in front of each): a WAN between the CI runner and
+	// the cluster.
+	TalosLatency time.Duration
+	APILatency   time.Duration
+	Logger       hclog.Logger
 }
 
 func (o *Options) defaults() {
@@ -122,6 +127,10 @@ type Sandbox struct {
 	apid       *apid
 	autoscaler *autoscaler
 	admin      *adminAPI
+	// delays are the delay lines in front of the endpoints (TalosLatency, APILatency);
+	// talosAddr is where clients reach the Talos API (apid, or its delay line).
+	delays    []*delayLine
+	talosAddr string
 
 	credMu           sync.Mutex
 	oldCred, newCred Credential
@@ -249,7 +258,12 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		stats:       Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
 		pullSources: map[string]string{},
 	}
-	f.endpoint = &endpointProxy{host: endpointHost, target: s.cp.apiAddr, owner: owner, fleet: f}
+	apiTarget, err := s.delayed(s.cp.apiAddr, opts.APILatency)
+	if err != nil {
+		return nil, err
+	}
+
+	f.endpoint = &endpointProxy{host: endpointHost, target: apiTarget, owner: owner, fleet: f}
 	s.fleet = f
 
 	if err := f.endpoint.open(); err != nil {
@@ -264,6 +278,10 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 	f.talosCA = talosCA
 
 	if s.apid, err = startAPID(f, talosCA); err != nil {
+		return nil, err
+	}
+
+	if s.talosAddr, err = s.delayed(s.apid.addr, opts.TalosLatency); err != nil {
 		return nil, err
 	}
 
@@ -421,7 +439,7 @@ func (s *Sandbox) writeFiles(talosCA *authority) error {
 			return err
 		}
 
-		cfg := clientconfig.NewConfig("sandbox", []string{s.apid.addr}, talosCA.certPEM(),
+		cfg := clientconfig.NewConfig("sandbox", []string{s.talosAddr}, talosCA.certPEM(),
 			&x509.PEMEncodedCertificateAndKey{Crt: kp.CrtPEM, Key: kp.KeyPEM})
 		cfg.Contexts["sandbox"].Nodes = nodes
 
@@ -514,6 +532,23 @@ func (s *Sandbox) writeEnv() error {
 	return os.WriteFile(filepath.Join(s.opts.Dir, EnvFile), []byte(b.String()), 0o600)
 }
 
+// delayed returns where to reach target with rtt added to each round-trip: a delay line in
+// front of it, or target itself when rtt is 0.
+func (s *Sandbox) delayed(target string, rtt time.Duration) (string, error) {
+	if rtt <= 0 {
+		return target, nil
+	}
+
+	d, err := startDelayLine(target, rtt)
+	if err != nil {
+		return "", err
+	}
+
+	s.delays = append(s.delays, d)
+
+	return d.addr(), nil
+}
+
 // Stop stops everything the sandbox started and waits for its child processes to exit.
 func (s *Sandbox) Stop() {
 	if s.autoscaler != nil {
@@ -547,6 +582,10 @@ func (s *Sandbox) Stop() {
 
 	if s.fleet != nil && s.fleet.endpoint != nil {
 		s.fleet.endpoint.close()
+	}
+
+	for _, d := range s.delays {
+		d.close()
 	}
 
 	if s.cp != nil {
@@ -660,7 +699,7 @@ func (s *Sandbox) Registry() *registry.Registry  { return s.registry }
 func (s *Sandbox) AdminRESTConfig() *rest.Config { return rest.CopyConfig(s.cp.admin) }
 func (s *Sandbox) APIServerAddr() string         { return s.cp.apiAddr }
 func (s *Sandbox) EndpointURL() string           { return s.fleet.endpoint.url() }
-func (s *Sandbox) TalosEndpoint() string         { return s.apid.addr }
+func (s *Sandbox) TalosEndpoint() string         { return s.talosAddr }
 func (s *Sandbox) CIURL() string                 { return s.ci.url() }
 func (s *Sandbox) ChildPIDs() []int              { return s.cp.pids() }
 

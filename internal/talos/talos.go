@@ -23,6 +23,7 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
@@ -236,15 +237,25 @@ func CRIStarted(resp *machine.ServiceListResponse) time.Time {
 	var started time.Time
 
 	for _, msg := range resp.GetMessages() {
-		for _, svc := range msg.GetServices() {
-			if svc.GetId() != "cri" {
-				continue
-			}
+		if t := criStarted(msg); t.After(started) {
+			started = t
+		}
+	}
 
-			for _, ev := range svc.GetEvents().GetEvents() {
-				if ev.GetState() == "Running" && ev.GetTs().AsTime().After(started) {
-					started = ev.GetTs().AsTime().UTC()
-				}
+	return started
+}
+
+func criStarted(msg *machine.ServiceList) time.Time {
+	var started time.Time
+
+	for _, svc := range msg.GetServices() {
+		if svc.GetId() != "cri" {
+			continue
+		}
+
+		for _, ev := range svc.GetEvents().GetEvents() {
+			if ev.GetState() == "Running" && ev.GetTs().AsTime().After(started) {
+				started = ev.GetTs().AsTime().UTC()
 			}
 		}
 	}
@@ -252,22 +263,60 @@ func CRIStarted(resp *machine.ServiceListResponse) time.Time {
 	return started
 }
 
-// FillFacts reads every node's facts with at most parallel calls at a time, each bounded by the
-// client's timeout. A node whose facts cannot be read gets TalosError instead: the planner fails
-// closed.
-func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) {
-	sem := make(chan struct{}, max(parallel, 1))
+// FleetBatch bounds the nodes one one-to-many call addresses.
+const FleetBatch = 250
 
-	var wg sync.WaitGroup
+// FillFacts reads every node's facts in as few round-trips as the Talos API allows: the version
+// and the service list of up to FleetBatch nodes per call (one-to-many: apid fans the call out to
+// the nodes its metadata names and answers for each), then the machine configs — COSI reads
+// address one node each — with at most parallel in flight. Every call is bounded by the client's
+// timeout; a batch whose call fails as a whole (a node that never answers holds it to the
+// deadline) is read again node by node, so one bad node fails alone. A node whose facts cannot be
+// read gets TalosError instead: the planner fails closed.
+func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) {
+	var reach []*plan.Node
 
 	for i := range nodes {
-		n := &nodes[i]
-		if n.InternalIP == "" {
-			n.TalosError = "the Node has no InternalIP to reach its Talos API at"
+		if nodes[i].InternalIP == "" {
+			nodes[i].TalosError = "the Node has no InternalIP to reach its Talos API at"
 
 			continue
 		}
 
+		reach = append(reach, &nodes[i])
+	}
+
+	for start := 0; start < len(reach); start += FleetBatch {
+		batch := reach[start:min(start+FleetBatch, len(reach))]
+		if err := c.fleetFacts(ctx, batch); err != nil {
+			each(batch, parallel, func(n *plan.Node) { c.nodeFacts(ctx, n) })
+		}
+	}
+
+	each(reach, parallel, func(n *plan.Node) {
+		if n.TalosError != "" {
+			return
+		}
+
+		cf, err := c.ConfigFacts(ctx, n.InternalIP, registry)
+		if err != nil {
+			n.TalosError, n.Talos = err.Error(), nil
+
+			return
+		}
+
+		cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
+		n.Talos = cf
+	})
+}
+
+// each runs f for every node, at most parallel at a time.
+func each(nodes []*plan.Node, parallel int, f func(*plan.Node)) {
+	sem := make(chan struct{}, max(parallel, 1))
+
+	var wg sync.WaitGroup
+
+	for _, n := range nodes {
 		wg.Add(1)
 
 		go func() {
@@ -276,18 +325,117 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 			sem <- struct{}{}
 			defer func() { <-sem }()
 
-			facts, err := c.Facts(ctx, n.InternalIP, registry)
-			if err != nil {
-				n.TalosError = err.Error()
-
-				return
-			}
-
-			n.Talos = facts
+			f(n)
 		}()
 	}
 
 	wg.Wait()
+}
+
+// fleetFacts reads the version and the service list of a batch of nodes with one call each,
+// setting Talos (Version, CRIStarted) or TalosError per node. An error means the calls failed as
+// a whole and nothing was set.
+func (c *Client) fleetFacts(ctx context.Context, batch []*plan.Node) error {
+	addrs := make([]string, 0, len(batch))
+	for _, n := range batch {
+		addrs = append(addrs, n.InternalIP)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	cctx = client.WithNodes(cctx, addrs...)
+
+	ver, err := c.c.MachineClient.Version(cctx, &emptypb.Empty{})
+	if err != nil {
+		return err
+	}
+
+	svc, err := c.c.MachineClient.ServiceList(cctx, &emptypb.Empty{})
+	if err != nil {
+		return err
+	}
+
+	type reply struct {
+		version, err string
+		cri          time.Time
+		seen, listed bool
+	}
+
+	replies := map[string]*reply{}
+	at := func(md interface{ GetHostname() string }) *reply {
+		r := replies[md.GetHostname()]
+		if r == nil {
+			r = &reply{}
+			replies[md.GetHostname()] = r
+		}
+
+		return r
+	}
+
+	for _, m := range ver.GetMessages() {
+		r := at(m.GetMetadata())
+		r.seen, r.version = true, m.GetVersion().GetTag()
+
+		if e := m.GetMetadata().GetError(); e != "" {
+			r.err = "version: " + e
+		}
+	}
+
+	for _, m := range svc.GetMessages() {
+		r := at(m.GetMetadata())
+		r.listed, r.cri = true, criStarted(m)
+
+		if e := m.GetMetadata().GetError(); e != "" && r.err == "" {
+			r.err = "service list: " + e
+		}
+	}
+
+	for _, n := range batch {
+		r := replies[n.InternalIP]
+
+		switch {
+		case r == nil || !r.seen || !r.listed:
+			n.TalosError = "its Talos API sent no reply in the one-to-many call for " + n.InternalIP
+		case r.err != "":
+			n.TalosError = r.err
+		case r.version == "":
+			n.TalosError = "version: the node's Talos API answered with no version"
+		default:
+			n.Talos = &plan.TalosFacts{Version: r.version, CRIStarted: r.cri}
+		}
+	}
+
+	return nil
+}
+
+// nodeFacts reads one node's version and service list (the one-to-one fallback).
+func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
+	nctx, cancel := c.bounded(ctx, n.InternalIP)
+	defer cancel()
+
+	ver, err := c.c.Version(nctx)
+	if err != nil {
+		n.TalosError = fmt.Sprintf("version: %v", err)
+
+		return
+	}
+
+	if len(ver.GetMessages()) == 0 {
+		n.TalosError = "version: the node's Talos API answered with no message"
+
+		return
+	}
+
+	services, err := c.c.ServiceList(nctx)
+	if err != nil {
+		n.TalosError = fmt.Sprintf("service list: %v", err)
+
+		return
+	}
+
+	n.TalosError = ""
+	n.Talos = &plan.TalosFacts{Version: ver.GetMessages()[0].GetVersion().GetTag(), CRIStarted: CRIStarted(services)}
 }
 
 var _ resource.Resource = (*talosconfig.MachineConfig)(nil)
