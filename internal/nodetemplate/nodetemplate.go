@@ -361,16 +361,19 @@ func inspect(cfg []byte, registry string) (Pool, error) {
 		return Pool{}, err
 	}
 
-	form := FormNone
+	return Pool{Digest: talos.RegistryAuthDigest(p, registry), Form: formOf(p, registry)}, nil
+}
 
+// formOf is how a config carries the registry's credential.
+func formOf(p config.Provider, registry string) string {
 	switch {
 	case hasDocument(p, registry):
-		form = FormDocument
+		return FormDocument
 	case legacyAuth(p, registry) != nil:
-		form = FormLegacy
+		return FormLegacy
 	}
 
-	return Pool{Digest: talos.RegistryAuthDigest(p, registry), Form: form}, nil
+	return FormNone
 }
 
 func hasDocument(p config.Provider, registry string) bool {
@@ -412,14 +415,7 @@ func rewriteConfig(cfg []byte, registry, username, password string) ([]byte, err
 
 	bounds = append(append([]int{0}, bounds...), len(cfg))
 
-	form := FormNone
-
-	switch {
-	case hasDocument(p, registry):
-		form = FormDocument
-	case legacyAuth(p, registry) != nil:
-		form = FormLegacy
-	}
+	form := formOf(p, registry)
 
 	for i := 0; i+1 < len(bounds); i++ {
 		chunk := cfg[bounds[i]:bounds[i+1]]
