@@ -220,7 +220,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.SecretPlan, o Options) (retries int, err error) {
 	where := sp.Namespace + "/" + sp.Secret
 
-	for attempt := range 5 {
+	return landed(where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
 
 		switch {
@@ -234,13 +234,13 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
 			}, metav1.CreateOptions{})
 		case err != nil:
-			return retries, fmt.Errorf("read %s: %w", where, err)
+			return fmt.Errorf("read %s: %w", where, err)
 		case cluster.Foreign(cur) != "":
-			return retries, fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
+			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
 		case cur.Type != corev1.SecretTypeDockerConfigJson:
-			return retries, fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
+			return fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
 		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], o.Data):
-			return retries, nil
+			return nil
 		default:
 			o.Hooks.between(sp, attempt)
 
@@ -253,14 +253,26 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
 		}
 
-		switch {
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			retries++
-		case err != nil:
-			return retries, fmt.Errorf("write %s: %w", where, err)
-		default:
-			return retries, nil
+		if err != nil {
+			return fmt.Errorf("write %s: %w", where, err)
 		}
+
+		return nil
+	})
+}
+
+// landed runs read-modify-write attempts until one lands. An attempt reads, decides, and
+// returns its write's error (nil: written, or nothing to write) or a refusal; an attempt whose
+// write lost to a concurrent writer (Conflict on update, AlreadyExists on create) is retried
+// from a fresh read, up to 5 attempts in all.
+func landed(where string, attempt func(n int) error) (retries int, err error) {
+	for n := range 5 {
+		err := attempt(n)
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return retries, err
+		}
+
+		retries++
 	}
 
 	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -119,24 +118,24 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 	secrets := kube.CoreV1().Secrets(t.Namespace)
 	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
 
-	for attempt := range 5 {
+	return landed(where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, t.Secret, metav1.GetOptions{})
 		if err != nil {
-			return retries, fmt.Errorf("read %s: %w; not written", where, err)
+			return fmt.Errorf("read %s: %w; not written", where, err)
 		}
 
 		value, ok := cur.Data[t.Key]
 		if !ok {
-			return retries, fmt.Errorf("%s: the key is gone since the plan; not written", where)
+			return fmt.Errorf("%s: the key is gone since the plan; not written", where)
 		}
 
 		next, err := nodetemplate.Rewrite(t.Format, value, t.Pools, o.Registry, o.Username, o.Password)
 		if err != nil {
-			return retries, fmt.Errorf("%s: %w; not written", where, err)
+			return fmt.Errorf("%s: %w; not written", where, err)
 		}
 
 		if bytes.Equal(next, value) {
-			return retries, nil
+			return nil
 		}
 
 		o.Hooks.betweenTemplate(t, attempt)
@@ -144,19 +143,12 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 		upd := cur.DeepCopy()
 		upd.Data[t.Key] = next
 
-		_, err = secrets.Update(ctx, upd, metav1.UpdateOptions{})
-
-		switch {
-		case apierrors.IsConflict(err):
-			retries++
-		case err != nil:
-			return retries, fmt.Errorf("write %s: %w", where, err)
-		default:
-			return retries, nil
+		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("write %s: %w", where, err)
 		}
-	}
 
-	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)
+		return nil
+	})
 }
 
 // readBackTemplate checks that every selected config of the template now carries the credential.
