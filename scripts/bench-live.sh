@@ -24,6 +24,10 @@ for p in 1 10; do
   bin/ghcrsync apply --config "$dir/bench-$p.hcl" --log-level warn --json "$dir/bench-$p.plan" >"$dir/bench-$p.jsonl"
   end=$(date +%s.%N)
   cordons=$(grep -c '"reason":"GhcrsyncClaim"' "$dir/bench-$p.jsonl" || true)
+  if [ -n "${BENCH_ROWS:-}" ]; then
+    printf '{"bench":"apply-live","nodes":%d,"live_parallelism":%d,"wall_s":%s,"cordons":%d}\n' \
+      "$((workers + 1))" "$p" "$(awk "BEGIN{printf \"%.2f\", $end - $start}")" "$cordons" >>"$BENCH_ROWS"
+  fi
   printf 'live rotation of %d nodes, live_parallelism %2d: %6.1f s, %s cordons\n' "$((workers + 1))" "$p" \
     "$(awk "BEGIN{print $end - $start}")" "$cordons"
   bin/ghcrsync-sandbox ctl --dir "$dir" rotate-secret >/dev/null

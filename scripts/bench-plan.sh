@@ -40,6 +40,10 @@ for lat in "${latencies[@]}"; do
   talos=$(sed -n 's/^Requests: .*; Talos \(.*\)\.$/\1/p' "$dir/plan.err")
 
   echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos |"
+  if [ -n "${BENCH_ROWS:-}" ]; then
+    printf '{"bench":"plan","nodes":%d,"talos_rtt":"%s","wall_median_s":%s,"peak_rss":"%s","kubernetes_requests":"%s","talos_requests":"%s"}\n' \
+      "$((n + 1))" "$lat" "$median" "$rss" "$kube" "$talos" >>"$BENCH_ROWS"
+  fi
 
   bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true
   rm -rf "$dir"
