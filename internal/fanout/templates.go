@@ -13,6 +13,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -42,7 +43,7 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 	}
 
 	if !update {
-		res.Outcome, res.Message = Unchanged, "already carries credential "+shortDigest(o)
+		res.Outcome, res.Message = Unchanged, "already carries the credential (auth digest "+human.Short(authdigest.Of(o.Username, o.Password))+")"
 
 		return res
 	}
@@ -106,11 +107,6 @@ func describePools(pools []string) string {
 	return "pool(s) " + strings.Join(pools, ", ")
 }
 
-func shortDigest(o Options) string {
-	d := authdigest.Of(o.Username, o.Password)
-
-	return d[:min(12, len(d))] + "…"
-}
 
 // putTemplate is the compare-and-swap loop: read, rewrite the credential only, update carrying
 // the read resourceVersion; on a conflict start over from a fresh read.
