@@ -107,7 +107,6 @@ func describePools(pools []string) string {
 	return "pool(s) " + strings.Join(pools, ", ")
 }
 
-
 // putTemplate is the compare-and-swap loop: read, rewrite the credential only, update carrying
 // the read resourceVersion; on a conflict start over from a fresh read.
 func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options) (retries int, err error) {
