@@ -359,9 +359,10 @@ func (r *run) templateOutcome(ctx context.Context, s fanout.Result) {
 	}
 }
 
-// settleSecrets closes the write-ahead records of pull secrets an earlier run was killed while
-// writing (state.SecretWriting) that this run's plan found already in sync: the write landed, nothing is
-// in flight any more. One state write for all of them.
+// settleSecrets closes the records of pull secrets and node templates an earlier run was killed
+// while writing (state.SecretWriting), or saw fail, that this run found already in sync: whatever
+// that write became, nothing is in flight and the target holds the credential. One state write
+// for all of them.
 func (r *run) settleSecrets() {
 	st, settled := r.ws.State, 0
 
@@ -371,7 +372,8 @@ func (r *run) settleSecrets() {
 		}
 
 		for _, rec := range st.Secrets {
-			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && rec.Outcome == state.SecretWriting {
+			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(fanout.Failed)
+			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && unsettled {
 				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.ws.Now().UTC()
 				st.PutSecret(rec)
 				settled++

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -191,6 +194,42 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 
 	if !recorded {
 		t.Fatalf("the state does not record the failed template write: %+v", r.readState().Secrets)
+	}
+
+	// Someone repairs the template, with the new credential in it: the next run finds it in sync
+	// and settles the failed record (the state no longer says the template failed).
+	fixed, err := nodetemplate.Rewrite(nodetemplate.FormatHcloud, before.Data[sandbox.TemplateKey], nil, registry.RegistryHost, r.cred.Username, r.cred.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s.Data[sandbox.TemplateKey] = fixed
+	if _, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	again, err := planCfg(ctx, r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateNoOp {
+		t.Fatalf("the repaired template's plan: %+v", tp)
+	}
+
+	path = filepath.Join(r.dir, "again.plan")
+	if err := plan.Save(path, again.Plan, again.Key); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := r.apply(path, apply.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, rec := range r.readState().Secrets {
+		if rec.Role == plan.RoleTemplate && rec.Outcome != string(fanout.Unchanged) {
+			t.Fatalf("the repaired template's record: %+v", rec)
+		}
 	}
 }
 
