@@ -16,13 +16,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
