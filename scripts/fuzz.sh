@@ -19,6 +19,7 @@ targets=(
   ./internal/credential:FuzzParseChallenge
   ./internal/cluster:FuzzParseRecord
   ./internal/holder:FuzzParse
+  ./internal/nodetemplate:FuzzRead
 )
 
 for t in "${targets[@]}"; do

@@ -325,6 +325,10 @@ func cloudInits(js []byte) (map[string][2]int, error) {
 			continue
 		}
 
+		if len(stack) == 0 {
+			continue // a scalar at the top (JSON null): no pools
+		}
+
 		if top := stack[len(stack)-1]; top.obj && top.wantKey {
 			top.key, top.wantKey = tok.(string), false
 
