@@ -200,7 +200,7 @@ func templates(w io.Writer, p *plan.Plan) {
 			symbol = "~"
 		}
 
-		fmt.Fprintf(w, "  %s %s (%s, %s) %s\n      # (because %s)\n\n", symbol, t.Where(), t.Name, t.Format, templateVerbs[t.Action], oneLine(t.Reason))
+		fmt.Fprintf(w, "  %s %s (%s, %s) %s\n      # (because %s)\n\n", symbol, Clean(t.Where()), Clean(t.Name), t.Format, templateVerbs[t.Action], oneLine(t.Reason))
 	}
 }
 
