@@ -222,7 +222,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 
 			n := node(t, sb, name)
 			owner := n.Annotations[cluster.OwnerAnnotation]
-			facts, err := tc.Facts(ctx, m.IP, "ghcr.io")
+			facts, err := tc.ConfigFacts(ctx, m.IP, "ghcr.io")
 			if err != nil {
 				t.Fatal(err)
 			}

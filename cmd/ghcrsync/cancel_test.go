@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -287,28 +285,7 @@ func blockDrain(t *testing.T, sb *sandbox.Sandbox, name string) {
 	kube := sb.Kube()
 	ns := "pdb-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-
-	labels := map[string]string{"app": "pinned"}
-	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": name}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
-					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	labels := sandboxtest.PinnedDeployment(t, kube, ns, "pinned", name)
 
 	if _, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},

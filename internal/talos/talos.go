@@ -127,37 +127,6 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 // Close closes the connection.
 func (c *Client) Close() error { return c.c.Close() }
 
-// Facts reads one node's facts for registry; node is its address.
-func (c *Client) Facts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {
-	nctx, cancel := c.bounded(ctx, node)
-	defer cancel()
-
-	ver, err := c.c.Version(nctx)
-	if err != nil {
-		return nil, fmt.Errorf("version: %w", err)
-	}
-
-	if len(ver.GetMessages()) == 0 {
-		return nil, fmt.Errorf("version: the node's Talos API answered with no message")
-	}
-
-	facts, err := c.configFacts(nctx, registry)
-	if err != nil {
-		return nil, err
-	}
-
-	facts.Version = ver.GetMessages()[0].GetVersion().GetTag()
-
-	services, err := c.c.ServiceList(nctx)
-	if err != nil {
-		return nil, fmt.Errorf("service list: %w", err)
-	}
-
-	facts.CRIStarted = CRIStarted(services)
-
-	return facts, nil
-}
-
 // ConfigFacts reads what the node's machine configs say: the registry credential's digest in the
 // active and the next-boot (staged) config, and whether a staged config differs from the active.
 func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {

@@ -20,11 +20,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 )
@@ -400,4 +403,37 @@ func CopyConfig(t testing.TB, sb *sandbox.Sandbox, dir string, edit func(string)
 	}
 
 	return path
+}
+
+// PinnedDeployment creates namespace ns (deleted at the end of the test) holding a one-replica
+// Deployment, name, of a pause pod pinned to node (labels app=name), and returns its labels.
+func PinnedDeployment(t testing.TB, kube kubernetes.Interface, ns, name, node string) map[string]string {
+	t.Helper()
+
+	ctx := context.Background()
+
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+
+	labels := map[string]string{"app": name}
+	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	return labels
 }
