@@ -32,6 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// a CI runner would read as a workflow command).
 	stdout, stderr = view.Guard(stdout), view.Guard(stderr)
 
+	defer startProfile(stderr)()
+
 	ctx, signalled, stop := catchSignals(stderr)
 	defer stop()
 
