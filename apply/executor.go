@@ -96,6 +96,14 @@ type NodeResult struct {
 	Message string
 	// Fenced is true when the node was left fenced (its record holds a fence).
 	Fenced bool
+	// Timings are where the node's seconds went, one per step it ran, in order.
+	Timings []Timing
+}
+
+// Timing is how long one step of a node's transaction took.
+type Timing struct {
+	Step     string // quorum, claim, guard, drain, configure, reboot, ready, prove, release
+	Duration time.Duration
 }
 
 // Failed reports whether the outcome makes the run fail.

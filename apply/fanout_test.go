@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
@@ -86,7 +87,17 @@ func restartAllPods(t *testing.T, sb *sandbox.Sandbox) {
 		t.Fatal(err)
 	}
 
+	// Every pod something recreates (a controller's, or a mirror pod) must come back as a new
+	// pod: until all have, a replacement may not exist yet and a check would see too few.
+	old, recreated := map[types.UID]bool{}, 0
+
 	for _, p := range pods.Items {
+		old[p.UID] = true
+
+		if p.Status.Phase != corev1.PodSucceeded && (len(p.OwnerReferences) > 0 || p.Annotations[corev1.MirrorPodAnnotationKey] != "") {
+			recreated++
+		}
+
 		_ = kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
 	}
 
@@ -99,6 +110,10 @@ func restartAllPods(t *testing.T, sb *sandbox.Sandbox) {
 		running := 0
 
 		for _, p := range pods.Items {
+			if old[p.UID] {
+				return fmt.Errorf("%s/%s is not replaced yet", p.Namespace, p.Name)
+			}
+
 			if p.Status.Phase == corev1.PodSucceeded {
 				continue
 			}
@@ -110,8 +125,8 @@ func restartAllPods(t *testing.T, sb *sandbox.Sandbox) {
 			running++
 		}
 
-		if running < 5 {
-			return fmt.Errorf("only %d pods running", running)
+		if running < recreated {
+			return fmt.Errorf("%d of %d pods running again", running, recreated)
 		}
 
 		return nil

@@ -28,7 +28,10 @@ type txn struct {
 	ip  string
 }
 
-type phaseStep func(context.Context) *NodeResult
+type phaseStep struct {
+	name string // the timing's name: where a node's seconds went
+	run  func(context.Context) *NodeResult
+}
 
 func (t *txn) run(ctx context.Context) NodeResult {
 	t.rec = state.Record{
@@ -40,26 +43,51 @@ func (t *txn) run(ctx context.Context) NodeResult {
 		Started: t.e.now().UTC(),
 	}
 
-	if t.np.Role == plan.RoleControlPlane {
-		if err := t.e.quorum(ctx, t.np.Name); err != nil {
-			return t.finish(state.OutcomeFailed, "", "etcd quorum not confirmed before claiming a control plane: "+err.Error())
-		}
-	}
-
 	// fence: claim → guarded → drained → configured → rebooting → ready → proved → released.
-	steps, done := []phaseStep{t.claim, t.guarded, t.drain, t.configureStaged, t.reboot, t.waitReady, t.prove, t.release}, t.rotated
+	steps := []phaseStep{
+		{"claim", t.claim}, {"guard", t.guarded}, {"drain", t.drain}, {"configure", t.configureStaged},
+		{"reboot", t.reboot}, {"ready", t.waitReady}, {"prove", t.prove}, {"release", t.release},
+	}
+	done := t.rotated
+
 	if t.np.Action == plan.ActionApplyLive {
 		// live: configured → proved → released, with no cordon and no reboot.
-		steps, done = []phaseStep{t.configureLive, t.prove}, t.rotatedLive
+		steps, done = []phaseStep{{"configure", t.configureLive}, {"prove", t.prove}}, t.rotatedLive
 	}
 
+	if t.np.Role == plan.RoleControlPlane {
+		steps = append([]phaseStep{{"quorum", t.quorum}}, steps...)
+	}
+
+	var timings []Timing
+
 	for _, step := range steps {
-		if r := step(ctx); r != nil {
+		start := t.e.now()
+		r := step.run(ctx)
+		timings = append(timings, Timing{Step: step.name, Duration: t.e.now().Sub(start)})
+
+		if r != nil {
+			r.Timings = timings
+
 			return *r
 		}
 	}
 
-	return done()
+	r := done()
+	r.Timings = timings
+
+	return r
+}
+
+// quorum: a control plane is claimed only while etcd has quorum without it.
+func (t *txn) quorum(ctx context.Context) *NodeResult {
+	if err := t.e.quorum(ctx, t.np.Name); err != nil {
+		r := t.finish(state.OutcomeFailed, "", "etcd quorum not confirmed before claiming a control plane: "+err.Error())
+
+		return &r
+	}
+
+	return nil
 }
 
 func (t *txn) rotated() NodeResult {

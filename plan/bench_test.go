@@ -7,6 +7,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // fleet builds a snapshot of n nodes (3 control planes, the rest workers, a tenth of them
@@ -46,6 +47,64 @@ func BenchmarkPlan1000Nodes(b *testing.B) {
 	for b.Loop() {
 		if p := plan.Make(s, in); p.Summary.Fence == 0 {
 			b.Fatal("nothing planned")
+		}
+	}
+}
+
+// BenchmarkPlan10000Nodes: the planner at ten times the largest fleet the sandbox benchmarks.
+func BenchmarkPlan10000Nodes(b *testing.B) {
+	s, in := fleet(10000)
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if p := plan.Make(s, in); p.Summary.Fence == 0 {
+			b.Fatal("nothing planned")
+		}
+	}
+}
+
+// BenchmarkJudge: the one judgement every guard read runs (a claimed node with a churning
+// autoscaler taint, re-read before its Talos write).
+func BenchmarkJudge(b *testing.B) {
+	s, in := fleet(10)
+	p := plan.Make(s, in)
+	n := s.Nodes[9]
+	n.Owner = "holder-1"
+	inv := p.Nodes[len(p.Nodes)-1].Invariants
+
+	for _, np := range p.Nodes {
+		if np.Name == n.Name {
+			inv = np.Invariants
+		}
+	}
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		v := plan.Judge(plan.Subject{Node: &n, Planned: &inv, Phase: state.PhaseDrained, Action: plan.ActionFence, Step: plan.StepConfigure, Holder: "holder-1", Desired: "new"})
+		if v.Decision == "" {
+			b.Fatal("no decision")
+		}
+	}
+}
+
+// BenchmarkEncodeDecode: a 1,000-node plan sealed and verified, as plan --out and apply do.
+func BenchmarkEncodeDecode(b *testing.B) {
+	s, in := fleet(1000)
+	p := plan.Make(s, in)
+	key := []byte("0123456789abcdef0123456789abcdef")
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		data, err := plan.Encode(p, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		if _, err := plan.Decode(data, "bench.plan"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -2,8 +2,10 @@
 # bench-plan.sh [SIZES...]: `ghcrsync plan` against sandboxes of 1 control plane + N workers
 # (default 10 100 1000), each with every round-trip in LATENCIES (default "0 25ms") added between
 # ghcrsync and the Talos API endpoint (the sandbox's --talos-latency delay line): median wall of 5
-# runs, peak RSS, and the requests it made (Kubernetes by verb, Talos by method). A benchmark, not
-# a test: it prints a Markdown table.
+# runs, peak RSS, and the requests it made (Kubernetes by verb, Talos by method); and, without
+# added latency, the same reads done one process per question (scripts/bench-predecessor.sh:
+# kubectl + jq, talosctl, per node) and how many times faster plan is. PREDECESSOR=0 skips that.
+# A benchmark, not a test: it prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,8 +14,8 @@ sizes=("$@")
 
 read -r -a latencies <<<"${LATENCIES:-0 25ms}"
 
-echo "| nodes | Talos round-trip added | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests |"
-echo "|---:|---:|---:|---:|---|---|"
+echo "| nodes | Talos round-trip added | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests | one process per question | plan is faster |"
+echo "|---:|---:|---:|---:|---|---|---:|---:|"
 
 for n in "${sizes[@]}"; do
 for lat in "${latencies[@]}"; do
@@ -39,10 +41,19 @@ for lat in "${latencies[@]}"; do
   kube=$(sed -n 's/^Requests: Kubernetes \(.*\); Talos .*/\1/p' "$dir/plan.err")
   talos=$(sed -n 's/^Requests: .*; Talos \(.*\)\.$/\1/p' "$dir/plan.err")
 
-  echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos |"
+  pred=null ratio=null
+  if [ "$lat" = 0 ] && [ "${PREDECESSOR:-1}" != 0 ]; then
+    pred=$(scripts/bench-predecessor.sh "$dir")
+    ratio=$(awk "BEGIN{printf \"%.0f\", $pred / $median}")
+  fi
+  if [ "$pred" = null ]; then
+    echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos | — | — |"
+  else
+    echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos | ${pred} s | ${ratio}× |"
+  fi
   if [ -n "${BENCH_ROWS:-}" ]; then
-    printf '{"bench":"plan","nodes":%d,"talos_rtt":"%s","wall_median_s":%s,"peak_rss":"%s","kubernetes_requests":"%s","talos_requests":"%s"}\n' \
-      "$((n + 1))" "$lat" "$median" "$rss" "$kube" "$talos" >>"$BENCH_ROWS"
+    printf '{"bench":"plan","nodes":%d,"talos_rtt":"%s","wall_median_s":%s,"peak_rss":"%s","kubernetes_requests":"%s","talos_requests":"%s","one_process_per_question_s":%s,"speedup":%s}\n' \
+      "$((n + 1))" "$lat" "$median" "$rss" "$kube" "$talos" "$pred" "$ratio" >>"$BENCH_ROWS"
   fi
 
   bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true

@@ -25,6 +25,7 @@ type applyArgs struct {
 	logLevel    string
 	logFormat   string
 	json        bool
+	verbose     bool
 }
 
 func newApply() *cobra.Command {
@@ -84,6 +85,13 @@ runs under the configured Lease and writes the state before every mutation.`,
 				err = view.Apply(cmd.OutOrStdout(), view.Human, res)
 			}
 
+			if a.verbose && err == nil {
+				view.ApplyTimings(cmd.ErrOrStderr(), res)
+
+				kube, talos := ws.Requests()
+				view.Requests(cmd.ErrOrStderr(), kube, talos)
+			}
+
 			if err != nil {
 				return err
 			}
@@ -111,6 +119,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
 	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
 	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
+	f.BoolVar(&a.verbose, "verbose", false, "also print where each node's seconds went (one line per node) and the requests the run made, on stderr")
 	f.BoolVar(&a.json, "json", false, "print JSON Lines: each step as it happens (type \"event\"), then the outcome (type \"summary\")")
 
 	return cmd

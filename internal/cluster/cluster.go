@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -32,6 +33,12 @@ type Connection struct {
 	Endpoint string // its host
 	// Requests counts the requests made through Client (and any client built from Config).
 	Requests *requests.Counter
+
+	// events writes Events with its own client-side rate limit: the audit trail never queues
+	// a node's next step behind it.
+	events kubernetes.Interface
+	// probeNamespaces are the runtime probe namespaces already seen to exist.
+	probeNamespaces sync.Map
 }
 
 // Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
@@ -104,12 +111,17 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 		return nil, err
 	}
 
+	events, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+
 	host := u.Hostname()
 	if h, _, err := net.SplitHostPort(u.Host); err == nil {
 		host = h
 	}
 
-	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter}, nil
+	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events}, nil
 }
 
 func describePath(p string) string {

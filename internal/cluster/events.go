@@ -53,7 +53,12 @@ func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 
-	_, err := c.Client.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+	client := c.events
+	if client == nil {
+		client = c.Client
+	}
+
+	_, err := client.CoreV1().Events(ns).Create(ctx, &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": EventSource}},
 		InvolvedObject: corev1.ObjectReference{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, APIVersion: ref.APIVersion},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version.
-const ApplyJSONFormatVersion = "1.0"
+// ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version
+// (1.1: each node's timings).
+const ApplyJSONFormatVersion = "1.1"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
@@ -88,6 +90,14 @@ type ApplyNodeJSON struct {
 	Outcome    string `json:"outcome"`
 	ReasonCode string `json:"reason_code,omitempty"`
 	Message    string `json:"message"`
+	// Timings: where the node's seconds went, one per step it ran, in order.
+	Timings []TimingJSON `json:"timings"`
+}
+
+// TimingJSON is one step of a node's transaction and how long it took.
+type TimingJSON struct {
+	Step    string  `json:"step"`
+	Seconds float64 `json:"seconds"`
 }
 
 // ApplySecretJSON is one pull secret's outcome.
@@ -114,7 +124,14 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 	}
 
 	for _, n := range res.Nodes {
-		out.Nodes = append(out.Nodes, ApplyNodeJSON{Name: n.Node, Action: string(n.Action), Outcome: string(n.Outcome), ReasonCode: string(n.Reason), Message: n.Message})
+		timings := []TimingJSON{}
+		for _, t := range n.Timings {
+			timings = append(timings, TimingJSON{Step: t.Step, Seconds: math.Round(t.Duration.Seconds()*1000) / 1000})
+		}
+
+		out.Nodes = append(out.Nodes, ApplyNodeJSON{
+			Name: n.Node, Action: string(n.Action), Outcome: string(n.Outcome), ReasonCode: string(n.Reason), Message: n.Message, Timings: timings,
+		})
 	}
 
 	for _, s := range res.Secrets {
@@ -172,6 +189,29 @@ func CancelledLine(res *apply.Result) string {
 	return fmt.Sprintf("Apply cancelled: %d node(s) left fenced (%s), %s. Release with: ghcrsync release --config %s",
 		len(held), strings.Join(held, ", "), lease, fence.Quote(res.ConfigPath))
 }
+
+// ApplyTimings renders one line per node that ran: its wall time and where it went
+// (`apply --verbose`).
+func ApplyTimings(w io.Writer, res *apply.Result) {
+	for _, r := range res.Nodes {
+		if len(r.Timings) == 0 {
+			continue
+		}
+
+		var total time.Duration
+
+		steps := make([]string, 0, len(r.Timings))
+		for _, t := range r.Timings {
+			total += t.Duration
+			steps = append(steps, fmt.Sprintf("%s %s", t.Step, seconds(t.Duration)))
+		}
+
+		fmt.Fprintf(w, "  %s: %s: %s\n", Clean(r.Node), seconds(total), strings.Join(steps, ", "))
+	}
+}
+
+// seconds renders a duration as seconds with two decimals ("0.04 s", "26.10 s").
+func seconds(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 var outcomeMarks = map[state.Outcome]string{
 	state.OutcomeDone: "✓", state.OutcomeDeselected: "-", state.OutcomeGoneAfterMutation: "?", state.OutcomeFailed: "✗",

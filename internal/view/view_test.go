@@ -54,7 +54,13 @@ func applyResult() *apply.Result {
 		Plan:   changed,
 		Holder: "9f8e7d6c5b4a3928-gh123.1-runner-4242-beef",
 		Nodes: []apply.NodeResult{
-			{Node: "prod-worker-1", Action: plan.ActionFence, Outcome: state.OutcomeDone, Message: "rotated: boot 1a2b3c4d5e6f… → 6f5e4d3c2b1a…, runtime proved, fence released"},
+			{Node: "prod-worker-1", Action: plan.ActionFence, Outcome: state.OutcomeDone, Message: "rotated: boot 1a2b3c4d5e6f… → 6f5e4d3c2b1a…, runtime proved, fence released",
+				Timings: []apply.Timing{
+					{Step: "claim", Duration: 40 * time.Millisecond}, {Step: "guard", Duration: 12 * time.Millisecond},
+					{Step: "drain", Duration: 2100 * time.Millisecond}, {Step: "configure", Duration: 180 * time.Millisecond},
+					{Step: "reboot", Duration: 30 * time.Millisecond}, {Step: "ready", Duration: 6420 * time.Millisecond},
+					{Step: "prove", Duration: 610 * time.Millisecond}, {Step: "release", Duration: 25 * time.Millisecond},
+				}},
 			{Node: "autoscale-1", Action: plan.ActionFence, Outcome: state.OutcomeDeselected, Reason: plan.ReasonAutoscalerDeleting,
 				Message: "deselected autoscale-1: the cluster autoscaler is deleting it (ToBeDeletedByClusterAutoscaler since 2026-11-29 11:51:40Z); its fence was released"},
 			{Node: "prod-worker-2", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Reason: plan.ReasonTaintsChanged,
@@ -71,6 +77,7 @@ func applyResult() *apply.Result {
 func TestApplyView(t *testing.T) {
 	golden(t, "apply.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, applyResult()) })
 	golden(t, "apply.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, applyResult()) })
+	golden(t, "apply_timings.txt", func(b *bytes.Buffer) error { view.ApplyTimings(b, applyResult()); return nil })
 
 	lost := applyResult()
 	lost.Nodes, lost.Secrets, lost.ReleaseErr = lost.Nodes[:1], nil, errors.New("lease held-by-another: ours=a holder=b")

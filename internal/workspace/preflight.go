@@ -108,7 +108,7 @@ func (w *Workspace) applyNeeds(targets []cluster.SecretTarget, kubeState bool) [
 		access("create", "", "pods/eviction", "", ""),
 		access("get", "apps", "daemonsets", "", ""),
 		access("list", "policy", "poddisruptionbudgets", "", ""),
-		access("create", "", "pods", probe, ""), access("delete", "", "pods", probe, ""),
+		access("create", "", "pods", probe, ""), access("delete", "", "pods", probe, ""), access("watch", "", "pods", probe, ""),
 		access("create", "coordination.k8s.io", "leases", cfg.Lease.Namespace, ""),
 		access("update", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
 		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench.sh: every benchmark in one go (`make bench`). Prints each table, writes the rows to
+# bench/results.json, and replaces the measured tables in docs/performance.md (between its
+# `bench:begin` and `bench:end` markers; the analysis around them is written by hand).
+#   PLAN_SIZES (default "10 100 1000"), LIVE_WORKERS (99: 100 nodes), REBOOT_WORKERS (6),
+#   REBOOT_CPS (3), K (the worker_parallelism values, "1 3 10").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+BENCH_PKGS=${BENCH_PKGS:-./plan}
+mkdir -p bench
+export BENCH_ROWS=bench/rows.jsonl
+rm -f "$BENCH_ROWS"
+tables=$(mktemp)
+trap 'rm -f "$tables" "$BENCH_ROWS"' EXIT
+
+section() { printf '\n### %s\n\n' "$1" | tee -a "$tables"; }
+
+section "Pure parts (go test -bench)"
+{
+  echo "| benchmark | ns/op | B/op | allocs/op |"
+  echo "|---|---:|---:|---:|"
+  # shellcheck disable=SC2086
+  "$GO" test -run '^$' -bench . -benchmem $BENCH_PKGS | awk -v rows="$BENCH_ROWS" '
+    /^Benchmark/ {
+      name = $1; sub(/-[0-9]+$/, "", name)
+      printf "| %s | %s | %s | %s |\n", name, $3, $5, $7
+      printf "{\"bench\":\"go\",\"name\":\"%s\",\"ns_per_op\":%s,\"bytes_per_op\":%s,\"allocs_per_op\":%s}\n", name, $3, $5, $7 >> rows
+    }'
+} | tee -a "$tables"
+
+section "plan (1 control plane + N workers, Talos 1.13)"
+read -r -a sizes <<<"${PLAN_SIZES:-10 100 1000}"
+scripts/bench-plan.sh "${sizes[@]}" | tee -a "$tables"
+
+section "apply, live (Talos 1.14: no cordon, no reboot)"
+{
+  echo "| nodes | live_parallelism | wall | cordons |"
+  echo "|---:|---:|---:|---:|"
+  scripts/bench-live.sh "${LIVE_WORKERS:-99}" | sed -n 's/^live rotation of \([0-9]*\) nodes, live_parallelism *\([0-9]*\): *\([0-9.]*\) s, \([0-9]*\) cordons$/| \1 | \2 | \3 s | \4 |/p'
+} | tee -a "$tables"
+
+section "apply with reboots (Talos 1.13, 5 s reboot)"
+scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tables"
+
+{ echo '['; paste -sd, "$BENCH_ROWS"; echo ']'; } >bench/results.json
+
+python3 - "$tables" docs/performance.md <<'PY'
+import datetime, subprocess, sys
+tables, doc = open(sys.argv[1]).read().strip(), sys.argv[2]
+rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+text = open(doc).read()
+begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+if begin not in text or end not in text:
+    sys.exit(f"{doc} has no {begin} ... {end} section")
+head, rest = text.split(begin, 1)
+_, tail = rest.split(end, 1)
+stamp = f"Measured by `make bench` on {datetime.date.today()} at {rev}."
+open(doc, "w").write(f"{head}{begin}\n{stamp}\n{tables}\n{end}{tail}")
+PY
+echo "bench: wrote bench/results.json and the tables in docs/performance.md"
