@@ -24,7 +24,7 @@ echo "| k | nodes | wall | ideal (ceil(W/k) + C) x node | wall / ideal | median 
 echo "|---:|---:|---:|---:|---:|---:|---|---:|"
 
 for k in "${ks[@]}"; do
-  sed "s/^nodes {/nodes {\n  worker_parallelism = $k/" "$dir/ghcrsync.hcl" >"$dir/bench-$k.hcl"
+  sed -E "/^ *worker_parallelism *=/d; s/^nodes \{/nodes {\n  worker_parallelism = $k/" "$dir/ghcrsync.hcl" >"$dir/bench-$k.hcl"
   bin/ghcrsync plan --config "$dir/bench-$k.hcl" --out "$dir/bench-$k.plan" >/dev/null
   start=$(date +%s.%N)
   bin/ghcrsync apply --config "$dir/bench-$k.hcl" --log-level warn --json "$dir/bench-$k.plan" >"$dir/bench-$k.jsonl"
@@ -41,7 +41,8 @@ node = statistics.median(total)
 ideal = (math.ceil(w / k) + c) * node
 med = {s: statistics.median(step(n, s) for n in nodes) for s in ("drain", "reboot", "ready")}
 over = statistics.median(t - sum(step(n, s) for s in ("drain", "reboot", "ready")) for n, t in zip(nodes, total))
-print(f"| {k} | {w}+{c} | {wall:.1f} s | {ideal:.1f} s | {wall / ideal:.2f} | {node:.1f} s | {med["drain"]:.1f} / {med["reboot"]:.1f} / {med["ready"]:.1f} s | {over:.1f} s |")
+drain, reboot, ready = med["drain"], med["reboot"], med["ready"]
+print(f"| {k} | {w}+{c} | {wall:.1f} s | {ideal:.1f} s | {wall / ideal:.2f} | {node:.1f} s | {drain:.1f} / {reboot:.1f} / {ready:.1f} s | {over:.1f} s |")
 rows = os.environ.get("BENCH_ROWS")
 if rows:
     with open(rows, "a") as f:
