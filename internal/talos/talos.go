@@ -169,24 +169,25 @@ func withoutRegistryAuth(cfg config.Provider, registry string) ([]byte, error) {
 }
 
 // configs reads the active machine config and the next-boot one (the active one when nothing is
-// staged), both at once: two round-trips' latency is one.
+// staged) in one call: a List of the node's MachineConfig resources (Talos keeps the active
+// `v1alpha1` and the `persistent` one, which a staged apply moves ahead).
 func (c *Client) configs(nctx context.Context) (active, next *talosconfig.MachineConfig, err error) {
-	persistent := make(chan *talosconfig.MachineConfig, 1)
-
-	go func() {
-		mc, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.PersistentID)
-		if err != nil {
-			mc = nil
-		}
-
-		persistent <- mc
-	}()
-
-	active, err = safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, talosconfig.ActiveID)
-	next = <-persistent
-
+	list, err := safe.StateListAll[*talosconfig.MachineConfig](nctx, c.c.COSI)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read machine config (needs the os:admin role): %w", err)
+	}
+
+	for mc := range list.All() {
+		switch mc.Metadata().ID() {
+		case talosconfig.ActiveID:
+			active = mc
+		case talosconfig.PersistentID:
+			next = mc
+		}
+	}
+
+	if active == nil {
+		return nil, nil, fmt.Errorf("read machine config: the node has no active (%s) machine config", talosconfig.ActiveID)
 	}
 
 	if next == nil {
