@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-live.sh [WORKERS]: wall time of a live rotation (Talos 1.14 reloads registry auth: no
 # cordon, no reboot) of WORKERS workers + 1 control plane, with nodes.live_parallelism 1 and
-# 10, on one sandbox; and the cordons it made (must be 0). A benchmark, not a test: it prints.
+# 10, on one sandbox; the cordons it made (must be 0); and, every node then in sync, the writes a
+# fresh plan + apply makes (must be 0). A benchmark, not a test: it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,10 @@ bin/ghcrsync-sandbox up --dir "$dir" --detach --control-planes 1 --workers "$wor
   --talos-version 1.14 --no-workloads --heartbeat 2s --reboot 2s >/dev/null
 export SOPS_AGE_KEY_FILE="$dir/age.key"
 
+talos_writes() {
+  bin/ghcrsync-sandbox ctl --dir "$dir" stats | python3 -c 'import json, sys; print(sum(json.load(sys.stdin)["talos_writes"].values()))'
+}
+
 for p in 1 10; do
   sed "s/^nodes {/nodes {\n  live_parallelism = $p/" "$dir/ghcrsync.hcl" >"$dir/bench-$p.hcl"
   bin/ghcrsync plan --config "$dir/bench-$p.hcl" --out "$dir/bench-$p.plan" >/dev/null
@@ -24,10 +29,21 @@ for p in 1 10; do
   bin/ghcrsync apply --config "$dir/bench-$p.hcl" --log-level warn --json "$dir/bench-$p.plan" >"$dir/bench-$p.jsonl"
   end=$(date +%s.%N)
   cordons=$(grep -c '"reason":"GhcrsyncClaim"' "$dir/bench-$p.jsonl" || true)
+
+  # Now every node is in sync: a fresh plan and apply must write nothing (Talos writes from the
+  # sandbox's witness, Kubernetes writes from apply --verbose's request count).
+  before=$(talos_writes)
+  bin/ghcrsync plan --config "$dir/bench-$p.hcl" --out "$dir/again-$p.plan" >/dev/null
+  bin/ghcrsync apply --config "$dir/bench-$p.hcl" --log-level warn --verbose "$dir/again-$p.plan" >/dev/null 2>"$dir/again-$p.err"
+  talos=$(($(talos_writes) - before))
+  kube=$(sed -n 's/^Requests: Kubernetes [0-9]* (\(.*\)); Talos.*/\1/p' "$dir/again-$p.err" | tr ',' '\n' |
+    awk '$1 ~ /^(PATCH|PUT|DELETE)$/ {n += $2} END {print n + 0}')
+
   if [ -n "${BENCH_ROWS:-}" ]; then
-    printf '{"bench":"apply-live","nodes":%d,"live_parallelism":%d,"wall_s":%s,"cordons":%d}\n' \
-      "$((workers + 1))" "$p" "$(awk "BEGIN{printf \"%.2f\", $end - $start}")" "$cordons" >>"$BENCH_ROWS"
+    printf '{"bench":"apply-live","nodes":%d,"live_parallelism":%d,"wall_s":%s,"cordons":%d,"in_sync_talos_writes":%d,"in_sync_kubernetes_writes":%d}\n' \
+      "$((workers + 1))" "$p" "$(awk "BEGIN{printf \"%.2f\", $end - $start}")" "$cordons" "$talos" "$kube" >>"$BENCH_ROWS"
   fi
+  echo "then, every node in sync, plan + apply again: $talos Talos writes, $kube Kubernetes writes (PATCH/PUT/DELETE)"
   printf 'live rotation of %d nodes, live_parallelism %2d: %6.1f s, %s cordons\n' "$((workers + 1))" "$p" \
     "$(awk "BEGIN{print $end - $start}")" "$cordons"
   bin/ghcrsync-sandbox ctl --dir "$dir" rotate-secret >/dev/null

@@ -35,11 +35,16 @@ read -r -a sizes <<<"${PLAN_SIZES:-10 100 1000}"
 scripts/bench-plan.sh "${sizes[@]}" | tee -a "$tables"
 
 section "apply, live (Talos 1.14: no cordon, no reboot)"
-{
-  echo "| nodes | live_parallelism | wall | cordons |"
-  echo "|---:|---:|---:|---:|"
-  scripts/bench-live.sh "${LIVE_WORKERS:-99}" | sed -n 's/^live rotation of \([0-9]*\) nodes, live_parallelism *\([0-9]*\): *\([0-9.]*\) s, \([0-9]*\) cordons$/| \1 | \2 | \3 s | \4 |/p'
-} | tee -a "$tables"
+scripts/bench-live.sh "${LIVE_WORKERS:-99}" >&2
+python3 - "$BENCH_ROWS" <<'PY' | tee -a "$tables"
+import json, sys
+print("| nodes | live_parallelism | wall | cordons | then in sync, plan + apply again: Talos / Kubernetes writes |")
+print("|---:|---:|---:|---:|---:|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["bench"] == "apply-live":
+        print(f"| {r['nodes']} | {r['live_parallelism']} | {r['wall_s']:.1f} s | {r['cordons']} | {r['in_sync_talos_writes']} / {r['in_sync_kubernetes_writes']} |")
+PY
 
 section "apply with reboots (Talos 1.13, 5 s reboot)"
 scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tables"
