@@ -114,6 +114,10 @@ func (c *Connection) awaitPod(ctx context.Context, p *corev1.Pod, timeout time.D
 			last = err
 		}
 
+		if ctx.Err() != nil { // the run was cancelled: say so, not "timed out"
+			return ctx.Err()
+		}
+
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -169,7 +173,20 @@ func followPod(ctx context.Context, pods typedcorev1.PodInterface, p *corev1.Pod
 	}
 	defer w.Stop()
 
-	for ev := range w.ResultChan() {
+	for {
+		var ev watch.Event
+
+		select {
+		case <-ctx.Done(): // never trust a watch to end with its context
+			return false, ctx.Err()
+		case e, open := <-w.ResultChan():
+			if !open {
+				return false, nil
+			}
+
+			ev = e
+		}
+
 		switch ev.Type {
 		case watch.Error:
 			return false, apierrors.FromObject(ev.Object)
@@ -181,8 +198,6 @@ func followPod(ctx context.Context, pods typedcorev1.PodInterface, p *corev1.Pod
 			return true, nil
 		}
 	}
-
-	return false, nil
 }
 
 // retryAfter is the pause before reading again: a moment after a watch that simply ended, a

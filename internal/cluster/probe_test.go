@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// awaitPod's rules with a fake clientset (pure: the sandbox tests prove a probe on a real
+// kubelet): it decides on the watch event that carries the answer, fails at once when the pod is
+// deleted under it, times out naming the timeout, and says cancelled when the run is.
+func TestAwaitPod(t *testing.T) {
+	pulled := func(p *corev1.Pod) bool {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.ImageID != "" {
+				return true
+			}
+		}
+
+		return false
+	}
+
+	tests := []struct {
+		name    string
+		act     func(ctx context.Context, cancel context.CancelFunc, c *fake.Clientset, p *corev1.Pod) // after the watch opened
+		timeout time.Duration
+		wantErr string
+	}{
+		{
+			name: "the kubelet reports the pull",
+			act: func(ctx context.Context, _ context.CancelFunc, c *fake.Clientset, p *corev1.Pod) {
+				p = p.DeepCopy()
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "probe", ImageID: "ghcr.io/acme/probe@sha256:1"}}
+				_, _ = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			},
+			timeout: time.Minute,
+		},
+		{
+			name: "the pod is deleted under the watch",
+			act: func(ctx context.Context, _ context.CancelFunc, c *fake.Clientset, p *corev1.Pod) {
+				_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			},
+			timeout: time.Minute,
+			wantErr: "was deleted before it was judged",
+		},
+		{
+			name:    "nothing is reported",
+			act:     func(context.Context, context.CancelFunc, *fake.Clientset, *corev1.Pod) {},
+			timeout: 300 * time.Millisecond,
+			wantErr: "timed out after 300ms",
+		},
+		{
+			name:    "the run is cancelled",
+			act:     func(_ context.Context, cancel context.CancelFunc, _ *fake.Clientset, _ *corev1.Pod) { cancel() },
+			timeout: time.Minute,
+			wantErr: context.Canceled.Error(),
+		},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ghcrsync-probe-x", Namespace: "ghcrsync-system"}}
+			client := fake.NewClientset(pod)
+			c := &Connection{Client: client}
+
+			done := make(chan error, 1)
+
+			go func() { done <- c.awaitPod(ctx, pod, tt.timeout, pulled) }()
+
+			// The fake records the watch just before its tracker registers the watcher: wait for
+			// the action, then a moment more.
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if len(client.Actions()) > 0 && client.Actions()[len(client.Actions())-1].GetVerb() == "watch" {
+					time.Sleep(50 * time.Millisecond)
+
+					break
+				}
+			}
+
+			tt.act(ctx, cancel, client, pod)
+
+			select {
+			case err := <-done:
+				switch {
+				case tt.wantErr == "" && err != nil:
+					t.Fatalf("awaitPod: %v", err)
+				case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+					t.Fatalf("awaitPod = %v, want an error containing %q", err, tt.wantErr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("awaitPod did not return")
+			}
+		})
+	}
+}
