@@ -24,6 +24,9 @@ type Nodes interface {
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
 	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error
 	ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error
+	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
+	// instead of at its next poll. nil (never signals) is allowed.
+	Changes(ctx context.Context, name string) <-chan struct{}
 }
 
 // Talos is what the executor needs from the Talos API.

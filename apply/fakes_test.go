@@ -245,6 +245,9 @@ func (f fakeNodes) ProveRuntime(_ context.Context, node, _, _ string, _ time.Dur
 	return f.w.probeErr[node]
 }
 
+// Changes never signals: the fake's waits poll (every millisecond in these tests).
+func (fakeNodes) Changes(context.Context, string) <-chan struct{} { return nil }
+
 // fakeTalos is apply.Talos over the world: a reboot gives the node a new boot ID at once.
 type fakeTalos struct{ w *world }
 

@@ -472,10 +472,15 @@ func (t *txn) failKeepingFence(msg string) *NodeResult {
 }
 
 // sleep waits one poll interval, or returns ctx's error.
-func (e *executor) sleep(ctx context.Context) error {
+func (e *executor) sleep(ctx context.Context) error { return e.sleepOr(ctx, nil) }
+
+// sleepOr waits the poll interval, or less when changed signals first.
+func (e *executor) sleepOr(ctx context.Context, changed <-chan struct{}) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-changed:
+		return nil
 	case <-time.After(e.o.Poll):
 		return nil
 	}

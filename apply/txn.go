@@ -198,6 +198,13 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 	deadline := start.Add(t.e.o.ReadyTimeout)
 	lastSaid := start
 
+	// The node's changes wake the wait (its kubelet reporting the new boot, Ready): each wake
+	// is still a guard read, judged like every poll.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	changed := t.e.nodes.Changes(wctx, t.np.Name)
+
 	for {
 		n, r := t.guard(ctx, plan.StepWait)
 		if r != nil {
@@ -228,7 +235,7 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 				now.Sub(start).Round(time.Second), t.e.o.ReadyTimeout, awaited(boot != "" && boot != t.rec.BootBefore, ready, lifecycle))
 		}
 
-		if err := t.e.sleep(ctx); err != nil {
+		if err := t.e.sleepOr(ctx, changed); err != nil {
 			return t.failOrInterrupted(err.Error())
 		}
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,67 @@ func TestAwaitPod(t *testing.T) {
 				t.Fatal("awaitPod did not return")
 			}
 		})
+	}
+}
+
+// Changes: a change to the watched Node signals; a burst of changes leaves one pending signal;
+// the watch ends with its context.
+func TestChanges(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "prod-worker-1"}}
+	client := fake.NewClientset(node)
+	c := &Connection{Client: client}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	changed := c.Changes(ctx, node.Name)
+
+	touch := func(v string) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		n.Annotations = map[string]string{"touched": v}
+		if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Wait for the watch (the fake records it just before registering it).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if acts := client.Actions(); len(acts) > 0 && acts[len(acts)-1].GetVerb() == "watch" {
+			time.Sleep(50 * time.Millisecond)
+
+			break
+		}
+	}
+
+	touch("1")
+
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a change to the node did not signal")
+	}
+
+	for i := range 5 {
+		touch(fmt.Sprint("burst-", i))
+	}
+
+	time.Sleep(100 * time.Millisecond)
+
+	if got := len(changed); got != 1 {
+		t.Fatalf("after a burst of 5 changes %d signals are pending, want 1", got)
+	}
+
+	<-changed
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+
+	ctx = t.Context()
+	touch("after")
+	time.Sleep(100 * time.Millisecond)
+
+	if got := len(changed); got != 0 {
+		t.Fatalf("a change after the context ended signalled (%d pending)", got)
 	}
 }

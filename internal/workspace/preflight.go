@@ -103,7 +103,7 @@ func (w *Workspace) applyNeeds(targets []cluster.SecretTarget, kubeState bool) [
 
 	probe := cfg.Nodes.Probe.Namespace
 	needs := []cluster.Access{
-		access("patch", "", "nodes", "", ""),
+		access("patch", "", "nodes", "", ""), access("watch", "", "nodes", "", ""),
 		access("get", "", "pods", "", ""), access("list", "", "pods", "", ""),
 		access("create", "", "pods/eviction", "", ""),
 		access("get", "apps", "daemonsets", "", ""),

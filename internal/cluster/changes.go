@@ -1,0 +1,53 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// Changes signals, best effort, each time the named Node changes, until ctx ends: a watch on
+// that one Node, reopened a second after it ends or fails (the API restarts while a control
+// plane reboots). The channel holds at most one signal, so a burst is one wake-up. It never
+// replaces a read: whoever waits reads and judges the Node on each signal, and still polls.
+func (c *Connection) Changes(ctx context.Context, name string) <-chan struct{} {
+	changed := make(chan struct{}, 1)
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+
+	go func() {
+		for ctx.Err() == nil {
+			if w, err := c.Client.CoreV1().Nodes().Watch(ctx, opts); err == nil {
+				forward(ctx, w.ResultChan(), changed)
+				w.Stop()
+			}
+
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+
+	return changed
+}
+
+// forward turns each event into one pending signal until the events end or ctx does.
+func forward[T any](ctx context.Context, events <-chan T, changed chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, open := <-events:
+			if !open {
+				return
+			}
+
+			select {
+			case changed <- struct{}{}:
+			default: // one pending signal is enough
+			}
+		}
+	}
+}
