@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 BENCH_PKGS=${BENCH_PKGS:-./plan}
 mkdir -p bench
+# The commit measured, read before this run writes its own results.
+rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
 export BENCH_ROWS=bench/rows.jsonl
 rm -f "$BENCH_ROWS"
 tables=$(mktemp)
@@ -51,10 +53,9 @@ scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tab
 
 { echo '['; paste -sd, "$BENCH_ROWS"; echo ']'; } >bench/results.json
 
-python3 - "$tables" docs/performance.md <<'PY'
-import datetime, subprocess, sys
-tables, doc = open(sys.argv[1]).read().strip(), sys.argv[2]
-rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+python3 - "$tables" docs/performance.md "$rev" <<'PY'
+import datetime, sys
+tables, doc, rev = open(sys.argv[1]).read().strip(), sys.argv[2], sys.argv[3]
 text = open(doc).read()
 begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
 if begin not in text or end not in text:
