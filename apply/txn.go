@@ -82,9 +82,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 // quorum: a control plane is claimed only while etcd has quorum without it.
 func (t *txn) quorum(ctx context.Context) *NodeResult {
 	if err := t.e.quorum(ctx, t.np.Name); err != nil {
-		r := t.finish(state.OutcomeFailed, "", "etcd quorum not confirmed before claiming a control plane: "+err.Error())
-
-		return &r
+		return t.fail("etcd quorum not confirmed before claiming a control plane: " + err.Error())
 	}
 
 	return nil

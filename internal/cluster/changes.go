@@ -36,18 +36,26 @@ func (c *Connection) Changes(ctx context.Context, name string) <-chan struct{} {
 // forward turns each event into one pending signal until the events end or ctx does.
 func forward[T any](ctx context.Context, events <-chan T, changed chan<- struct{}) {
 	for {
-		select {
-		case <-ctx.Done():
+		if _, ok := receive(ctx, events); !ok {
 			return
-		case _, open := <-events:
-			if !open {
-				return
-			}
-
-			select {
-			case changed <- struct{}{}:
-			default: // one pending signal is enough
-			}
 		}
+
+		select {
+		case changed <- struct{}{}:
+		default: // one pending signal is enough
+		}
+	}
+}
+
+// receive is the next event of a watch; false once the watch closed or ctx ended (never trust a
+// watch to end with its context).
+func receive[T any](ctx context.Context, events <-chan T) (T, bool) {
+	select {
+	case <-ctx.Done():
+		var zero T
+
+		return zero, false
+	case ev, open := <-events:
+		return ev, open
 	}
 }

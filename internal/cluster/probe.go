@@ -174,17 +174,9 @@ func followPod(ctx context.Context, pods typedcorev1.PodInterface, p *corev1.Pod
 	defer w.Stop()
 
 	for {
-		var ev watch.Event
-
-		select {
-		case <-ctx.Done(): // never trust a watch to end with its context
-			return false, ctx.Err()
-		case e, open := <-w.ResultChan():
-			if !open {
-				return false, nil
-			}
-
-			ev = e
+		ev, ok := receive(ctx, w.ResultChan())
+		if !ok {
+			return false, nil // the caller tells a timeout or a cancel from a watch that ended
 		}
 
 		switch ev.Type {
