@@ -60,6 +60,8 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 		return stale("it was made against another state (lineage %q, now %q)", p.State.Lineage, st.Lineage)
 	case p.State.Serial != st.Serial || p.State.Lineage != st.Lineage:
 		return stale("the state was changed by another operation after the plan was created (serial %d, now %d)", p.State.Serial, st.Serial)
+	case p.RetiredSeal():
+		return &NotAuthenticError{PlanPath: path, Retired: true}
 	case !p.Authentic(cred.PlanKey()):
 		return &NotAuthenticError{PlanPath: path}
 	}
@@ -67,11 +69,21 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 	return nil
 }
 
-// NotAuthenticError is a saved plan whose authentication code does not verify.
-type NotAuthenticError struct{ PlanPath string }
+// NotAuthenticError is a saved plan whose authentication code does not verify, or was made by
+// an older ghcrsync with a retired scheme (Retired).
+type NotAuthenticError struct {
+	PlanPath string
+	Retired  bool
+}
 
 func (e *NotAuthenticError) Error() string {
-	return fmt.Sprintf("Saved plan %s is not authentic — its authentication code (an HMAC keyed from the decrypted credential) "+
+	if e.Retired {
+		return fmt.Sprintf("Saved plan %s was sealed by an older ghcrsync, whose plan authentication is retired (its key could be "+
+			"computed from public digests): this version does not trust it. Run `ghcrsync plan --out %s` again, review it, and "+
+			"apply the new plan. Nothing was changed.", e.PlanPath, e.PlanPath)
+	}
+
+	return fmt.Sprintf("Saved plan %s is not authentic — its authentication code (an HMAC under a key only the decrypted credential gives) "+
 		"does not verify: it was changed after `ghcrsync plan` made it. Run `ghcrsync plan --out %s` again, review it, and apply "+
 		"the new plan. Nothing was changed.", e.PlanPath, e.PlanPath)
 }

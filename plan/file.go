@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
@@ -35,8 +36,9 @@ func IsRefused(err error) bool {
 }
 
 // envelope is a plan file: the plan, its checksum (anyone can recompute it: it only tells a
-// damaged file), and its authentication code, an HMAC-SHA256 keyed from the decrypted
-// credential: only someone who can decrypt the credential can make a plan apply accepts.
+// damaged file), and its authentication code, "SCHEME:HEX", an HMAC-SHA256 under a key derived
+// from the decrypted credential's secret: only someone who can decrypt the credential can make
+// a plan apply accepts.
 type envelope struct {
 	Format   string          `json:"format"`
 	Checksum string          `json:"checksum"`
@@ -126,11 +128,18 @@ func Decode(data []byte, path string) (*Plan, error) {
 	return &p, nil
 }
 
+// sealScheme names how a plan's MAC was made: HMAC-SHA256 of the body under the credential's
+// plan key (credential.PlanKey, HKDF of its secret). retiredSchemes are the ones older versions
+// wrote: their key could be computed from public digests, so their plans are refused.
+const sealScheme = "hmac-sha256+hkdf-v2"
+
+var retiredSchemes = []string{"hmac-sha256"}
+
 func mac(key, body []byte) string {
 	m := hmac.New(sha256.New, key)
 	m.Write(body)
 
-	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
+	return sealScheme + ":" + hex.EncodeToString(m.Sum(nil))
 }
 
 // Authentic reports whether a plan read from a file was sealed with key (a plan made in this
@@ -141,4 +150,16 @@ func (p *Plan) Authentic(key []byte) bool {
 	}
 
 	return hmac.Equal([]byte(p.seal.mac), []byte(mac(key, p.seal.body)))
+}
+
+// RetiredSeal reports whether a plan read from a file was sealed by an older ghcrsync, with a
+// scheme no longer accepted (its authentication code proves nothing).
+func (p *Plan) RetiredSeal() bool {
+	if p.seal == nil {
+		return false
+	}
+
+	scheme, _, _ := strings.Cut(p.seal.mac, ":")
+
+	return slices.Contains(retiredSchemes, scheme)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -97,6 +98,39 @@ func (b *bench) rewritePlan(path string, edit func(map[string]any)) {
 	nb, _ := json.Marshal(body)
 	sum := sha256.Sum256(nb)
 	env.Plan, env.Checksum = nb, "sha256:"+hex.EncodeToString(sum[:])
+
+	out, _ := json.MarshalIndent(env, "", "  ")
+	b.write(filepath.Base(path), out)
+}
+
+// forgePlan edits a saved plan's body and re-seals it as an attacker holding only what the
+// plan prints would: the checksum, and an authentication code of the given scheme keyed from
+// the credential revision in the plan (the v1 derivation, which an older ghcrsync accepted).
+func (b *bench) forgePlan(path, scheme string, edit func(map[string]any)) {
+	b.t.Helper()
+	b.rewritePlan(path, edit)
+
+	var env map[string]json.RawMessage
+
+	raw, _ := os.ReadFile(path)
+	if err := json.Unmarshal(raw, &env); err != nil {
+		b.t.Fatal(err)
+	}
+
+	var body struct {
+		Revision string `json:"credential_revision"`
+	}
+
+	if err := json.Unmarshal(env["plan"], &body); err != nil || len(body.Revision) != 64 {
+		b.t.Fatalf("the plan prints no credential revision (%v)", err)
+	}
+
+	rev, _ := hex.DecodeString(body.Revision)
+	k := hmac.New(sha256.New, rev)
+	k.Write([]byte("ghcrsync plan authentication v1"))
+	m := hmac.New(sha256.New, k.Sum(nil))
+	m.Write(env["plan"])
+	env["mac"], _ = json.Marshal(scheme + ":" + hex.EncodeToString(m.Sum(nil)))
 
 	out, _ := json.MarshalIndent(env, "", "  ")
 	b.write(filepath.Base(path), out)
@@ -444,6 +478,13 @@ func templateRows(sb *sandbox.Sandbox) []badInput {
 	}
 }
 
+// addConsumer is a forger's edit: one more consumer, in a namespace whose identities the new
+// plaintext credential would then be written for.
+func addConsumer(m map[string]any) {
+	secrets, _ := m["secrets"].([]any)
+	m["secrets"] = append(secrets, map[string]any{"namespace": "kube-system", "secret": "ghcr-pull", "role": "consumer", "action": "create", "reason": "forged"})
+}
+
 // planRows: saved plans that must never be applied.
 func planRows() []badInput {
 	const again = "Run `ghcrsync plan --out"
@@ -468,6 +509,17 @@ func planRows() []badInput {
 			})
 			return apply(b, p)
 		}, 3, []string{"is not authentic", "changed after `ghcrsync plan` made it", "ghcrsync plan --out", "Nothing was changed"}, ""},
+		{"plan_forged_from_the_revision_it_prints", func(b *bench) []string {
+			p := b.savedPlan()
+			b.forgePlan(p, "hmac-sha256+hkdf-v2", addConsumer)
+			return apply(b, p)
+		}, 3, []string{"is not authentic", "ghcrsync plan --out", "Nothing was changed"}, ""},
+		{"plan_forged_in_the_retired_scheme", func(b *bench) []string {
+			// The v1 scheme: ghcrsync before the HKDF key accepted exactly this forgery.
+			p := b.savedPlan()
+			b.forgePlan(p, "hmac-sha256", addConsumer)
+			return apply(b, p)
+		}, 3, []string{"sealed by an older ghcrsync", "plan authentication is retired", again, "Nothing was changed"}, ""},
 		{"plan_truncated", func(b *bench) []string {
 			p := b.savedPlan()
 			raw, _ := os.ReadFile(p)

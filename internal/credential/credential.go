@@ -4,7 +4,7 @@
 package credential
 
 import (
-	"crypto/hmac"
+	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -62,13 +62,26 @@ func (c *Credential) PullSecretJSON() []byte {
 // PullSecretRevision is the digest pull secrets are compared by: of PullSecretJSON.
 func (c *Credential) PullSecretRevision() string { return authdigest.DockerConfig(c.PullSecretJSON()) }
 
-// PlanKey is the key that authenticates saved plans: derived (HMAC-SHA256) from the decrypted
-// dockerconfigjson, so only someone who can decrypt the credential makes a plan apply accepts.
-func (c *Credential) PlanKey() []byte {
-	m := hmac.New(sha256.New, c.raw)
-	m.Write([]byte("ghcrsync plan authentication v1"))
+// planKeySalt and planKeyInfo are PlanKey's HKDF salt and context. A change of either retires
+// every plan sealed before it (plan.sealScheme names the scheme in the file).
+const (
+	planKeySalt = "ghcrsync.dev plan-key salt 2026"
+	planKeyInfo = "ghcrsync plan authentication v2"
+)
 
-	return m.Sum(nil)
+// PlanKey is the key that authenticates saved plans: HKDF-SHA256 of the credential's secret
+// (the password or token), salted, bound to the registry and the username. Only someone who
+// can decrypt the credential can compute it: every digest ghcrsync writes — the revision, the
+// auth digest, the pull-secret revision — is a plain hash of other input, and none of them is
+// HKDF's input keying material (the v1 key, an HMAC keyed with the whole dockerconfigjson, was
+// SHA-256 of it after HMAC's long-key rule: the public revision whenever the file was canonical).
+func (c *Credential) PlanKey() []byte {
+	key, err := hkdf.Key(sha256.New, []byte(c.password), []byte(planKeySalt), planKeyInfo+"\x00"+c.Registry+"\x00"+c.Username, sha256.Size)
+	if err != nil { // only for a key length HKDF cannot give: a programming error
+		panic(err)
+	}
+
+	return key
 }
 
 // String never includes the secret.
