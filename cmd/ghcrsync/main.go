@@ -31,6 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Every byte ghcrsync prints goes through the views' guard (no control characters, no line
 	// a CI runner would read as a workflow command).
 	stdout, stderr = view.Guard(stdout), view.Guard(stderr)
+	routeLibraryOutput(stderr)
 
 	defer startProfile(stderr)()
 

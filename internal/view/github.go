@@ -29,10 +29,10 @@ const (
 func Annotation(level, title, msg string) string {
 	line := "::" + level
 	if title != "" {
-		line += " title=" + escapeProperty(Clean(title))
+		line += " title=" + escapeProperty(withoutLegacyCommands(Clean(title)))
 	}
 
-	return line + "::" + escapeData(Clean(msg)) + "\n"
+	return line + "::" + escapeData(withoutLegacyCommands(Clean(msg))) + "\n"
 }
 
 // escapeData escapes a workflow command's message as the runner unescapes it.
@@ -69,7 +69,7 @@ func (g *guard) command(line string) {
 	}
 
 	_, _ = io.WriteString(g.w, line)
-	g.lineStart = true
+	g.lineStart, g.hashes = true, 0
 }
 
 // PlanAnnotations annotates a plan's warnings.

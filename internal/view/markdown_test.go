@@ -75,6 +75,11 @@ func TestAnnotationIsOneCommand(t *testing.T) {
 		t.Fatalf("annotation: %q", got)
 	}
 
+	// The legacy form is honoured anywhere in a line, an annotation's too.
+	if got := view.Annotation(view.AnnotateError, "t ##[x]", "held by ##[add-mask]pwned"); strings.Contains(got, "##[") {
+		t.Fatalf("annotation carries a legacy workflow command: %q", got)
+	}
+
 	// Through a guarded stream, mid-line: it starts a line of its own, and nothing else the
 	// stream carries can start with "::".
 	var b bytes.Buffer

@@ -89,9 +89,11 @@ func escapeRune(r rune) string {
 
 // Guard wraps one of ghcrsync's output streams (stdout, stderr, the log). Whatever a value
 // holds, nothing it lets through is a control character other than newline and tab (the rest
-// are shown escaped, as Clean does), and no line begins — after its indentation — with a
-// colon (shown as \x3a): GitHub Actions reads a line starting with "::" as a workflow
-// command, and ghcrsync writes none through a guarded stream.
+// are shown escaped, as Clean does), no line begins — after its indentation — with a colon
+// (shown as \x3a), and no "##[" appears anywhere in a line (its bracket shown as \x5b):
+// GitHub Actions reads a line starting with "::" as a workflow command, and "##[" anywhere in
+// a line as one in the legacy form (##[add-mask], ##[error], ##[stop-commands]…); ghcrsync
+// writes neither through a guarded stream.
 func Guard(w io.Writer) io.Writer {
 	if g, ok := w.(*guard); ok {
 		return g
@@ -104,7 +106,21 @@ type guard struct {
 	w         io.Writer
 	mu        sync.Mutex
 	lineStart bool   // only spaces and tabs since the last newline
+	hashes    int    // how many "#" were just written, in a row
 	carry     []byte // an incomplete UTF-8 sequence the previous Write ended with
+}
+
+// legacyCommand is the GitHub Actions runner's legacy workflow-command marker, honoured
+// anywhere in a line; legacyEscape is how it is shown instead.
+const (
+	legacyCommand = "##["
+	legacyEscape  = `##\x5b`
+)
+
+// withoutLegacyCommands shows every "##[" in s as legacyEscape: the same rule as Guard's, for a
+// line written past it (an annotation).
+func withoutLegacyCommands(s string) string {
+	return strings.ReplaceAll(s, legacyCommand, legacyEscape)
 }
 
 func (g *guard) Write(p []byte) (int, error) {
@@ -132,10 +148,20 @@ func (g *guard) Write(p []byte) (int, error) {
 			continue
 		}
 
+		hashes := g.hashes
+		g.hashes = 0
+
 		switch {
 		case r == '\n':
 			out = append(out, '\n')
 			g.lineStart = true
+		case r == '#':
+			out = append(out, '#')
+			g.lineStart = false
+			g.hashes = hashes + 1
+		case r == '[' && hashes >= 2:
+			out = append(out, legacyEscape[2:]...)
+			g.lineStart = false
 		case r == ' ' || r == '\t':
 			out = append(out, byte(r))
 		case unsafeRune(r):

@@ -42,6 +42,11 @@ func TestGuard(t *testing.T) {
 		{"escape_sequences", []string{"\x1b]0;title\x07\x1b[2J\n"}, `\x1b]0;title\x07\x1b[2J` + "\n"},
 		{"utf8_split_across_writes", []string{"\xe2\x9c", "\x93 done\n"}, "✓ done\n"},
 		{"bidi_override", []string{"\u202e\n"}, `\u202e` + "\n"},
+		{"legacy_command_mid_line", []string{"owner: x ##[add-mask]secret\n"}, "owner: x " + `##\x5badd-mask]secret` + "\n"},
+		{"legacy_command_at_line_start", []string{"##[error]fake\n"}, `##\x5berror]fake` + "\n"},
+		{"legacy_command_split_across_writes", []string{"a #", "#", "[stop-commands]t\n"}, "a " + `##\x5bstop-commands]t` + "\n"},
+		{"more_hashes", []string{"###[group]x\n"}, `###\x5bgroup]x` + "\n"},
+		{"hashes_and_brackets_apart_kept", []string{"# [x] #1 [y]\n", "#\n[z]\n"}, "# [x] #1 [y]\n#\n[z]\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -58,7 +63,7 @@ func TestGuard(t *testing.T) {
 			}
 
 			for _, line := range strings.Split(b.String(), "\n") {
-				if strings.HasPrefix(strings.TrimLeft(line, " \t"), "::") || strings.ContainsRune(line, 0x1b) {
+				if strings.HasPrefix(strings.TrimLeft(line, " \t"), "::") || strings.ContainsRune(line, 0x1b) || strings.Contains(line, "##[") {
 					t.Fatalf("unsafe line %q", line)
 				}
 			}
