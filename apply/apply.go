@@ -26,6 +26,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -304,7 +305,7 @@ func (r *run) nodes(ctx context.Context) error {
 func (r *run) fanOut(ctx context.Context) {
 	dyn, err := dynamic.NewForConfig(r.ws.Kube.Config)
 	if err != nil {
-		r.res.Secrets = []fanout.Result{{Outcome: fanout.Failed, Message: "dynamic client: " + err.Error()}}
+		r.res.Secrets = []fanout.Result{{Outcome: fanout.Failed, Message: "dynamic client: " + redact.Error(err)}}
 
 		return
 	}
@@ -316,7 +317,7 @@ func (r *run) fanOut(ctx context.Context) {
 
 	st, store := r.ws.State, r.ws.Store
 	r.res.Secrets = fanout.Run(ctx, r.ws.Kube.Client, dyn, r.p, fanout.Options{
-		Data: r.cred.PullSecretJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks,
+		Data: r.cred.PullSecretJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks, Log: r.log,
 		Registry: r.ws.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.ws.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
 			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -49,6 +50,10 @@ func (t *txn) phaseEvent(phase state.Phase) {
 
 	t.event(reason, msg, false)
 }
+
+// answer is err's text for the result, the state and the Events, with the Kubernetes API's and
+// Talos's own text replaced by its class (redact.Error); the full text goes to the debug log.
+func (t *txn) answer(err error) string { return redact.Logged(t.log, err) }
 
 // event records an Event on the transaction's Node, even while the run winds down.
 func (t *txn) event(reason, msg string, warning bool) {

@@ -66,7 +66,7 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 			return nil, r
 		}
 
-		return nil, t.fail("read node: " + err.Error())
+		return nil, t.fail("read node: " + t.answer(err))
 	}
 
 	if r := t.verdict(ctx, t.judge(n, nil, step), step); r != nil {
@@ -87,7 +87,7 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 			return nil, r
 		}
 
-		return nil, t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonTalosUnreachable, Detail: err.Error()}, step)
+		return nil, t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonTalosUnreachable, Detail: t.answer(err)}, step)
 	}
 
 	return n, t.verdict(ctx, t.judge(n, facts, step), step)
@@ -214,13 +214,13 @@ func (t *txn) refuseBeforeTalos(ctx context.Context, v plan.Verdict, step plan.S
 
 	t.rec.Phase = state.PhaseReleased
 	if err := t.e.save(&t.rec); err != nil {
-		r := t.finish(state.OutcomeFailed, v.Reason, msg+"; and "+err.Error())
+		r := t.finish(state.OutcomeFailed, v.Reason, msg+"; and "+t.answer(err))
 
 		return &r
 	}
 
 	if err := t.undo(t.cleanup(ctx)); err != nil {
-		msg += "; nothing reached Talos, but undoing its claim failed: " + err.Error()
+		msg += "; nothing reached Talos, but undoing its claim failed: " + t.answer(err)
 	} else {
 		msg += "; nothing reached Talos, so its claim was undone (cordon restored as recorded, ghcrsync's annotations removed, other taints untouched)"
 	}
@@ -267,9 +267,9 @@ func (t *txn) interrupted() *NodeResult {
 	case t.claimLanded():
 		t.rec.Phase = state.PhaseReleased
 		if err := t.e.save(&t.rec); err != nil {
-			msg = "cancelled before its Talos write, but the state could not be written (" + err.Error() + "): the fence stays"
+			msg = "cancelled before its Talos write, but the state could not be written (" + t.answer(err) + "): the fence stays"
 		} else if err := t.undo(t.cleanup(t.e.sig)); err != nil {
-			msg = "cancelled before its Talos write; undoing its claim failed: " + err.Error()
+			msg = "cancelled before its Talos write; undoing its claim failed: " + t.answer(err)
 		} else {
 			msg = "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"
 		}
@@ -287,13 +287,13 @@ func (t *txn) deselect(ctx context.Context, reason plan.Reason, msg string) *Nod
 	if t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed) {
 		t.rec.Phase = state.PhaseReleased
 		if err := t.e.save(&t.rec); err != nil {
-			r := t.finish(state.OutcomeFailed, reason, msg+"; and "+err.Error())
+			r := t.finish(state.OutcomeFailed, reason, msg+"; and "+t.answer(err))
 
 			return &r
 		}
 
 		if err := t.undo(ctx); err != nil {
-			r := t.finish(state.OutcomeFailed, reason, msg+"; releasing its fence failed: "+err.Error())
+			r := t.finish(state.OutcomeFailed, reason, msg+"; releasing its fence failed: "+t.answer(err))
 
 			return &r
 		}
@@ -341,7 +341,7 @@ func (t *txn) enter(phase state.Phase) *NodeResult {
 // saved writes the record, or ends the transaction.
 func (t *txn) saved() *NodeResult {
 	if err := t.e.save(&t.rec); err != nil {
-		return t.fail(err.Error())
+		return t.fail(t.answer(err))
 	}
 
 	return nil
@@ -399,10 +399,10 @@ func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func
 			t.log.Warn("the Kubernetes API is unreachable; retrying until ready_timeout", "write", what, "error", err)
 
 			if err := t.e.sleep(ctx); err != nil {
-				return t.failOrInterrupted(what + ": " + err.Error())
+				return t.failOrInterrupted(what + ": " + t.answer(err))
 			}
 		default:
-			return t.failOrInterrupted(what + ": " + err.Error())
+			return t.failOrInterrupted(what + ": " + t.answer(err))
 		}
 
 		if step == plan.StepClaim {
@@ -435,7 +435,7 @@ func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) Node
 	}
 
 	if err := t.e.save(&t.rec); err != nil {
-		msg += "; and the state could not be written: " + err.Error()
+		msg += "; and the state could not be written: " + t.answer(err)
 	}
 
 	if reason, ok := outcomeEvents[outcome]; ok {

@@ -82,7 +82,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 // quorum: a control plane is claimed only while etcd has quorum without it.
 func (t *txn) quorum(ctx context.Context) *NodeResult {
 	if err := t.e.quorum(ctx, t.np.Name); err != nil {
-		return t.fail("etcd quorum not confirmed before claiming a control plane: " + err.Error())
+		return t.fail("etcd quorum not confirmed before claiming a control plane: " + t.answer(err))
 	}
 
 	return nil
@@ -140,10 +140,10 @@ func (t *txn) drain(ctx context.Context) *NodeResult {
 
 	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress); err != nil {
 		if t.e.sig.Err() != nil || t.e.stopped() {
-			return t.failOrInterrupted(err.Error())
+			return t.failOrInterrupted(t.answer(err))
 		}
 
-		return t.restore(ctx, err.Error())
+		return t.restore(ctx, t.answer(err))
 	}
 
 	return t.mirror(ctx, state.PhaseDrained)
@@ -234,7 +234,7 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 		}
 
 		if err := t.e.sleepOr(ctx, changed); err != nil {
-			return t.failOrInterrupted(err.Error())
+			return t.failOrInterrupted(t.answer(err))
 		}
 	}
 }
@@ -273,7 +273,7 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.ProbeNamespace, t.e.o.ProbeImage, t.e.o.ReadyTimeout); err != nil {
-		return t.failOrInterrupted("not proved: " + err.Error())
+		return t.failOrInterrupted("not proved: " + t.answer(err))
 	}
 
 	mark := cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID)
@@ -288,7 +288,7 @@ func (t *txn) release(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.undo(ctx); err != nil {
-		return t.failOrInterrupted("release: " + err.Error())
+		return t.failOrInterrupted("release: " + t.answer(err))
 	}
 
 	return nil
@@ -302,7 +302,7 @@ func (t *txn) restore(ctx context.Context, why string) *NodeResult {
 	}
 
 	if err := t.undo(ctx); err != nil {
-		return t.fail(why + "; restoring the node failed too: " + err.Error())
+		return t.fail(why + "; restoring the node failed too: " + t.answer(err))
 	}
 
 	return t.fail(why + "; the node was restored (fence released)")
@@ -327,5 +327,5 @@ func (t *txn) talosFailed(ctx context.Context, step string, err error) *NodeResu
 		return r
 	}
 
-	return t.failKeepingFence(step + ": " + err.Error())
+	return t.failKeepingFence(step + ": " + t.answer(err))
 }

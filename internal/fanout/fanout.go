@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -85,6 +87,8 @@ type Options struct {
 	Assert        func() error
 	Record        func(namespace, name, role, outcome string) error // state write before each mutation
 	Hooks         Hooks
+	// Log receives the full text of an API answer a result names only by class (redact.Logged).
+	Log hclog.Logger
 }
 
 // Run fans the credential out: every consumer secret of the plan, the node templates, then the
@@ -169,7 +173,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 		return result(sp, skippedOrUnchanged(sp), sp.Reason)
 	}
 
-	fail := func(err error) Result { return result(sp, Failed, err.Error()) }
+	fail := func(err error) Result { return result(sp, Failed, redact.Logged(o.Log, err)) }
 
 	if err := o.Assert(); err != nil {
 		return fail(fmt.Errorf("not written: %w", err))
@@ -188,8 +192,11 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	}
 
 	back, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
-	if err != nil || !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.Data) {
-		return fail(fmt.Errorf("read-back of %s does not match what was written (%v)", where, err))
+	switch {
+	case err != nil:
+		return fail(fmt.Errorf("read-back of %s failed: %w", where, err))
+	case !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.Data):
+		return fail(fmt.Errorf("read-back of %s does not match what was written", where))
 	}
 
 	for _, sa := range sp.ServiceAccounts {
@@ -331,5 +338,5 @@ func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string) stri
 		return "no OCIRepository " + ns + "/" + name + " to reconcile"
 	}
 
-	return "requesting a reconcile of OCIRepository " + ns + "/" + name + " failed: " + err.Error()
+	return "requesting a reconcile of OCIRepository " + ns + "/" + name + " failed: " + redact.Error(err)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -26,7 +27,7 @@ import (
 func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, p *plan.Plan, o Options) Result {
 	res := Result{Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Role: plan.RoleTemplate}
 	fail := func(err error) Result {
-		res.Outcome, res.Message = Failed, err.Error()
+		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
 
 		return res
 	}
@@ -59,10 +60,10 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 	// From here a failure is recorded as such: the state must not say a write is in flight.
 	fail = func(err error) Result {
 		if rerr := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, string(Failed)); rerr != nil {
-			err = fmt.Errorf("%w (and recording the failure in the state failed: %v)", err, rerr)
+			err = fmt.Errorf("%w (and recording the failure in the state failed: %w)", err, rerr)
 		}
 
-		res.Outcome, res.Message = Failed, err.Error()
+		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
 
 		return res
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -108,7 +109,7 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 
 	ns, name, _ := strings.Cut(f.Name, "/")
 	if err := lease.ReleaseHolder(ctx, kube.Client, ns, name, f.Holder); err != nil {
-		return Outcome{Fence: f, Message: "not released: " + err.Error()}
+		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	}
 
 	return Outcome{Fence: f, Released: true, Message: "Lease released"}
@@ -119,7 +120,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		markReleased(st, f)
 
 		if err := store.Write(st); err != nil {
-			return Outcome{Fence: f, Message: "node gone, but the state could not be written: " + err.Error()}
+			return Outcome{Fence: f, Message: "node gone, but the state could not be written: " + redact.Error(err)}
 		}
 
 		return Outcome{Fence: f, Released: true, Message: "the node no longer exists: released (state record closed)"}
@@ -127,14 +128,14 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 
 	if phaseMutated(f.Phase) {
 		if err := waitSettled(ctx, kube, f.Name, o); err != nil {
-			return Outcome{Fence: f, Message: "stays fenced: " + err.Error()}
+			return Outcome{Fence: f, Message: "stays fenced: " + redact.Error(err)}
 		}
 	}
 
 	markReleased(st, f)
 
 	if err := store.Write(st); err != nil {
-		return Outcome{Fence: f, Message: "not released: writing the state first failed: " + err.Error()}
+		return Outcome{Fence: f, Message: "not released: writing the state first failed: " + redact.Error(err)}
 	}
 
 	// Without a recovery record nobody knows whether the node was cordoned before the claim:
@@ -150,7 +151,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 	case nothing != "":
 		return Outcome{Fence: f, Released: true, Message: "nothing to undo on the node: " + nothing + " (state record closed)"}
 	case err != nil:
-		return Outcome{Fence: f, Message: "not released: " + err.Error()}
+		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	case f.Record == nil:
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
 	case rec.WasCordoned:

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -290,7 +291,7 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 
 		cf, err := c.ConfigFacts(ctx, n.InternalIP, registry)
 		if err != nil {
-			n.TalosError, n.Talos = err.Error(), nil
+			n.TalosError, n.Talos = redact.Error(err), nil
 
 			return
 		}
@@ -406,7 +407,7 @@ func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
 
 	ver, err := c.c.Version(nctx)
 	if err != nil {
-		n.TalosError = fmt.Sprintf("version: %v", err)
+		n.TalosError = "version: " + redact.Error(err)
 
 		return
 	}
@@ -419,7 +420,7 @@ func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
 
 	services, err := c.c.ServiceList(nctx)
 	if err != nil {
-		n.TalosError = fmt.Sprintf("service list: %v", err)
+		n.TalosError = "service list: " + redact.Error(err)
 
 		return
 	}
