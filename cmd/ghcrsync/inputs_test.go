@@ -373,6 +373,19 @@ func credentialRows(sb *sandbox.Sandbox) []badInput {
 			b.edit(sb.Registry().URL(), "http://127.0.0.1:1")
 			return planCmd(b)
 		}, 1, []string{"registry proof", "challenge step", "connection refused"}, ""},
+		{"registry_names_a_token_realm_elsewhere", func(b *bench) []string {
+			// The sandbox registry's challenge names a realm on another host: the password is
+			// never sent there.
+			realm := strings.Replace(sb.Registry().URL(), "127.0.0.1", "localhost", 1) + "/token"
+			sb.Registry().SetRealm(realm)
+			b.t.Cleanup(func() { sb.Registry().SetRealm("") })
+			return planCmd(b)
+		}, 1, []string{"registry proof of ghcrsync/private-probe:v1 failed at the token step", "its host localhost is not trusted",
+			"credential.trusted_hosts", "the credential was not sent"}, ""},
+		{"liveness_api_url_on_an_untrusted_host", func(b *bench) []string {
+			b.edit(`trusted_hosts = ["127.0.0.1"]`, `trusted_hosts = ["ghe.example.com"]`)
+			return planCmd(b)
+		}, 1, []string{"ghcrsync.hcl:", "Untrusted api_url", "receives the GitHub token", "its host 127.0.0.1 is not trusted"}, ""},
 		{"no_prove_targets", func(b *bench) []string {
 			b.edit(`prove     = ["ghcrsync/private-probe:v1"]`, `prove     = []`)
 			return planCmd(b)

@@ -49,8 +49,9 @@ state {
 # (the sandbox serves a fake of it).
 liveness "github_actions" {
   repository = "ghcrsync/fleet"
-  api_url    = "http://127.0.0.1:8080"
-  token_env  = "GH_TOKEN"
+  api_url       = "http://127.0.0.1:8080"
+  trusted_hosts = ["127.0.0.1"]   # api_url is not api.github.com: its host must be listed
+  token_env     = "GH_TOKEN"
 }
 
 # Pull secrets: every namespace labelled ghcrsync.dev/pull-secret=ghcr gets ghcr-pull, referenced

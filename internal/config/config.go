@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -50,9 +51,15 @@ type Config struct {
 type Liveness struct {
 	Kind       string // "github_actions"
 	Repository string // owner/repo
-	APIURL     string
+	APIURL     string // DefaultGitHubAPI, or one on a TrustedHosts host
 	TokenEnv   string // environment variable holding the API token (optional)
+	// TrustedHosts are the hosts besides api.github.com api_url may be on (GitHub Enterprise
+	// Server): the token is sent there.
+	TrustedHosts []string
 }
+
+// DefaultGitHubAPI is GitHub's REST API: the liveness API unless another is trusted.
+const DefaultGitHubAPI = "https://api.github.com"
 
 // Cluster is how to reach Kubernetes. Empty fields follow the kubeconfig loading rules.
 type Cluster struct {
@@ -87,6 +94,9 @@ type Credential struct {
 	SopsFile string   // absolute
 	Key      []string // path of the dockerconfigjson in the decrypted document
 	Prove    []string // repository:tag references the credential must pull
+	// TrustedHosts are the hosts besides the endpoint's that the registry's token realm may be
+	// on: the password is sent there (HTTP Basic) to trade it for a pull token.
+	TrustedHosts []string
 }
 
 // Nodes selects the fleet and bounds the fence transaction.
@@ -185,10 +195,11 @@ type file struct {
 }
 
 type livenessBlock struct {
-	Kind       string  `hcl:"kind,label"`
-	Repository string  `hcl:"repository"`
-	APIURL     *string `hcl:"api_url,optional"`
-	TokenEnv   *string `hcl:"token_env,optional"`
+	Kind         string   `hcl:"kind,label"`
+	Repository   string   `hcl:"repository"`
+	APIURL       *string  `hcl:"api_url,optional"`
+	TokenEnv     *string  `hcl:"token_env,optional"`
+	TrustedHosts []string `hcl:"trusted_hosts,optional"`
 }
 
 type clusterBlock struct {
@@ -208,12 +219,13 @@ type talosBlock struct {
 }
 
 type credentialBlock struct {
-	Name     string         `hcl:"name,label"`
-	Registry string         `hcl:"registry"`
-	Endpoint *string        `hcl:"endpoint,optional"`
-	SopsFile hcl.Expression `hcl:"sops_file"`
-	Key      []string       `hcl:"key,optional"`
-	Prove    []string       `hcl:"prove,optional"`
+	Name         string         `hcl:"name,label"`
+	Registry     string         `hcl:"registry"`
+	Endpoint     *string        `hcl:"endpoint,optional"`
+	SopsFile     hcl.Expression `hcl:"sops_file"`
+	Key          []string       `hcl:"key,optional"`
+	Prove        []string       `hcl:"prove,optional"`
+	TrustedHosts []string       `hcl:"trusted_hosts,optional"`
 }
 
 type nodesBlock struct {
@@ -281,6 +293,7 @@ type stateBlock struct {
 type Error struct {
 	Diagnostics hcl.Diagnostics
 	Files       map[string]*hcl.File
+	envs        []envValue // values env() returned: never repeated in the message
 }
 
 func (e *Error) Error() string {
@@ -294,7 +307,7 @@ func (e *Error) Error() string {
 		b.WriteString(formatDiag(d.(*hcl.Diagnostic)))
 	}
 
-	return b.String()
+	return withoutEnvValues(b.String(), e.envs)
 }
 
 func formatDiag(d *hcl.Diagnostic) string {
@@ -336,13 +349,14 @@ func Parse(src []byte, filename string) (*Config, error) {
 		return nil, newError(diags, p.Files())
 	}
 
-	d := &decoder{dir: filepath.Dir(filename), ctx: evalContext()}
+	d := &decoder{dir: filepath.Dir(filename)}
+	d.ctx = d.evalContext()
 
 	var raw file
 	diags = append(diags, gohcl.DecodeBody(f.Body, d.ctx, &raw)...)
 
 	if diags.HasErrors() {
-		return nil, newError(diags, p.Files())
+		return nil, d.newError(diags, p.Files())
 	}
 
 	sum := sha256.Sum256(src)
@@ -350,7 +364,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 	cfg.Path, cfg.Digest = filename, hex.EncodeToString(sum[:])
 
 	if d.diags.HasErrors() {
-		return nil, newError(d.diags, p.Files())
+		return nil, d.newError(d.diags, p.Files())
 	}
 
 	return cfg, nil
@@ -358,6 +372,13 @@ func Parse(src []byte, filename string) (*Config, error) {
 
 // newError keeps the first error reported at each place: a value that failed to evaluate (an
 // unset env() variable) is reported once, not followed by what its absence caused there.
+func (d *decoder) newError(diags hcl.Diagnostics, files map[string]*hcl.File) *Error {
+	e := newError(diags, files)
+	e.envs = d.envs
+
+	return e
+}
+
 func newError(diags hcl.Diagnostics, files map[string]*hcl.File) *Error {
 	seen := map[hcl.Pos]bool{}
 	out := make(hcl.Diagnostics, 0, len(diags))
@@ -377,7 +398,9 @@ func newError(diags hcl.Diagnostics, files map[string]*hcl.File) *Error {
 	return &Error{Diagnostics: out, Files: files}
 }
 
-func evalContext() *hcl.EvalContext {
+// evalContext gives expressions env(); every value it returns is remembered, so no error
+// message repeats it (Error names the variable instead).
+func (d *decoder) evalContext() *hcl.EvalContext {
 	return &hcl.EvalContext{Functions: map[string]function.Function{
 		"env": function.New(&function.Spec{
 			Params: []function.Parameter{{Name: "name", Type: cty.String}},
@@ -390,6 +413,8 @@ func evalContext() *hcl.EvalContext {
 					return cty.NilVal, fmt.Errorf("environment variable %s is not set", name)
 				}
 
+				d.envs = append(d.envs, envValue{name: name, value: v})
+
 				return cty.StringVal(v), nil
 			},
 		}),
@@ -400,6 +425,7 @@ type decoder struct {
 	dir   string
 	ctx   *hcl.EvalContext
 	diags hcl.Diagnostics
+	envs  []envValue // what env() returned
 }
 
 func (d *decoder) errorf(rng hcl.Range, summary, detail string, args ...any) {
@@ -725,9 +751,14 @@ func (d *decoder) liveness(raw *file, body hcl.Body, cfg *Config) {
 		d.errorf(attrRange(body, "liveness", "repository"), "Invalid repository", "repository must be \"owner/name\", not %q.", l.Repository)
 	}
 
-	cfg.Liveness = &Liveness{Kind: l.Kind, Repository: l.Repository, APIURL: "https://api.github.com", TokenEnv: "GH_TOKEN"}
+	cfg.Liveness = &Liveness{Kind: l.Kind, Repository: l.Repository, APIURL: DefaultGitHubAPI, TokenEnv: "GH_TOKEN",
+		TrustedHosts: d.hosts(l.TrustedHosts, attrRange(body, "liveness", "trusted_hosts"))}
 	if l.APIURL != nil {
 		cfg.Liveness.APIURL = strings.TrimSuffix(*l.APIURL, "/")
+		if err := pin.URL(cfg.Liveness.APIURL, append([]string{"api.github.com"}, cfg.Liveness.TrustedHosts...)); err != nil {
+			d.errorf(attrRange(body, "liveness", "api_url"), "Untrusted api_url",
+				"liveness.api_url receives the GitHub token (%s): %s.", cfg.Liveness.TokenEnv, err)
+		}
 	}
 
 	if l.TokenEnv != nil {
@@ -770,10 +801,12 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 			"registry is the host name the credential is keyed by in the dockerconfigjson (e.g. \"ghcr.io\"), not %q.", c.Registry)
 	}
 
+	cfg.Credential.TrustedHosts = d.hosts(c.TrustedHosts, attrRange(body, "credential", "trusted_hosts"))
+
 	if c.Endpoint != nil {
 		cfg.Credential.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
-		if !strings.HasPrefix(cfg.Credential.Endpoint, "https://") && !strings.HasPrefix(cfg.Credential.Endpoint, "http://") {
-			d.errorf(attrRange(body, "credential", "endpoint"), "Invalid endpoint", "endpoint must be an http(s) URL, not %q.", *c.Endpoint)
+		if err := pin.URL(cfg.Credential.Endpoint, nil); err != nil {
+			d.errorf(attrRange(body, "credential", "endpoint"), "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
 		}
 	}
 

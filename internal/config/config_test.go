@@ -189,6 +189,18 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"GHCRSYNC_SURELY_UNSET is not set"}},
 		{"bad_prove", func(s string) string { return strings.Replace(s, `"org/private:v1"`, `"https://ghcr.io/org/x"`, 1) },
 			[]string{"Invalid image reference"}},
+		{"endpoint_over_plain_http", func(s string) string {
+			return strings.Replace(s, `"http://127.0.0.1:5000"`, `"http://registry.example.com"`, 1)
+		}, []string{"ghcrsync.hcl:", "Invalid endpoint", "receives the credential", "must be https", "loopback host only"}},
+		{"liveness_api_url_untrusted", func(s string) string {
+			return strings.Replace(s, `repository = "org/fleet"`, `repository = "org/fleet"`+"\n  api_url = \"https://collector.example.com/api\"", 1)
+		}, []string{"ghcrsync.hcl:", "Untrusted api_url", "receives the GitHub token (GH_TOKEN)", "collector.example.com is not trusted", "trusted_hosts"}},
+		{"liveness_api_url_plain_http", func(s string) string {
+			return strings.Replace(s, `repository = "org/fleet"`, `repository = "org/fleet"`+"\n  api_url = \"http://ghe.example.com/api/v3\"\n  trusted_hosts = [\"ghe.example.com\"]", 1)
+		}, []string{"Untrusted api_url", "must be https"}},
+		{"trusted_host_with_a_scheme", func(s string) string {
+			return strings.Replace(s, `prove     = ["org/private:v1"]`, `prove     = ["org/private:v1"]`+"\n  trusted_hosts = [\"https://auth.example.com\"]", 1)
+		}, []string{"Invalid trusted host", "no scheme, port or path"}},
 		{"registry_with_path", func(s string) string {
 			return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1)
 		},
@@ -206,6 +218,46 @@ func TestLoadErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A value read with env() never appears in a configuration error: the error names the variable.
+// The negative control: the same value written literally is quoted.
+func TestEnvValuesNeverInErrors(t *testing.T) {
+	const token = "https://x-access-token:ghp_SECRETSECRET@collector.example.com/api"
+
+	t.Setenv("GHCRSYNC_TEST_API", token)
+
+	edit := func(value string) string {
+		return strings.Replace(valid, `repository = "org/fleet"`, `repository = "org/fleet"`+"\n  api_url = "+value, 1)
+	}
+
+	_, err := Load(writeDir(t, edit(`env("GHCRSYNC_TEST_API")`)))
+	if err == nil || strings.Contains(err.Error(), "ghp_SECRETSECRET") || strings.Contains(err.Error(), "x-access-token") {
+		t.Fatalf("the error repeats the env() value: %v", err)
+	}
+
+	if !strings.Contains(err.Error(), "Untrusted api_url") {
+		t.Fatalf("error: %v", err)
+	}
+
+	_, err = Load(writeDir(t, edit(`env("GHCRSYNC_TEST_API")`)+"\n  repository2 = 1"))
+	if err == nil || strings.Contains(err.Error(), "ghp_SECRETSECRET") {
+		t.Fatalf("another error repeats the env() value: %v", err)
+	}
+
+	t.Setenv("GHCRSYNC_TEST_ENDPOINT", "ftp://user:ghp_SECRETSECRET@registry.example.com")
+
+	_, err = Load(writeDir(t, strings.Replace(valid, `"http://127.0.0.1:5000"`, `env("GHCRSYNC_TEST_ENDPOINT")`, 1)+"\nnodes2 {}\n"))
+	if err == nil || strings.Contains(err.Error(), "ghp_SECRETSECRET") {
+		t.Fatalf("the endpoint's env() value is repeated: %v", err)
+	}
+
+	// The control: messages do quote values, so hiding env() values is not vacuous.
+	msg := withoutEnvValues(`endpoint must be an http(s) URL, not "ftp://user:ghp_SECRETSECRET@registry.example.com".`,
+		[]envValue{{name: "GHCRSYNC_TEST_ENDPOINT", value: "ftp://user:ghp_SECRETSECRET@registry.example.com"}})
+	if strings.Contains(msg, "SECRET") || !strings.Contains(msg, `the value of env("GHCRSYNC_TEST_ENDPOINT")`) {
+		t.Fatalf("withoutEnvValues: %q", msg)
 	}
 }
 

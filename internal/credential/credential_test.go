@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
@@ -170,17 +172,17 @@ func TestProve(t *testing.T) {
 	}
 
 	targets := []string{"ghcrsync/private-probe:v1", "ghcrsync/app:v1"}
-	if err := Prove(ctx, http.DefaultClient, reg.URL(), c, targets); err != nil {
+	if err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets); err != nil {
 		t.Fatalf("valid credential: %v", err)
 	}
 
-	if err := Prove(ctx, http.DefaultClient, reg.URL(), c, []string{"ghcrsync/absent:v1"}); err == nil {
+	if err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{"ghcrsync/absent:v1"}); err == nil {
 		t.Fatal("a missing image was proved")
 	}
 
 	reg.RevokeCredential(user)
 
-	err = Prove(ctx, http.DefaultClient, reg.URL(), c, targets)
+	err = Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
 
 	var pe *ProofError
 	if !errors.As(err, &pe) || pe.Step != "token" || pe.Status != http.StatusUnauthorized {
@@ -189,5 +191,74 @@ func TestProve(t *testing.T) {
 
 	if !strings.Contains(err.Error(), "rejects this credential") || strings.Contains(err.Error(), pass) {
 		t.Fatalf("message: %v", err)
+	}
+}
+
+// The password goes only to a token realm on a pinned host: a challenge naming another host (or
+// plain http to a remote one) fails the proof at the token step before anything is sent there;
+// the realm's host listed in trusted_hosts is used. The negative control: the same realm, when
+// trusted, receives the password.
+func TestProveSendsThePasswordOnlyToAPinnedRealm(t *testing.T) {
+	ctx := context.Background()
+
+	reg, err := registry.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(ctx) })
+	reg.AddCredential(user, pass)
+
+	var got atomic.Int32
+
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, p, ok := r.BasicAuth(); ok && p == pass {
+			got.Add(1)
+		}
+
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(evil.Close)
+
+	// The same loopback port under another name: a host the endpoint's name does not cover.
+	elsewhere := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1) + "/token"
+
+	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	targets := []string{"ghcrsync/private-probe:v1"}
+
+	for _, tc := range []struct{ name, realm, want string }{
+		{"realm_on_another_host", elsewhere, "its host localhost is not trusted"},
+		{"realm_over_plain_http_to_a_remote_host", "http://ghcr.io/token", "must be https"},
+		{"realm_not_a_url", "token-service", "must be an https:// URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg.SetRealm(tc.realm)
+			t.Cleanup(func() { reg.SetRealm("") })
+
+			err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
+
+			var pe *ProofError
+			if !errors.As(err, &pe) || pe.Step != "token" || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), "the credential was not sent") {
+				t.Fatalf("got %v, want a refusal at the token step naming %q", err, tc.want)
+			}
+		})
+	}
+
+	if n := got.Load(); n != 0 {
+		t.Fatalf("the untrusted realm received the password %d time(s)", n)
+	}
+
+	// The control: listed in trusted_hosts, the realm is asked (and refuses: the proof fails
+	// with its 401).
+	reg.SetRealm(elsewhere)
+	t.Cleanup(func() { reg.SetRealm("") })
+
+	if err := Prove(ctx, Registry{Endpoint: reg.URL(), TrustedHosts: []string{"localhost"}}, c, targets); err == nil || got.Load() != 1 {
+		t.Fatalf("a trusted realm: %v, received the password %d time(s)", err, got.Load())
 	}
 }

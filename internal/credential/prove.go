@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -40,13 +42,36 @@ func (e *ProofError) Error() string {
 
 func (e *ProofError) Unwrap() error { return e.Err }
 
+// Registry is where a proof is made: the registry's base URL, and the hosts besides its own
+// (and the credential's registry name) its token realm may be on.
+type Registry struct {
+	Endpoint     string
+	TrustedHosts []string
+	Timeout      time.Duration // per request (0: 30 s)
+}
+
+// realmHosts are the hosts the password may be sent to.
+func (r Registry) realmHosts(c *Credential) []string {
+	return append([]string{pin.Host(r.Endpoint), strings.ToLower(c.Registry)}, r.TrustedHosts...)
+}
+
 // Prove shows the registry accepts the credential for each target (repository:tag): the Docker
 // token flow — an anonymous request for the manifest to learn the auth challenge, a token
 // request with Basic credentials, then the manifest with the bearer token. Every step must
-// succeed. endpoint is the registry's base URL.
-func Prove(ctx context.Context, client *http.Client, endpoint string, c *Credential, targets []string) error {
+// succeed. The password goes only to a token realm on a pinned host (https, the registry's own
+// host or a trusted one), and no request follows a redirect elsewhere.
+func Prove(ctx context.Context, r Registry, c *Credential, targets []string) error {
+	hosts := r.realmHosts(c)
+
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+
+	client := &http.Client{Timeout: timeout, CheckRedirect: pin.Redirects(hosts)}
+
 	for _, t := range targets {
-		if err := proveOne(ctx, client, endpoint, c, t); err != nil {
+		if err := proveOne(ctx, client, r.Endpoint, hosts, c, t); err != nil {
 			return err
 		}
 	}
@@ -63,9 +88,11 @@ type prover struct {
 	repo   string
 	// manifest is the manifest's URL.
 	manifest string
+	// realmHosts are the hosts a token realm may be on.
+	realmHosts []string
 }
 
-func proveOne(ctx context.Context, client *http.Client, endpoint string, c *Credential, target string) error {
+func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) error {
 	repo, ref, ok := strings.Cut(target, "@")
 	if !ok {
 		i := strings.LastIndex(target, ":")
@@ -76,7 +103,7 @@ func proveOne(ctx context.Context, client *http.Client, endpoint string, c *Cred
 		repo, ref = target[:i], target[i+1:]
 	}
 
-	p := &prover{ctx: ctx, client: client, c: c, target: target, repo: repo,
+	p := &prover{ctx: ctx, client: client, c: c, target: target, repo: repo, realmHosts: realmHosts,
 		manifest: fmt.Sprintf("%s/v2/%s/manifests/%s", endpoint, repo, ref)}
 
 	realm, params, err := p.challenge()
@@ -143,8 +170,12 @@ func (p *prover) challenge() (string, map[string]string, error) {
 	return realm, params, nil
 }
 
-// token trades the credential for a pull token at the realm.
+// token trades the credential for a pull token at the realm, if the realm is pinned.
 func (p *prover) token(realm string, params map[string]string) (string, error) {
+	if err := pin.URL(realm, p.realmHosts); err != nil {
+		return "", p.fail("token", 0, fmt.Errorf("the registry names a token realm the credential may not be sent to (%w; credential.trusted_hosts); the credential was not sent", err))
+	}
+
 	q := url.Values{}
 	if s := params["service"]; s != "" {
 		q.Set("service", s)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -28,7 +29,10 @@ type GitHubActions struct {
 	APIURL     string
 	Repository string
 	Token      string
-	Client     *http.Client
+	// TrustedHosts are the hosts the token may be sent to (pin.URL): the configuration checks
+	// APIURL against them, and Check again before every request and redirect.
+	TrustedHosts []string
+	Client       *http.Client
 }
 
 // Verdict is the evidence about one run. Applicable is false when the run ref is not one the
@@ -36,7 +40,10 @@ type GitHubActions struct {
 type Verdict struct {
 	Applicable bool
 	Terminal   bool
-	Evidence   string
+	// Unique is evidence that cannot be about another process (Local: a process identity of
+	// this PID namespace and boot).
+	Unique   bool
+	Evidence string
 }
 
 // Check asks whether the holder's GitHub Actions run attempt is completed. An error means the
@@ -51,6 +58,10 @@ func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error
 
 	url := fmt.Sprintf("%s/repos/%s/actions/runs/%s/attempts/%s", g.APIURL, g.Repository, m[1], m[2])
 
+	if err := pin.URL(url, g.TrustedHosts); err != nil {
+		return Verdict{}, fmt.Errorf("GitHub Actions API: %w; the token was not sent", err)
+	}
+
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return Verdict{}, err
@@ -64,7 +75,7 @@ func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error
 
 	client := g.Client
 	if client == nil {
-		client = &http.Client{Timeout: 15 * time.Second}
+		client = &http.Client{Timeout: 15 * time.Second, CheckRedirect: pin.Redirects(g.TrustedHosts)}
 	}
 
 	resp, err := client.Do(req)

@@ -7,7 +7,6 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/state"
 	"github.com/ghcrsync/ghcrsync/state/kubestate"
@@ -188,7 +188,7 @@ func (w *Workspace) Prove(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
-	if err := credential.Prove(pctx, &http.Client{Timeout: 30 * time.Second}, cfg.Endpoint, cred, cfg.Prove); err != nil {
+	if err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, cfg.Prove); err != nil {
 		return fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
@@ -202,5 +202,6 @@ func (w *Workspace) Liveness() liveness.Source {
 		return nil
 	}
 
-	return &liveness.GitHubActions{APIURL: l.APIURL, Repository: l.Repository, Token: os.Getenv(l.TokenEnv)}
+	return &liveness.GitHubActions{APIURL: l.APIURL, Repository: l.Repository, Token: os.Getenv(l.TokenEnv),
+		TrustedHosts: append([]string{pin.Host(config.DefaultGitHubAPI)}, l.TrustedHosts...)}
 }

@@ -37,6 +37,7 @@ type Registry struct {
 	mu     sync.Mutex
 	users  map[string]string // username -> password
 	tokens map[string]grant
+	realm  string // the token realm the challenge names ("": its own /token)
 }
 
 type grant struct {
@@ -156,6 +157,15 @@ func (r *Registry) RevokeCredential(username string) bool {
 	return ok
 }
 
+// SetRealm makes the auth challenge name another token realm ("" restores its own): a
+// registry, or whoever answers for it, sending the credential elsewhere.
+func (r *Registry) SetRealm(realm string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.realm = realm
+}
+
 // Close stops the registry.
 func (r *Registry) Close(ctx context.Context) { _ = r.srv.Shutdown(ctx) }
 
@@ -207,7 +217,15 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	}
 
 	repo := repository(req.URL.Path)
-	challenge := fmt.Sprintf(`Bearer realm="http://%s/token",service="sandbox-registry"`, r.addr)
+	r.mu.Lock()
+	realm := r.realm
+	r.mu.Unlock()
+
+	if realm == "" {
+		realm = "http://" + r.addr + "/token"
+	}
+
+	challenge := fmt.Sprintf(`Bearer realm="%s",service="sandbox-registry"`, realm)
 
 	if repo != "" {
 		challenge += fmt.Sprintf(`,scope="repository:%s:pull"`, repo)
