@@ -93,7 +93,7 @@ func waitLeaseExpired(t *testing.T, sb *sandbox.Sandbox, name string) {
 			return err
 		}
 
-		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0))*time.Second+500*time.Millisecond {
+		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0))*time.Second+3*time.Second { // fence judges by the server's whole seconds, with 2 s of grace
 			return errors.New("still live")
 		}
 
@@ -382,6 +382,14 @@ func TestStatePushAndRemove(t *testing.T) {
 func onAnotherRunner(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName string) {
 	t.Helper()
 
+	moveHolder(t, sb, r, name, leaseName, func(id *holder.ID) { id.Host, id.Proc = "another-runner", "" })
+}
+
+// moveHolder rewrites the killed run's holder id everywhere it is written (the state, the node's
+// owner annotation, the Lease, which is renewed by the update) as edit says, and returns it.
+func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName string, edit func(*holder.ID)) string {
+	t.Helper()
+
 	ctx := context.Background()
 	kube := sb.Kube()
 
@@ -393,7 +401,7 @@ func onAnotherRunner(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, lease
 		t.Fatalf("holder %q", old)
 	}
 
-	id.Host = "another-runner"
+	edit(&id)
 	moved := id.String()
 
 	st.Run.Holder = moved
@@ -413,7 +421,76 @@ func onAnotherRunner(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, lease
 	}
 
 	l.Spec.HolderIdentity = ptr.To(moved)
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+
 	if _, err := kube.CoordinationV1().Leases("flux-system").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+
+	return moved
+}
+
+// A host name and a dead pid are no proof that a run is over: the same host name is seen from
+// another PID namespace (a container with the host's UTS namespace), where that pid means
+// nothing. While the run's Lease is live by the API server's clock, its fence is live, for an id
+// without a process identity and for one from another PID namespace; once the Lease has
+// expired, the dead pid on this host is enough (the negative control: the guard still lets a
+// dead run go). TestReleaseAfterKillAtEachPhase shows a unique identity ends a run at once.
+func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	const name, leaseName = "prod-worker-1", "recover-same-host"
+
+	r := newRotation(t, sb, shortLease(leaseName), name)
+	killRun(t, r, r.plan(), state.PhaseClaimed)
+
+	for _, tc := range []struct {
+		name string
+		edit func(*holder.ID)
+	}{
+		{"no_process_identity", func(id *holder.ID) { id.Proc = "" }},
+		{"another_pid_namespace", func(id *holder.ID) {
+			space, start, _ := holder.ProcessParts(id.Proc)
+			boot, _, _ := strings.Cut(space, ".")
+			id.Proc = boot + ".1." + start
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			moveHolder(t, sb, r, name, leaseName, tc.edit)
+
+			for _, f := range fences(t, r.cfg, "").Fences {
+				if f.Releasable || !f.Live {
+					t.Fatalf("a run with a live Lease, judged by host name and pid: %+v", f)
+				}
+			}
+
+			if res := release(t, r.cfg); res.Held() != 2 {
+				t.Fatalf("release undid a live run's fence: %+v", res.Outcomes)
+			}
+
+			if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" {
+				t.Fatal("the fence was released")
+			}
+		})
+	}
+
+	// The control: the same id without a process identity, its Lease expired by the API
+	// server's clock, is over (its pid on this host is gone).
+	moveHolder(t, sb, r, name, leaseName, func(id *holder.ID) { id.Proc = "" })
+
+	sandboxtest.Eventually(t, 30*time.Second, "the Lease expires by the API server's clock", func() error {
+		for _, f := range fences(t, r.cfg, "").Fences {
+			if !f.Releasable || !strings.Contains(f.Evidence, "no process") {
+				return fmt.Errorf("%s: %s (%s)", f.Name, f.Reason, f.Evidence)
+			}
+		}
+
+		return nil
+	})
+
+	if res := release(t, r.cfg); res.Held() != 0 {
+		t.Fatalf("release of a dead run: %+v", res.Outcomes)
+	}
+
+	assertReleased(t, sb, name, false)
+	assertLeaseFree(t, sb, leaseName)
 }

@@ -59,10 +59,13 @@ type TalosFacts struct {
 
 // Lease is the observed run Lease.
 type Lease struct {
-	Namespace       string     `json:"namespace"`
-	Name            string     `json:"name"`
-	Holder          string     `json:"holder,omitempty"`
-	RenewTime       *time.Time `json:"renew_time,omitempty"`
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Holder    string     `json:"holder,omitempty"`
+	RenewTime *time.Time `json:"renew_time,omitempty"`
+	// Written is the API server's time of the Lease's latest change (1 s resolution): its
+	// renewal by the server's clock, where RenewTime is by the holder's.
+	Written         *time.Time `json:"written,omitempty"`
 	DurationSeconds int        `json:"duration_seconds,omitempty"`
 	Transitions     int        `json:"transitions,omitempty"`
 }

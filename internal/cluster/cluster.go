@@ -39,6 +39,8 @@ type Connection struct {
 	events kubernetes.Interface
 	// probeNamespaces are the runtime probe namespaces already seen to exist.
 	probeNamespaces sync.Map
+	// clock is the API server's, read off its answers.
+	clock *serverClock
 }
 
 // Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
@@ -88,8 +90,9 @@ func ConnectInCluster(dir string, timeout time.Duration) (*Connection, error) {
 }
 
 func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
-	counter := &requests.Counter{}
+	counter, clock := &requests.Counter{}, &serverClock{}
 	cfg.Wrap(counter.Transport)
+	cfg.Wrap(clock.wrap)
 	cfg.UserAgent = "ghcrsync"
 	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
 	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet
@@ -121,7 +124,7 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 		host = h
 	}
 
-	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events}, nil
+	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events, clock: clock}, nil
 }
 
 func describePath(p string) string {
@@ -262,6 +265,15 @@ func FromLease(l *coordinationv1.Lease) *plan.Lease {
 
 	if l.Spec.LeaseTransitions != nil {
 		out.Transitions = int(*l.Spec.LeaseTransitions)
+	}
+
+	// The server's own time of the Lease's latest change (a renewal changes renewTime): its
+	// managed fields' time, which the API server sets.
+	for _, m := range l.ManagedFields {
+		if m.Time != nil && (out.Written == nil || m.Time.After(*out.Written)) {
+			t := m.Time.UTC()
+			out.Written = &t
+		}
 	}
 
 	return out

@@ -41,14 +41,34 @@ type LeaseObs struct {
 	Namespace, Name string
 	Holder          string
 	RenewTime       *time.Time
-	Duration        time.Duration
-	Transitions     int
+	// Written is the API server's time of the Lease's latest change: when set, Live judges by it
+	// and Observation.Now is the server's clock too.
+	Written     *time.Time
+	Duration    time.Duration
+	Transitions int
 }
 
-// Live reports whether the Lease is held and renewed within its duration.
+// serverGrace covers the API server's times being whole seconds (its Date header and the
+// managed fields' time): a Lease is judged live that long longer, never shorter.
+const serverGrace = 2 * time.Second
+
+// Live reports whether the Lease is held and renewed within its duration: by the API server's
+// clock when its time of the latest change is known (now is then the server's), else by the
+// renew time the holder wrote.
 func (l *LeaseObs) Live(now time.Time) bool {
-	return l != nil && l.Holder != "" && l.RenewTime != nil && now.Before(l.RenewTime.Add(l.Duration))
+	if l == nil || l.Holder == "" {
+		return false
+	}
+
+	if l.Written != nil {
+		return now.Before(l.Written.Add(l.Duration + serverGrace))
+	}
+
+	return l.RenewTime != nil && now.Before(l.RenewTime.Add(l.Duration))
 }
+
+// vouches reports whether the live Lease names holder h: its run is live, whatever else says.
+func (l *LeaseObs) vouches(h string, now time.Time) bool { return l.Live(now) && l.Holder == h }
 
 // Verdict is the liveness evidence about one holder's run.
 type Verdict struct {
@@ -178,7 +198,7 @@ func phaseMutated(p string) bool { return state.Phase(p).AtOrAfter(state.PhaseCo
 
 // assessLiveness sets liveness, releasability, reason and command for f's holder.
 func assessLiveness(f *Fence, o Observation) {
-	leaseLive := o.Lease.Live(o.Now) && o.Lease.Holder == f.Holder
+	leaseLive := o.Lease.vouches(f.Holder, o.Now)
 	v, checked := o.Verdicts[f.Holder]
 	explicit := o.Holder != "" && o.Holder == f.Holder
 

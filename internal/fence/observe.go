@@ -37,6 +37,13 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		return o, err
 	}
 
+	// A Lease is judged by the API server's clock, not this machine's.
+	if server, ok := kube.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
+		o.Now = server
+	} else if o.Lease != nil {
+		o.Lease.Written = nil
+	}
+
 	o.Verdicts = checkHolders(ctx, o, source)
 
 	return o, nil
@@ -95,12 +102,14 @@ func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string
 		return nil, err
 	}
 
-	return &LeaseObs{Namespace: ns, Name: name, Holder: l.Holder, RenewTime: l.RenewTime,
+	return &LeaseObs{Namespace: ns, Name: name, Holder: l.Holder, RenewTime: l.RenewTime, Written: l.Written,
 		Duration: time.Duration(l.DurationSeconds) * time.Second, Transitions: l.Transitions}, nil
 }
 
-// checkHolders judges every holder no live Lease vouches for: a holder of this host whose process
-// exited is terminated (liveness.Local); otherwise the configured source (if any) is asked.
+// checkHolders judges every holder no live Lease vouches for: a holder whose process, on this
+// machine, has exited is terminated (liveness.Local) — even under a live Lease when the evidence
+// is unique to that process, never on a host name and pid alone; otherwise the configured
+// source (if any) is asked.
 func checkHolders(ctx context.Context, o Observation, source liveness.Source) map[string]Verdict {
 	holders := []string{}
 	for _, n := range o.Nodes {
@@ -122,13 +131,13 @@ func checkHolders(ctx context.Context, o Observation, source liveness.Source) ma
 
 		id, _ := holder.Parse(h)
 
-		if local, _ := (liveness.Local{}).Check(ctx, id); local.Applicable {
+		if local, _ := (liveness.Local{}).Check(ctx, id); local.Applicable && (local.Unique || !o.Lease.vouches(h, o.Now)) {
 			verdicts[h] = Verdict{Checked: true, Terminal: true, Exited: true, Evidence: local.Evidence}
 
 			continue
 		}
 
-		if source == nil || (o.Lease.Live(o.Now) && o.Lease.Holder == h) {
+		if source == nil || o.Lease.vouches(h, o.Now) {
 			continue
 		}
 

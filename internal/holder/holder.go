@@ -1,9 +1,10 @@
 // Package holder is the one format of a run's holder id, the identity written into the run
 // Lease, the node owner annotations and the state: built here, parsed here.
 //
-// The id is five fields joined by "-": the credential revision (16 hex), the run reference
+// The id is six fields joined by "-": the credential revision (16 hex), the run reference
 // (gh<run id>.<attempt> in GitHub Actions, else explicit, else "local"), the host name, the
-// process id and a random nonce. A field's own "-" and "%" are escaped (%2D, %25), so a run
+// process id, a random nonce, and the process identity (process.go: boot id, PID namespace,
+// start time), which an older ghcrsync did not write (its ids have five fields). A field's own "-" and "%" are escaped (%2D, %25), so a run
 // reference or host name of any shape parses back exactly.
 package holder
 
@@ -23,6 +24,9 @@ type ID struct {
 	Host     string
 	PID      int
 	Nonce    string
+	// Proc is the process identity (Process), "" in an id of an older ghcrsync or where /proc
+	// cannot tell: then the host name and pid are no proof of which process it was.
+	Proc string
 }
 
 // New makes this process's holder id for a run of revision.
@@ -35,7 +39,7 @@ func New(revision, runRef string) ID {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 
-	return ID{Revision: revision, RunRef: RunRef(runRef), Host: host, PID: os.Getpid(), Nonce: hex.EncodeToString(b)}
+	return ID{Revision: revision, RunRef: RunRef(runRef), Host: host, PID: os.Getpid(), Nonce: hex.EncodeToString(b), Proc: Process()}
 }
 
 // RunRef is explicit if set, else gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT> in GitHub Actions,
@@ -61,16 +65,22 @@ var escaper = strings.NewReplacer("%", "%25", "-", "%2D")
 
 // String is the holder id.
 func (id ID) String() string {
-	return strings.Join([]string{
+	fields := []string{
 		escaper.Replace(id.Revision), escaper.Replace(id.RunRef), escaper.Replace(id.Host),
 		strconv.Itoa(id.PID), escaper.Replace(id.Nonce),
-	}, "-")
+	}
+
+	if id.Proc != "" {
+		fields = append(fields, escaper.Replace(id.Proc))
+	}
+
+	return strings.Join(fields, "-")
 }
 
 // Parse reads a holder id. ok is false for anything not made by String (a foreign holder).
 func Parse(s string) (id ID, ok bool) {
 	parts := strings.Split(s, "-")
-	if len(parts) != 5 {
+	if len(parts) != 5 && len(parts) != 6 {
 		return ID{}, false
 	}
 
@@ -88,7 +98,17 @@ func Parse(s string) (id ID, ok bool) {
 		return ID{}, false
 	}
 
-	return ID{Revision: parts[0], RunRef: parts[1], Host: parts[2], PID: pid, Nonce: parts[4]}, true
+	id = ID{Revision: parts[0], RunRef: parts[1], Host: parts[2], PID: pid, Nonce: parts[4]}
+
+	if len(parts) == 6 {
+		if _, _, ok := ProcessParts(parts[5]); !ok {
+			return ID{}, false
+		}
+
+		id.Proc = parts[5]
+	}
+
+	return id, true
 }
 
 func unescape(s string) (string, error) {

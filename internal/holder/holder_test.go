@@ -15,6 +15,7 @@ func TestRoundTrip(t *testing.T) {
 		{"percent_and_escape_lookalikes", ID{Revision: "r", RunRef: "50%-off %2D", Host: "h%25", PID: 1, Nonce: "n"}},
 		{"empty_fields", ID{PID: 1}},
 		{"unicode", ID{Revision: "r", RunRef: "déploiement—1", Host: "hôte", PID: 99, Nonce: "n"}},
+		{"with_process_identity", ID{Revision: "r", RunRef: "gh1.1", Host: "h", PID: 99, Nonce: "n", Proc: "0123456789ab.4026531836.1234567"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := Parse(tc.id.String())
@@ -26,7 +27,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestParseRefusesForeignHolders(t *testing.T) {
-	for _, s := range []string{"", "other-run", "abandoned-run-gh9.1", "a-b-c-notapid-e", "a-b-c-0-e", "a-b%2-c-1-e", "a-b-c-1-e-f"} {
+	for _, s := range []string{"", "other-run", "abandoned-run-gh9.1", "a-b-c-notapid-e", "a-b-c-0-e", "a-b%2-c-1-e", "a-b-c-1-e-f", "a-b-c-1-e-0123456789ab.1", "a-b-c-1-e-0123456789AB.1.2", "a-b-c-1-e-f-g"} {
 		if id, ok := Parse(s); ok {
 			t.Errorf("Parse(%q) accepted: %+v", s, id)
 		}
@@ -42,6 +43,14 @@ func TestNewRecordsThisProcess(t *testing.T) {
 
 	if id.Revision != "0123456789abcdef" || id.RunRef != "gh77.3" || id.Host != host || id.PID != os.Getpid() || len(id.Nonce) != 6 {
 		t.Fatalf("%+v", id)
+	}
+
+	if _, start, ok := ProcessParts(id.Proc); !ok || start == "" {
+		t.Fatalf("no process identity: %q", id.Proc)
+	}
+
+	if got, ok := Start(os.Getpid()); !ok || id.Proc != Space()+"."+got {
+		t.Fatalf("process identity %q, this process %s.%s", id.Proc, Space(), got)
 	}
 
 	if New("r", "explicit-ref").RunRef != "explicit-ref" {
