@@ -443,16 +443,20 @@ func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
 	r := newRotation(t, sb, shortLease(leaseName), name)
 	killRun(t, r, r.plan(), state.PhaseClaimed)
 
+	killed, _ := holder.Parse(r.readState().Run.Holder)
+	space, start, ok := holder.ProcessParts(killed.Proc)
+	boot, _, _ := strings.Cut(space, ".")
+
+	if !ok {
+		t.Fatalf("the killed run's holder %q has no process identity", killed)
+	}
+
 	for _, tc := range []struct {
 		name string
 		edit func(*holder.ID)
 	}{
 		{"no_process_identity", func(id *holder.ID) { id.Proc = "" }},
-		{"another_pid_namespace", func(id *holder.ID) {
-			space, start, _ := holder.ProcessParts(id.Proc)
-			boot, _, _ := strings.Cut(space, ".")
-			id.Proc = boot + ".1." + start
-		}},
+		{"another_pid_namespace", func(id *holder.ID) { id.Proc = boot + ".1." + start }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			moveHolder(t, sb, r, name, leaseName, tc.edit)

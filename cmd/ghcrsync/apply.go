@@ -58,7 +58,9 @@ runs under the configured Lease and writes the state before every mutation.`,
 				return err
 			}
 
-			ws, err := open(cmd, a.config, true)
+			// What apply reads is checked before the state is read; its writes once the plan stands.
+			ws, err := workspace.Open(workspace.Options{ConfigPath: a.config, Lock: true, Preflight: workspace.CommandApply, PreflightReads: true,
+				Context: cmd.Context(), Overrides: overrides(cmd)})
 			if err != nil {
 				return err
 			}

@@ -406,7 +406,7 @@ func clusterRows(sb *sandbox.Sandbox) []badInput {
 				b.t.Fatal(err)
 			}
 			return planCmd(b)
-		}, 1, []string{"ghcrsync plan cannot run as " + "bad-input-", "the cluster denies get nodes (cluster-wide)", "deploy/rbac/read.yaml", "nothing was changed"}, ""},
+		}, 1, []string{"ghcrsync plan cannot run as " + "bad-input-", "the cluster denies get nodes (cluster-wide)", "ghcrsync rbac --config", "nothing was changed"}, ""},
 		{"bad_talosconfig", func(b *bench) []string {
 			b.edit(sb.Path("talosconfig"), b.write("talosconfig", []byte("context: [unterminated")))
 			return planCmd(b)

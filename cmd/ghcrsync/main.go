@@ -143,7 +143,7 @@ func newRoot() *cobra.Command {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
 	})
 
-	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), &cobra.Command{
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

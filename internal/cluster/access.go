@@ -73,8 +73,10 @@ func (c *Connection) Identity(ctx context.Context) string {
 // PermissionError is a command the cluster's RBAC would stop half-way: it names what is
 // missing, before anything was written.
 type PermissionError struct {
-	Command, Identity, Manifest string
-	Denied                      []Access
+	Command, Identity string
+	// Grant says how the identity gets them.
+	Grant  string
+	Denied []Access
 }
 
 func (e *PermissionError) Error() string {
@@ -88,6 +90,6 @@ func (e *PermissionError) Error() string {
 		list = append(list, a.String())
 	}
 
-	return fmt.Sprintf("ghcrsync %s cannot run as %s: the cluster denies %s. Grant them (%s, docs/rbac.md), or use the identity made for %s; nothing was changed",
-		e.Command, who, strings.Join(list, "; "), e.Manifest, e.Command)
+	return fmt.Sprintf("ghcrsync %s cannot run as %s: the cluster denies %s. Grant them (%s; docs/rbac.md), or use the identity made for %s; nothing was changed",
+		e.Command, who, strings.Join(list, "; "), e.Grant, e.Command)
 }

@@ -22,28 +22,38 @@ type SecretTarget struct {
 	ServiceAccounts []string
 }
 
+// SelectedNamespaces lists the names of the namespaces matching a label selector, sorted.
+func (c *Connection) SelectedNamespaces(ctx context.Context, selector string) ([]string, error) {
+	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, c.Unreachable("list consumer namespaces", err)
+	}
+
+	out := make([]string, 0, len(nss.Items))
+	for _, ns := range nss.Items {
+		out = append(out, ns.Name)
+	}
+
+	sort.Strings(out)
+
+	return out, nil
+}
+
 // ConsumerTargets expands the configured consumers: explicit ones, and the secret in every
-// namespace that matches selector (if any).
-func (c *Connection) ConsumerTargets(ctx context.Context, explicit []SecretTarget, selector, secret string, sas []string) ([]SecretTarget, error) {
+// selected namespace (those a consumer selector matches), sorted by namespace and name.
+func ConsumerTargets(explicit []SecretTarget, selected []string, secret string, sas []string) []SecretTarget {
 	out := append([]SecretTarget(nil), explicit...)
 
-	if selector != "" {
-		nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return nil, c.Unreachable("list consumer namespaces", err)
-		}
-
-		for _, ns := range nss.Items {
-			t := SecretTarget{Namespace: ns.Name, Name: secret, Role: plan.RoleConsumer, ServiceAccounts: sas}
-			if !slices.ContainsFunc(out, func(x SecretTarget) bool { return x.Namespace == t.Namespace && x.Name == t.Name }) {
-				out = append(out, t)
-			}
+	for _, ns := range selected {
+		t := SecretTarget{Namespace: ns, Name: secret, Role: plan.RoleConsumer, ServiceAccounts: sas}
+		if !slices.ContainsFunc(out, func(x SecretTarget) bool { return x.Namespace == t.Namespace && x.Name == t.Name }) {
+			out = append(out, t)
 		}
 	}
 
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
 
-	return out, nil
+	return out
 }
 
 // Foreign says which controller owns the Secret ("" if none): an ownerReference, an

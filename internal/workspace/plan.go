@@ -161,32 +161,44 @@ func TemplateError(t config.NodeTemplate, err error) error {
 // SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),
 // then the root Flux secret.
 func (w *Workspace) SecretTargets(ctx context.Context) ([]cluster.SecretTarget, error) {
-	cfg := w.Config
+	var selected []string
 
+	if cs := w.Config.ConsumerSelector; cs != nil {
+		var err error
+		if selected, err = w.Kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
+			return nil, err
+		}
+	}
+
+	return Targets(w.Config, selected), nil
+}
+
+// Targets are the pull secrets the configuration names, with the consumer selector's secret in
+// each of selected (the namespaces it matches): consumers by namespace and name, the root last.
+func Targets(cfg *config.Config, selected []string) []cluster.SecretTarget {
 	explicit := make([]cluster.SecretTarget, 0, len(cfg.Consumers))
 	for _, c := range cfg.Consumers {
 		explicit = append(explicit, cluster.SecretTarget{Namespace: c.Namespace, Name: c.Secret, Role: plan.RoleConsumer, ServiceAccounts: c.ServiceAccounts})
 	}
 
 	var (
-		selector, secret string
-		sas              []string
+		secret string
+		sas    []string
 	)
 
 	if cs := cfg.ConsumerSelector; cs != nil {
-		selector, secret, sas = cs.Selector, cs.Secret, cs.ServiceAccounts
+		secret, sas = cs.Secret, cs.ServiceAccounts
+	} else {
+		selected = nil
 	}
 
-	targets, err := w.Kube.ConsumerTargets(ctx, explicit, selector, secret, sas)
-	if err != nil {
-		return nil, err
-	}
+	targets := cluster.ConsumerTargets(explicit, selected, secret, sas)
 
 	if r := cfg.FluxRoot; r != nil {
 		targets = append(targets, cluster.SecretTarget{Namespace: r.Namespace, Name: r.Secret, Role: plan.RoleRoot})
 	}
 
-	return targets, nil
+	return targets
 }
 
 // SelfNodeEnv names the node ghcrsync's own pod runs on (the Job manifest sets it from the

@@ -29,6 +29,9 @@ type Options struct {
 	// before the state is read or locked: a missing permission is the first error, not a
 	// forbidden read half-way.
 	Preflight string
+	// PreflightReads checks only what Preflight's command reads (PreflightReads): the command
+	// checks its writes itself, later.
+	PreflightReads bool
 	// Overrides are the command line's connection flags.
 	Overrides config.Overrides
 	// Context bounds the preflight's calls.
@@ -62,12 +65,7 @@ func Open(o Options) (*Workspace, error) {
 		return nil, err
 	}
 
-	var kube *cluster.Connection
-	if cfg.Cluster.InCluster {
-		kube, err = cluster.ConnectInCluster(cfg.Cluster.ServiceAccountDir, cfg.Cluster.Timeout)
-	} else {
-		kube, err = cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context, cfg.Cluster.Timeout)
-	}
+	kube, err := connect(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +81,12 @@ func Open(o Options) (*Workspace, error) {
 			ctx = context.Background()
 		}
 
-		if err := w.Preflight(ctx, o.Preflight); err != nil {
+		check := w.Preflight
+		if o.PreflightReads {
+			check = w.PreflightReads
+		}
+
+		if err := check(ctx, o.Preflight); err != nil {
 			return nil, err
 		}
 	}

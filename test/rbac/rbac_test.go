@@ -1,20 +1,27 @@
-// Package rbac tests the shipped RBAC (deploy/rbac) on the sandbox with RBAC on: each command
-// class runs as a service account bound to exactly its roles, and every rule is needed — with
-// any one removed, the command fails early, names the missing permission, and writes nothing.
+// Package rbac tests ghcrsync's RBAC — what `ghcrsync rbac` renders from a configuration, and
+// its admission policy — on the sandbox with RBAC and the API server's admission plugins on:
+// each command class runs as a service account bound to exactly its rendered roles; every rule
+// is needed (with any one removed, the command fails early, names the missing permission, and
+// writes nothing); and the apply identity cannot reach another identity's token.
 package rbac
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,7 +42,7 @@ func TestMain(m *testing.M) {
 
 const ns = "ghcrsync-system"
 
-// manifests reads deploy/rbac/*.yaml into typed objects.
+// manifests reads deploy/rbac/FILE into typed objects.
 func manifests(t *testing.T, file string) []runtime.Object {
 	t.Helper()
 
@@ -43,6 +50,45 @@ func manifests(t *testing.T, file string) []runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	return decode(t, file, data)
+}
+
+// rendered is what `ghcrsync rbac` prints for cfg, run as the sandbox's admin (it lists the
+// consumer namespaces), as typed objects.
+func rendered(t *testing.T, sb *sandbox.Sandbox, cfg string) []runtime.Object {
+	t.Helper()
+
+	r := ghcrsync(t, sb, "rbac", "--config", cfg, "--kubeconfig", sb.Path(sandbox.KubeconfigFile))
+	if r.code != 0 {
+		t.Fatalf("ghcrsync rbac: exit %d\n%s", r.code, r.stderr)
+	}
+
+	return decode(t, "ghcrsync rbac", []byte(r.stdout))
+}
+
+// ofClass are the roles (ClusterRole, Role) rendered for a command class.
+func ofClass(objs []runtime.Object, class string) []runtime.Object {
+	var out []runtime.Object
+
+	for _, o := range objs {
+		switch r := o.(type) {
+		case *rbacv1.ClusterRole:
+			if r.Labels["app.kubernetes.io/component"] == class {
+				out = append(out, o)
+			}
+		case *rbacv1.Role:
+			if r.Labels["app.kubernetes.io/component"] == class {
+				out = append(out, o)
+			}
+		}
+	}
+
+	return out
+}
+
+func decode(t *testing.T, file string, data []byte) []runtime.Object {
+	t.Helper()
 
 	var out []runtime.Object
 
@@ -54,7 +100,7 @@ func manifests(t *testing.T, file string) []runtime.Object {
 			break
 		}
 
-		if len(bytes.TrimSpace(doc)) == 0 {
+		if onlyComments(doc) {
 			continue
 		}
 
@@ -95,8 +141,14 @@ func create(t *testing.T, kube kubernetes.Interface, objs ...runtime.Object) {
 		case *rbacv1.RoleBinding:
 			_ = kube.RbacV1().RoleBindings(x.Namespace).Delete(ctx, x.Name, metav1.DeleteOptions{})
 			_, err = kube.RbacV1().RoleBindings(x.Namespace).Create(ctx, x, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, x.Name, metav1.DeleteOptions{})
+			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, x, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, x.Name, metav1.DeleteOptions{})
+			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, x, metav1.CreateOptions{})
 		default:
-			t.Fatalf("unexpected object %T in deploy/rbac", o)
+			t.Fatalf("unexpected object %T", o)
 		}
 
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -129,18 +181,36 @@ func newIdentity(t *testing.T, sb *sandbox.Sandbox, sa string) identity {
 		t.Fatal(err)
 	}
 
+	return identity{sa: sa, user: "system:serviceaccount:" + ns + ":" + sa, cfg: identityConfig(t, sb, kc)}
+}
+
+// identityConfig is the sandbox's ghcrsync.hcl pointed at kubeconfig, with the state in a
+// Kubernetes Secret (so the state rules are exercised too).
+func identityConfig(t *testing.T, sb *sandbox.Sandbox, kubeconfig string) string {
+	t.Helper()
+
+	dir := filepath.Dir(kubeconfig)
+	if kubeconfig == sb.Path(sandbox.KubeconfigFile) {
+		dir = t.TempDir()
+	}
+
 	cfg := sandboxtest.CopyConfig(t, sb, dir, func(text string) string {
-		text = strings.Replace(text, `"`+sb.Path(sandbox.KubeconfigFile)+`"`, `"`+kc+`"`, 1)
+		text = strings.Replace(text, `"`+sb.Path(sandbox.KubeconfigFile)+`"`, `"`+kubeconfig+`"`, 1)
 
 		return strings.Replace(text, "state {\n  backend = \"local\"\n  path    = \""+filepath.Join(dir, "ghcrsync.state.json")+"\"\n}",
 			"state {\n  backend   = \"kubernetes\"\n  namespace = \"flux-system\"\n  secret    = \"ghcrsync-state\"\n}", 1)
 	})
 
-	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), `backend   = "kubernetes"`) || strings.Contains(string(b), `"`+sb.Path(sandbox.KubeconfigFile)+`"`) {
-		t.Fatalf("the identity's configuration keeps the sandbox's kubeconfig or local state:\n%s", b)
+	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), `backend   = "kubernetes"`) {
+		t.Fatalf("the identity's configuration keeps the local state:\n%s", b)
 	}
 
-	return identity{sa: sa, user: "system:serviceaccount:" + ns + ":" + sa, cfg: cfg}
+	return cfg
+}
+
+// adminConfig is identityConfig as the sandbox's admin (to render the RBAC with).
+func adminConfig(t *testing.T, sb *sandbox.Sandbox) string {
+	return identityConfig(t, sb, sb.Path(sandbox.KubeconfigFile))
 }
 
 type result struct {
@@ -182,15 +252,15 @@ func writes(t *testing.T, sb *sandbox.Sandbox, user string) []string {
 	return out
 }
 
-// Each command class runs with exactly its shipped roles; the plan identity cannot apply or
+// Each command class runs with exactly its rendered roles; the plan identity cannot apply or
 // release (the negative control), and release undoes a killed apply's fence with its own.
-func TestShippedRBAC(t *testing.T) {
+func TestRenderedRBAC(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 
-	for _, f := range []string{"namespace.yaml", "read.yaml", "apply.yaml", "release.yaml"} {
-		create(t, kube, manifests(t, f)...)
-	}
+	create(t, kube, manifests(t, "namespace.yaml")...)
+
+	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
 
 	planner, applier, releaser := newIdentity(t, sb, "ghcrsync-plan"), newIdentity(t, sb, "ghcrsync-apply"), newIdentity(t, sb, "ghcrsync-release")
 
@@ -208,7 +278,8 @@ func TestShippedRBAC(t *testing.T) {
 
 	// The plan identity is refused apply, early and by name.
 	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", planner.cfg); r.code != 1 ||
-		!strings.Contains(r.stderr, "ghcrsync apply cannot run as "+planner.user+": the cluster denies patch nodes") {
+		!strings.Contains(r.stderr, "ghcrsync apply cannot run as "+planner.user+": the cluster denies patch nodes") ||
+		!strings.Contains(r.stderr, "ghcrsync rbac --config") {
 		t.Fatalf("apply as the plan identity: exit %d\n%s", r.code, r.stderr)
 	}
 
@@ -249,9 +320,8 @@ func TestInClusterJob(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 
-	for _, f := range []string{"namespace.yaml", "read.yaml", "apply.yaml"} {
-		create(t, kube, manifests(t, f)...)
-	}
+	create(t, kube, manifests(t, "namespace.yaml")...)
+	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
 
 	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "ghcrsync-apply",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
@@ -325,7 +395,7 @@ func killedAtReboot(t *testing.T, sb *sandbox.Sandbox, id identity) {
 	sandboxtest.KillWhen(t, cmd, "rebooting: node=")
 }
 
-// Every rule of the shipped roles is needed: with any one removed, the command it serves fails
+// Every rule of the rendered roles is needed: with any one removed, the command it serves fails
 // before any write and names the permission.
 func TestEveryRuleIsNeeded(t *testing.T) {
 	sb := sandboxtest.Get(t)
@@ -333,43 +403,34 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
 
-	roles := map[string][]runtime.Object{}
-	for _, f := range []string{"read.yaml", "apply.yaml", "release.yaml"} {
-		for _, o := range manifests(t, f) {
-			switch o.(type) {
-			case *rbacv1.ClusterRole, *rbacv1.Role:
-				roles[f] = append(roles[f], o)
-			}
-		}
-	}
+	all := rendered(t, sb, adminConfig(t, sb))
+	create(t, kube, permissionPolicy(all)...)
 
-	// Which command each manifest's rules serve, and the roles that command's identity holds.
+	// Which command each class's roles serve.
 	classes := []struct {
-		file    string
+		class   string
 		command []string
-		with    []string // the other manifests whose roles it holds
 	}{
-		{"read.yaml", []string{"plan"}, nil},
-		{"apply.yaml", []string{"apply", "--auto-approve"}, []string{"read.yaml"}},
-		{"release.yaml", []string{"release"}, []string{"read.yaml"}},
+		{"plan", []string{"plan"}},
+		{"apply", []string{"apply", "--auto-approve"}},
+		{"release", []string{"release"}},
 	}
 
 	n := 0
 
 	for _, c := range classes {
-		for ri, role := range roles[c.file] {
+		roles := ofClass(all, c.class)
+
+		for ri, role := range roles {
 			for i, rule := range rulesOf(role) {
 				n++
 				id := fmt.Sprintf("minus-%d", n)
-				name := fmt.Sprintf("%s/%s[%d] %s %s", c.file, nameOf(role), i, rule.Verbs[0], rule.Resources[0])
+				name := fmt.Sprintf("%s/%s[%d] %s %s", c.class, nameOf(role), i, rule.Verbs[0], rule.Resources[0])
 
 				t.Run(strings.NewReplacer("/", "_", " ", "_", "[", "_", "]", "").Replace(name), func(t *testing.T) {
 					var held []runtime.Object
-					for _, other := range c.with {
-						held = append(held, roles[other]...)
-					}
 
-					for rj, r := range roles[c.file] {
+					for rj, r := range roles {
 						if rj == ri {
 							r = withoutRule(r, i)
 						}
@@ -400,9 +461,23 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 		}
 	}
 
-	if n < 15 {
-		t.Fatalf("only %d rules found in deploy/rbac", n)
+	if n < 30 {
+		t.Fatalf("only %d rules rendered", n)
 	}
+}
+
+// permissionPolicy is the admission policy in a rendering.
+func permissionPolicy(objs []runtime.Object) []runtime.Object {
+	var out []runtime.Object
+
+	for _, o := range objs {
+		switch o.(type) {
+		case *admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			out = append(out, o)
+		}
+	}
+
+	return out
 }
 
 func rulesOf(o runtime.Object) []rbacv1.PolicyRule {
@@ -473,4 +548,182 @@ func bindCopies(t *testing.T, sb *sandbox.Sandbox, id string, roles []runtime.Ob
 	return newIdentity(t, sb, sa)
 }
 
+// onlyComments: a YAML document with nothing but comments and blank lines (kubectl skips it).
+func onlyComments(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") && l != "---" {
+			return false
+		}
+	}
+
+	return true
+}
+
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// The escalation the old roles allowed — a cluster-wide create right on Secrets plus a get right
+// on a managed name: create a service-account token Secret under that name for a cluster-admin
+// service account, and read the token back — is refused to the apply identity everywhere: by
+// RBAC outside the consumer namespaces, by the admission policy inside one. Negative controls:
+// the same Secret made by an admin is filled with a working cluster-admin token (the attempt is
+// real), and without the admission policy the apply identity could make it in a consumer
+// namespace (the policy is what refuses it there).
+func TestApplyIdentityCannotMintAToken(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+
+	const target, privileged = "team-escalate", "admin-sa"
+
+	create(t, kube, manifests(t, "namespace.yaml")...)
+	create(t, kube,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: map[string]string{sandbox.ConsumerLabel: "ghcr"}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: privileged, Namespace: target}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "escalate-" + privileged},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: privileged, Namespace: target}}})
+
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(ctx, "escalate-"+privileged, metav1.DeleteOptions{})
+		// No longer a consumer namespace (a terminating one would still match the selector).
+		if n, err := kube.CoreV1().Namespaces().Get(ctx, target, metav1.GetOptions{}); err == nil {
+			delete(n.Labels, sandbox.ConsumerLabel)
+			_, _ = kube.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+		}
+
+		_ = kube.CoreV1().Namespaces().Delete(ctx, target, metav1.DeleteOptions{})
+	})
+
+	objs := rendered(t, sb, adminConfig(t, sb))
+	create(t, kube, objs...)
+
+	if !slices.ContainsFunc(ofClass(objs, "apply"), func(o runtime.Object) bool { r, ok := o.(*rbacv1.Role); return ok && r.Namespace == target }) {
+		t.Fatalf("the rendering has no apply Role in the consumer namespace %s", target)
+	}
+
+	applier := newIdentity(t, sb, "ghcrsync-apply")
+	as := sandboxtest.KubeFrom(t, filepath.Join(filepath.Dir(applier.cfg), "kubeconfig"))
+
+	token := func(ns, name string, typ corev1.SecretType) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: privileged}}, Type: typ}
+	}
+
+	// The policy is enforced once the API server has loaded it.
+	sandboxtest.Eventually(t, 30*time.Second, "the admission policy refuses the token Secret", func() error {
+		_, err := as.CoreV1().Secrets(target).Create(ctx, token(target, sandbox.ConsumerSecret, corev1.SecretTypeServiceAccountToken), metav1.CreateOptions{})
+		if err == nil {
+			_ = kube.CoreV1().Secrets(target).Delete(ctx, sandbox.ConsumerSecret, metav1.DeleteOptions{})
+
+			return errors.New("created")
+		}
+
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ghcrsync-secrets") {
+			return fmt.Errorf("refused, but not by the policy: %v", err)
+		}
+
+		return nil
+	})
+
+	for _, tc := range []struct {
+		name   string
+		secret *corev1.Secret
+		by     string // what refuses it
+	}{
+		{"token_in_a_namespace_with_no_role", token("kube-system", sandbox.ConsumerSecret, corev1.SecretTypeServiceAccountToken), "cannot create resource"},
+		{"token_in_default", token("default", sandbox.ConsumerSecret, corev1.SecretTypeServiceAccountToken), "cannot create resource"},
+		{"opaque_with_a_service_account_annotation", token(target, sandbox.ConsumerSecret, corev1.SecretTypeOpaque), "never write a service-account annotation"},
+		{"bootstrap_token", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: target}, Type: corev1.SecretTypeBootstrapToken}, "write only pull secrets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := as.CoreV1().Secrets(tc.secret.Namespace).Create(ctx, tc.secret, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.by) {
+				t.Fatalf("want a refusal (%s), got %v", tc.by, err)
+			}
+		})
+	}
+
+	// Nothing beyond the command's needs: rights the old roles gave, each refused.
+	for _, a := range []authorizationv1.ResourceAttributes{
+		{Verb: "create", Resource: "secrets", Namespace: "kube-system"},
+		{Verb: "get", Resource: "secrets", Namespace: "kube-system", Name: sandbox.ConsumerSecret},
+		{Verb: "update", Resource: "serviceaccounts", Namespace: "kube-system", Name: "default"},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: target, Name: privileged},
+		{Verb: "create", Resource: "pods", Namespace: "default"},
+		{Verb: "create", Resource: "events", Namespace: "kube-public"},
+		{Verb: "get", Resource: "secrets", Namespace: target, Name: "other"},
+	} {
+		r, err := as.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if r.Status.Allowed {
+			t.Errorf("the apply identity may %s %s/%s %s/%s", a.Verb, a.Resource, a.Subresource, a.Namespace, a.Name)
+		}
+	}
+
+	// The control: an admin's token Secret for that account is filled with a cluster-admin token.
+	if _, err := kube.CoreV1().Secrets(target).Create(ctx, token(target, "control-token", corev1.SecretTypeServiceAccountToken), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	assertClusterAdminToken(t, sb, target, "control-token")
+
+	// The control: without the policy, the apply identity's create in the consumer namespace
+	// lands, and its get-by-name right reads the token back — the escalation, reproduced.
+	_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "ghcrsync-secrets", metav1.DeleteOptions{})
+	t.Cleanup(func() { create(t, kube, permissionPolicy(objs)...) })
+
+	sandboxtest.Eventually(t, 30*time.Second, "without the policy, the apply identity makes the token Secret", func() error {
+		_, err := as.CoreV1().Secrets(target).Create(ctx, token(target, sandbox.ConsumerSecret, corev1.SecretTypeServiceAccountToken), metav1.CreateOptions{})
+
+		return err
+	})
+
+	sandboxtest.Eventually(t, 30*time.Second, "the apply identity reads the token back", func() error {
+		s, err := as.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if len(s.Data[corev1.ServiceAccountTokenKey]) == 0 {
+			return errors.New("no token yet")
+		}
+
+		return nil
+	})
+}
+
+// assertClusterAdminToken: the token in ns/name authenticates as an identity that may do
+// anything.
+func assertClusterAdminToken(t *testing.T, sb *sandbox.Sandbox, ns, name string) {
+	t.Helper()
+
+	var tok []byte
+
+	sandboxtest.Eventually(t, 30*time.Second, "the token controller fills "+ns+"/"+name, func() error {
+		s, err := sb.Kube().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if tok = s.Data[corev1.ServiceAccountTokenKey]; len(tok) == 0 {
+			return errors.New("no token yet")
+		}
+
+		return nil
+	})
+
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := sb.WriteTokenKubeconfig(kc, string(tok)); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := sandboxtest.KubeFrom(t, kc).AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "*", Group: "*", Resource: "*"}}}, metav1.CreateOptions{})
+	if err != nil || !r.Status.Allowed {
+		t.Fatalf("the control token is not cluster-admin: %v %+v", err, r)
+	}
+}

@@ -76,7 +76,8 @@ func TestAnswersQuotingTheCredentialAreRedacted(t *testing.T) {
 	})
 
 	needles := secretFile(t, sb, "redact-answers")
-	cfg := config(t, sb, nil)
+	// Its own Lease: TestHostileClusterStrings creates the default one.
+	cfg := config(t, sb, func(s string) string { return strings.Replace(s, `"`+sandbox.LeaseName+`"`, `"redact-answers"`, 1) })
 
 	// The control: the policy is in force, and its answer quotes the credential.
 	asTest := sandboxtest.KubeFrom(t, filepath.Join(filepath.Dir(cfg), "kubeconfig"))
@@ -97,7 +98,7 @@ func TestAnswersQuotingTheCredentialAreRedacted(t *testing.T) {
 	})
 
 	r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", cfg, "--log-level", "debug")
-	if r.code != 5 || !strings.Contains(r.stdout, "the Kubernetes API answered 403 Forbidden") {
+	if r.code != 5 || !strings.Contains(r.stdout, "the Kubernetes API answered 422 Invalid") {
 		t.Fatalf("apply with the consumer write denied: exit %d, want 5 naming the answer's class\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 

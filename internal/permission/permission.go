@@ -1,0 +1,167 @@
+// Package permission is the one list of the Kubernetes permissions each command needs with a
+// configuration (Needs), and its rendering as RBAC (Render): the preflight checks exactly what
+// `ghcrsync rbac` grants, so a role can hold nothing the command does not use, and a command
+// can need nothing its role lacks.
+package permission
+
+import (
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+)
+
+// The command classes, each with its own identity.
+const (
+	CommandPlan    = "plan"
+	CommandFences  = "fences"
+	CommandApply   = "apply"
+	CommandRelease = "release"
+)
+
+// Needs lists the Kubernetes permissions command needs with cfg, for the secret targets the
+// consumers resolve to (every namespace is named: nothing is granted cluster-wide that a name
+// or a namespace can bound).
+func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) []cluster.Access {
+	needs := []cluster.Access{
+		access("get", "", "nodes", "", ""), access("list", "", "nodes", "", ""),
+		access("get", "", "namespaces", "", "kube-system"),
+		access("get", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+	}
+
+	kubeState := cfg.State.Backend == "kubernetes"
+	if kubeState {
+		needs = append(needs, access("get", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+	}
+
+	if command == CommandPlan || command == CommandApply {
+		needs = append(needs, readTargets(cfg, targets)...)
+	}
+
+	switch command {
+	case CommandApply:
+		needs = append(needs, applyNeeds(cfg, targets, kubeState)...)
+	case CommandRelease:
+		needs = append(needs,
+			access("patch", "", "nodes", "", ""),
+			access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+			access("create", "", "events", "default", ""), access("create", "", "events", cfg.Lease.Namespace, ""))
+
+		if kubeState {
+			needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+		}
+	}
+
+	return dedupe(needs)
+}
+
+// ListNamespaces is what resolving a consumer selector needs, before the targets are known.
+func ListNamespaces() cluster.Access { return access("list", "", "namespaces", "", "") }
+
+func readTargets(cfg *config.Config, targets []cluster.SecretTarget) []cluster.Access {
+	var needs []cluster.Access
+
+	if cfg.ConsumerSelector != nil {
+		needs = append(needs, ListNamespaces())
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		needs = append(needs, access("get", "", "secrets", t.Namespace, t.Secret))
+	}
+
+	for _, t := range targets {
+		needs = append(needs, access("get", "", "namespaces", "", t.Namespace), access("get", "", "secrets", t.Namespace, t.Name))
+
+		for _, sa := range t.ServiceAccounts {
+			needs = append(needs, access("get", "", "serviceaccounts", t.Namespace, sa))
+		}
+	}
+
+	return needs
+}
+
+func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bool) []cluster.Access {
+	probe := cfg.Nodes.Probe.Namespace
+	needs := []cluster.Access{
+		access("patch", "", "nodes", "", ""), access("watch", "", "nodes", "", ""),
+		access("get", "", "pods", "", ""), access("list", "", "pods", "", ""),
+		access("create", "", "pods/eviction", "", ""),
+		access("get", "apps", "daemonsets", "", ""),
+		access("list", "policy", "poddisruptionbudgets", "", ""),
+		access("get", "", "namespaces", "", probe),
+		access("create", "", "pods", probe, ""), access("delete", "", "pods", probe, ""), access("watch", "", "pods", probe, ""),
+		access("create", "coordination.k8s.io", "leases", cfg.Lease.Namespace, ""),
+		access("update", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		// Events on the Nodes (in default) and on the Lease.
+		access("create", "", "events", "default", ""), access("create", "", "events", cfg.Lease.Namespace, ""),
+	}
+
+	for _, t := range targets {
+		needs = append(needs, access("create", "", "secrets", t.Namespace, ""), access("update", "", "secrets", t.Namespace, t.Name),
+			access("create", "", "events", t.Namespace, ""))
+
+		for _, sa := range t.ServiceAccounts {
+			needs = append(needs, access("update", "", "serviceaccounts", t.Namespace, sa))
+		}
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		needs = append(needs, access("update", "", "secrets", t.Namespace, t.Secret), access("create", "", "events", t.Namespace, ""))
+
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			needs = append(needs, access("patch", "apps", "deployments", ns, name))
+		}
+	}
+
+	if r := cfg.FluxRoot; r != nil && r.OCIRepository != "" {
+		needs = append(needs, access("patch", "source.toolkit.fluxcd.io", "ocirepositories", r.Namespace, r.OCIRepository))
+	}
+
+	if kubeState {
+		needs = append(needs, access("create", "", "secrets", cfg.State.Namespace, ""), access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+	}
+
+	return needs
+}
+
+// access is one permission: verb on resource (of group), in namespace ns ("" cluster-wide),
+// named name ("" any).
+func access(verb, group, resource, ns, name string) cluster.Access {
+	return cluster.Access{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: name}
+}
+
+// dedupe keeps the first of equal permissions, in order.
+func dedupe(needs []cluster.Access) []cluster.Access {
+	seen := map[cluster.Access]bool{}
+	out := needs[:0:0]
+
+	for _, a := range needs {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+
+	return out
+}
+
+// Classes are the command classes that get an identity each: plan (which also runs fences,
+// show and state list), apply and release (also destroy).
+var Classes = []string{CommandPlan, CommandApply, CommandRelease}
+
+// Identities are the classes' identities with what each needs with cfg and targets.
+func Identities(cfg *config.Config, targets []cluster.SecretTarget) []Identity {
+	out := make([]Identity, 0, len(Classes))
+
+	for _, class := range Classes {
+		needs := Needs(cfg, class, targets)
+		if class == CommandPlan {
+			needs = dedupe(append(needs, Needs(cfg, CommandFences, targets)...))
+		}
+
+		out = append(out, Identity{Class: class, Account: AccountFor(class), Needs: needs})
+	}
+
+	return out
+}

@@ -1,0 +1,193 @@
+package permission
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// fixture is a configuration with every kind of target: the Kubernetes state, a consumer
+// selector and an explicit consumer, the root with its OCIRepository, a node template with a
+// rollout restart.
+func fixture() (*config.Config, []cluster.SecretTarget) {
+	cfg := &config.Config{
+		Lease:            config.Lease{Namespace: "flux-system", Name: "ghcr-auth-refresh"},
+		State:            config.State{Backend: "kubernetes", Namespace: "flux-system", Secret: "ghcrsync-state"},
+		ConsumerSelector: &config.ConsumerSelector{Selector: "ghcrsync.dev/pull-secret=ghcr", Secret: "ghcr-pull", ServiceAccounts: []string{"default"}},
+		FluxRoot:         &config.FluxRoot{Namespace: "flux-system", Secret: "ghcr-auth", OCIRepository: "flux-system"},
+		NodeTemplates: []config.NodeTemplate{{Name: "hcloud", Namespace: "kube-system", Secret: "hcloud-cluster-config", Key: "HCLOUD_CLUSTER_CONFIG",
+			RestartDeployment: "kube-system/cluster-autoscaler"}},
+	}
+	cfg.Nodes.Probe.Namespace = DefaultNamespace
+
+	targets := []cluster.SecretTarget{
+		{Namespace: "billing", Name: "registry", Role: "consumer", ServiceAccounts: []string{"builder"}},
+		{Namespace: "team-a", Name: "ghcr-pull", Role: "consumer", ServiceAccounts: []string{"default"}},
+		{Namespace: "flux-system", Name: "ghcr-auth", Role: "root"},
+	}
+
+	return cfg, targets
+}
+
+// The rendering is exactly the needs: every need is granted by some rule, and every permission
+// a rule grants is a need (a rule on any object only where the need names none).
+func TestRenderGrantsExactlyTheNeeds(t *testing.T) {
+	cfg, targets := fixture()
+
+	for _, id := range Identities(cfg, targets) {
+		t.Run(id.Class, func(t *testing.T) {
+			var granted []cluster.Access
+
+			for _, o := range Render(DefaultNamespace, []Identity{id}) {
+				var (
+					ns    string
+					rules []rbacv1.PolicyRule
+				)
+
+				switch r := o.(type) {
+				case *rbacv1.ClusterRole:
+					rules = r.Rules
+				case *rbacv1.Role:
+					ns, rules = r.Namespace, r.Rules
+				default:
+					continue
+				}
+
+				for _, rule := range rules {
+					names := rule.ResourceNames
+					if len(names) == 0 {
+						names = []string{""}
+					}
+
+					for _, v := range rule.Verbs {
+						for _, n := range names {
+							granted = append(granted, cluster.Access{Verb: v, Group: rule.APIGroups[0], Resource: rule.Resources[0], Namespace: ns, Name: n})
+						}
+					}
+				}
+			}
+
+			for _, need := range id.Needs {
+				if !slices.Contains(granted, need) {
+					t.Errorf("need %s is not granted", need)
+				}
+			}
+
+			for _, g := range granted {
+				if !slices.Contains(id.Needs, g) {
+					t.Errorf("%s is granted but not needed", g)
+				}
+			}
+		})
+	}
+}
+
+// No identity may create Secrets cluster-wide or in a namespace it writes no Secret to, or
+// update a service account it does not reference the pull secret from.
+func TestNoClusterWideSecretWrites(t *testing.T) {
+	cfg, targets := fixture()
+
+	for _, id := range Identities(cfg, targets) {
+		for _, a := range id.Needs {
+			if a.Resource == "secrets" && a.Namespace == "" {
+				t.Errorf("%s: %s", id.Class, a)
+			}
+
+			if a.Resource == "serviceaccounts" && a.Verb == "update" && (a.Name == "" || a.Namespace == "") {
+				t.Errorf("%s: %s", id.Class, a)
+			}
+		}
+	}
+
+	if slices.ContainsFunc(Identities(cfg, targets)[0].Needs, func(a cluster.Access) bool { return a.Verb != "get" && a.Verb != "list" }) {
+		t.Error("the plan identity may write")
+	}
+}
+
+// The rendering of the fixture, as `ghcrsync rbac` prints it (go test ./internal/permission
+// -update rewrites it).
+func TestRenderGolden(t *testing.T) {
+	cfg, targets := fixture()
+
+	var b bytes.Buffer
+
+	for _, o := range Render(DefaultNamespace, Identities(cfg, targets)) {
+		y, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		b.WriteString("---\n" + strings.ReplaceAll(string(y), "  creationTimestamp: null\n", ""))
+	}
+
+	golden(t, "rendered.yaml", b.Bytes())
+
+	if n := len(Render(DefaultNamespace, Identities(cfg, targets))); n < 20 {
+		t.Fatalf("only %d objects", n)
+	}
+}
+
+// deploy/rbac/admission-policy.yaml is the policy Render includes, for the default namespace.
+func TestShippedAdmissionPolicy(t *testing.T) {
+	var b bytes.Buffer
+
+	b.WriteString(admissionHeader)
+
+	for _, o := range SecretsAdmissionPolicy(DefaultNamespace) {
+		y, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		b.WriteString("---\n" + strings.ReplaceAll(string(y), "  creationTimestamp: null\n", ""))
+	}
+
+	path := filepath.Join("..", "..", "deploy", "rbac", "admission-policy.yaml")
+	if *update {
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, b.Bytes()) {
+		t.Fatalf("%s is not SecretsAdmissionPolicy's rendering (%v): run go test ./internal/permission -update", path, err)
+	}
+}
+
+const admissionHeader = `# The admission policy ` + "`ghcrsync rbac`" + ` renders with the roles (for the default namespace,
+# ghcrsync-system): whatever RBAC grants them, ghcrsync's service accounts may create and update
+# only pull secrets (kubernetes.io/dockerconfigjson) and opaque Secrets, with no service-account
+# annotation, so no create right can become a token. Needs Kubernetes 1.30+ (docs/rbac.md).
+`
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs (run with -update and review the diff)", path)
+	}
+}

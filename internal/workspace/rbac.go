@@ -1,0 +1,97 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/permission"
+)
+
+// RBACOptions render the RBAC of a configuration.
+type RBACOptions struct {
+	ConfigPath string
+	Overrides  config.Overrides
+	// Namespace holds ghcrsync's service accounts (permission.DefaultNamespace).
+	Namespace string
+	// Offline renders without the cluster: Selected are then the namespaces the consumer
+	// selector stands for.
+	Offline  bool
+	Selected []string
+}
+
+// RBAC renders the roles every command class needs with the configuration: the consumer
+// selector's namespaces are the cluster's (listed now, so a new consumer namespace is a new,
+// reviewed rendering) or, offline, the ones given. Connected, a Role is left out for a
+// namespace that does not exist (skipped names it). Nothing is written.
+func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []string, err error) {
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	if err := cfg.Override(o.Overrides); err != nil {
+		return nil, nil, err
+	}
+
+	selected := o.Selected
+
+	var existing []string
+
+	if !o.Offline {
+		kube, err := connect(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+
+		if existing, err = kube.SelectedNamespaces(ctx, ""); err != nil {
+			return nil, nil, fmt.Errorf("%w: or render offline with --consumer-namespaces", err)
+		}
+
+		if cs := cfg.ConsumerSelector; cs != nil {
+			if selected, err = kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+
+	ns := o.Namespace
+	if ns == "" {
+		ns = permission.DefaultNamespace
+	}
+
+	ids := permission.Identities(cfg, Targets(cfg, selected))
+
+	if !o.Offline {
+		for i := range ids {
+			ids[i].Needs = slices.DeleteFunc(ids[i].Needs, func(a cluster.Access) bool {
+				if a.Namespace == "" || a.Namespace == ns || slices.Contains(existing, a.Namespace) {
+					return false
+				}
+
+				if !slices.Contains(skipped, a.Namespace) {
+					skipped = append(skipped, a.Namespace)
+				}
+
+				return true
+			})
+		}
+	}
+
+	slices.Sort(skipped)
+
+	return permission.Render(ns, ids), skipped, nil
+}
+
+// connect builds the configuration's Kubernetes client.
+func connect(cfg *config.Config) (*cluster.Connection, error) {
+	if cfg.Cluster.InCluster {
+		return cluster.ConnectInCluster(cfg.Cluster.ServiceAccountDir, cfg.Cluster.Timeout)
+	}
+
+	return cluster.Connect(cfg.Cluster.Kubeconfig, cfg.Cluster.Context, cfg.Cluster.Timeout)
+}
