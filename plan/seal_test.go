@@ -73,10 +73,13 @@ func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
 
 	p := readPlan(t)
 	derive := map[string]func([]byte) []byte{
-		"as the key":        func(b []byte) []byte { return b },
-		"v1 derivation":     v1Key,
-		"sha-256 of it":     func(b []byte) []byte { s := sha256.Sum256(b); return s[:] },
-		"hkdf with no salt": func(b []byte) []byte { k, _ := hkdf.Key(sha256.New, b, nil, "ghcrsync plan authentication v2", 32); return k },
+		"as the key":    func(b []byte) []byte { return b },
+		"v1 derivation": v1Key,
+		"sha-256 of it": func(b []byte) []byte { s := sha256.Sum256(b); return s[:] },
+		"hkdf with no salt": func(b []byte) []byte {
+			k, _ := hkdf.Key(sha256.New, b, nil, "ghcrsync plan authentication v2", 32)
+			return k
+		},
 	}
 
 	dir := t.TempDir()
