@@ -53,9 +53,9 @@ func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access
 
 	if command == CommandPlan || command == CommandApply {
 		if w.Config.ConsumerSelector != nil {
-			list := []cluster.Access{permission.ListNamespaces()}
-			if denied, err := w.Kube.Denied(ctx, list); err != nil || len(denied) > 0 {
-				return list, err // the targets cannot be listed: report that first
+			if denied, err := w.Kube.Denied(ctx, []cluster.Access{permission.ListNamespaces()}); err != nil || len(denied) > 0 {
+				// The targets cannot be listed: what is needed besides them is reported with it.
+				return permission.Needs(w.Config, command, nil), err
 			}
 		}
 
