@@ -1,8 +1,11 @@
 // Package apply executes a saved plan: it owns the whole run, as a short sequence of named
 // steps — check the plan, prove the credential, reclaim fences of terminated runs, take the
-// Lease, rotate the nodes (live updates several at a time, then fenced workers, then fenced
-// control planes one at a time, the API endpoint's node last), fan the credential out to the pull secrets (the root Flux secret last), record the run,
-// release the Lease.
+// Lease, write the node templates (machines created during the run boot with the new
+// credential), rotate the nodes (live updates several at a time, then fenced workers, then
+// fenced control planes one at a time, the API endpoint's node last), re-list the fleet and
+// rotate the nodes the plan did not know or left alone (late nodes), write the consumer pull
+// secrets, judge the cluster as it is (the verdict) and write the root Flux secret only if
+// nothing else uses the old credential, judge it again, record the run, release the Lease.
 //
 // Each node's rotation is a transaction whose phases are exactly the state file's phases
 // (state.Phase): before every mutation the node is judged (plan.Judge), the phase is written to
@@ -81,7 +84,14 @@ type Result struct {
 	Cancelled   bool
 	MaxFailures int
 	ConfigPath  string
+	// Verdict is who uses which credential at the end of the run, read from the cluster: exit 0
+	// only when it is safe to revoke the old credential. VerdictErr is why it could not be had.
+	Verdict    *plan.Revocation
+	VerdictErr error
 }
+
+// SafeToRevoke reports whether the run ended with the old credential used by nothing.
+func (r *Result) SafeToRevoke() bool { return r.Verdict != nil && r.Verdict.SafeToRevoke }
 
 // Held lists the nodes the run left fenced (failed or cancelled after its claim landed).
 func (r *Result) Held() []string {
@@ -123,6 +133,8 @@ type run struct {
 	log   hclog.Logger
 	cred  *credential.Credential
 	lease *lease.Lease
+	exec  *executor
+	done  map[string]bool // the nodes the run has acted on (lateNodes)
 	res   *Result
 }
 
@@ -133,8 +145,14 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 		r.log = hclog.NewNullLogger()
 	}
 
-	if err := r.checkPlan(ctx); err != nil || !p.Changes() {
-		return r.resultOr(err)
+	if err := r.checkPlan(ctx); err != nil {
+		return nil, err
+	}
+
+	if !p.Changes() { // nothing to write: the verdict says whether revoking is safe already
+		r.verdict(ctx)
+
+		return r.res, nil
 	}
 
 	if err := ws.Preflight(ctx, workspace.CommandApply); err != nil {
@@ -149,23 +167,23 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 
 	defer r.releaseLease(ctx)
 
+	r.templates(ctx)
+
 	if err := r.nodes(ctx); err != nil {
 		return nil, err
 	}
 
+	r.lateNodes(ctx)
+
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
-		r.fanOut(ctx)
+		r.consumers(ctx)
+		r.lateNodes(ctx) // a node that joined while the consumers were written
+		r.root(ctx)
 	}
 
+	r.settleSecrets()
+	r.verdict(ctx)
 	r.record()
-
-	return r.res, nil
-}
-
-func (r *run) resultOr(err error) (*Result, error) {
-	if err != nil {
-		return nil, err
-	}
 
 	return r.res, nil
 }
@@ -206,17 +224,33 @@ func checkSelf(p *plan.Plan, path, self string) error {
 	return nil
 }
 
-// prove proves the credential against the registry, when the configuration lists targets.
+// prove proves the credential against the registry, when the configuration lists targets, and
+// that the runtime probe pod is admitted as it is (a server-side dry run) before any node is
+// touched.
 func (r *run) prove(ctx context.Context) error {
-	if len(r.ws.Config.Credential.Prove) == 0 {
-		return nil
+	if len(r.ws.Config.Credential.Prove) > 0 {
+		if _, err := r.ws.Prove(ctx); err != nil {
+			return fmt.Errorf("%w; nothing was changed", err)
+		}
 	}
 
-	if err := r.ws.Prove(ctx); err != nil {
+	if err := r.ws.ProbeAdmissible(ctx, r.p); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
 	return nil
+}
+
+// probe is the runtime proof of the plan: its image by the digest plan proved (the
+// configuration's, for a plan made without a proof).
+func (r *run) probe() cluster.Probe {
+	pr, cfg := r.p.Probe, r.ws.Config.Nodes.Probe
+
+	if pr.Image == "" {
+		pr = plan.Probe{Image: cfg.Image, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
+	}
+
+	return cluster.Probe{Image: pr.Image, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount}
 }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
@@ -287,63 +321,133 @@ func (r *run) nodes(ctx context.Context) error {
 		}
 	}
 
-	exec := newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
+	r.exec = newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
 		MaxFailures:     cfg.Nodes.MaxFailures,
-		ProbeImage:      cfg.Nodes.Probe.Image, ProbeNamespace: cfg.Nodes.Probe.Namespace,
-		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
+		Probe:           r.probe(),
+		Logger:          r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 	})
 
-	r.res.Nodes = exec.run(ctx, r.p)
+	r.res.Nodes = r.exec.run(ctx, r.p)
 
 	return nil
 }
 
-// fanOut writes the consumer pull secrets, then (only if everything else succeeded) the root.
-func (r *run) fanOut(ctx context.Context) {
-	dyn, err := dynamic.NewForConfig(r.ws.Kube.Config)
-	if err != nil {
-		r.res.Secrets = []fanout.Result{{Outcome: fanout.Failed, Message: "dynamic client: " + redact.Error(err)}}
-
-		return
-	}
-
+// fanoutOptions are the fan-out's inputs: what it writes, and the state write before each write.
+func (r *run) fanoutOptions() fanout.Options {
 	root := ""
 	if fr := r.ws.Config.FluxRoot; fr != nil {
 		root = fr.OCIRepository
 	}
 
 	st, store := r.ws.State, r.ws.Store
-	r.res.Secrets = fanout.Run(ctx, r.ws.Kube.Client, dyn, r.p, fanout.Options{
-		Data: r.cred.PullSecretJSON(), NodesOK: r.res.Failed() == 0, OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks, Log: r.log,
+
+	return fanout.Options{
+		Data: r.cred.PullSecretJSON(), OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks, Log: r.log,
 		Registry: r.ws.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.ws.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
 			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})
 
 			return store.Write(st)
 		},
-	})
+	}
+}
 
-	r.settleSecrets()
+// templates writes the node templates before any node is fenced: a machine the autoscaler
+// creates while the run goes on boots with the new credential.
+func (r *run) templates(ctx context.Context) {
+	for _, s := range fanout.Templates(ctx, r.ws.Kube.Client, r.p, r.fanoutOptions()) {
+		r.res.Secrets = append(r.res.Secrets, s)
+		r.templateOutcome(ctx, s)
+	}
+}
 
-	for _, s := range r.res.Secrets {
-		if s.Role == plan.RoleTemplate {
-			r.templateOutcome(ctx, s)
+// consumers writes the consumer pull secrets.
+func (r *run) consumers(ctx context.Context) {
+	for _, s := range fanout.Consumers(ctx, r.ws.Kube.Client, r.p, r.fanoutOptions()) {
+		r.res.Secrets = append(r.res.Secrets, s)
+		r.secretOutcome(ctx, s)
+	}
+}
 
-			continue
-		}
+// root judges the cluster as it is — every node, consumer and template read again — and writes
+// the root Flux secret only when nothing but the root itself still uses the old credential.
+func (r *run) root(ctx context.Context) {
+	if h := r.o.Hooks.BeforeRoot; h != nil {
+		h()
+	}
 
-		r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
+	held := ""
 
-		switch s.Outcome {
-		case fanout.Written:
-			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten",
-				"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.ws.Config.Credential.Registry+" entry only)", false)
-		case fanout.Failed:
-			r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
-		}
+	switch v, err := r.inventory(ctx); {
+	case r.res.Failed() > 0:
+		held = fmt.Sprintf("%d part(s) of this run failed", r.res.Failed())
+	case err != nil:
+		held = "the cluster could not be read again to verify nothing else uses the old credential (" + redact.Logged(r.log, err) + ")"
+	case !v.Except(plan.UseRoot).SafeToRevoke:
+		held = "the old credential is still used by " + v.Except(plan.UseRoot).StillUsedBy()
+	}
+
+	dyn, err := dynamic.NewForConfig(r.ws.Kube.Config)
+	if err != nil {
+		held = "dynamic client: " + redact.Error(err)
+	}
+
+	for _, s := range fanout.Root(ctx, r.ws.Kube.Client, dyn, r.p, r.fanoutOptions(), held) {
+		r.res.Secrets = append(r.res.Secrets, s)
+		r.secretOutcome(ctx, s)
+	}
+}
+
+// secretOutcome logs a pull secret's outcome and records it as an Event on the Secret.
+func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
+	r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
+
+	switch s.Outcome {
+	case fanout.Written:
+		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten",
+			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.ws.Config.Credential.Registry+" entry only)", false)
+	case fanout.Failed:
+		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
+	}
+}
+
+// inventory reads the cluster as it is now and judges who uses which credential.
+func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
+	in, err := r.ws.Input(workspace.PlanOptions{})
+	if err != nil {
+		return plan.Revocation{}, err
+	}
+
+	snap, err := r.ws.Snapshot(ctx)
+	if err != nil {
+		return plan.Revocation{}, err
+	}
+
+	return plan.Inventory(snap, in), nil
+}
+
+// verdict is the run's last word, from the cluster at the end: is the old credential still used?
+func (r *run) verdict(ctx context.Context) {
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute) // read-only, even after a cancel
+	defer cancel()
+
+	v, err := r.inventory(vctx)
+	if err != nil {
+		r.res.VerdictErr = fmt.Errorf("the cluster could not be read to judge whether the old credential is still used: %s", redact.Logged(r.log, err))
+		r.log.Error("no verdict", "error", r.res.VerdictErr)
+
+		return
+	}
+
+	r.res.Verdict = &v
+
+	if v.SafeToRevoke {
+		r.log.Info(v.Sentence())
+	} else {
+		r.log.Warn(v.Sentence())
 	}
 }
 

@@ -23,7 +23,7 @@ type Nodes interface {
 	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
 	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error
-	ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error
+	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
 	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
 	// instead of at its next poll. nil (never signals) is allowed.
 	Changes(ctx context.Context, name string) <-chan struct{}
@@ -62,6 +62,11 @@ type Hooks struct {
 	BeforeMutation func(node string, phase state.Phase)
 	// BetweenReadAndClaim runs after the claim read the node and before it patches it.
 	BetweenReadAndClaim func(node string, attempt int)
+	// BeforeRoot runs after the consumers were written, before the cluster is read again to
+	// decide the root Flux secret.
+	BeforeRoot func()
+	// BeforeRelist runs before each re-listing of the fleet for late nodes (round 1, 2, …).
+	BeforeRelist func(round int)
 }
 
 // execOptions configure the executor.
@@ -74,8 +79,7 @@ type execOptions struct {
 	WorkerParallelism  int
 	LiveParallelism    int // live updates at a time (they cordon nothing)
 	MaxFailures        int // the failure budget: after that many failed nodes no new node starts
-	ProbeImage         string
-	ProbeNamespace     string
+	Probe              cluster.Probe
 	Logger             hclog.Logger
 	Progress           io.Writer // drain progress
 	Hooks              Hooks
@@ -101,6 +105,8 @@ type NodeResult struct {
 	Fenced bool
 	// Timings are where the node's seconds went, one per step it ran, in order.
 	Timings []Timing
+	// Late is true for a node the plan did not act on, found by re-listing the fleet.
+	Late bool
 }
 
 // Timing is how long one step of a node's transaction took.

@@ -38,11 +38,24 @@ type world struct {
 	conflicts map[string]int
 	// onPatch runs before a patch lands (an operator or controller acting in that window).
 	onPatch func(w *world, node string)
+	// active and staged are each node's machine-config credential digests (default "old"): a
+	// live configure writes the active one, a staged configure the next boot's, which a reboot
+	// makes active.
+	active, staged map[string]string
 }
 
 func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
-		probeErr: map[string]error{}, conflicts: map[string]int{}}
+		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{}}
+}
+
+// digestOf is a node's config digest in the fake: "new" once configured, else "old".
+func digestOf(m map[string]string, node string) string {
+	if d, ok := m[node]; ok {
+		return d
+	}
+
+	return "old"
 }
 
 func (w *world) record(format string, args ...any) {
@@ -236,7 +249,7 @@ func (f fakeNodes) Drain(_ context.Context, node string, _ time.Duration, _ io.W
 	return f.w.drainErr[node]
 }
 
-func (f fakeNodes) ProveRuntime(_ context.Context, node, _, _ string, _ time.Duration) error {
+func (f fakeNodes) ProveRuntime(_ context.Context, node string, _ cluster.Probe, _ time.Duration) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
@@ -253,17 +266,32 @@ type fakeTalos struct{ w *world }
 
 func nodeOfIP(ip string) string { return strings.TrimPrefix(ip, "ip-") }
 
-func (f fakeTalos) ConfigFacts(context.Context, string, string) (*plan.TalosFacts, error) {
-	return &plan.TalosFacts{ConfiguredDigest: "old", StagedDigest: "old"}, nil
+func (f fakeTalos) ConfigFacts(_ context.Context, ip, _ string) (*plan.TalosFacts, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	node := nodeOfIP(ip)
+
+	return &plan.TalosFacts{ConfiguredDigest: digestOf(f.w.active, node), StagedDigest: digestOf(f.w.staged, node)}, nil
 }
 
 func (f fakeTalos) Configure(_ context.Context, ip, _, _, _ string, live bool) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
-	f.w.record("talos configure %s live=%t", nodeOfIP(ip), live)
+	node := nodeOfIP(ip)
+	f.w.record("talos configure %s live=%t", node, live)
 
-	return f.w.configureErr[nodeOfIP(ip)]
+	if err := f.w.configureErr[node]; err != nil {
+		return err
+	}
+
+	f.w.staged[node] = "new"
+	if live {
+		f.w.active[node] = "new"
+	}
+
+	return nil
 }
 
 func (f fakeTalos) Reboot(_ context.Context, ip string) error {
@@ -272,6 +300,7 @@ func (f fakeTalos) Reboot(_ context.Context, ip string) error {
 
 	f.w.record("talos reboot %s", nodeOfIP(ip))
 	f.w.editLocked(nodeOfIP(ip), func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2-" + n.Name })
+	f.w.active[nodeOfIP(ip)] = digestOf(f.w.staged, nodeOfIP(ip))
 
 	return nil
 }

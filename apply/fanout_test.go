@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -148,6 +149,8 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		t.Cleanup(func() { dropConsumerNamespace(t, kube, ns) })
+
 		if foreign {
 			owner, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "external-secret"}}, metav1.CreateOptions{})
 			if err != nil {
@@ -226,7 +229,18 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 			if s.Outcome != fanout.Skipped || !strings.Contains(s.Message, "ConfigMap team-ext/external-secret") {
 				t.Errorf("foreign secret: %+v", s)
 			}
+		case sandbox.RootNamespace:
+			// The consumer another controller owns still holds the old credential: the root
+			// stays, and the verdict names it and what to do.
+			if s.Outcome != fanout.HeldBack || !strings.Contains(s.Message, "team-ext/ghcr-pull") {
+				t.Errorf("the root with a managed consumer on the old credential: %+v", s)
+			}
 		}
+	}
+
+	if res2.SafeToRevoke() || !strings.Contains(res2.Verdict.Sentence(), "team-ext/ghcr-pull") ||
+		!strings.Contains(fmt.Sprint(res2.Verdict.Still()), "update the source ConfigMap team-ext/external-secret reads it from") {
+		t.Errorf("verdict with a managed consumer on the old credential: %+v", res2.Verdict)
 	}
 
 	if secretDigest(t, sb, "team-a", sandbox.ConsumerSecret) != wantDigest(r2.cred) {
@@ -247,9 +261,27 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 	}
 
 	for _, sp := range again.Plan.Secrets {
-		if sp.Action != plan.SecretNoOp && sp.Action != plan.SecretSkip {
+		if sp.Action != plan.SecretNoOp && sp.Action != plan.SecretSkip && sp.Role != plan.RoleRoot {
 			t.Errorf("after the run %s/%s plans %s", sp.Namespace, sp.Secret, sp.Action)
 		}
+	}
+
+	// The control: once the controller that owns team-ext holds the new credential too (its
+	// source was updated), nothing is left on the old one and the root is written.
+	ext, err := kube.CoreV1().Secrets("team-ext").Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ext.Data[corev1.DockerConfigJsonKey] = sandbox.DockerConfigJSON(r2.cred)
+	if _, err := kube.CoreV1().Secrets("team-ext").Update(ctx, ext, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	r2.mayDeselect = map[string]bool{"prod-worker-1": true} // already rotated: a no-op now
+	res3, err := r2.apply(r2.plan(), apply.Hooks{})
+	if err != nil || !res3.SafeToRevoke() || res3.Failed() != 0 {
+		t.Fatalf("with the managed consumer on the new credential: %v, %+v, %+v", err, res3.Secrets, res3.Verdict)
 	}
 
 	// A pod in the new namespace pulls a private image through its pull secret.
@@ -334,4 +366,18 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 	assertReleased(t, sb, name, false)
 
 	_ = errors.New
+}
+
+// dropConsumerNamespace takes a test's consumer namespace away: its label first (a terminating
+// namespace still matches the selector), then the namespace.
+func dropConsumerNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
+	t.Helper()
+
+	ctx := context.Background()
+	if n, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+		delete(n.Labels, sandbox.ConsumerLabel)
+		_, _ = kube.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+	}
+
+	_ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }

@@ -97,9 +97,6 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 	s = strings.Replace(s, `"ghcrsync.state.json"`, `"`+filepath.Join(dir, "state.json")+`"`, 1)
 	s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"", 1)
 	s = strings.Replace(s, `ready_timeout         = "2m"`, `ready_timeout         = "60s"`, 1)
-	// The autoscaler keeps churning in these tests: candidates are fenced, not deselected
-	// (deselecting them is the plan tests' subject).
-	s = strings.Replace(s, `autoscaler_candidates = "deselect"`, `autoscaler_candidates = "include"`, 1)
 
 	if edit != nil {
 		s = edit(s)

@@ -94,15 +94,21 @@ func TestFailureBudget(t *testing.T) {
 		budget, failed int
 	}{{1, 1}, {2, 2}} {
 		r := newRotation(t, sb, func(s string) string {
-			s = strings.Replace(s, `image     = "ghcr.io/ghcrsync/private-probe:v1"`, `image     = "ghcr.io/ghcrsync/no-such-image:v1"`, 1)
 			s = strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "20s"`, 1)
 
 			return strings.Replace(s, "nodes {", fmt.Sprintf("nodes {\n  max_failures = %d", tc.budget), 1)
 		}, nodes...)
 		path := r.plan()
+		t.Cleanup(func() { sb.Registry().AllowRepository(r.cred.Username, "ghcrsync/private-probe") })
 		writesBefore := sb.Fleet().Stats().TalosWrites
 
-		res, err := r.apply(path, apply.Hooks{})
+		// Once the run has proved the credential, it loses the probe's package: every node's
+		// runtime proof fails the same way.
+		res, err := r.apply(path, apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
+			if phase == state.PhaseClaimed {
+				sb.Registry().DenyRepository(r.cred.Username, "ghcrsync/private-probe")
+			}
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -272,8 +272,18 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.ProbeNamespace, t.e.o.ProbeImage, t.e.o.ReadyTimeout); err != nil {
+	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.Probe, t.e.o.ReadyTimeout); err != nil {
 		return t.failOrInterrupted("not proved: " + t.answer(err))
+	}
+
+	// The proof is of this config: the active one must carry the new credential now.
+	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+	switch {
+	case err != nil:
+		return t.failOrInterrupted("not proved: its active Talos config could not be read again: " + t.answer(err))
+	case facts.ConfiguredDigest != t.p.AuthDigest:
+		return t.failKeepingFence(fmt.Sprintf("not proved: its active Talos config carries %s, not the new credential %s, when the proof was taken",
+			human.ShortOrNone(facts.ConfiguredDigest), human.Short(t.p.AuthDigest)))
 	}
 
 	mark := cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID)

@@ -28,6 +28,7 @@ func Make(s Snapshot, in Input) *Plan {
 		State:              in.State,
 		APIEndpoint:        s.APIEndpoint,
 		ClusterUID:         s.ClusterUID,
+		Probe:              in.Probe,
 	}
 
 	seen := map[string]bool{}
@@ -90,6 +91,9 @@ func Make(s Snapshot, in Input) *Plan {
 	}
 
 	p.Warnings = warnings(p, s, in)
+
+	v := Inventory(s, in)
+	p.Verdict = &v
 
 	return p
 }
@@ -178,7 +182,9 @@ func runtimeProof(n Node, in Input, live bool) string {
 	switch {
 	case live:
 		return "Talos " + n.Talos.Version + " loads registry auth live"
-	case n.VerifiedRevision == in.CredentialRevision:
+	case n.VerifiedRevision == in.CredentialRevision && (n.VerifiedBoot == "" || n.VerifiedBoot == n.BootID):
+		// A marker is about the boot it was taken on: after another boot, the runtime's start
+		// (below) is the proof, not the marker.
 		proof := "its runtime was verified by ghcrsync"
 		if n.VerifiedBoot != "" {
 			proof += " on boot " + human.Short(n.VerifiedBoot)

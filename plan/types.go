@@ -89,6 +89,16 @@ type Input struct {
 	State            StateRef
 	// Known lists nodes the prior state or a previous plan recorded (name -> uid).
 	Known map[string]string
+	// Probe is how apply proves a node's runtime (the image by its proved digest).
+	Probe Probe
+}
+
+// Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
+// proved against the registry), in Namespace, as ServiceAccount, with no pull secret.
+type Probe struct {
+	Image          string `json:"image"`
+	Namespace      string `json:"namespace"`
+	ServiceAccount string `json:"service_account"`
 }
 
 // StateRef binds a plan to the state it was made against.
@@ -136,6 +146,11 @@ type Plan struct {
 	Templates []TemplatePlan `json:"templates,omitempty"`
 	Warnings  []string       `json:"warnings,omitempty"`
 	Summary   Summary        `json:"summary"`
+	// Probe is the runtime proof apply makes (its image by the digest plan proved).
+	Probe Probe `json:"probe"`
+	// Verdict is who uses which credential as the plan found the cluster (apply judges it again
+	// at the end of its run).
+	Verdict *Revocation `json:"verdict,omitempty"`
 
 	seal *seal // set when read from a file: what its MAC covers
 }
@@ -187,6 +202,9 @@ type Summary struct {
 func (p *Plan) Changes() bool {
 	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate > 0
 }
+
+// SafeToRevoke reports whether, as the plan found the cluster, nothing uses the old credential.
+func (p *Plan) SafeToRevoke() bool { return p.Verdict != nil && p.Verdict.SafeToRevoke }
 
 // Node returns the plan's entry for the named node.
 func (p *Plan) Node(name string) (NodePlan, bool) {

@@ -107,7 +107,8 @@ runs under the configured Lease and writes the state before every mutation.`,
 				}
 			}
 
-			if res.Failed() > 0 || res.ReleaseErr != nil {
+			// 0 only when the old credential is no longer used anywhere: safe to revoke.
+			if res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke() {
 				return exitError{code: exitPartial}
 			}
 

@@ -16,7 +16,7 @@ const (
 	exitChanges     = 2 // plan --detailed-exitcode: changes present; fences --exit-code: fences held
 	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format
 	exitLeaseHeld   = 4 // the run Lease is held by another run
-	exitPartial     = 5 // some nodes failed or a fence is still held: the state records each fence
+	exitPartial     = 5 // not done: a node or secret failed, a fence is still held, or the old credential is still used (the verdict names it)
 )
 
 // exitError carries an exit code other than 1.

@@ -15,10 +15,13 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
@@ -386,6 +389,15 @@ func credentialRows(sb *sandbox.Sandbox) []badInput {
 			b.edit(`trusted_hosts = ["127.0.0.1"]`, `trusted_hosts = ["ghe.example.com"]`)
 			return planCmd(b)
 		}, 1, []string{"ghcrsync.hcl:", "Untrusted api_url", "receives the GitHub token", "its host 127.0.0.1 is not trusted"}, ""},
+		{"public_probe_image", func(b *bench) []string {
+			b.edit(`image     = "ghcr.io/ghcrsync/private-probe:v1"`, `image     = "ghcr.io/`+registry.PublicImage+`"`)
+			return planCmd(b)
+		}, 1, []string{"registry proof of " + registry.PublicImage, "readable without credentials", "proves nothing: prove a private image"}, ""},
+		{"probe_denied_by_an_admission_policy", func(b *bench) []string {
+			denyProbes(b)
+			return planCmd(b)
+		}, 1, []string{"the runtime probe pod would not be admitted in namespace ghcrsync-system", "deny-probe-pods", "no probes here",
+			"Nothing was changed"}, ""},
 		{"no_prove_targets", func(b *bench) []string {
 			b.edit(`prove     = ["ghcrsync/private-probe:v1"]`, `prove     = []`)
 			return planCmd(b)
@@ -664,5 +676,58 @@ func TestAuditLogSeesARowsWrites(t *testing.T) {
 		}
 
 		return fmt.Errorf("%d events, no create", len(evs))
+	})
+}
+
+// denyProbes installs, for the row, a ValidatingAdmissionPolicy (the API server's own plugin)
+// denying every pod in the probe namespace.
+func denyProbes(b *bench) {
+	b.t.Helper()
+
+	ctx := context.Background()
+	api := b.sb.Kube().AdmissionregistrationV1()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-probe-pods"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "no probes here"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": sandbox.ProbeNamespace}}}},
+	}
+
+	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		b.t.Fatal(err)
+	}
+
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		b.t.Fatal(err)
+	}
+
+	b.t.Cleanup(func() {
+		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+		_ = api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
+	})
+
+	sandboxtest.Eventually(b.t, 30*time.Second, "the policy denies probe pods", func() error {
+		_, err := b.sb.Kube().CoreV1().Pods(sandbox.ProbeNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("admitted")
+		}
+
+		return nil
 	})
 }

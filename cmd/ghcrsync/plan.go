@@ -91,7 +91,9 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 				view.Requests(cmd.ErrOrStderr(), kube, talos)
 			}
 
-			if a.detailedExit && p.Changes() {
+			// "No changes" (0) only when nothing uses the old credential either: a scheduled plan
+			// then says when revoking has become safe.
+			if a.detailedExit && (p.Changes() || !p.SafeToRevoke()) {
 				return exitError{code: exitChanges}
 			}
 
@@ -105,7 +107,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.BoolVar(&a.json, "json", false, "print the plan as JSON")
 	f.StringVar(&a.markdown, "markdown", "", "also write the plan as Markdown (a pull-request comment) to this file")
 	f.BoolVar(&a.verbose, "verbose", false, "also print the requests the plan made (Kubernetes by verb, Talos by method)")
-	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes, 2 when there are, 1 on error")
+	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes and nothing uses the old credential, 2 otherwise, 1 on error")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
 

@@ -176,6 +176,8 @@ func TestPlanDeselectionReasons(t *testing.T) {
 	})
 
 	cfg := copyConfig(t, sb, t.TempDir(), func(s string) string {
+		s = strings.Replace(s, `autoscaler_candidates = "include"`, `autoscaler_candidates = "deselect"`, 1)
+
 		return strings.Replace(s, "nodes {", "nodes {\n  exclude = [\"prod-control-plane-2\"]", 1)
 	})
 

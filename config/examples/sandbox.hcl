@@ -22,7 +22,7 @@ credential "ghcr" {
 }
 
 nodes {
-  autoscaler_candidates = "deselect"
+  autoscaler_candidates = "include"   # the default: a candidate is rotated, guarded by scale-down-disabled
   worker_parallelism    = 1
   drain_timeout         = "2m"
   ready_timeout         = "2m"

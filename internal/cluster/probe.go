@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,35 +28,118 @@ func pullFailure(reason string) bool {
 	return false
 }
 
-// ProbeLabel marks ghcrsync's runtime probe pods.
-const ProbeLabel = "ghcrsync.dev/probe-node"
+// ProbeLabel marks ghcrsync's runtime probe pods (its value: the node); ProbeAttemptLabel tells
+// one create from another, so a create whose answer was lost is found and adopted.
+const (
+	ProbeLabel        = "ghcrsync.dev/probe-node"
+	ProbeAttemptLabel = "ghcrsync.dev/probe-attempt"
+)
 
-// ProveRuntime shows the node's container runtime pulls image with its own credential: a pod
-// pinned to the node, with no pull secret, must get the image pulled — the runtime reports its
-// image ID. What the image then does (a distroless image has no shell, its entrypoint may
-// fail) proves nothing either way and is not asked. ErrImagePull, or no pull before timeout, is
-// a failed proof. The pod is deleted afterwards.
-func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image string, timeout time.Duration) error {
-	if err := c.probeNamespace(ctx, namespace); err != nil {
-		return err
-	}
+// Probe is a runtime probe: Image (by digest) pulled in Namespace as ServiceAccount.
+type Probe struct {
+	Image, Namespace, ServiceAccount string
+}
 
-	pod, err := c.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+// probeUID and probeGID run the probe as nobody in particular: PodSecurity "restricted" wants a
+// non-root user, and the image's own user is unknown.
+const probeUID = 65532
+
+// probePod is the one probe pod: pinned to node, tolerating everything, pulling the image every
+// time (never a copy already on the node), with no pull secret and no token, and satisfying
+// PodSecurity "restricted" (non-root, no privilege escalation, every capability dropped, the
+// runtime's default seccomp profile).
+func probePod(node string, p Probe, attempt string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "ghcrsync-probe-",
-			Labels:       map[string]string{ProbeLabel: node, "app.kubernetes.io/managed-by": "ghcrsync"},
+			Namespace:    p.Namespace,
+			Labels:       map[string]string{ProbeLabel: node, ProbeAttemptLabel: attempt, "app.kubernetes.io/managed-by": "ghcrsync"},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
+			ServiceAccountName:            p.ServiceAccount,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			Containers:                    []corev1.Container{{Name: "probe", Image: image, ImagePullPolicy: corev1.PullAlways}},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(probeUID)), RunAsGroup: ptr.To(int64(probeUID)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "probe", Image: p.Image, ImagePullPolicy: corev1.PullAlways,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
 		},
-	}, metav1.CreateOptions{})
+	}
+}
+
+// admitted checks the probe pod as admission left it: a pod that gained a pull secret (the
+// ServiceAccount admission plugin adds its account's imagePullSecrets, a policy engine may add
+// one) or another image, container or account would prove a pull made with that secret, not
+// with the node's own credential — so it proves nothing.
+func admitted(pod *corev1.Pod, p Probe) error {
+	var changed []string
+
+	if n := len(pod.Spec.ImagePullSecrets); n > 0 {
+		names := make([]string, 0, n)
+		for _, s := range pod.Spec.ImagePullSecrets {
+			names = append(names, s.Name)
+		}
+
+		changed = append(changed, "imagePullSecrets "+strings.Join(names, ", "))
+	}
+
+	if len(pod.Spec.InitContainers)+len(pod.Spec.EphemeralContainers) > 0 || len(pod.Spec.Containers) != 1 {
+		changed = append(changed, "containers")
+	} else if c := pod.Spec.Containers[0]; c.Image != p.Image || c.ImagePullPolicy != corev1.PullAlways {
+		changed = append(changed, fmt.Sprintf("the image (%s, pull policy %s)", c.Image, c.ImagePullPolicy))
+	}
+
+	if pod.Spec.ServiceAccountName != p.ServiceAccount {
+		changed = append(changed, "the service account ("+pod.Spec.ServiceAccountName+")")
+	}
+
+	if len(changed) == 0 {
+		return nil
+	}
+
+	return fmt.Errorf("admission changed the runtime probe pod in %s (%s): a pull through it would not prove the node's own credential; "+
+		"exempt ghcrsync's probe (namespace %s, service account %s) from the mutation", p.Namespace, strings.Join(changed, "; "), p.Namespace, p.ServiceAccount)
+}
+
+// ProbeAdmissible creates the probe pod for node with a server-side dry run (dryRun=All: every
+// admission plugin and webhook runs, nothing is stored) and checks what admission made of it:
+// a denial (PodSecurity, a webhook, a policy, a quota, a missing namespace or service account)
+// or a mutation that would make the proof vacuous is found before any node is touched.
+func (c *Connection) ProbeAdmissible(ctx context.Context, node string, p Probe) error {
+	pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		return fmt.Errorf("create runtime probe pod on %s: %w", node, err)
+		return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
+	}
+
+	return admitted(pod, p)
+}
+
+// ProveRuntime shows the node's container runtime pulls the probe image with its own
+// credential: a pod pinned to the node, with no pull secret (checked as admission left it), must
+// get the image pulled — the runtime reports its image ID. What the image then does (a
+// distroless image has no shell, its entrypoint may fail) proves nothing either way and is not
+// asked. ErrImagePull, or no pull before timeout, is a failed proof. The pod is deleted
+// afterwards.
+func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, timeout time.Duration) error {
+	namespace, image := p.Namespace, p.Image
+
+	if err := c.probeNamespace(ctx, namespace); err != nil {
+		return err
+	}
+
+	pod, err := c.createProbe(ctx, node, p, timeout)
+	if err != nil {
+		return err
 	}
 
 	defer func() {
@@ -61,6 +148,10 @@ func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image st
 
 		_ = c.Client.CoreV1().Pods(namespace).Delete(dctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	}()
+
+	if err := admitted(pod, p); err != nil {
+		return err
+	}
 
 	var verdict error
 
@@ -91,6 +182,68 @@ func (c *Connection) ProveRuntime(ctx context.Context, node, namespace, image st
 	}
 
 	return verdict
+}
+
+// probeCreateAttempts bounds the probe create's retries of an admission timeout.
+const probeCreateAttempts = 4
+
+// createProbe creates the probe pod. An admission timeout (a webhook that did not answer in
+// time) is retried, a few times; an answer that never came (the connection dropped, a timeout
+// after the pod may have been stored) is looked up by the attempt's label: a pod that was stored
+// is adopted, never left behind, and never created twice.
+func (c *Connection) createProbe(ctx context.Context, node string, p Probe, timeout time.Duration) (*corev1.Pod, error) {
+	pods := c.Client.CoreV1().Pods(p.Namespace)
+
+	var last error
+
+	for i := range probeCreateAttempts {
+		attempt := newAttempt()
+
+		pod, err := pods.Create(ctx, probePod(node, p, attempt), metav1.CreateOptions{})
+		if err == nil {
+			return pod, nil
+		}
+
+		last = err
+
+		if ctx.Err() != nil || !ambiguous(err) {
+			break
+		}
+
+		// The pod may have been stored although its answer was lost: adopt it.
+		if list, lerr := pods.List(ctx, metav1.ListOptions{LabelSelector: ProbeAttemptLabel + "=" + attempt}); lerr == nil && len(list.Items) > 0 {
+			return &list.Items[0], nil
+		}
+
+		if i < probeCreateAttempts-1 {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, ctx.Err())
+			case <-time.After(min(time.Duration(i+1)*time.Second, timeout)):
+			}
+		}
+	}
+
+	return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, last)
+}
+
+// ambiguous reports whether a create's error leaves open whether the object was stored: a
+// timeout (of the request or of an admission webhook) or no answer at all.
+func ambiguous(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true // no answer from the server
+	}
+
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsInternalError(err) ||
+		strings.Contains(err.Error(), "context deadline exceeded") || strings.Contains(err.Error(), "Timeout: request did not complete")
+}
+
+func newAttempt() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+
+	return hex.EncodeToString(b)
 }
 
 // awaitPod follows a pod by watch from the version given until judge decides (the moment the

@@ -2,14 +2,19 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // awaitPod's rules with a fake clientset (pure: the sandbox tests prove a probe on a real
@@ -161,5 +166,103 @@ func TestChanges(t *testing.T) {
 
 	if got := len(changed); got != 0 {
 		t.Fatalf("a change after the context ended signalled (%d pending)", got)
+	}
+}
+
+// createProbe's rules with a fake clientset whose creates answer as a slow admission webhook
+// does: a timeout is retried, a pod stored although its answer was lost is adopted (never made
+// twice), a refusal is not retried, and timeouts that go on fail closed after a few attempts.
+func TestCreateProbe(t *testing.T) {
+	timeout := apierrors.NewTimeoutError("admission webhook \"slow.example.com\" did not answer", 1)
+	denied := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("denied"))
+
+	for _, tc := range []struct {
+		name string
+		// answers are the creates' errors, in turn; store, whether each stored the pod anyway.
+		answers []error
+		store   []bool
+		want    string // "" = a pod
+		creates int
+		pods    int
+	}{
+		{"admitted at once", []error{nil}, []bool{true}, "", 1, 1},
+		{"one admission timeout, then admitted", []error{timeout, nil}, []bool{false, true}, "", 2, 1},
+		{"three timeouts, then admitted", []error{timeout, timeout, timeout, nil}, []bool{false, false, false, true}, "", 4, 1},
+		{"stored, but the answer was a timeout", []error{timeout}, []bool{true}, "", 1, 1},
+		{"stored, the connection dropped", []error{errors.New("connection reset by peer")}, []bool{true}, "", 1, 1},
+		{"refused: not retried", []error{denied}, []bool{false}, "denied", 1, 0},
+		{"timeouts go on: fails closed", []error{timeout, timeout, timeout, timeout, timeout}, []bool{false, false, false, false, false}, "did not answer", probeCreateAttempts, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			creates := 0
+
+			client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				i := creates
+				creates++
+
+				pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy()
+				pod.Name = fmt.Sprintf("ghcrsync-probe-%d", i)
+
+				if i < len(tc.store) && tc.store[i] {
+					if err := client.Tracker().Create(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace); err != nil {
+						return true, nil, err
+					}
+				}
+
+				if i < len(tc.answers) && tc.answers[i] != nil {
+					return true, nil, tc.answers[i]
+				}
+
+				return true, pod, nil
+			})
+
+			c := &Connection{Client: client}
+			pod, err := c.createProbe(t.Context(), "w1", Probe{Image: "ghcr.io/acme/probe@sha256:1", Namespace: "ghcrsync-system", ServiceAccount: "ghcrsync-probe"}, time.Millisecond)
+
+			switch {
+			case tc.want == "" && (err != nil || pod == nil):
+				t.Fatalf("createProbe: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("createProbe = %v, want an error containing %q", err, tc.want)
+			}
+
+			list, _ := client.CoreV1().Pods("ghcrsync-system").List(t.Context(), metav1.ListOptions{})
+			if creates != tc.creates || len(list.Items) != tc.pods {
+				t.Fatalf("%d creates, %d pods stored; want %d and %d", creates, len(list.Items), tc.creates, tc.pods)
+			}
+		})
+	}
+}
+
+// What admission left of a probe pod: a pull secret, another image, container or account makes
+// the proof vacuous; the pod as ghcrsync made it is fine.
+func TestAdmitted(t *testing.T) {
+	p := Probe{Image: "ghcr.io/acme/probe@sha256:1", Namespace: "ghcrsync-system", ServiceAccount: "ghcrsync-probe"}
+
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.Pod)
+		want   string
+	}{
+		{"as made", func(*corev1.Pod) {}, ""},
+		{"a pull secret", func(pod *corev1.Pod) { pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}} }, "imagePullSecrets regcred"},
+		{"another image", func(pod *corev1.Pod) { pod.Spec.Containers[0].Image = "mirror.example.com/probe@sha256:1" }, "the image"},
+		{"a pull policy that reuses an image", func(pod *corev1.Pod) { pod.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent }, "pull policy IfNotPresent"},
+		{"a sidecar", func(pod *corev1.Pod) { pod.Spec.InitContainers = []corev1.Container{{Name: "proxy"}} }, "containers"},
+		{"another account", func(pod *corev1.Pod) { pod.Spec.ServiceAccountName = "default" }, "the service account (default)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := probePod("w1", p, "x")
+			tc.change(pod)
+
+			err := admitted(pod, p)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("admitted: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("admitted = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -120,10 +120,16 @@ const (
 	AutoscalerInclude  = "include"
 )
 
+// DefaultProbeServiceAccount runs the probe pods: ghcrsync's own account, with no
+// imagePullSecrets for admission to inject (`ghcrsync rbac` creates it).
+const DefaultProbeServiceAccount = "ghcrsync-probe"
+
 // Probe is the runtime proof: a pod pinned to the node pulling Image with no pull secret.
 type Probe struct {
-	Image     string
-	Namespace string
+	// ServiceAccount the probe pods run as (DefaultProbeServiceAccount).
+	ServiceAccount string
+	Image          string
+	Namespace      string
 }
 
 // Consumer is a pull secret the credential is fanned out to, and the service accounts that
@@ -241,8 +247,9 @@ type nodesBlock struct {
 }
 
 type probeBlock struct {
-	Image     *string `hcl:"image,optional"`
-	Namespace *string `hcl:"namespace,optional"`
+	Image          *string `hcl:"image,optional"`
+	Namespace      *string `hcl:"namespace,optional"`
+	ServiceAccount *string `hcl:"service_account,optional"`
 }
 
 type consumerBlock struct {
@@ -823,11 +830,13 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
-	n := Nodes{AutoscalerCandidates: AutoscalerDeselect, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
+	n := Nodes{AutoscalerCandidates: AutoscalerInclude, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
 
 	if len(cfg.Credential.Prove) > 0 {
-		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0], Namespace: "ghcrsync-system"}
+		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0]}
 	}
+
+	n.Probe.Namespace, n.Probe.ServiceAccount = "ghcrsync-system", DefaultProbeServiceAccount
 
 	if b := raw.Nodes; b != nil {
 		if b.Selector != nil {
@@ -840,7 +849,7 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 
 		n.Exclude = b.Exclude
 
-		policy, rng, _ := d.str(b.AutoscalerCandidates, AutoscalerDeselect)
+		policy, rng, _ := d.str(b.AutoscalerCandidates, AutoscalerInclude)
 		if !slices.Contains([]string{AutoscalerDeselect, AutoscalerInclude}, policy) {
 			d.errorf(rng, "Invalid autoscaler_candidates", "autoscaler_candidates must be \"deselect\" or \"include\", not %q.", policy)
 		}
@@ -862,7 +871,17 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 			if p.Namespace != nil {
 				n.Probe.Namespace = *p.Namespace
 			}
+
+			if p.ServiceAccount != nil {
+				n.Probe.ServiceAccount = *p.ServiceAccount
+			}
 		}
+	}
+
+	if n.Probe.Image != "" && !strings.HasPrefix(n.Probe.Image, cfg.Credential.Registry+"/") {
+		d.errorf(attrRange(body, "nodes", "runtime_probe"), "Invalid probe image",
+			"nodes.runtime_probe.image must be an image on the credential's registry (%s/…): it proves the node's credential for that registry, not %q.",
+			cfg.Credential.Registry, n.Probe.Image)
 	}
 
 	cfg.Nodes = n

@@ -88,7 +88,7 @@ func TestLoadValid(t *testing.T) {
 		"parallelism":           cfg.Nodes.WorkerParallelism == 2,
 		"drain":                 cfg.Nodes.DrainTimeout == 5*time.Minute,
 		"ready default":         cfg.Nodes.ReadyTimeout == 10*time.Minute,
-		"candidates default":    cfg.Nodes.AutoscalerCandidates == AutoscalerDeselect,
+		"candidates default":    cfg.Nodes.AutoscalerCandidates == AutoscalerInclude,
 		"probe default":         cfg.Nodes.Probe.Image == "ghcr.io/org/private:v1",
 		"lease defaults+values": cfg.Lease.Name == "ghcr-auth-refresh" && cfg.Lease.Duration == 15*time.Second,
 		"state default":         cfg.State.Backend == "local" && cfg.State.Path == filepath.Join(dir, "ghcrsync.state.json"),

@@ -172,17 +172,17 @@ func TestProve(t *testing.T) {
 	}
 
 	targets := []string{"ghcrsync/private-probe:v1", "ghcrsync/app:v1"}
-	if err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets); err != nil {
+	if digests, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets); err != nil || !strings.HasPrefix(digests[targets[0]], "sha256:") {
 		t.Fatalf("valid credential: %v", err)
 	}
 
-	if err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{"ghcrsync/absent:v1"}); err == nil {
+	if _, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{"ghcrsync/absent:v1"}); err == nil {
 		t.Fatal("a missing image was proved")
 	}
 
 	reg.RevokeCredential(user)
 
-	err = Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
+	_, err = Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
 
 	var pe *ProofError
 	if !errors.As(err, &pe) || pe.Step != "token" || pe.Status != http.StatusUnauthorized {
@@ -191,6 +191,15 @@ func TestProve(t *testing.T) {
 
 	if !strings.Contains(err.Error(), "rejects this credential") || strings.Contains(err.Error(), pass) {
 		t.Fatalf("message: %v", err)
+	}
+
+	// An image anyone pulls with an anonymous token (a public package) proves nothing; the
+	// negative control is the private images above, proved with the same flow.
+	reg.AddCredential(user, pass)
+
+	if _, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{registry.PublicImage}); err == nil ||
+		!strings.Contains(err.Error(), "readable without credentials") {
+		t.Fatalf("a public image as proof: %v", err)
 	}
 }
 
@@ -239,7 +248,7 @@ func TestProveSendsThePasswordOnlyToAPinnedRealm(t *testing.T) {
 			reg.SetRealm(tc.realm)
 			t.Cleanup(func() { reg.SetRealm("") })
 
-			err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
+			_, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
 
 			var pe *ProofError
 			if !errors.As(err, &pe) || pe.Step != "token" || !strings.Contains(err.Error(), tc.want) ||
@@ -258,7 +267,7 @@ func TestProveSendsThePasswordOnlyToAPinnedRealm(t *testing.T) {
 	reg.SetRealm(elsewhere)
 	t.Cleanup(func() { reg.SetRealm("") })
 
-	if err := Prove(ctx, Registry{Endpoint: reg.URL(), TrustedHosts: []string{"localhost"}}, c, targets); err == nil || got.Load() != 1 {
+	if _, err := Prove(ctx, Registry{Endpoint: reg.URL(), TrustedHosts: []string{"localhost"}}, c, targets); err == nil || got.Load() != 1 {
 		t.Fatalf("a trusted realm: %v, received the password %d time(s)", err, got.Load())
 	}
 }

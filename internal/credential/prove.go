@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -60,7 +61,10 @@ func (r Registry) realmHosts(c *Credential) []string {
 // request with Basic credentials, then the manifest with the bearer token. Every step must
 // succeed. The password goes only to a token realm on a pinned host (https, the registry's own
 // host or a trusted one), and no request follows a redirect elsewhere.
-func Prove(ctx context.Context, r Registry, c *Credential, targets []string) error {
+//
+// It returns each target's manifest digest ("sha256:…", as the registry answered it), so a proof
+// made later can pull exactly the image proved here.
+func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (map[string]string, error) {
 	hosts := r.realmHosts(c)
 
 	timeout := r.Timeout
@@ -70,13 +74,18 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) err
 
 	client := &http.Client{Timeout: timeout, CheckRedirect: pin.Redirects(hosts)}
 
+	digests := map[string]string{}
+
 	for _, t := range targets {
-		if err := proveOne(ctx, client, r.Endpoint, hosts, c, t); err != nil {
-			return err
+		d, err := proveOne(ctx, client, r.Endpoint, hosts, c, t)
+		if err != nil {
+			return nil, err
 		}
+
+		digests[t] = d
 	}
 
-	return nil
+	return digests, nil
 }
 
 // prover is one target's token flow.
@@ -92,12 +101,12 @@ type prover struct {
 	realmHosts []string
 }
 
-func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) error {
+func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) (string, error) {
 	repo, ref, ok := strings.Cut(target, "@")
 	if !ok {
 		i := strings.LastIndex(target, ":")
 		if i < 0 || strings.Contains(target[i:], "/") {
-			return &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
+			return "", &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
 		}
 
 		repo, ref = target[:i], target[i+1:]
@@ -108,12 +117,16 @@ func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHo
 
 	realm, params, err := p.challenge()
 	if err != nil {
-		return err
+		return "", err
+	}
+
+	if err := p.private(realm, params); err != nil {
+		return "", err
 	}
 
 	bearer, err := p.token(realm, params)
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	return p.pull(bearer)
@@ -170,8 +183,36 @@ func (p *prover) challenge() (string, map[string]string, error) {
 	return realm, params, nil
 }
 
+// private refuses an image anyone can pull: a registry that hands out anonymous tokens (GHCR
+// does, for public packages) answers the manifest to one. A pull of such an image proves
+// nothing about a credential.
+func (p *prover) private(realm string, params map[string]string) error {
+	bearer, err := p.tokenAs(realm, params, false)
+	if err != nil {
+		return nil // no anonymous token: private
+	}
+
+	resp, err := p.get(p.manifest, bearer, false)
+	if err != nil {
+		return p.fail("challenge", 0, err)
+	}
+
+	drain(resp)
+
+	if resp.StatusCode == http.StatusOK {
+		return p.fail("challenge", 0, fmt.Errorf("%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target))
+	}
+
+	return nil
+}
+
 // token trades the credential for a pull token at the realm, if the realm is pinned.
 func (p *prover) token(realm string, params map[string]string) (string, error) {
+	return p.tokenAs(realm, params, true)
+}
+
+// tokenAs asks the realm for a pull token, with the credential (basic) or anonymously.
+func (p *prover) tokenAs(realm string, params map[string]string, basic bool) (string, error) {
 	if err := pin.URL(realm, p.realmHosts); err != nil {
 		return "", p.fail("token", 0, fmt.Errorf("the registry names a token realm the credential may not be sent to (%w; credential.trusted_hosts); the credential was not sent", err))
 	}
@@ -183,7 +224,7 @@ func (p *prover) token(realm string, params map[string]string) (string, error) {
 
 	q.Set("scope", "repository:"+p.repo+":pull")
 
-	resp, err := p.get(realm+"?"+q.Encode(), "", true)
+	resp, err := p.get(realm+"?"+q.Encode(), "", basic)
 	if err != nil {
 		return "", p.fail("token", 0, err)
 	}
@@ -210,21 +251,29 @@ func (p *prover) token(realm string, params map[string]string) (string, error) {
 	return tok.AccessToken, nil
 }
 
-// pull reads the manifest with the token.
-func (p *prover) pull(bearer string) error {
+// pull reads the manifest with the token, and its digest.
+func (p *prover) pull(bearer string) (string, error) {
 	resp, err := p.get(p.manifest, bearer, false)
 	if err != nil {
-		return p.fail("manifest", 0, err)
+		return "", p.fail("manifest", 0, err)
 	}
 
 	drain(resp)
 
 	if resp.StatusCode != http.StatusOK {
-		return p.fail("manifest", resp.StatusCode, nil)
+		return "", p.fail("manifest", resp.StatusCode, nil)
 	}
 
-	return nil
+	digest := resp.Header.Get("Docker-Content-Digest")
+	if digest != "" && !digestRef.MatchString(digest) {
+		return "", p.fail("manifest", 0, fmt.Errorf("the registry answered a malformed manifest digest"))
+	}
+
+	return digest, nil
 }
+
+// digestRef is a manifest digest as registries name it.
+var digestRef = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 func drain(r *http.Response) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, readlimit.Body))

@@ -1,7 +1,7 @@
-// Package fanout writes the rotated credential into the copies Kubernetes holds: the consumer
-// pull secrets, then the node templates new machines boot from, and last the root Flux secret —
-// only when everything else in the run succeeded, since the root secret is what lets the
-// cluster deliver its own fixes.
+// Package fanout writes the rotated credential into the copies Kubernetes holds: the node
+// templates new machines boot from (before the nodes), the consumer pull secrets (after them),
+// and last the root Flux secret — only when nothing uses the old credential any more, since the
+// root secret is what lets the cluster deliver its own fixes.
 package fanout
 
 import (
@@ -82,7 +82,6 @@ type Options struct {
 	Registry, Username, Password string
 	// Templates are the configured node templates (their plan entries say which need a write).
 	Templates     []config.NodeTemplate
-	NodesOK       bool   // every node of the run succeeded
 	OCIRepository string // reconciled after the root secret changed ("" = none)
 	Assert        func() error
 	Record        func(namespace, name, role, outcome string) error // state write before each mutation
@@ -91,62 +90,55 @@ type Options struct {
 	Log hclog.Logger
 }
 
-// Run fans the credential out: every consumer secret of the plan, the node templates, then the
-// root.
-func Run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o Options) []Result {
+// Consumers writes every consumer pull secret of the plan.
+func Consumers(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) []Result {
 	var out []Result
 
-	failed := 0
-
-	if !o.NodesOK {
-		failed++ // counts towards holding the root back
-	}
-
 	for _, sp := range p.Secrets {
-		if sp.Role == plan.RoleRoot {
-			continue
+		if sp.Role != plan.RoleRoot {
+			out = append(out, write(ctx, kube, sp, o))
 		}
-
-		r := write(ctx, kube, sp, o)
-		if r.Outcome == Failed {
-			failed++
-		}
-
-		out = append(out, r)
 	}
+
+	return out
+}
+
+// Templates writes the node templates: before any node is fenced, so machines created during
+// the run boot with the new credential.
+func Templates(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) []Result {
+	out := make([]Result, 0, len(o.Templates))
 
 	for _, t := range o.Templates {
-		r := writeTemplate(ctx, kube, t, p, o)
-		if r.Outcome == Failed {
-			failed++
-		}
-
-		out = append(out, r)
+		out = append(out, writeTemplate(ctx, kube, t, p, o))
 	}
+
+	return out
+}
+
+// Root writes the root Flux secret — last, and only when heldBack is "": otherwise it keeps its
+// old credential and heldBack says why (something still uses the old one). A written root is
+// followed by a reconcile request of the OCIRepository, if one is configured.
+func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o Options, heldBack string) []Result {
+	var out []Result
 
 	for _, sp := range p.Secrets {
 		if sp.Role != plan.RoleRoot {
 			continue
 		}
 
-		if sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate {
+		switch {
+		case sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate:
 			out = append(out, result(sp, skippedOrUnchanged(sp), sp.Reason))
+		case heldBack != "":
+			out = append(out, result(sp, HeldBack, "the root Flux secret keeps its old credential: "+heldBack))
+		default:
+			r := write(ctx, kube, sp, o)
+			if r.Outcome == Written && o.OCIRepository != "" {
+				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository)
+			}
 
-			continue
+			out = append(out, r)
 		}
-
-		if failed > 0 {
-			out = append(out, result(sp, HeldBack, fmt.Sprintf("the root Flux secret keeps its old credential: %d part(s) of this run failed", failed)))
-
-			continue
-		}
-
-		r := write(ctx, kube, sp, o)
-		if r.Outcome == Written && o.OCIRepository != "" {
-			r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository)
-		}
-
-		out = append(out, r)
 	}
 
 	return out

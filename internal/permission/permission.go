@@ -38,6 +38,12 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		needs = append(needs, readTargets(cfg, targets)...)
 	}
 
+	if command == CommandPlan && cfg.Nodes.Probe.Image != "" {
+		// The probe pod's server-side dry run; the admission policy lets the plan identity make
+		// dry runs only (PlanDryRunPolicy).
+		needs = append(needs, access("create", "", "pods", cfg.Nodes.Probe.Namespace, ""))
+	}
+
 	switch command {
 	case CommandApply:
 		needs = append(needs, applyNeeds(cfg, targets, kubeState)...)

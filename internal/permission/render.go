@@ -50,7 +50,55 @@ func Render(namespace string, ids []Identity) []runtime.Object {
 		out = append(out, roles(namespace, id)...)
 	}
 
-	return append(out, SecretsAdmissionPolicy(namespace)...)
+	out = append(out, SecretsAdmissionPolicy(namespace)...)
+
+	return append(out, PlanDryRunPolicy(namespace)...)
+}
+
+// ProbeAccount is the service account the runtime probe pods run as: no rights, and no
+// imagePullSecrets for admission to add to the probe (a pull through one would prove nothing).
+func ProbeAccount(namespace, name string) runtime.Object {
+	return &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: meta(name, namespace, "probe"),
+		AutomountServiceAccountToken: ptr.To(false)}
+}
+
+// PlanDryRunPolicy lets the plan identity write nothing: its one create right (the runtime probe
+// pod, to learn what admission makes of it) is accepted as a server-side dry run only.
+func PlanDryRunPolicy(namespace string) []runtime.Object {
+	name := "ghcrsync-plan-dry-run"
+
+	return []runtime.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicy{
+			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+			ObjectMeta: meta(name, "", ""),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*"}},
+					},
+				}}},
+				MatchConditions: []admissionregistrationv1.MatchCondition{{
+					Name:       "ghcrsync-plan-identity",
+					Expression: `request.userInfo.username == "system:serviceaccount:` + namespace + `:` + AccountFor(CommandPlan) + `"`,
+				}},
+				Validations: []admissionregistrationv1.Validation{{
+					Expression: `request.dryRun == true`,
+					Message:    "the ghcrsync plan identity makes server-side dry runs only",
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				}},
+			},
+		},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+			ObjectMeta: meta(name, "", ""),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		},
+	}
 }
 
 func roles(namespace string, id Identity) []runtime.Object {

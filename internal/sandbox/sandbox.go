@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -157,6 +158,9 @@ const (
 const (
 	LeaseNamespace = "flux-system"
 	LeaseName      = "ghcr-auth-refresh"
+	// ProbeNamespace and ProbeServiceAccount are where and as whom the runtime probe runs.
+	ProbeNamespace      = "ghcrsync-system"
+	ProbeServiceAccount = "ghcrsync-probe"
 )
 
 // GhcrsyncTalosIdentity is the common name of TalosconfigFile's certificate: ghcrsync's
@@ -343,11 +347,20 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 // seedCluster creates the namespaces ghcrsync uses and, unless disabled, a small workload
 // (a DaemonSet and a Deployment with a PodDisruptionBudget) pulling a private image.
 func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) error {
-	for _, ns := range []string{"flux-system", "ghcrsync-system", "apps"} {
+	for _, ns := range []string{"flux-system", ProbeNamespace, "apps"} {
 		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
+	}
+
+	// The probe's own service account, as `ghcrsync rbac` renders it: no pull secret for the
+	// ServiceAccount admission plugin to add to the probe pods.
+	_, err := kube.CoreV1().ServiceAccounts(ProbeNamespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: ProbeServiceAccount, Namespace: ProbeNamespace}, AutomountServiceAccountToken: ptr.To(false),
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
 
 	cred := s.oldCred
@@ -675,12 +688,20 @@ func (s *Sandbox) AuditedWrites(user string) ([]AuditEvent, error) {
 			return nil, fmt.Errorf("audit log: %w", err)
 		}
 
-		if ev.User.Username == user && !strings.Contains(ev.RequestURI, "/selfsubject") {
+		// Permission checks and server-side dry runs persist nothing: they are no writes.
+		if ev.User.Username == user && !strings.Contains(ev.RequestURI, "/selfsubject") && !dryRun(ev.RequestURI) {
 			out = append(out, ev)
 		}
 	}
 
 	return out, nil
+}
+
+// dryRun reports whether a request URI asks for a server-side dry run (nothing is stored).
+func dryRun(uri string) bool {
+	u, err := url.Parse(uri)
+
+	return err == nil && u.Query().Get("dryRun") == "All"
 }
 
 // EncryptSecret makes a SOPS file like secret.enc.yaml holding dockerconfigjson, for the

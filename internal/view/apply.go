@@ -16,8 +16,8 @@ import (
 )
 
 // ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version
-// (1.1: each node's timings).
-const ApplyJSONFormatVersion = "1.1"
+// (1.1: each node's timings; 1.2: the verdict, late nodes).
+const ApplyJSONFormatVersion = "1.2"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
@@ -36,6 +36,8 @@ type ApplyJSON struct {
 	Cancelled          bool              `json:"cancelled"`
 	Held               []string          `json:"held"`
 	MaxFailures        int               `json:"max_failures"`
+	// Verdict: is the old credential still used anywhere, as the cluster is at the end.
+	Verdict *VerdictJSON `json:"verdict"`
 }
 
 // ApplyEventJSON is one line of the `apply --json` stream: a step of the run, as recorded in
@@ -90,6 +92,8 @@ type ApplyNodeJSON struct {
 	Outcome    string `json:"outcome"`
 	ReasonCode string `json:"reason_code,omitempty"`
 	Message    string `json:"message"`
+	// Late: a node the plan did not act on, found when the fleet was listed again.
+	Late bool `json:"late,omitempty"`
 	// Timings: where the node's seconds went, one per step it ran, in order.
 	Timings []TimingJSON `json:"timings"`
 }
@@ -117,6 +121,7 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		Holder: res.Holder, Nodes: []ApplyNodeJSON{}, Secrets: []ApplySecretJSON{}, Reclaimed: outcomesJSON(res.Reclaimed),
 		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
 		Cancelled: res.Cancelled, Held: append([]string{}, res.Held()...), MaxFailures: res.MaxFailures,
+		Verdict: newVerdictJSON(res.Verdict, res.VerdictErr),
 	}
 
 	if res.ReleaseErr != nil {
@@ -130,7 +135,7 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		}
 
 		out.Nodes = append(out.Nodes, ApplyNodeJSON{
-			Name: n.Node, Action: string(n.Action), Outcome: string(n.Outcome), ReasonCode: string(n.Reason), Message: n.Message, Timings: timings,
+			Name: n.Node, Action: string(n.Action), Outcome: string(n.Outcome), ReasonCode: string(n.Reason), Message: n.Message, Late: n.Late, Timings: timings,
 		})
 	}
 
@@ -149,6 +154,8 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 
 	if !res.Plan.Changes() {
 		fmt.Fprintln(w, "No changes. Nothing to apply.")
+		fmt.Fprintln(w)
+		verdictHuman(w, res.Verdict, res.VerdictErr)
 
 		return nil
 	}
@@ -168,6 +175,9 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 	if res.Cancelled {
 		fmt.Fprintln(w, CancelledLine(res))
 	}
+
+	fmt.Fprintln(w)
+	verdictHuman(w, res.Verdict, res.VerdictErr)
 
 	return nil
 }
@@ -226,7 +236,13 @@ func applyNodes(w io.Writer, res *apply.Result) int {
 
 	for _, r := range res.Nodes {
 		counts[r.Outcome]++
-		fmt.Fprintf(w, "  %s %s (%s): %s\n", outcomeMarks[r.Outcome], Clean(r.Node), r.Action, oneLine(r.Message))
+
+		late := ""
+		if r.Late {
+			late = ", joined or changed during the run"
+		}
+
+		fmt.Fprintf(w, "  %s %s (%s%s): %s\n", outcomeMarks[r.Outcome], Clean(r.Node), r.Action, late, oneLine(r.Message))
 	}
 
 	fmt.Fprintf(w, "\nApply complete: %d rotated, %d deselected, %d gone after mutation, %d failed.\n",
@@ -277,7 +293,7 @@ func applySecrets(w io.Writer, secrets []fanout.Result) int {
 	}
 
 	if counts[fanout.HeldBack] > 0 {
-		fmt.Fprintln(w, "The root Flux secret still holds the old credential; fix the failures and run plan and apply again.")
+		fmt.Fprintln(w, "The root Flux secret still holds the old credential: see the verdict; fix what it names and run plan and apply again.")
 	}
 
 	return counts[fanout.Failed] + templates[fanout.Failed]

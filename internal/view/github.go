@@ -100,6 +100,8 @@ func ApplyAnnotations(w io.Writer, res *apply.Result) {
 	if res.ReleaseErr != nil {
 		Annotate(w, AnnotateError, "ghcrsync: Lease not released", res.ReleaseErr.Error()+" (release it with `ghcrsync release`)")
 	}
+
+	verdictAnnotation(w, res.Verdict, res.VerdictErr)
 }
 
 // ApplyMarkdown renders a run's outcome for the step summary.
@@ -113,15 +115,17 @@ func ApplyMarkdown(w io.Writer, res *apply.Result) {
 		}
 	}
 
-	head := "done"
+	head := "done, safe to revoke the old credential"
 
 	switch {
 	case res.Cancelled:
 		head = "cancelled"
 	case failed > 0:
 		head = plural(failed, "node failed", "nodes failed")
+	case !res.SafeToRevoke():
+		head = "the old credential is still in use"
 	case !p.Changes():
-		head = "no changes"
+		head = "no changes, safe to revoke the old credential"
 	}
 
 	fmt.Fprintf(w, "### ghcrsync apply: %s\n\n", head)
@@ -156,7 +160,10 @@ func ApplyMarkdown(w io.Writer, res *apply.Result) {
 
 	if held := res.Held(); len(held) > 0 || res.ReleaseErr != nil {
 		fmt.Fprintln(w, "Fences are still held: inspect them with `ghcrsync fences`, undo them with `ghcrsync release`.")
+		fmt.Fprintln(w)
 	}
+
+	verdictMarkdown(w, res.Verdict, res.VerdictErr)
 }
 
 func shortRev(rev string) string {

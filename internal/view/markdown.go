@@ -18,6 +18,8 @@ const (
 	LabelNoChanges      = "ghcrsync:no-changes"
 	LabelLiveUpdate     = "ghcrsync:live-update"
 	LabelRebootRequired = "ghcrsync:reboot-required"
+	// LabelSafeToRevoke: nothing uses the old credential any more.
+	LabelSafeToRevoke = "ghcrsync:safe-to-revoke"
 )
 
 // disruption is what an action does to the workloads on the node.
@@ -42,6 +44,10 @@ func Labels(p *plan.Plan) []string {
 
 	if p.Summary.Fence > 0 {
 		out = append(out, LabelRebootRequired)
+	}
+
+	if p.SafeToRevoke() {
+		out = append(out, LabelSafeToRevoke)
 	}
 
 	return out
@@ -154,6 +160,8 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 
 		fmt.Fprintln(w)
 	}
+
+	planVerdictMarkdown(w, p)
 
 	if len(p.Warnings) > 0 {
 		fmt.Fprintln(w, "#### Warnings")

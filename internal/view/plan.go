@@ -77,6 +77,11 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	}
 
 	planSummary(w, p)
+
+	if p.Verdict != nil {
+		fmt.Fprintln(w)
+		planVerdict(w, p)
+	}
 }
 
 // legend lists the symbols the plan uses.
@@ -272,6 +277,8 @@ type PlanJSON struct {
 	Warnings          []string     `json:"warnings"`
 	Summary           plan.Summary `json:"summary"`
 	Changes           bool         `json:"changes"`
+	// Verdict is who uses which credential as the plan found the cluster.
+	Verdict *VerdictJSON `json:"verdict,omitempty"`
 }
 
 // NodeJSON is one node of PlanJSON.
@@ -309,8 +316,9 @@ type TemplateJSON struct {
 	Reason    string `json:"reason"`
 }
 
-// PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version.
-const PlanJSONFormatVersion = "1.0"
+// PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
+// (1.1: the verdict).
+const PlanJSONFormatVersion = "1.1"
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
@@ -320,7 +328,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
-		Summary: p.Summary, Changes: p.Changes(),
+		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
 	}
 
 	for _, n := range p.Nodes {

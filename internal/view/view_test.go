@@ -49,6 +49,37 @@ func golden(t *testing.T, name string, render func(*bytes.Buffer) error) {
 
 var changed = &plan.Plan{CredentialRevision: "9f8e7d6c5b4a39281706f5e4d3c2b1a0", Summary: plan.Summary{Fence: 3}}
 
+// verdictOf is the verdict of a small cluster: prod-worker-1 rotated and proved, prod-worker-2
+// on the old credential (and, when old, an ESO-managed consumer and the root on it too).
+func verdictOf(old bool) *plan.Revocation {
+	in := plan.Input{CredentialRevision: changed.CredentialRevision, AuthDigest: "a1b2c3d4e5f60718", PullSecretRevision: "5e6f7a8b9c0d1e2f"}
+	node := func(name, digest string) plan.Node {
+		return plan.Node{Name: name, UID: "uid-" + name, Ready: true, BootID: "boot-" + name, VerifiedRevision: in.CredentialRevision,
+			VerifiedBoot: "boot-" + name, Talos: &plan.TalosFacts{Version: "v1.13.9", ConfiguredDigest: digest}}
+	}
+
+	s := plan.Snapshot{
+		Nodes: []plan.Node{node("prod-worker-1", in.AuthDigest), node("prod-worker-2", in.AuthDigest)},
+		Secrets: []plan.SecretObs{
+			{Namespace: "team-a", Name: "ghcr-pull", Role: plan.RoleConsumer, Exists: true, Type: "kubernetes.io/dockerconfigjson", Digest: in.PullSecretRevision},
+			{Namespace: "flux-system", Name: "ghcr-auth", Role: plan.RoleRoot, Exists: true, Type: "kubernetes.io/dockerconfigjson", Digest: in.PullSecretRevision},
+		},
+		Templates: []plan.TemplateObs{{Name: "hcloud", Namespace: "kube-system", Secret: "hcloud-cluster-config", Key: "HCLOUD_CLUSTER_CONFIG", Pool: "cx43", Digest: in.AuthDigest}},
+	}
+
+	if old {
+		s.Nodes[1] = node("prod-worker-2", "0ld0ld0ld0ld0ld0")
+		s.Nodes[1].VerifiedRevision = ""
+		s.Secrets = append(s.Secrets, plan.SecretObs{Namespace: "team-b", Name: "ghcr-pull", Role: plan.RoleConsumer, Exists: true,
+			Type: "kubernetes.io/dockerconfigjson", Digest: "0ld5ecre70ld5ecr", Foreign: "External Secrets (reconcile.external-secrets.io/managed=true)"})
+		s.Secrets[1].Digest = "0ld5ecre70ld5ecr"
+	}
+
+	v := plan.Inventory(s, in)
+
+	return &v
+}
+
 func applyResult() *apply.Result {
 	return &apply.Result{
 		Plan:   changed,
@@ -71,6 +102,7 @@ func applyResult() *apply.Result {
 			{Namespace: "flux-system", Secret: "ghcr-auth", Role: plan.RoleRoot, Outcome: fanout.HeldBack, Message: "the root Flux secret keeps its old credential: 1 part(s) of this run failed"},
 		},
 		Reclaimed: []fence.Outcome{{Fence: fence.Fence{Kind: fence.KindLease, Name: "flux-system/ghcr-auth-refresh", Holder: "dead-run"}, Released: true, Message: "Lease released"}},
+		Verdict:   verdictOf(true),
 	}
 }
 
@@ -98,12 +130,19 @@ func TestApplyView(t *testing.T) {
 			Message: "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"},
 		{Node: "prod-worker-3", Action: plan.ActionFence, Outcome: state.OutcomeSkipped, Message: "not started: the run was cancelled"},
 	}}
+	cancelled.VerdictErr = errors.New("the cluster could not be read to judge whether the old credential is still used: list nodes: connection refused")
 	golden(t, "apply_cancelled.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, cancelled) })
 	golden(t, "apply_cancelled.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, cancelled) })
 
-	none := &apply.Result{Plan: &plan.Plan{CredentialRevision: "9f8e7d6c5b4a3928"}}
+	none := &apply.Result{Plan: &plan.Plan{CredentialRevision: "9f8e7d6c5b4a3928"}, Verdict: verdictOf(false)}
 	golden(t, "apply_no_changes.txt", func(b *bytes.Buffer) error { return view.Apply(b, view.Human, none) })
 	golden(t, "apply_no_changes.json", func(b *bytes.Buffer) error { return view.Apply(b, view.JSON, none) })
+
+	// The step summary and the annotations carry the verdict too.
+	golden(t, "apply.md", func(b *bytes.Buffer) error { view.ApplyMarkdown(b, applyResult()); return nil })
+	golden(t, "apply_safe.md", func(b *bytes.Buffer) error { view.ApplyMarkdown(b, none); return nil })
+	golden(t, "apply.github", func(b *bytes.Buffer) error { view.ApplyAnnotations(b, applyResult()); return nil })
+	golden(t, "apply_safe.github", func(b *bytes.Buffer) error { view.ApplyAnnotations(b, none); return nil })
 }
 
 func recovery(dryRun bool) *fence.RecoveryResult {

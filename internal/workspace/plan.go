@@ -22,13 +22,15 @@ type PlanOptions struct {
 
 // Plan proves the credential, observes the fleet and plans. It writes nothing anywhere.
 func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error) {
-	cred, err := w.Credential()
+	in, err := w.Input(o)
 	if err != nil {
 		return nil, err
 	}
 
+	in.Probe = plan.Probe{Image: w.Config.Nodes.Probe.Image, Namespace: w.Config.Nodes.Probe.Namespace, ServiceAccount: w.Config.Nodes.Probe.ServiceAccount}
+
 	if !o.SkipProof {
-		if err := w.Prove(ctx); err != nil {
+		if in.Probe.Image, err = w.Prove(ctx); err != nil {
 			return nil, fmt.Errorf("%w; nothing was planned", err)
 		}
 	}
@@ -38,6 +40,23 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		return nil, err
 	}
 
+	p := plan.Make(snap, in)
+
+	if err := w.ProbeAdmissible(ctx, p); err != nil {
+		return nil, err
+	}
+
+	return p, nil
+}
+
+// Input is what, besides a snapshot, decides a plan and a verdict: the desired credential's
+// digests, the configuration's rules, the state. The same for plan and for apply's re-listing.
+func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
+	cred, err := w.Credential()
+	if err != nil {
+		return plan.Input{}, err
+	}
+
 	ttl := o.TTL
 	if ttl == 0 {
 		ttl = time.Hour
@@ -45,12 +64,12 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 
 	cfg := w.Config
 
-	return plan.Make(snap, plan.Input{
+	return plan.Input{
 		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
-	}), nil
+	}, nil
 }
 
 // known lists the nodes the state or the previous plan say exist (name -> uid).
@@ -207,3 +226,28 @@ const SelfNodeEnv = "GHCRSYNC_NODE_NAME"
 
 // SelfNode is the node this ghcrsync runs on, "" when it does not run in the cluster.
 func SelfNode() string { return os.Getenv(SelfNodeEnv) }
+
+// ProbeAdmissible checks, with a server-side dry run, that the plan's runtime probe pod is
+// admitted as it is on the first node the plan acts on (any node when it acts on none): a probe
+// that PodSecurity, a webhook or a policy would deny, or that admission would give a pull
+// secret, fails here, before any node is touched.
+func (w *Workspace) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
+	pr := p.Probe
+	if pr.Image == "" {
+		cfg := w.Config.Nodes.Probe
+		pr = plan.Probe{Image: cfg.Image, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
+	}
+
+	if pr.Image == "" || len(p.Nodes) == 0 {
+		return nil
+	}
+
+	node := p.Nodes[0].Name // the plan's order: the first node acted on, if any
+
+	err := w.Kube.ProbeAdmissible(ctx, node, cluster.Probe{Image: pr.Image, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount})
+	if err != nil {
+		return fmt.Errorf("%w. Nothing was changed: fix the probe's namespace or the policy, or set nodes.runtime_probe (docs/apply.md)", err)
+	}
+
+	return nil
+}

@@ -84,7 +84,13 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 
 	slices.Sort(skipped)
 
-	return permission.Render(ns, ids), skipped, nil
+	objs = permission.Render(ns, ids)
+
+	if pr := cfg.Nodes.Probe; pr.Image != "" {
+		objs = append(objs[:len(ids)], append([]runtime.Object{permission.ProbeAccount(pr.Namespace, pr.ServiceAccount)}, objs[len(ids):]...)...)
+	}
+
+	return objs, skipped, nil
 }
 
 // connect builds the configuration's Kubernetes client.

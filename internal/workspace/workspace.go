@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -175,27 +177,53 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	return w.talos, nil
 }
 
-// Prove proves the credential against the registry's token flow for every prove target.
-func (w *Workspace) Prove(ctx context.Context) error {
+// Prove proves the credential against the registry's token flow for every prove target and
+// the runtime probe's image (which must be private: an image anyone can pull proves nothing
+// about a node's credential). It returns the probe image by its proved digest
+// (REGISTRY/repo@sha256:…; "" when there is no probe image).
+func (w *Workspace) Prove(ctx context.Context) (string, error) {
 	cred, err := w.Credential()
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	cfg := w.Config.Credential
 
 	if len(cfg.Prove) == 0 {
-		return fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+		return "", fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+	}
+
+	targets := slices.Clone(cfg.Prove)
+
+	probe := strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/")
+	if probe != "" && !slices.Contains(targets, probe) {
+		targets = append(targets, probe)
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
-	if err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, cfg.Prove); err != nil {
-		return fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+	digests, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, targets)
+	if err != nil {
+		return "", fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
-	return nil
+	return ByDigest(w.Config.Nodes.Probe.Image, digests[probe]), nil
+}
+
+// ByDigest is image (REGISTRY/repo:tag or REGISTRY/repo@digest) pinned to digest: what is pulled
+// is exactly what was proved. An image without a known digest is returned as it is.
+func ByDigest(image, digest string) string {
+	if image == "" || digest == "" || strings.Contains(image, "@") {
+		return image
+	}
+
+	repo := image
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		repo = image[:i]
+	}
+
+	return repo + "@" + digest
 }
 
 // Liveness is the configured liveness source, or nil.

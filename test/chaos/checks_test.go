@@ -20,9 +20,11 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -53,10 +55,58 @@ func (r *seedRun) checkInvariants(ctx context.Context) {
 		}
 
 		r.checkState(pj.CredentialRevision)
+		r.checkVerdict(ctx, pj)
 	}
 
 	r.checkCarriedChanges(ctx)
 	r.checkWorkloadsPull(ctx)
+}
+
+// checkVerdict: ghcrsync's own verdict — the final plan's — is clean, and agrees with the
+// sandbox's ground truth: every machine's runtime pulls with the seed's credential (the
+// credential its container runtime loaded, not its config), every managed pull secret and the
+// node template hold it. A verdict that says "safe to revoke" while a machine or secret still
+// uses the old credential is the failure this check exists for.
+func (r *seedRun) checkVerdict(ctx context.Context, pj view.PlanJSON) {
+	var truth []string
+
+	for _, m := range r.sb.Fleet().Machines() {
+		if eff := m.Effective(); eff.Username != r.cred.Username || eff.Password != r.cred.Password {
+			truth = append(truth, "machine "+m.Name+" pulls as "+eff.Username)
+		}
+	}
+
+	targets := [][2]string{{sandbox.RootNamespace, sandbox.RootSecret}}
+	for _, ns := range sandbox.ConsumerNamespaces {
+		targets = append(targets, [2]string{ns, sandbox.ConsumerSecret})
+	}
+
+	for _, tg := range targets {
+		s, err := r.kube.CoreV1().Secrets(tg[0]).Get(ctx, tg[1], metav1.GetOptions{})
+		if err != nil {
+			r.problem("read %s/%s: %v", tg[0], tg[1], err)
+
+			return
+		}
+
+		c, err := credential.Parse(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost)
+		if err != nil || c.Username != r.cred.Username || c.Password() != r.cred.Password {
+			truth = append(truth, "secret "+tg[0]+"/"+tg[1])
+		}
+	}
+
+	v := pj.Verdict
+
+	switch {
+	case v == nil:
+		r.problem("the final plan has no verdict")
+	case len(truth) > 0 && v.SafeToRevoke:
+		r.problem("ghcrsync says it is safe to revoke the old credential, but the sandbox still uses it: %s", strings.Join(truth, "; "))
+	case len(truth) == 0 && !v.SafeToRevoke:
+		r.problem("the sandbox uses only the new credential, but ghcrsync's verdict says: %s", v.Sentence)
+	case len(truth) > 0:
+		r.problem("after convergence the old credential is still used: %s (ghcrsync: %s)", strings.Join(truth, "; "), v.Sentence)
+	}
 }
 
 // checkNodes: no ghcrsync mark on any node; a node is cordoned only by an operator, and

@@ -504,8 +504,14 @@ func (r *seedRun) convergeAll(ctx context.Context) bool {
 			return false
 		}
 
-		if !pj.Changes {
+		if !pj.Changes && pj.Verdict != nil && pj.Verdict.SafeToRevoke {
 			return true
+		}
+
+		if !pj.Changes { // nothing ghcrsync would do, yet the old credential is in use (or no verdict)
+			r.problem("convergence: no changes, but the verdict is %+v", pj.Verdict)
+
+			return false
 		}
 
 		p, err := r.c.cli.start("apply", "--config", r.cfg, planFile)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,9 @@ type Registry struct {
 	users  map[string]string // username -> password
 	tokens map[string]grant
 	realm  string // the token realm the challenge names ("": its own /token)
+	// denied are the repositories a user may log in for but not read ("user repo"), as GHCR
+	// grants each package on its own.
+	denied map[string]bool
 }
 
 type grant struct {
@@ -56,6 +60,10 @@ const RegistryHost = "ghcr.io"
 // PrivateImages are seeded at start; all need credentials.
 var PrivateImages = []string{PrivateOrg + "/private-probe:v1", PrivateOrg + "/app:v1", DistrolessImage}
 
+// PublicImage is seeded too, outside PrivateOrg: anyone pulls it with an anonymous token (as a
+// public GHCR package), so a pull of it proves nothing about a credential.
+const PublicImage = "public/probe:v1"
+
 // DistrolessImage is a private image with no shell and no /bin/true, whose entrypoint is missing:
 // it pulls, but no container of it starts (what a runtime proof by exit code would get wrong).
 const DistrolessImage = PrivateOrg + "/distroless-probe:v1"
@@ -68,11 +76,24 @@ type Traits struct {
 
 // ImageTraits says what is in an image ("org/name:tag", or with the registry host).
 func ImageTraits(image string) Traits {
-	if strings.TrimPrefix(image, RegistryHost+"/") == DistrolessImage {
+	if repoOf(strings.TrimPrefix(image, RegistryHost+"/")) == repoOf(DistrolessImage) {
 		return Traits{NoShell: true, MissingEntrypoint: true}
 	}
 
 	return Traits{}
+}
+
+// repoOf is an image reference without its tag or digest.
+func repoOf(ref string) string {
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+
+	return ref
 }
 
 // Start seeds the private images and serves the registry on a loopback port.
@@ -81,6 +102,7 @@ func Start() (*Registry, error) {
 		inner:  ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
 		users:  map[string]string{},
 		tokens: map[string]grant{},
+		denied: map[string]bool{},
 	}
 
 	if err := r.seed(); err != nil {
@@ -107,7 +129,7 @@ func (r *Registry) seed() error {
 
 	host := strings.TrimPrefix(ts.URL, "http://")
 
-	for _, image := range PrivateImages {
+	for _, image := range append(slices.Clone(PrivateImages), PublicImage) {
 		img, err := random.Image(512, 1)
 		if err != nil {
 			return err
@@ -155,6 +177,23 @@ func (r *Registry) RevokeCredential(username string) bool {
 	}
 
 	return ok
+}
+
+// DenyRepository refuses user reading repository (org/name), though the credential still logs
+// in and reads the others: a package not granted to it. AllowRepository undoes it.
+func (r *Registry) DenyRepository(user, repository string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.denied[user+" "+repository] = true
+}
+
+// AllowRepository undoes DenyRepository.
+func (r *Registry) AllowRepository(user, repository string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	delete(r.denied, user+" "+repository)
 }
 
 // SetRealm makes the auth challenge name another token realm ("" restores its own): a
@@ -242,6 +281,7 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	g, valid := r.tokens[tok]
 	_, userLive := r.users[g.user]
+	denied := r.denied[g.user+" "+repo]
 	r.mu.Unlock()
 
 	switch {
@@ -250,7 +290,7 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 
 		return
-	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/"):
+	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/"), denied:
 		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
 
 		return

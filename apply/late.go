@@ -1,0 +1,169 @@
+package apply
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// lateRounds bounds the re-listings that find nodes to rotate: a fleet that keeps growing is
+// left to the verdict (it says which nodes still use the old credential) and the next run.
+const lateRounds = 3
+
+// lateNodes rotates, under the same Lease and failure budget, what the plan could not: nodes
+// that joined during the run (a scale-up), and nodes the plan or the run left alone that the
+// planner's judgement now lets through (a scale-down candidate whose taint went, a node that is
+// Ready again). The fleet is listed again and planned with the plan's own rules until two
+// lists in a row agree and find nothing to do, at most lateRounds times with work. A node the
+// cluster is deleting is waited for (bounded by ready_timeout): gone is fine.
+func (r *run) lateNodes(ctx context.Context) {
+	if r.exec == nil {
+		return
+	}
+
+	if r.done == nil { // name/uid: rotated, failed or cancelled in this run
+		r.done = map[string]bool{}
+
+		for _, np := range r.p.Nodes {
+			if np.Order > 0 && !deselected(r.res.Nodes, np.Name) {
+				r.done[np.Name+"/"+np.UID] = true
+			}
+		}
+	}
+
+	done := r.done
+
+	deadline := r.ws.Now().Add(r.ws.Config.Nodes.ReadyTimeout)
+	previous, worked := "", 0
+
+	for list := 1; ; list++ {
+		if ctx.Err() != nil || r.exec.stopped() || r.exec.budgetSpent() {
+			return
+		}
+
+		if h := r.o.Hooks.BeforeRelist; h != nil {
+			h(list)
+		}
+
+		fresh, err := r.replan(ctx)
+		if err != nil {
+			r.log.Warn("the fleet could not be listed again for late nodes; the verdict reads it once more", "error", err)
+
+			return
+		}
+
+		var todo []plan.NodePlan
+
+		for _, np := range fresh.Nodes {
+			if np.Order > 0 && !done[np.Name+"/"+np.UID] {
+				todo = append(todo, np)
+			}
+		}
+
+		fleet := fleetOf(fresh)
+
+		switch {
+		case len(todo) > 0 && worked < lateRounds:
+			worked++
+			r.log.Warn("late nodes: the fleet changed since the plan; rotating them under the same Lease", "round", worked, "nodes", names(todo))
+
+			for _, np := range todo {
+				done[np.Name+"/"+np.UID] = true
+			}
+
+			sub := *fresh
+			sub.Nodes = todo
+			results := r.exec.run(ctx, &sub)
+
+			for i := range results {
+				results[i].Late = true
+			}
+
+			r.res.Nodes = append(r.res.Nodes, results...)
+		case len(todo) > 0:
+			r.log.Warn("late nodes remain after the last round; the verdict names them", "nodes", names(todo))
+
+			return
+		case deleting(fresh) && r.ws.Now().Before(deadline):
+			r.log.Info("waiting for nodes the cluster is deleting to go", "nodes", deletingNames(fresh))
+
+			if err := r.exec.sleep(ctx); err != nil {
+				return
+			}
+		case fleet == previous:
+			return // two lists in a row agree, with nothing to do
+		}
+
+		previous = fleet
+	}
+}
+
+// replan lists the fleet again and plans it with the plan's own rules.
+func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
+	in, err := r.ws.Input(workspace.PlanOptions{})
+	if err != nil {
+		return nil, err
+	}
+
+	snap, err := r.ws.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	return plan.Make(snap, in), nil
+}
+
+// deselected reports whether the run's last result for node deselected it (the judgement left it
+// alone: it may be judged again).
+func deselected(results []NodeResult, node string) bool {
+	for i := len(results) - 1; i >= 0; i-- {
+		if results[i].Node == node {
+			return results[i].Outcome == state.OutcomeDeselected
+		}
+	}
+
+	return false
+}
+
+// fleetOf identifies a listing: every node's name and uid.
+func fleetOf(p *plan.Plan) string {
+	ids := make([]string, 0, len(p.Nodes))
+
+	for _, n := range p.Nodes {
+		if n.UID != "" {
+			ids = append(ids, n.Name+"/"+n.UID)
+		}
+	}
+
+	slices.Sort(ids)
+
+	return strings.Join(ids, ",")
+}
+
+// deleting reports whether a node the cluster is deleting still uses the old credential.
+func deleting(p *plan.Plan) bool { return len(deletingNames(p)) > 0 }
+
+func deletingNames(p *plan.Plan) []string {
+	var out []string
+
+	for _, n := range p.Nodes {
+		if n.Action == plan.ActionDeselect && (n.Reason == plan.ReasonDeleting || n.Reason == plan.ReasonAutoscalerDeleting) {
+			out = append(out, n.Name)
+		}
+	}
+
+	return out
+}
+
+func names(nodes []plan.NodePlan) []string {
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+
+	return out
+}

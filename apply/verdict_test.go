@@ -1,0 +1,509 @@
+package apply_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// Exit 0 promises that revoking the old credential breaks nothing. These tests produce, on the
+// sandbox, each way a run used to end green with the old credential still in use, and check the
+// verdict — read from the cluster at the end — says so and keeps the root Flux secret back.
+
+// rootOutcome is what became of the root Flux secret in a run.
+func rootOutcome(res *apply.Result) fanout.Result {
+	for _, s := range res.Secrets {
+		if s.Role == plan.RoleRoot {
+			return s
+		}
+	}
+
+	return fanout.Result{}
+}
+
+// joinOnTheOldCredential adds an autoscaled machine booted from a node template that holds the
+// old credential (a GitOps revert of the template between ghcrsync's write and the scale-up),
+// puts it in the rotation's group, and restores the template ghcrsync wrote.
+func joinOnTheOldCredential(t *testing.T, sb *sandbox.Sandbox, r *rotation, old []byte) string {
+	t.Helper()
+
+	ctx := context.Background()
+	secrets := sb.Kube().CoreV1().Secrets(sandbox.TemplateNamespace)
+
+	tpl, err := secrets.Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ours := tpl.Data[sandbox.TemplateKey]
+	setTemplate(t, sb, old)
+
+	up, err := sb.Do(ctx, "scale-up", sandbox.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	setTemplate(t, sb, ours)
+
+	late := up.(map[string]string)["added"]
+	sandboxtest.PatchNode(t, sb.Kube(), late, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": r.group}}})
+	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "delete-node", sandbox.Request{Node: late}) })
+
+	return late
+}
+
+func templateData(t *testing.T, sb *sandbox.Sandbox) []byte {
+	t.Helper()
+
+	tpl, err := sb.Kube().CoreV1().Secrets(sandbox.TemplateNamespace).Get(context.Background(), sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return tpl.Data[sandbox.TemplateKey]
+}
+
+func setTemplate(t *testing.T, sb *sandbox.Sandbox, data []byte) {
+	t.Helper()
+
+	secrets := sb.Kube().CoreV1().Secrets(sandbox.TemplateNamespace)
+
+	tpl, err := secrets.Get(context.Background(), sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tpl.Data[sandbox.TemplateKey] = data
+	if _, err := secrets.Update(context.Background(), tpl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A machine that joins while a node reboots, with the old credential, is found by the re-listing
+// and rotated in the same run: the verdict is clean and the root written. The negative control:
+// a late machine the run cannot rotate (its Talos API hangs) leaves the verdict unclean and the
+// root on the old credential.
+func TestLateNodeIsRotatedInTheSameRun(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name      string
+		rotatable bool
+	}{{"rotated", true}, {"cannot_be_rotated", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := templateData(t, sb) // the credential of the run before this one
+			// A short Talos timeout: the hung machine is read again by every listing.
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, "talos {", "talos {\n  timeout = \"3s\"", 1) }, "prod-worker-1")
+			path := r.plan()
+
+			var (
+				once sync.Once
+				late string
+			)
+
+			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+				if node == "prod-worker-1" && phase == state.PhaseRebooting {
+					once.Do(func() {
+						late = joinOnTheOldCredential(t, sb, r, old)
+
+						if !tc.rotatable {
+							if _, err := sb.Do(ctx, "hang-talos", sandbox.Request{Node: late}); err != nil {
+								t.Error(err)
+							}
+
+							t.Cleanup(func() { _, _ = sb.Do(context.Background(), "unhang-talos", sandbox.Request{Node: late}) })
+						}
+					})
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if late == "" {
+				t.Fatal("the hook never added the late machine")
+			}
+
+			if !tc.rotatable {
+				if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), late) || rootOutcome(res).Outcome != fanout.HeldBack {
+					t.Fatalf("a late node left on the old credential: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+				}
+
+				return
+			}
+
+			x := r.result(res, late)
+			if x.Outcome != state.OutcomeDone || !x.Late {
+				t.Fatalf("the late node: %+v", x)
+			}
+
+			if !res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.Written {
+				t.Fatalf("after rotating the late node: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+			}
+		})
+	}
+}
+
+// A scale-down candidate left alone (autoscaler_candidates = "deselect") stays on the old
+// credential: the verdict names it and the root is held back. The negative control: with the
+// default ("include") it is rotated, guarded by the scale-down-disabled annotation.
+func TestDeselectedCandidateIsReported(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	const candidate = "prod-worker-2"
+
+	taint := corev1.Taint{Key: sandbox.DeletionCandidateTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectPreferNoSchedule}
+	updateNode(t, sb, candidate, func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) })
+	t.Cleanup(func() {
+		updateNode(t, sb, candidate, func(n *corev1.Node) {
+			out := n.Spec.Taints[:0]
+			for _, x := range n.Spec.Taints {
+				if x.Key != taint.Key {
+					out = append(out, x)
+				}
+			}
+
+			n.Spec.Taints = out
+		})
+	})
+
+	for _, policy := range []string{"deselect", "include"} {
+		t.Run(policy, func(t *testing.T) {
+			r := newRotation(t, sb, func(s string) string {
+				return strings.Replace(s, `autoscaler_candidates = "include"`, `autoscaler_candidates = "`+policy+`"`, 1)
+			}, "prod-worker-1", candidate)
+			r.mayDeselect = map[string]bool{candidate: policy == "deselect"}
+
+			res, err := r.apply(r.plan(), apply.Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if policy == "include" {
+				if x := r.result(res, candidate); x.Outcome != state.OutcomeDone || !res.SafeToRevoke() {
+					t.Fatalf("the candidate under include: %+v; verdict %+v", x, res.Verdict)
+				}
+
+				return
+			}
+
+			if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), candidate) || rootOutcome(res).Outcome != fanout.HeldBack ||
+				!strings.Contains(rootOutcome(res).Message, candidate) {
+				t.Fatalf("a deselected candidate on the old credential: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+			}
+		})
+	}
+}
+
+// injectPullSecret installs a MutatingAdmissionPolicy (the API server's own plugin) that gives
+// every runtime probe pod the pull secret name — as the ServiceAccount plugin does from a
+// namespace's default account, or a policy engine may — and waits until it is in force. It
+// returns its removal (which waits until it is gone). Safe to call from a hook: it reports
+// instead of failing the test.
+func injectPullSecret(kube kubernetes.Interface, name string) (func() error, error) {
+	ctx := context.Background()
+	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "inject-pull-secret"},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "probe-pods",
+				Expression: `has(object.metadata.labels) && "ghcrsync.dev/probe-node" in object.metadata.labels`}},
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{
+					Expression: `[JSONPatch{op: "add", path: "/spec/imagePullSecrets", value: [{"name": "` + name + `"}]}]`,
+				},
+			}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy.Name},
+	}
+
+	api := kube.AdmissionregistrationV1()
+	if _, err := api.MutatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
+	if _, err := api.MutatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
+	remove := func() error {
+		_ = api.MutatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+		_ = api.MutatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
+
+		return untilMutated(kube, false) // gone from the API server's admission chain too
+	}
+
+	return remove, untilMutated(kube, true)
+}
+
+// untilMutated waits (30 s at most) until a probe-like pod's dry run is, or is not, given a pull
+// secret by admission.
+func untilMutated(kube kubernetes.Interface, want bool) error {
+	var last error
+
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		pod, err := kube.CoreV1().Pods(sandbox.ProbeNamespace).Create(context.Background(), probeLike(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err
+
+			continue
+		}
+
+		if (len(pod.Spec.ImagePullSecrets) > 0) == want {
+			return nil
+		}
+
+		last = fmt.Errorf("the pod's pull secrets are %v", pod.Spec.ImagePullSecrets)
+	}
+
+	return fmt.Errorf("the mutating policy's effect (%t) did not show within 30s: %w", want, last)
+}
+
+func probeLike() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-like-", Labels: map[string]string{"ghcrsync.dev/probe-node": "x"}},
+		Spec:       corev1.PodSpec{ServiceAccountName: sandbox.ProbeServiceAccount, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+	}
+}
+
+// A probe pod that admission gives a pull secret is no proof of the node's own credential: with
+// the node's own new credential revoked while it reboots, the pull would succeed through the
+// injected secret — the run refuses the proof instead, and the fence stays. Before any node is
+// touched, plan refuses the same mutation (its server-side dry run sees it). The negative
+// control: the same run without the mutation, in a probe namespace enforcing PodSecurity
+// "restricted", proves the node.
+func TestProofThroughAnInjectedPullSecretIsRefused(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	const name = "prod-worker-3"
+
+	// The pull secret the mutation names, holding a credential that pulls.
+	c := sb.NewCredential()
+	_, err := kube.CoreV1().Secrets(sandbox.ProbeNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "injected"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: sandbox.DockerConfigJSON(c)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Secrets(sandbox.ProbeNamespace).Delete(ctx, "injected", metav1.DeleteOptions{})
+	})
+
+	// Installed after the plan and apply's own dry run: only the pod's read-back can see it.
+	r := newRotation(t, sb, nil, name)
+	path := r.plan()
+
+	var remove func() error
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == name && phase == state.PhaseRebooting {
+			sb.Registry().RevokeCredential(r.cred.Username) // the node's own new credential no longer pulls
+
+			var err error
+			if remove, err = injectPullSecret(kube, "injected"); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sb.Registry().AddCredential(r.cred.Username, r.cred.Password)
+
+	if remove == nil {
+		t.Fatal("the mutation was never installed")
+	}
+
+	if err := remove(); err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, name); x.Outcome != state.OutcomeFailed || !x.Fenced || !strings.Contains(x.Message, "imagePullSecrets injected") {
+		t.Fatalf("a proof through an injected pull secret: %+v", x)
+	}
+
+	if rootOutcome(res).Outcome != fanout.HeldBack {
+		t.Fatalf("the root after a refused proof: %+v", rootOutcome(res))
+	}
+
+	if rel := releaseHolder(t, r.cfg, res.Holder); rel.Held() != 0 {
+		t.Fatalf("release: %+v", rel.Outcomes)
+	}
+
+	// Plan sees the mutation before anything is touched.
+	if remove, err = injectPullSecret(kube, "injected"); err != nil {
+		t.Fatal(err)
+	}
+
+	r2 := newRotation(t, sb, nil, name)
+
+	_, err = planCfg(ctx, r2.cfg)
+	if rerr := remove(); rerr != nil {
+		t.Fatal(rerr)
+	}
+
+	if err == nil || !strings.Contains(err.Error(), "admission changed the runtime probe pod") || !strings.Contains(err.Error(), "Nothing was changed") {
+		t.Fatalf("plan with the mutation in force: %v", err)
+	}
+
+	// The control: no mutation, PodSecurity "restricted" enforced: the probe complies and proves.
+	setNamespaceLabel(t, kube, sandbox.ProbeNamespace, "pod-security.kubernetes.io/enforce", "restricted")
+	t.Cleanup(func() { setNamespaceLabel(t, kube, sandbox.ProbeNamespace, "pod-security.kubernetes.io/enforce", "") })
+
+	res2, err := r2.apply(r2.plan(), apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r2.result(res2, name); x.Outcome != state.OutcomeDone || !res2.SafeToRevoke() {
+		t.Fatalf("the control run: %+v, verdict %+v", x, res2.Verdict)
+	}
+
+	waitReady(t, sb, name)
+}
+
+// setNamespaceLabel sets (value "" removes) a label of a namespace.
+func setNamespaceLabel(t *testing.T, kube kubernetes.Interface, ns, key, value string) {
+	t.Helper()
+
+	n, err := kube.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+
+	if value == "" {
+		delete(n.Labels, key)
+	} else {
+		n.Labels[key] = value
+	}
+
+	if _, err := kube.CoreV1().Namespaces().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A consumer reverted between its write and the root's (a GitOps controller, a reflector) is
+// read again before the root is decided: the root stays on the old credential and the verdict
+// names the consumer. The negative control: the same run without the revert writes the root.
+func TestConsumerRevertedBeforeTheRootIsCaught(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	target := sandbox.ConsumerNamespaces[0]
+
+	for _, revert := range []bool{true, false} {
+		t.Run(fmt.Sprintf("revert=%t", revert), func(t *testing.T) {
+			before, err := kube.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			r := newRotation(t, sb, nil, "prod-worker-1")
+
+			res, err := r.apply(r.plan(), apply.Hooks{BeforeRoot: func() {
+				if !revert {
+					return
+				}
+
+				s, err := kube.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+				if err != nil {
+					t.Error(err)
+
+					return
+				}
+
+				s.Data = before.Data
+				if _, err := kube.CoreV1().Secrets(target).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			where := target + "/" + sandbox.ConsumerSecret
+
+			if !revert {
+				if !res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.Written {
+					t.Fatalf("without the revert: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+				}
+
+				return
+			}
+
+			if res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.HeldBack || !strings.Contains(rootOutcome(res).Message, where) ||
+				!strings.Contains(res.Verdict.Sentence(), where) {
+				t.Fatalf("a consumer reverted before the root: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+			}
+		})
+	}
+}
+
+// A fleet the run leaves entirely alone — every node excluded, or a selector matching no Node —
+// never switches the root: zero rotated nodes is not "every node succeeded".
+func TestNoRotatedNodeNeverSwitchesTheRoot(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	for _, tc := range []struct {
+		name string
+		edit func(string) string
+		want string
+	}{
+		{"every_node_excluded", func(s string) string {
+			return strings.Replace(s, "nodes {", "nodes {\n  exclude = [\"prod-worker-1\", \"prod-worker-2\"]", 1)
+		}, "2 nodes (prod-worker-1, prod-worker-2)"},
+		{"no_node_selected", func(s string) string {
+			return strings.Replace(s, `selector = "ghcrsync.dev/test-group=`, `selector = "ghcrsync.dev/no-such-group=`, 1)
+		}, "an empty fleet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotation(t, sb, tc.edit, "prod-worker-1", "prod-worker-2")
+			r.mayDeselect = map[string]bool{"prod-worker-1": true, "prod-worker-2": true}
+
+			res, err := r.apply(r.plan(), apply.Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.HeldBack || !strings.Contains(res.Verdict.Sentence(), tc.want) {
+				t.Fatalf("root %+v, verdict %s", rootOutcome(res), res.Verdict.Sentence())
+			}
+		})
+	}
+}

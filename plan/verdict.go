@@ -1,0 +1,361 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/human"
+)
+
+// A rotation is done for one reason: so the old credential can be revoked. The verdict answers
+// "what would break if it were revoked now?" from the cluster as it is — every node, pull
+// secret, node template and the root Flux secret — never from a plan: a node that joined late,
+// one left deselected, a consumer another controller owns or one reverted after its write is
+// still a user of the old credential, and the verdict says so.
+
+// UseState is what one object's credential is.
+type UseState string
+
+const (
+	// UseNew: it holds the new credential, with a proof the planner accepts (a node: its
+	// runtime loaded it).
+	UseNew UseState = "new"
+	// UseOld: it still holds, or its runtime still uses, another credential.
+	UseOld UseState = "old"
+	// UseUnknown: what it uses could not be read: it counts as old.
+	UseUnknown UseState = "unknown"
+)
+
+// Use kinds.
+const (
+	UseNode     = "node"
+	UseSecret   = "pull-secret"
+	UseRoot     = "root"
+	UseTemplate = "node-template"
+	UseFleet    = "fleet"
+)
+
+// Use is one object and the credential it uses.
+type Use struct {
+	Kind  string   `json:"kind"`
+	Name  string   `json:"name"`
+	State UseState `json:"state"`
+	// Holds is the digest of what it holds ("" unknown or none): a node's and a template's auth
+	// digest, a pull secret's revision.
+	Holds string `json:"holds,omitempty"`
+	Why   string `json:"why"`
+	// Next is what a person must do about an old use ghcrsync cannot fix itself.
+	Next string `json:"next,omitempty"`
+}
+
+// Revocation is the verdict on revoking the old credential: who uses which credential, and whether revoking the old one breaks nothing.
+type Revocation struct {
+	// Revision is the new credential's revision.
+	Revision     string `json:"revision"`
+	SafeToRevoke bool   `json:"safe_to_revoke"`
+	New          int    `json:"new"`
+	Old          int    `json:"old"`
+	Unknown      int    `json:"unknown"`
+	// Uses lists every object: the old and unknown ones first.
+	Uses []Use `json:"uses"`
+}
+
+// Inventory is the verdict of a snapshot: every node (judged by the planner's own rule: in sync
+// with a proof it accepts, or not), every configured pull secret (consumers and the root) and
+// every node template. An empty fleet is no proof of anything: it is an unknown use.
+func Inventory(s Snapshot, in Input) Revocation {
+	v := Revocation{Revision: in.CredentialRevision}
+
+	if len(s.Nodes) == 0 {
+		v.add(Use{Kind: UseFleet, Name: "nodes", State: UseUnknown,
+			Why: "no Node matches nodes.selector: an empty inventory proves nothing", Next: "check nodes.selector and the kubeconfig's cluster"})
+	}
+
+	for _, n := range s.Nodes {
+		v.add(nodeUse(n, in))
+	}
+
+	for _, sec := range s.Secrets {
+		if u, ok := secretUse(sec, in.PullSecretRevision); ok {
+			v.add(u)
+		}
+	}
+
+	for _, t := range s.Templates {
+		v.add(templateUse(t, in.AuthDigest))
+	}
+
+	rank := map[UseState]int{UseOld: 0, UseUnknown: 1, UseNew: 2}
+	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseTemplate: 2, UseSecret: 3, UseRoot: 4}
+	sort.SliceStable(v.Uses, func(i, j int) bool {
+		a, b := v.Uses[i], v.Uses[j]
+		if rank[a.State] != rank[b.State] {
+			return rank[a.State] < rank[b.State]
+		}
+
+		return kinds[a.Kind] < kinds[b.Kind]
+	})
+
+	v.SafeToRevoke = v.Old == 0 && v.Unknown == 0
+
+	return v
+}
+
+func (v *Revocation) add(u Use) {
+	switch u.State {
+	case UseNew:
+		v.New++
+	case UseOld:
+		v.Old++
+	default:
+		v.Unknown++
+	}
+
+	v.Uses = append(v.Uses, u)
+}
+
+// nodeUse: new exactly when the planner would leave the node alone as in sync (its config
+// carries the credential and its runtime provably loaded it).
+func nodeUse(n Node, in Input) Use {
+	u := Use{Kind: UseNode, Name: n.Name, State: UseOld}
+
+	if n.Talos == nil {
+		u.State, u.Why = UseUnknown, "its Talos API could not be read: "+orNone(n.TalosError)
+		u.Next = "make its Talos API reachable, then run plan again"
+
+		return u
+	}
+
+	u.Holds = n.Talos.ConfiguredDigest
+
+	action, reason, sentence := needs(n, in)
+
+	switch {
+	case action == ActionNoOp && reason == ReasonInSync:
+		u.State, u.Why = UseNew, sentence
+	case action == ActionDeselect:
+		u.State, u.Why = UseUnknown, sentence
+	default:
+		u.Why = sentence
+	}
+
+	if u.State != UseNew {
+		switch {
+		case slices.Contains(in.Exclude, n.Name):
+			u.Why += "; it is excluded by nodes.exclude"
+			u.Next = "rotate it yourself, or remove it from nodes.exclude"
+		case n.Name == in.SelfNode:
+			u.Why += "; ghcrsync runs on it"
+			u.Next = "run ghcrsync from another node to rotate it"
+		case n.Deleting != nil:
+			u.Why += "; it is being deleted"
+		}
+	}
+
+	return u
+}
+
+// secretUse: a pull secret is new when it holds the pull-secret revision, whoever manages it; a
+// missing namespace has nothing to use (ok is false).
+func secretUse(s SecretObs, revision string) (Use, bool) {
+	kind := UseSecret
+	if s.Role == RoleRoot {
+		kind = UseRoot
+	}
+
+	where := s.Namespace + "/" + s.Name
+	u := Use{Kind: kind, Name: where, Holds: s.Digest}
+
+	switch {
+	case s.NamespaceMissing:
+		return u, false
+	case !s.Exists:
+		u.State, u.Why = UseNew, where+" does not exist: nothing uses a credential through it"
+
+		if s.Role == RoleRoot {
+			u.State, u.Why = UseOld, where+" does not exist: Flux cannot pull with the new credential"
+		}
+	case s.Digest == revision:
+		u.State, u.Why = UseNew, where+" holds credential revision "+human.Short(revision)
+	case s.Type != "" && s.Type != "kubernetes.io/dockerconfigjson":
+		u.State, u.Why = UseUnknown, fmt.Sprintf("%s is of type %s: what it holds is not a pull credential ghcrsync can read", where, s.Type)
+		u.Next = "make it a kubernetes.io/dockerconfigjson Secret, or remove it from the configuration"
+	default:
+		u.State, u.Why = UseOld, fmt.Sprintf("%s holds another credential (%s)", where, human.ShortOrNone(s.Digest))
+	}
+
+	if s.Foreign != "" && u.State != UseNew {
+		u.Why += "; it is managed by " + s.Foreign + ", so ghcrsync does not write it"
+		u.Next = "update the source " + s.Foreign + " reads it from to the new credential"
+	}
+
+	return u, true
+}
+
+func templateUse(t TemplateObs, authDigest string) Use {
+	u := Use{Kind: UseTemplate, Name: t.Where(), Holds: t.Digest, State: UseOld}
+
+	switch {
+	case t.Digest == authDigest:
+		u.State, u.Why = UseNew, "machines created from it join with the new credential"
+	case t.Digest == "":
+		u.Why = "it carries no credential for the registry"
+	default:
+		u.Why = "machines created from it join with another credential (" + human.Short(t.Digest) + ")"
+	}
+
+	return u
+}
+
+// Still lists the uses of the old credential (old and unknown), kind first.
+func (v Revocation) Still() []Use {
+	var out []Use
+
+	for _, u := range v.Uses {
+		if u.State != UseNew {
+			out = append(out, u)
+		}
+	}
+
+	return out
+}
+
+// Except is the verdict without the uses of one kind (the root, before it is written).
+func (v Revocation) Except(kind string) Revocation {
+	out := Revocation{Revision: v.Revision}
+
+	for _, u := range v.Uses {
+		if u.Kind != kind {
+			out.add(u)
+		}
+	}
+
+	out.SafeToRevoke = out.Old == 0 && out.Unknown == 0
+
+	return out
+}
+
+// Sentence is the verdict in words.
+func (v Revocation) Sentence() string {
+	if v.SafeToRevoke {
+		return fmt.Sprintf("The old credential is no longer used by any node, pull secret, node template or the root Flux secret: "+
+			"all %d hold revision %s. It is safe to revoke.", v.New, human.Short(v.Revision))
+	}
+
+	return "Do not revoke the old credential yet: it is still used by " + v.StillUsedBy() + "."
+}
+
+// StillUsedBy names the uses of the old credential, by kind ("2 nodes (a, b); 1 pull secret
+// (ns/x)").
+func (v Revocation) StillUsedBy() string {
+	counts := map[string][]string{}
+	order := []string{UseFleet, UseNode, UseSecret, UseTemplate, UseRoot}
+
+	for _, u := range v.Still() {
+		counts[u.Kind] = append(counts[u.Kind], u.Name)
+	}
+
+	var parts []string
+
+	for _, k := range order {
+		if names := counts[k]; len(names) > 0 {
+			parts = append(parts, describe(k, names))
+		}
+	}
+
+	return strings.Join(parts, "; ")
+}
+
+func describe(kind string, names []string) string {
+	const most = 5
+
+	shown := names
+	if len(shown) > most {
+		shown = append(slices.Clone(names[:most]), fmt.Sprintf("%d more", len(names)-most))
+	}
+
+	what := map[string][2]string{
+		UseFleet:    {"the fleet", "the fleet"},
+		UseNode:     {"node", "nodes"},
+		UseSecret:   {"pull secret", "pull secrets"},
+		UseTemplate: {"node template", "node templates"},
+		UseRoot:     {"the root Flux secret", "the root Flux secrets"},
+	}[kind]
+
+	switch kind {
+	case UseFleet:
+		return "an empty fleet (no Node matches nodes.selector)"
+	case UseRoot:
+		return what[0] + " " + strings.Join(shown, ", ")
+	}
+
+	noun := what[0]
+	if len(names) != 1 {
+		noun = what[1]
+	}
+
+	return fmt.Sprintf("%d %s (%s)", len(names), noun, strings.Join(shown, ", "))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no facts"
+	}
+
+	return s
+}
+
+// Leaves lists the uses of the old credential the plan does not act on: what would still use it
+// after an apply that did everything planned (a node left alone, a consumer another controller
+// owns). Empty when the plan, carried out, leaves nothing on the old credential.
+func (p *Plan) Leaves() []Use {
+	if p.Verdict == nil {
+		return nil
+	}
+
+	acts, alone := map[string]bool{}, map[string]string{}
+
+	for _, n := range p.Nodes {
+		switch n.Action {
+		case ActionFence, ActionApplyLive:
+			acts[UseNode+" "+n.Name] = true
+		case ActionDeselect:
+			alone[n.Name] = n.Sentence
+		}
+	}
+
+	for _, s := range p.Secrets {
+		if s.Action == SecretCreate || s.Action == SecretUpdate {
+			kind := UseSecret
+			if s.Role == RoleRoot {
+				kind = UseRoot
+			}
+
+			acts[kind+" "+s.Namespace+"/"+s.Secret] = true
+		}
+	}
+
+	for _, t := range p.Templates {
+		if t.Action == TemplateUpdate {
+			acts[UseTemplate+" "+t.Where()] = true
+		}
+	}
+
+	var out []Use
+
+	for _, u := range p.Verdict.Still() {
+		if acts[u.Kind+" "+u.Name] {
+			continue
+		}
+
+		if why, ok := alone[u.Name]; ok && u.Kind == UseNode && u.State == UseOld {
+			u.Why = "this plan leaves it alone: " + why
+		}
+
+		out = append(out, u)
+	}
+
+	return out
+}

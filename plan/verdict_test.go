@@ -1,0 +1,76 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The verdict's rules, one named case each: what makes a use new, old or unknown.
+func TestInventory(t *testing.T) {
+	in := Input{CredentialRevision: "rev-new-0123456789", AuthDigest: "auth-new-0123456789", PullSecretRevision: "ps-new-0123456789"}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	proved := func(name string) Node {
+		return Node{Name: name, UID: "u-" + name, Ready: true, BootID: "b1", VerifiedRevision: in.CredentialRevision, VerifiedBoot: "b1",
+			Talos: &TalosFacts{Version: "v1.13.9", ConfiguredDigest: in.AuthDigest}}
+	}
+	secret := func(name, digest, foreign string) SecretObs {
+		return SecretObs{Namespace: "team", Name: name, Role: RoleConsumer, Exists: true, Type: "kubernetes.io/dockerconfigjson", Digest: digest, Foreign: foreign}
+	}
+
+	for _, tc := range []struct {
+		name  string
+		snap  Snapshot
+		safe  bool
+		state UseState // of the case's first use after sorting ("" = not checked)
+		why   string
+	}{
+		{"all_new", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{secret("ghcr-pull", in.PullSecretRevision, "")}}, true, UseNew, "verified by ghcrsync"},
+		{"empty_fleet_proves_nothing", Snapshot{}, false, UseUnknown, "no Node matches"},
+		{"config_carries_another", Snapshot{Nodes: []Node{{Name: "w1", Ready: true, Talos: &TalosFacts{Version: "v1.13.9", ConfiguredDigest: "auth-old"}}}}, false, UseOld, "another credential"},
+		{"runtime_unproven", Snapshot{Nodes: []Node{{Name: "w1", Ready: true, Talos: &TalosFacts{Version: "v1.13.9", ConfiguredDigest: in.AuthDigest,
+			ConfigUpdated: at, CRIStarted: at.Add(-time.Hour)}}}}, false, UseOld, "nothing proves"},
+		{"runtime_started_after_the_config", Snapshot{Nodes: []Node{{Name: "w1", Ready: true, Talos: &TalosFacts{Version: "v1.13.9", ConfiguredDigest: in.AuthDigest,
+			ConfigUpdated: at, CRIStarted: at.Add(time.Hour)}}}}, true, UseNew, "started at"},
+		{"marker_of_another_boot_is_no_proof", Snapshot{Nodes: []Node{func() Node { n := proved("w1"); n.BootID = "b2"; return n }()}}, false, UseOld, "nothing proves"},
+		{"talos_unreadable", Snapshot{Nodes: []Node{{Name: "w1", TalosError: "connection refused"}}}, false, UseUnknown, "connection refused"},
+		{"excluded_node_says_what_to_do", Snapshot{Nodes: []Node{{Name: "w9", Ready: true, Talos: &TalosFacts{Version: "v1.13.9", ConfiguredDigest: "auth-old"}}}}, false, UseOld, "nodes.exclude"},
+		{"foreign_consumer_on_the_old", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{secret("ghcr-pull", "ps-old", "External Secrets (x=y)")}}, false, UseOld, "managed by External Secrets"},
+		{"foreign_consumer_already_new", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{secret("ghcr-pull", in.PullSecretRevision, "External Secrets (x=y)")}}, true, UseNew, ""},
+		{"missing_consumer_uses_nothing", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "team", Name: "ghcr-pull", Role: RoleConsumer}}}, true, UseNew, ""},
+		{"missing_root_cannot_pull", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "flux-system", Name: "ghcr-auth", Role: RoleRoot}}}, false, UseOld, "Flux cannot pull"},
+		{"missing_namespace_is_not_a_use", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "gone", Name: "ghcr-pull", Role: RoleConsumer, NamespaceMissing: true}}}, true, UseNew, ""},
+		{"secret_of_another_type", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "team", Name: "ghcr-pull", Role: RoleConsumer, Exists: true, Type: "Opaque"}}}, false, UseUnknown, "type Opaque"},
+		{"template_on_the_old", Snapshot{Nodes: []Node{proved("w1")}, Templates: []TemplateObs{{Namespace: "kube-system", Secret: "t", Key: "k", Digest: "auth-old"}}}, false, UseOld, "join with another"},
+		{"template_without_credential", Snapshot{Nodes: []Node{proved("w1")}, Templates: []TemplateObs{{Namespace: "kube-system", Secret: "t", Key: "k"}}}, false, UseOld, "carries no credential"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := in
+			in.Exclude = []string{"w9"}
+
+			v := Inventory(tc.snap, in)
+			if v.SafeToRevoke != tc.safe {
+				t.Fatalf("safe to revoke %t, want %t: %s (%+v)", v.SafeToRevoke, tc.safe, v.Sentence(), v.Uses)
+			}
+
+			if len(v.Uses) == 0 || v.Uses[0].State != tc.state || !strings.Contains(v.Uses[0].Why+" "+v.Uses[0].Next, tc.why) {
+				t.Fatalf("first use %+v, want %s with %q", v.Uses, tc.state, tc.why)
+			}
+
+			if want := map[bool]string{true: "It is safe to revoke.", false: "Do not revoke the old credential yet"}[tc.safe]; !strings.Contains(v.Sentence(), want) {
+				t.Fatalf("sentence %q lacks %q", v.Sentence(), want)
+			}
+		})
+	}
+}
+
+// Except drops a kind (the root before it is written); Still lists old and unknown uses only.
+func TestRevocationExcept(t *testing.T) {
+	v := Revocation{}
+	v.add(Use{Kind: UseRoot, Name: "flux-system/ghcr-auth", State: UseOld})
+	v.add(Use{Kind: UseNode, Name: "w1", State: UseNew})
+
+	if !v.Except(UseRoot).SafeToRevoke || len(v.Still()) != 1 || v.Except(UseNode).SafeToRevoke {
+		t.Fatalf("Except/Still: %+v", v)
+	}
+}
