@@ -507,3 +507,102 @@ func TestNoRotatedNodeNeverSwitchesTheRoot(t *testing.T) {
 		})
 	}
 }
+
+// A consumer whose write reads back as something else — the API server's own
+// MutatingAdmissionPolicy rewrites it on the way in, as a policy engine may — fails, and the root
+// stays on the old credential. The negative control: the other consumer, which the policy does
+// not touch, is written and read back.
+func TestConsumerThatReadsBackWrongHoldsTheRoot(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	target, control := sandbox.ConsumerNamespaces[0], sandbox.ConsumerNamespaces[1]
+
+	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "rewrite-pull-secret"},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
+				},
+			}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "the-consumer",
+				Expression: `object.metadata.namespace == "` + target + `" && object.metadata.name == "` + sandbox.ConsumerSecret + `"`}},
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{
+					Expression: `[JSONPatch{op: "replace", path: "/data/.dockerconfigjson", value: b"{\"auths\":{}}"}]`,
+				},
+			}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy.Name},
+	}
+
+	api := kube.AdmissionregistrationV1()
+	if _, err := api.MutatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := api.MutatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// In force (or gone) once a dry-run write of the consumer comes back rewritten (or not).
+	rewritten := func(want bool) error {
+		s, err := kube.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		s.Data[corev1.DockerConfigJsonKey] = []byte(`{"auths":{"ghcr.io":{"auth":"eDp5"}}}`)
+
+		out, err := kube.CoreV1().Secrets(target).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+
+		if got := string(out.Data[corev1.DockerConfigJsonKey]) == `{"auths":{}}`; got != want {
+			return fmt.Errorf("rewritten %t, want %t", got, want)
+		}
+
+		return nil
+	}
+
+	t.Cleanup(func() {
+		_ = api.MutatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+		_ = api.MutatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
+		sandboxtest.Eventually(t, 30*time.Second, "the policy is unloaded", func() error { return rewritten(false) })
+	})
+
+	sandboxtest.Eventually(t, 30*time.Second, "the policy rewrites the consumer", func() error { return rewritten(true) })
+
+	r := newRotation(t, sb, nil, "prod-worker-1")
+
+	res, err := r.apply(r.plan(), apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, s := range res.Secrets {
+		switch s.Namespace + "/" + s.Secret {
+		case target + "/" + sandbox.ConsumerSecret:
+			if s.Outcome != fanout.Failed || !strings.Contains(s.Message, "does not match what was written") {
+				t.Errorf("the rewritten consumer: %+v", s)
+			}
+		case control + "/" + sandbox.ConsumerSecret:
+			if s.Outcome != fanout.Written {
+				t.Errorf("the control consumer: %+v", s)
+			}
+		}
+	}
+
+	if rootOutcome(res).Outcome != fanout.HeldBack || res.SafeToRevoke() {
+		t.Fatalf("root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+	}
+}

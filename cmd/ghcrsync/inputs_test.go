@@ -398,6 +398,10 @@ func credentialRows(sb *sandbox.Sandbox) []badInput {
 			return planCmd(b)
 		}, 1, []string{"the runtime probe pod would not be admitted in namespace ghcrsync-system", "deny-probe-pods", "no probes here",
 			"Nothing was changed"}, ""},
+		{"probe_namespace_missing", func(b *bench) []string {
+			b.edit(`namespace = "ghcrsync-system"`, `namespace = "no-such-namespace"`)
+			return planCmd(b)
+		}, 1, []string{"the runtime probe pod would not be admitted in namespace no-such-namespace", "not found", "Nothing was changed"}, ""},
 		{"no_prove_targets", func(b *bench) []string {
 			b.edit(`prove     = ["ghcrsync/private-probe:v1"]`, `prove     = []`)
 			return planCmd(b)
@@ -715,16 +719,30 @@ func denyProbes(b *bench) {
 		b.t.Fatal(err)
 	}
 
-	b.t.Cleanup(func() {
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
-	})
-
-	sandboxtest.Eventually(b.t, 30*time.Second, "the policy denies probe pods", func() error {
+	denied := func() bool {
 		_, err := b.sb.Kube().CoreV1().Pods(sandbox.ProbeNamespace).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
+
+		return err != nil
+	}
+
+	b.t.Cleanup(func() {
+		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+		_ = api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
+
+		// The API server unloads a policy a moment after its deletion: the next row starts clean.
+		sandboxtest.Eventually(b.t, 30*time.Second, "the policy is unloaded", func() error {
+			if denied() {
+				return fmt.Errorf("still denying")
+			}
+
+			return nil
+		})
+	})
+
+	sandboxtest.Eventually(b.t, 30*time.Second, "the policy denies probe pods", func() error {
+		if !denied() {
 			return fmt.Errorf("admitted")
 		}
 

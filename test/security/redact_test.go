@@ -70,17 +70,29 @@ func TestAnswersQuotingTheCredentialAreRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() {
-		_ = vap.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
-		_ = vap.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
-	})
-
 	needles := secretFile(t, sb, "redact-answers")
 	// Its own Lease: TestHostileClusterStrings creates the default one.
 	cfg := config(t, sb, func(s string) string { return strings.Replace(s, `"`+sandbox.LeaseName+`"`, `"redact-answers"`, 1) })
 
 	// The control: the policy is in force, and its answer quotes the credential.
 	asTest := sandboxtest.KubeFrom(t, filepath.Join(filepath.Dir(cfg), "kubeconfig"))
+
+	t.Cleanup(func() {
+		_ = vap.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+		_ = vap.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
+
+		// The API server unloads a policy a moment after its deletion: later tests start clean.
+		sandboxtest.Eventually(t, 30*time.Second, "the policy is unloaded", func() error {
+			s, err := asTest.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			_, err = asTest.CoreV1().Secrets(target).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+
+			return err
+		})
+	})
 	sandboxtest.Eventually(t, 20*time.Second, "the policy denies the write, quoting the credential", func() error {
 		s, err := asTest.CoreV1().Secrets(target).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{})
 		if err != nil {

@@ -337,8 +337,10 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
 	}
 
-	if r := ghcrsync(t, sb, "apply", "--config", local, "--log-level", "debug", planFile); r.code != 0 {
-		t.Fatalf("apply: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	// prod-worker-2 stays on the old credential (another run's fence): the verdict says so, exit 5.
+	if r := ghcrsync(t, sb, "apply", "--config", local, "--log-level", "debug", planFile); r.code != 5 ||
+		!strings.Contains(r.stdout, "Do not revoke the old credential yet: it is still used by 1 node (prod-worker-2)") {
+		t.Fatalf("apply: exit %d, want 5 naming prod-worker-2\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 
 	onlyTheRegistry(t, kube)
@@ -346,7 +348,8 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 	sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
 
 	// The second rotation, Kubernetes state, killed at its first reboot; then released.
-	needles = append(needles, secretFile(t, sb, "hygiene-two")...)
+	second := secretFile(t, sb, "hygiene-two")
+	needles = append(needles, second...)
 	kcfg := config(t, sb, kubeState)
 	killedAtReboot(t, sb, kcfg)
 
@@ -426,13 +429,14 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 		t.Fatalf("the scan's needles are not in the pull secret: %v", err)
 	}
 
-	// The node template is the one other place the plaintext belongs: machines boot from it.
+	// The node template is the one other place the plaintext belongs: machines boot from it. The
+	// second run wrote it before its first node, so it carries that run's credential.
 	tpl, err := kube.CoreV1().Secrets(sandbox.TemplateNamespace).Get(ctx, sandbox.TemplateSecret, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if raw, err := base64.StdEncoding.DecodeString(string(tpl.Data[sandbox.TemplateKey])); err != nil || !strings.Contains(string(raw), needles[0]) {
+	if raw, err := base64.StdEncoding.DecodeString(string(tpl.Data[sandbox.TemplateKey])); err != nil || !strings.Contains(string(raw), second[0]) {
 		t.Fatalf("the node template does not carry the rotated credential: %v", err)
 	}
 

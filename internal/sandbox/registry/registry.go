@@ -5,12 +5,15 @@ package registry
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	mathrand "math/rand"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -122,7 +125,9 @@ func Start() (*Registry, error) {
 	return r, nil
 }
 
-// seed pushes the private images straight into the unauthenticated inner handler.
+// seed pushes the private images straight into the unauthenticated inner handler. Each image's
+// content follows from its name: every sandbox's registry serves the same image under the same
+// name (with the same digest), as ghcr.io does for every cluster.
 func (r *Registry) seed() error {
 	ts := httptest.NewServer(r.inner)
 	defer ts.Close()
@@ -130,7 +135,9 @@ func (r *Registry) seed() error {
 	host := strings.TrimPrefix(ts.URL, "http://")
 
 	for _, image := range append(slices.Clone(PrivateImages), PublicImage) {
-		img, err := random.Image(512, 1)
+		sum := sha256.Sum256([]byte(image))
+
+		img, err := random.Image(512, 1, random.WithSource(mathrand.NewSource(int64(binary.BigEndian.Uint64(sum[:8])))))
 		if err != nil {
 			return err
 		}

@@ -90,3 +90,29 @@ func TestRegistryTokenAuth(t *testing.T) {
 		t.Fatalf("revoked credential still gets tokens: %d", code)
 	}
 }
+
+// Two registries serve the same image, digest for digest, under the same name (as one ghcr.io
+// does for every cluster): a digest proved against one pulls from the other.
+func TestImagesAreTheSameInEveryRegistry(t *testing.T) {
+	ctx := context.Background()
+	digests := make([]string, 2)
+
+	for i := range digests {
+		r, err := Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		r.AddCredential("u", "p")
+
+		if digests[i], err = r.Pull(ctx, RegistryHost+"/"+PrivateImages[0], "u", "p"); err != nil {
+			t.Fatal(err)
+		}
+
+		r.Close(ctx)
+	}
+
+	if digests[0] == "" || digests[0] != digests[1] {
+		t.Fatalf("digests %v", digests)
+	}
+}
