@@ -275,7 +275,12 @@ func (r *run) acquire(ctx context.Context) error {
 	cfg := r.ws.Config
 	r.res.Holder = holder.New(r.cred.Revision(), r.o.RunRef).String()
 
-	l, err := lease.Acquire(ctx, r.ws.Kube.Client, lease.Options{
+	leaseClient, err := r.ws.Kube.LeaseClient()
+	if err != nil {
+		return err
+	}
+
+	l, err := lease.Acquire(ctx, leaseClient, lease.Options{
 		Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name, Holder: r.res.Holder,
 		Duration: cfg.Lease.Duration, Heartbeat: cfg.Lease.Heartbeat,
 		Logf: func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
@@ -325,9 +330,9 @@ func (r *run) nodes(ctx context.Context) error {
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
-		MaxFailures:     cfg.Nodes.MaxFailures,
-		Probe:           r.probe(),
-		Logger:          r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
+		MaxFailures:     cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
+		Probe:  r.probe(),
+		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 	})
 
 	r.res.Nodes = r.exec.run(ctx, r.p)

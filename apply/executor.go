@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -27,6 +28,8 @@ type Nodes interface {
 	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
 	// instead of at its next poll. nil (never signals) is allowed.
 	Changes(ctx context.Context, name string) <-chan struct{}
+	// StaticPodsReady reports an error unless every static (mirror) pod on the node is Ready.
+	StaticPodsReady(ctx context.Context, node string) error
 }
 
 // Talos is what the executor needs from the Talos API.
@@ -35,7 +38,10 @@ type Talos interface {
 	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
 	Configure(ctx context.Context, node, registry, username, password string, live bool) error
 	Reboot(ctx context.Context, node string) error
-	EtcdHealthy(ctx context.Context, node string) error
+	// Etcd reads a control plane's etcd member: members, alarms, its status.
+	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
+	// Nodename is the Kubernetes node name the machine at an address says it is.
+	Nodename(ctx context.Context, node string) (string, error)
 }
 
 // Lease is the run's Lease, as the executor uses it.
@@ -77,8 +83,9 @@ type execOptions struct {
 	DrainTimeout       time.Duration
 	ReadyTimeout       time.Duration
 	WorkerParallelism  int
-	LiveParallelism    int // live updates at a time (they cordon nothing)
-	MaxFailures        int // the failure budget: after that many failed nodes no new node starts
+	LiveParallelism    int  // live updates at a time (they cordon nothing)
+	MaxFailures        int  // the failure budget: after that many failed nodes no new node starts
+	AllowQuorumLoss    bool // control planes may be taken down with fewer than plan.MinOtherVoters others
 	Probe              cluster.Probe
 	Logger             hclog.Logger
 	Progress           io.Writer // drain progress
@@ -216,9 +223,9 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 	for _, n := range p.Nodes {
 		switch {
 		case n.Order == 0:
-		case n.Action == plan.ActionApplyLive: // no cordon, no reboot: any role, in parallel
+		case n.Action == plan.ActionApplyLive && n.Role != plan.RoleControlPlane: // no cordon, no reboot: in parallel
 			live = append(live, n)
-		case n.Role == plan.RoleControlPlane:
+		case n.Role == plan.RoleControlPlane: // live or fenced: one at a time, behind the etcd gate
 			controlPlanes = append(controlPlanes, n)
 		default:
 			workers = append(workers, n)
@@ -306,8 +313,9 @@ func (e *executor) budgetSpent() bool {
 	return e.failures >= e.o.MaxFailures
 }
 
-// quorum waits until every other control plane of the cluster is Ready and its etcd member
-// healthy.
+// quorum waits (up to ready_timeout) until the etcd gate lets node be taken down: every other
+// control plane Ready, not cordoned, fenced by no one, its etcd member healthy and a voter, no
+// alarm, enough voters left (plan.Quorum).
 func (e *executor) quorum(ctx context.Context, node string) error {
 	return cluster.WaitFor(ctx, e.o.ReadyTimeout, time.Second, func() (bool, error) {
 		cps, err := e.nodes.ControlPlanes(ctx)
@@ -315,19 +323,26 @@ func (e *executor) quorum(ctx context.Context, node string) error {
 			return false, err
 		}
 
+		view := make([]plan.ControlPlane, 0, len(cps))
+
 		for i := range cps {
 			cp := &cps[i]
-			if cp.Name == node {
-				continue
+			obs := plan.ControlPlane{Name: cp.Name, Ready: cluster.Ready(cp), Unschedulable: cp.Spec.Unschedulable,
+				Owner: cp.Annotations[cluster.OwnerAnnotation]}
+
+			if cp.Name != node {
+				if v, err := e.talos.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
+					obs.Etcd.Err = redact.Error(err)
+				} else {
+					obs.Etcd = *v
+				}
 			}
 
-			if !cluster.Ready(cp) {
-				return false, fmt.Errorf("control plane %s is not Ready", cp.Name)
-			}
+			view = append(view, obs)
+		}
 
-			if err := e.talos.EtcdHealthy(ctx, cluster.InternalIP(cp)); err != nil {
-				return false, fmt.Errorf("control plane %s: %w", cp.Name, err)
-			}
+		if err := plan.Quorum(node, view, e.o.AllowQuorumLoss); err != nil {
+			return false, err
 		}
 
 		return true, nil

@@ -249,6 +249,8 @@ func (f fakeNodes) Drain(_ context.Context, node string, _ time.Duration, _ io.W
 	return f.w.drainErr[node]
 }
 
+func (f fakeNodes) StaticPodsReady(context.Context, string) error { return nil }
+
 func (f fakeNodes) ProveRuntime(_ context.Context, node string, _ cluster.Probe, _ time.Duration) error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
@@ -305,7 +307,12 @@ func (f fakeTalos) Reboot(_ context.Context, ip string) error {
 	return nil
 }
 
-func (f fakeTalos) EtcdHealthy(context.Context, string) error { return nil }
+func (f fakeTalos) Etcd(context.Context, string) (*plan.EtcdView, error) {
+	return &plan.EtcdView{}, nil
+}
+
+// Nodename: the machine at an address is the node it is taken for.
+func (f fakeTalos) Nodename(_ context.Context, ip string) (string, error) { return nodeOfIP(ip), nil }
 
 // fakeLease is a Lease whose loss a test controls.
 type fakeLease struct {

@@ -48,6 +48,8 @@ type rotation struct {
 	storeClient kubernetes.Interface
 	// mayDeselect lets the plan leave these nodes alone (a test that wants a deselection).
 	mayDeselect map[string]bool
+	// faults stand between the run and the cluster (nil: none).
+	faults *workspace.Faults
 }
 
 var groupSeq int
@@ -152,7 +154,7 @@ func (r *rotation) apply(path string, hooks apply.Hooks) (*apply.Result, error) 
 	log := hclog.New(&hclog.LoggerOptions{Name: "ghcrsync", Level: hclog.Debug, Output: r.log})
 
 	res, err := applyCfg(context.Background(), applyOptions{
-		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks, StoreClient: r.storeClient,
+		ConfigPath: r.cfg, PlanPath: path, Logger: log, Progress: r.log, Hooks: hooks, StoreClient: r.storeClient, Faults: r.faults,
 	})
 	if r.t.Failed() || err != nil {
 		r.t.Logf("apply log:\n%s", r.log.String())
@@ -255,11 +257,12 @@ type applyOptions struct {
 	SecretHooks          fanout.Hooks
 	Now                  func() time.Time
 	StoreClient          kubernetes.Interface
+	Faults               *workspace.Faults
 }
 
 // applyCfg applies a saved plan, as `ghcrsync apply PLANFILE` does.
 func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
-	ws, err := workspace.Open(workspace.Options{ConfigPath: o.ConfigPath, Lock: true, Now: o.Now})
+	ws, err := workspace.Open(workspace.Options{ConfigPath: o.ConfigPath, Lock: true, Now: o.Now, Faults: o.Faults})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -53,6 +55,10 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	if t.np.Action == plan.ActionApplyLive {
 		// live: configured → proved → released, with no cordon and no reboot.
 		steps, done = []phaseStep{{"configure", t.configureLive}, {"prove", t.prove}}, t.rotatedLive
+
+		if t.np.Role == plan.RoleControlPlane { // a CRI restart can leave static pods down
+			steps = append(steps, phaseStep{"settle", t.settled})
+		}
 	}
 
 	if t.np.Role == plan.RoleControlPlane {
@@ -79,10 +85,57 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	return r
 }
 
-// quorum: a control plane is claimed only while etcd has quorum without it.
+// quorum: a control plane is claimed, rebooted or updated live only while etcd keeps quorum
+// without it (plan.Quorum). Refused before the claim, nothing is held; later, the fence stays.
 func (t *txn) quorum(ctx context.Context) *NodeResult {
 	if err := t.e.quorum(ctx, t.np.Name); err != nil {
-		return t.fail("etcd quorum not confirmed before claiming a control plane: " + t.answer(err))
+		if r := t.interrupted(); r != nil {
+			return r
+		}
+
+		msg := fmt.Sprintf("etcd quorum not confirmed before %s: %s", t.nextStep(), t.answer(err))
+		if t.claimLanded() {
+			return t.failKeepingFence(msg)
+		}
+
+		return t.fail(msg)
+	}
+
+	return nil
+}
+
+// nextStep names what the transaction is about to do, for the gate's message.
+func (t *txn) nextStep() string {
+	switch {
+	case t.np.Action == plan.ActionApplyLive:
+		return "its live update"
+	case t.rec.Phase.AtOrAfter(state.PhaseClaimed):
+		return "its reboot"
+	}
+
+	return "claiming it"
+}
+
+// settled: after a control plane's live update, its etcd member and its static pods are
+// healthy again before the next node is taken (a CRI restart can leave them down).
+func (t *txn) settled(ctx context.Context) *NodeResult {
+	err := cluster.WaitFor(ctx, t.e.o.ReadyTimeout, time.Second, func() (bool, error) {
+		v, err := t.e.talos.Etcd(ctx, t.ip)
+		switch {
+		case err != nil:
+			return false, err
+		case len(v.Errors) > 0:
+			return false, fmt.Errorf("its etcd member reports errors: %v", v.Errors)
+		}
+
+		if err := t.e.nodes.StaticPodsReady(ctx, t.np.Name); err != nil {
+			return false, err
+		}
+
+		return true, nil
+	})
+	if err != nil {
+		return t.failOrInterrupted("after its live update: " + t.answer(err))
 	}
 
 	return nil
@@ -105,7 +158,10 @@ func (t *txn) claim(ctx context.Context) *NodeResult {
 	}
 
 	claim := func(n *corev1.Node) map[string]any {
-		t.rec.ScaleDownGuardOurs = n.Annotations[cluster.ScaleDownDisabledAnnotation] != "true"
+		// The guard is ours when we set it: also when our own claim landed already and only
+		// its answer was lost (the retry then reads our guard back).
+		t.rec.ScaleDownGuardOurs = n.Annotations[cluster.ScaleDownDisabledAnnotation] != "true" ||
+			n.Annotations[cluster.ScaleDownGuardByAnnotation] == t.e.o.Holder
 
 		return cluster.ClaimPatch(t.e.o.Holder, t.rec.Fence)
 	}
@@ -162,6 +218,16 @@ func (t *txn) configureStaged(ctx context.Context) *NodeResult {
 func (t *txn) configureLive(ctx context.Context) *NodeResult { return t.configure(ctx, true) }
 
 func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
+	if live && t.np.Role == plan.RoleControlPlane {
+		if r := t.quorum(ctx); r != nil { // the gate again, right before the live write
+			return r
+		}
+	}
+
+	if r := t.sameMachine(ctx, "configure"); r != nil {
+		return r
+	}
+
 	if _, r := t.advance(ctx, plan.StepConfigure, state.PhaseConfigured); r != nil {
 		return r
 	}
@@ -173,8 +239,54 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 	return nil
 }
 
-// reboot asks Talos to reboot (advance recorded the boot it leaves).
+// sameMachine checks, before a Talos write, that the machine at the address the claim pinned
+// is this Node: the Node still reports that address, and the machine there says it is this
+// node (Talos's own node name). A moved or reused address would have ghcrsync configure or
+// reboot another, undrained machine.
+func (t *txn) sameMachine(ctx context.Context, step string) *NodeResult {
+	n, r := t.guard(ctx, plan.StepCheck)
+	if r != nil {
+		return r
+	}
+
+	if t.ip == "" { // a live update: no claim pinned it; it is pinned now
+		t.ip = cluster.InternalIP(n)
+	}
+
+	refuse := func(why string) *NodeResult {
+		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
+			Detail: why + "; nothing was written to it"}, plan.StepConfigure)
+	}
+
+	if ip := cluster.InternalIP(n); ip != t.ip {
+		return refuse(fmt.Sprintf("its InternalIP changed from %s to %s since the claim", t.ip, ip))
+	}
+
+	name, err := t.e.talos.Nodename(ctx, t.ip)
+
+	switch {
+	case err != nil:
+		return t.talosFailed(ctx, step, err)
+	case name != t.np.Name:
+		return refuse(fmt.Sprintf("the machine at %s says it is node %q, not %q", t.ip, name, t.np.Name))
+	}
+
+	return nil
+}
+
+// reboot asks Talos to reboot (advance recorded the boot it leaves). A control plane passes the
+// etcd gate again first: the drain took time, and another member may have failed meanwhile.
 func (t *txn) reboot(ctx context.Context) *NodeResult {
+	if t.np.Role == plan.RoleControlPlane {
+		if r := t.quorum(ctx); r != nil {
+			return r
+		}
+	}
+
+	if r := t.sameMachine(ctx, "reboot"); r != nil {
+		return r
+	}
+
 	if _, r := t.advance(ctx, plan.StepReboot, state.PhaseRebooting); r != nil {
 		return r
 	}
@@ -184,7 +296,12 @@ func (t *txn) reboot(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.e.talos.Reboot(ctx, t.ip); err != nil {
-		return t.talosFailed(ctx, "reboot", err)
+		if !errors.Is(err, talos.ErrAnswerLost) {
+			return t.talosFailed(ctx, "reboot", err)
+		}
+
+		// The machine may be rebooting: the Ready wait tells (a new boot, or the fence stays).
+		t.log.Warn("the reboot's answer was lost; waiting for a new boot to tell", "error", t.answer(err))
 	}
 
 	return nil
@@ -321,7 +438,7 @@ func (t *txn) restore(ctx context.Context, why string) *NodeResult {
 // undo takes our fence off the node: the one undo, shared with `ghcrsync release`. It judges the
 // claim as recorded before this undo began (the record's phase says how far the claim got).
 func (t *txn) undo(ctx context.Context) error {
-	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence)
+	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, t.e.o.ReadyTimeout)
 
 	return err
 }

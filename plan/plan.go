@@ -278,6 +278,16 @@ func summarize(nodes []NodePlan) Summary {
 	return s
 }
 
+func actsOnControlPlanes(p *Plan) bool {
+	for _, n := range p.Nodes {
+		if n.Role == RoleControlPlane && (n.Action == ActionFence || n.Action == ActionApplyLive) {
+			return true
+		}
+	}
+
+	return false
+}
+
 func warnings(p *Plan, s Snapshot, in Input) []string {
 	var w []string
 
@@ -302,6 +312,11 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	if controlPlanes == 1 && p.Summary.Fence > 0 {
 		w = append(w, "This cluster has a single control plane: its Kubernetes API goes away while that node reboots.")
+	}
+
+	if actsOnControlPlanes(p) && controlPlanes < MinOtherVoters+1 && !in.AllowQuorumLoss {
+		w = append(w, fmt.Sprintf("This cluster has %d control plane(s): etcd keeps its quorum through one member's reboot or live update "+
+			"only with %d other healthy voters, so apply will not take them down unless nodes.allow_quorum_loss = true.", controlPlanes, MinOtherVoters))
 	}
 
 	if p.EndpointNode == "" && s.APIEndpoint != "" {

@@ -86,6 +86,7 @@ type Input struct {
 	// SelfNode is the node this ghcrsync runs on, in a cluster (GHCRSYNC_NODE_NAME): never fenced.
 	SelfNode         string
 	AutoscalerPolicy string // "deselect" or "include"
+	AllowQuorumLoss  bool   // nodes.allow_quorum_loss
 	State            StateRef
 	// Known lists nodes the prior state or a previous plan recorded (name -> uid).
 	Known map[string]string

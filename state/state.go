@@ -247,24 +247,44 @@ func ReadLocal(path string) (*State, error) {
 	return s, nil
 }
 
-// Decode reads a state's JSON. Its errors read after "state file PATH ".
+// UnreadableError is a state this ghcrsync cannot read: corrupt, or of another format (Newer).
+// The commands that repair a wedge (fences, release, state push) carry on without it.
+type UnreadableError struct {
+	Newer bool
+	msg   string
+}
+
+func (e *UnreadableError) Error() string { return e.msg }
+
+// Decode reads a state's JSON. Its errors (UnreadableError) read after "state file PATH ".
 func Decode(data []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("is corrupt (%s): restore it from a backup, or inspect the cluster with `ghcrsync fences`", jsonErr(err))
+		return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (%s): restore it from a backup, or inspect the cluster with `ghcrsync fences`", jsonErr(err))}
 	}
 
 	if s.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("has format_version %q; this ghcrsync reads %q: use the ghcrsync version that wrote it", s.FormatVersion, FormatVersion)
+		return nil, &UnreadableError{Newer: true,
+			msg: fmt.Sprintf("has format_version %q; this ghcrsync reads %q: use the ghcrsync version that wrote it", s.FormatVersion, FormatVersion)}
 	}
 
 	for i, r := range s.Records {
 		if r.Node == "" {
-			return nil, fmt.Errorf("is corrupt (record %d names no node): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)
+			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (record %d names no node): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)}
 		}
 	}
 
 	return &s, nil
+}
+
+// Corrupt is an UnreadableError saying what is wrong.
+func Corrupt(msg string) error { return &UnreadableError{msg: msg} }
+
+// Unreadable reports err's UnreadableError, if it is one.
+func Unreadable(err error) (*UnreadableError, bool) {
+	var u *UnreadableError
+
+	return u, errors.As(err, &u)
 }
 
 // jsonErr describes a JSON error by position, not by quoting the input.

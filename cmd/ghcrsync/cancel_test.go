@@ -302,3 +302,97 @@ func blockDrain(t *testing.T, sb *sandbox.Sandbox, name string) {
 		return nil
 	})
 }
+
+// A state that cannot be read — corrupt, or written by a newer ghcrsync — never wedges the
+// commands that repair a wedge: `fences` and `release` say so and work from the nodes'
+// annotations (leaving the state as it is), and `state push` replaces a corrupt state (a newer
+// one only with --force). The negative control: `plan` still refuses the unreadable state.
+func TestRepairWithAnUnreadableState(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	sandboxEnv(t, sb)
+	const name = "prod-worker-3"
+
+	for _, tc := range []struct {
+		name, content string
+	}{
+		{"corrupt", `{"format_version": "1", "records": [`},
+		{"newer", `{"format_version":"9","lineage":"future","serial":4,"records":[]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, planFile := oneNodeRotation(t, sb, name, nil)
+
+			c := startChild(t, state.PhaseRebooting, 3*time.Second, "apply", "--config", cfg, planFile)
+			c.waitMarked(t)
+
+			if code, _ := c.signal(t, syscall.SIGTERM); code != 143 {
+				t.Fatalf("exit %d:\n%s", code, c.out)
+			}
+
+			statePath := filepath.Join(filepath.Dir(cfg), "ghcrsync.state.json")
+			if err := os.WriteFile(statePath, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			if r := ghcrsync(t, "plan", "--config", cfg); r.code != 1 || !strings.Contains(r.stderr, "state file") {
+				t.Fatalf("plan with the state %s: exit %d\n%s", tc.name, r.code, r.stderr)
+			}
+
+			r := ghcrsync(t, "fences", "--config", cfg)
+			if r.code != 0 || !strings.Contains(r.stderr, "the state cannot be read") || !strings.Contains(r.stdout, name) {
+				t.Fatalf("fences with the state %s: exit %d\n%s\n%s", tc.name, r.code, r.stdout, r.stderr)
+			}
+
+			if r := ghcrsync(t, "release", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "Release complete") {
+				t.Fatalf("release with the state %s: exit %d\n%s\n%s", tc.name, r.code, r.stdout, r.stderr)
+			}
+
+			n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			if n.Annotations[cluster.OwnerAnnotation] != "" {
+				t.Fatalf("release left the fence: %+v", n.Annotations)
+			}
+
+			if b, _ := os.ReadFile(statePath); string(b) != tc.content {
+				t.Fatalf("release wrote over the unreadable state:\n%s", b)
+			}
+
+			// state push: a corrupt state is replaced; a newer one only with --force.
+			good := filepath.Join(t.TempDir(), "good.json")
+			if err := os.WriteFile(good, []byte(`{"format_version":"1","lineage":"aaaa","serial":2,"records":[]}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			r = ghcrsync(t, "state", "push", "--config", cfg, good)
+			switch {
+			case tc.name == "newer" && (r.code != 1 || !strings.Contains(r.stderr, "pass --force to replace it")):
+				t.Fatalf("push over a newer state without --force: exit %d\n%s", r.code, r.stderr)
+			case tc.name == "newer":
+				r = ghcrsync(t, "state", "push", "--config", cfg, "--force", good)
+				fallthrough
+			default:
+				if r.code != 0 || stateOf(t, cfg).Lineage != "aaaa" {
+					t.Fatalf("push over the %s state: exit %d\n%s", tc.name, r.code, r.stderr)
+				}
+			}
+
+			waitReadyNode(t, sb, name)
+		})
+	}
+}
+
+// waitReadyNode waits until the node is Ready again (its reboot done).
+func waitReadyNode(t *testing.T, sb *sandbox.Sandbox, name string) {
+	t.Helper()
+
+	sandboxtest.Eventually(t, time.Minute, name+" Ready", func() error {
+		n, err := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if !sandbox.NodeReady(n) {
+			return fmt.Errorf("not Ready")
+		}
+
+		return nil
+	})
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 func main() {
@@ -171,6 +172,19 @@ func open(cmd *cobra.Command, cfgPath string, lock bool) (*workspace.Workspace, 
 // state is read).
 func openAs(cmd *cobra.Command, class, cfgPath string, lock bool) (*workspace.Workspace, error) {
 	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Preflight: class, Context: cmd.Context(), Overrides: overrides(cmd)})
+}
+
+// openRepair opens the workspace of a command that repairs a wedge (fences, release): it goes on
+// with an unreadable state — corrupt, or of another format — from the cluster's own records (the
+// nodes' annotations, the Lease), saying so, and writes no state over it.
+func openRepair(cmd *cobra.Command, class, cfgPath string, lock bool) (*workspace.Workspace, error) {
+	return workspace.Open(workspace.Options{ConfigPath: cfgPath, Lock: lock, Preflight: class, Context: cmd.Context(), Overrides: overrides(cmd),
+		UnreadableState: func(err error, _ *state.UnreadableError) error {
+			view.Warning(cmd.ErrOrStderr(), fmt.Sprintf("the state cannot be read (%v): fences are read from the cluster's "+
+				"annotations and the Lease, and the state is left as it is", err))
+
+			return nil
+		}})
 }
 
 // overrides are the global connection flags, which win over the configuration file.

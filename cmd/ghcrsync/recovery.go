@@ -24,7 +24,7 @@ func newFences() *cobra.Command {
   ghcrsync fences --exit-code    # exit 2 while a fence is held (a post-deploy guard)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := openAs(cmd, workspace.CommandFences, cfgPath, false)
+			ws, err := openRepair(cmd, workspace.CommandFences, cfgPath, false)
 			if err != nil {
 				return err
 			}
@@ -100,7 +100,7 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 				class = workspace.CommandFences
 			}
 
-			ws, err := openAs(cmd, class, cfgPath, !o.DryRun)
+			ws, err := openRepair(cmd, class, cfgPath, !o.DryRun)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -112,13 +113,19 @@ func newStatePush(cfgPath *string) *cobra.Command {
 				return fmt.Errorf("%s holds no state (no lineage): push needs an existing state file", args[0])
 			}
 
-			ws, err := open(cmd, *cfgPath, true)
+			// A corrupt state is what push repairs: it is replaced, not read.
+			ws, err := workspace.Open(workspace.Options{ConfigPath: *cfgPath, Lock: true, Overrides: overrides(cmd),
+				UnreadableState: func(err error, _ *state.UnreadableError) error {
+					view.Warning(cmd.ErrOrStderr(), fmt.Sprintf("the state cannot be read (%v): it is replaced", err))
+
+					return nil
+				}})
 			if err != nil {
 				return err
 			}
 			defer ws.Close()
 
-			if err := state.Push(ws.Store, ws.State, src, force); err != nil {
+			if err := ws.PushOver(src, force); err != nil {
 				return err
 			}
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -125,6 +126,35 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 	}
 
 	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events, clock: clock}, nil
+}
+
+// LeaseClient is a client of its own for the run Lease: its own client-side rate limit, so a
+// renewal never queues behind a drain's evictions or a fan-out's writes.
+func (c *Connection) LeaseClient() (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = 10, 20, nil
+
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Wrap puts wrap around the transport of the connection's clients (a test's faults): they are
+// built again with it.
+func (c *Connection) Wrap(wrap func(http.RoundTripper) http.RoundTripper) error {
+	c.Config.Wrap(wrap)
+
+	client, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+
+	events, err := kubernetes.NewForConfig(rest.CopyConfig(c.Config))
+	if err != nil {
+		return err
+	}
+
+	c.Client, c.events = client, events
+
+	return nil
 }
 
 func describePath(p string) string {

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 )
 
 // Drain evicts the node's pods through the Eviction API (PodDisruptionBudgets honoured,
@@ -24,24 +26,64 @@ import (
 // abandoned after the API server admitted it can leave the pod counted as disrupted by its
 // budget for two minutes (the budget's disruptedPods entry) although the pod keeps running —
 // and every drain behind that budget is refused meanwhile.
+//
+// The node is listed again after each round of evictions, until a listing finds nothing to
+// evict: a pod that arrived meanwhile (one tolerating the cordon, or bound by nodeName) is
+// evicted too before the drain counts as done.
 func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error {
 	prefixed := &linePrefixer{w: out, prefix: node + ": "}
 	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
-	list, errs := h.GetPodsForDeletion(node)
-	if len(errs) > 0 {
-		msgs := make([]string, 0, len(errs))
-		for _, e := range errs {
-			msgs = append(msgs, e.Error())
-		}
-
-		return fmt.Errorf("cannot drain %s: %s (ghcrsync does not force-delete pods)", node, strings.Join(msgs, "; "))
-	}
-
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	pods := list.Pods()
+	for {
+		list, errs := h.GetPodsForDeletion(node)
+		if len(errs) > 0 && allTransient(errs) && dctx.Err() == nil {
+			// The API did not answer the listing: ask again (the drain's deadline bounds it).
+			select {
+			case <-dctx.Done():
+			case <-time.After(time.Second):
+			}
+
+			continue
+		}
+
+		if len(errs) > 0 {
+			msgs := make([]string, 0, len(errs))
+			for _, e := range errs {
+				msgs = append(msgs, e.Error())
+			}
+
+			return fmt.Errorf("cannot drain %s: %s (ghcrsync does not force-delete pods)", node, strings.Join(msgs, "; "))
+		}
+
+		pods := list.Pods()
+		if len(pods) == 0 {
+			return nil
+		}
+
+		if err := c.evictAll(ctx, dctx, node, timeout, pods, prefixed); err != nil {
+			return err
+		}
+	}
+}
+
+// allTransient: every error is the API not answering (a pod the drain may not evict — a bare
+// pod, say — is an error of its own, never retried).
+func allTransient(errs []error) bool {
+	for _, err := range errs {
+		var status apierrors.APIStatus
+		if !answer.Lost(err) && !(errors.As(err, &status) && Transient(err)) {
+			return false
+		}
+	}
+
+	return true
+}
+
+// evictAll evicts pods concurrently, each until it is gone or the drain's deadline passes.
+func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, prefixed io.Writer) error {
 	results := make(chan error, len(pods))
 
 	for i := range pods {
@@ -93,7 +135,10 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer) er
 			return c.waitGone(ctx, p)
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			return nil // gone, or replaced by a pod of the same name: not this pod any more
-		case apierrors.IsTooManyRequests(err), apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		case apierrors.IsTooManyRequests(err), apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause),
+			Transient(err):
+			// A budget holds it, or the API did not answer (the answer may be lost: asking
+			// again finds the pod gone, or evicts it).
 			fmt.Fprintf(out, "pod %s not evicted yet (asking again in %s): %v\n", name, evictRetry, err)
 
 			select {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -73,6 +75,10 @@ func (c *Connection) CASPatch(ctx context.Context, name string, attempts int, ch
 		}
 
 		patch := build(n)
+
+		var want map[string]any // the patch as built, without the resourceVersion it carries
+		normalise(patch, &want)
+
 		meta, _ := patch["metadata"].(map[string]any)
 
 		if meta == nil {
@@ -96,10 +102,43 @@ func (c *Connection) CASPatch(ctx context.Context, name string, attempts int, ch
 			continue
 		}
 
+		if answer.Lost(err) {
+			if landed, ok := c.landed(ctx, name, want); ok {
+				return landed, nil // the answer was lost, the patch was not
+			}
+		}
+
 		return out, err
 	}
 
 	return nil, fmt.Errorf("%s: %w after %d attempts", name, ErrConflictLimit, attempts)
+}
+
+// landedReads bounds the reads that look for a patch whose answer was lost (the API may be
+// unreachable a moment: the endpoint's node rebooting cut the connection).
+const landedReads = 20
+
+// landed reads the node until it can, and reports whether it shows the patch: then the write
+// landed though its answer was lost, and is adopted.
+func (c *Connection) landed(ctx context.Context, name string, want map[string]any) (*corev1.Node, bool) {
+	for range landedReads {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return n, Reflects(n, want)
+		}
+
+		if !Transient(err) {
+			return nil, false
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	return nil, false
 }
 
 // ClaimPatch is the claim: owner, phase, recovery record, the autoscaler's scale-down guard
@@ -241,4 +280,47 @@ func WaitFor(ctx context.Context, timeout, interval time.Duration, cond func() (
 		case <-time.After(interval):
 		}
 	}
+}
+
+// StaticPodsReady reports an error unless the node's static pods (their mirror pods: the
+// control plane's kube-apiserver, controller manager, scheduler) are all there and Ready.
+func (c *Connection) StaticPodsReady(ctx context.Context, node string) error {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return c.Unreachable("list the pods of "+node, err)
+	}
+
+	var static, notReady []string
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; !mirror {
+			continue
+		}
+
+		static = append(static, p.Name)
+
+		if !podReady(p) {
+			notReady = append(notReady, p.Namespace+"/"+p.Name)
+		}
+	}
+
+	switch {
+	case len(static) == 0:
+		return fmt.Errorf("no static pod is seen on %s", node)
+	case len(notReady) > 0:
+		return fmt.Errorf("static pods on %s are not Ready: %s", node, strings.Join(notReady, ", "))
+	}
+
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
 }

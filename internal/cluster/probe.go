@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 )
 
 // pullFailure reports a waiting reason that means the image could not be pulled.
@@ -206,7 +207,7 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 
 		last = err
 
-		if ctx.Err() != nil || !ambiguous(err) {
+		if ctx.Err() != nil || !answer.Lost(err) {
 			break
 		}
 
@@ -225,18 +226,6 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 	}
 
 	return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, last)
-}
-
-// ambiguous reports whether a create's error leaves open whether the object was stored: a
-// timeout (of the request or of an admission webhook) or no answer at all.
-func ambiguous(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true // no answer from the server
-	}
-
-	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsInternalError(err) ||
-		strings.Contains(err.Error(), "context deadline exceeded") || strings.Contains(err.Error(), "Timeout: request did not complete")
 }
 
 func newAttempt() string {

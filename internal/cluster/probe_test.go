@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,7 +191,7 @@ func TestCreateProbe(t *testing.T) {
 		{"one admission timeout, then admitted", []error{timeout, nil}, []bool{false, true}, "", 2, 1},
 		{"three timeouts, then admitted", []error{timeout, timeout, timeout, nil}, []bool{false, false, false, true}, "", 4, 1},
 		{"stored, but the answer was a timeout", []error{timeout}, []bool{true}, "", 1, 1},
-		{"stored, the connection dropped", []error{errors.New("connection reset by peer")}, []bool{true}, "", 1, 1},
+		{"stored, the connection dropped", []error{&url.Error{Op: "Post", URL: "https://api/pods", Err: syscall.ECONNRESET}}, []bool{true}, "", 1, 1},
 		{"refused: not retried", []error{denied}, []bool{false}, "denied", 1, 0},
 		{"timeouts go on: fails closed", []error{timeout, timeout, timeout, timeout, timeout}, []bool{false, false, false, false, false}, "did not answer", probeCreateAttempts, 0},
 	} {

@@ -108,10 +108,13 @@ type Nodes struct {
 	// LiveParallelism bounds the live updates (Talos reloads registry auth; no cordon) at a time.
 	LiveParallelism int
 	// MaxFailures is the failure budget: after that many failed nodes, no new node is started.
-	MaxFailures  int
-	DrainTimeout time.Duration
-	ReadyTimeout time.Duration
-	Probe        Probe
+	MaxFailures int
+	// AllowQuorumLoss lets control planes be taken down (rebooted, updated live) with fewer
+	// than two other healthy voting etcd members: a one- or two-control-plane cluster.
+	AllowQuorumLoss bool
+	DrainTimeout    time.Duration
+	ReadyTimeout    time.Duration
+	Probe           Probe
 }
 
 // Autoscaler candidate policies.
@@ -243,6 +246,7 @@ type nodesBlock struct {
 	MaxFailures          hcl.Expression `hcl:"max_failures,optional"`
 	DrainTimeout         hcl.Expression `hcl:"drain_timeout,optional"`
 	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
+	AllowQuorumLoss      *bool          `hcl:"allow_quorum_loss,optional"`
 	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
 }
 
@@ -862,6 +866,10 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 
 		n.DrainTimeout = d.duration(b.DrainTimeout, n.DrainTimeout, "nodes.drain_timeout")
 		n.ReadyTimeout = d.duration(b.ReadyTimeout, n.ReadyTimeout, "nodes.ready_timeout")
+
+		if b.AllowQuorumLoss != nil {
+			n.AllowQuorumLoss = *b.AllowQuorumLoss
+		}
 
 		if p := b.RuntimeProbe; p != nil {
 			if p.Image != nil {

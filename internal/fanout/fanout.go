@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -264,10 +265,17 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 // returns its write's error (nil: written, or nothing to write) or a refusal; an attempt whose
 // write lost to a concurrent writer (Conflict on update, AlreadyExists on create) is retried
 // from a fresh read, up to 5 attempts in all.
+//
+// A write whose answer was lost (answer.Lost) is tried again the same way: its fresh read
+// finds it landed (the Secret already holds what was written) or not.
 func landed(where string, attempt func(n int) error) (retries int, err error) {
 	for n := range 5 {
 		err := attempt(n)
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+
+		switch {
+		case answer.Lost(err):
+			time.Sleep(time.Duration(n+1) * 500 * time.Millisecond)
+		case !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err):
 			return retries, err
 		}
 
@@ -307,7 +315,8 @@ func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, sec
 
 		sa.ImagePullSecrets = append(sa.ImagePullSecrets, corev1.LocalObjectReference{Name: secret})
 
-		if _, err = kube.CoreV1().ServiceAccounts(ns).Update(ctx, sa, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		// A lost answer is looked for at the next read (the reference is there, or not).
+		if _, err = kube.CoreV1().ServiceAccounts(ns).Update(ctx, sa, metav1.UpdateOptions{}); !apierrors.IsConflict(err) && !answer.Lost(err) {
 			return err
 		}
 	}

@@ -37,7 +37,28 @@ type ReleaseOptions struct {
 // replaced, or one the claim never reached. phase is how far the fence's transaction got. nothing
 // is non-empty (and says why) when nothing of the fence was there to undo. The one undo of a
 // fence: the executor and `ghcrsync release` both call it.
-func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (nothing string, err error) {
+//
+// A transient error (the API unreachable, overloaded) is ridden out, up to bound: one blip at a
+// rotated node's last step must not leave its fence (a lost answer is adopted below it, by the
+// compare-and-swap that finds the node already released).
+func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, bound time.Duration) (nothing string, err error) {
+	deadline := time.Now().Add(bound)
+
+	for {
+		nothing, err = undoOnce(ctx, p, name, holder, phase, rec)
+		if err == nil || !cluster.Transient(err) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return nothing, err
+		}
+
+		select {
+		case <-ctx.Done():
+			return nothing, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (nothing string, err error) {
 	gone, err := cluster.ReleaseFence(ctx, p, name, holder, rec, func(n *corev1.Node) error {
 		obs := cluster.FromNode(n)
 
@@ -67,6 +88,9 @@ func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase sta
 
 	return nothing, err
 }
+
+// undoBound is how long `release` rides out an unreachable API per node.
+const undoBound = 2 * time.Minute
 
 // Release undoes every releasable fence of the report: node fences first, the Lease last. A
 // fence whose phase crossed into Talos mutation is released only once its node is Ready with
@@ -145,7 +169,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		rec = *f.Record
 	}
 
-	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec)
+	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, undoBound)
 
 	switch {
 	case nothing != "":

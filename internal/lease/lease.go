@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 )
 
@@ -124,7 +125,9 @@ func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease,
 					AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To(int32(0)),
 				},
 			}, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
+			// Taken meanwhile, or our create's answer was lost: the next read tells (ours is
+			// adopted as ours).
+			if apierrors.IsAlreadyExists(err) || answer.Lost(err) {
 				continue
 			}
 
@@ -155,7 +158,7 @@ func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease,
 		cur.Spec.RenewTime = &now
 		cur.Spec.LeaseDurationSeconds = ptr.To(int32(o.Duration.Seconds()))
 
-		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) || answer.Lost(err) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("acquire lease %s/%s: %w", o.Namespace, o.Name, err)
@@ -234,6 +237,11 @@ func (l *Lease) Start(ctx context.Context) {
 // its deletion) loses it for good.
 func (l *Lease) renew(ctx context.Context) error {
 	leases := l.kube.CoordinationV1().Leases(l.namespace)
+
+	// A renewal that hangs must not outlast the margin: it is cut off and tried again, long
+	// before the Lease could expire under it.
+	ctx, cancel := context.WithTimeout(ctx, l.margin()/2)
+	defer cancel()
 
 	cur, err := leases.Get(ctx, l.name, metav1.GetOptions{})
 	if err == nil {

@@ -26,12 +26,17 @@ type Request struct {
 	Status  string `json:"status,omitempty"`
 	// Duration is how long a fault lasts (api-outage), as a Go duration.
 	Duration string `json:"duration,omitempty"`
+	// Alarm is the etcd alarm a control plane raises (etcd-alarm): NOSPACE, CORRUPT, or "" to clear.
+	Alarm string `json:"alarm,omitempty"`
+	// To is the machine whose address a Node is moved to (move-address; "" moves it back).
+	To string `json:"to,omitempty"`
 }
 
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
+	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "lose-answers", "lose-talos-answers",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -199,6 +204,71 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		return map[string]string{"revoked": req.User}, nil
+	case "etcd-alarm", "etcd-learner", "etcd-voter":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		if m.Role != RoleControlPlane {
+			return nil, fmt.Errorf("%s is not a control plane: it has no etcd member", m.Name)
+		}
+
+		learner, alarm := m.etcd()
+
+		switch verb {
+		case "etcd-alarm":
+			if req.Alarm != "" && req.Alarm != "NOSPACE" && req.Alarm != "CORRUPT" {
+				return nil, fmt.Errorf("unknown etcd alarm %q: NOSPACE, CORRUPT, or empty to clear", req.Alarm)
+			}
+
+			alarm = req.Alarm
+		case "etcd-learner":
+			learner = true
+		default:
+			learner = false
+		}
+
+		m.SetEtcd(learner, alarm)
+
+		return map[string]any{"node": m.Name, "learner": learner, "alarm": alarm}, nil
+	case "lose-answers": // the API endpoint cuts every answer on its way back, for a while
+		d, err := time.ParseDuration(req.Duration)
+		if err != nil {
+			return nil, fmt.Errorf("lose-answers needs a duration: %w", err)
+		}
+
+		s.fleet.endpoint.loseAnswers(d)
+
+		return map[string]string{"losing_answers_for": d.String()}, nil
+	case "lose-talos-answers": // the machine's next Talos write is carried out, its answer lost
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		m.LoseAnswers(1)
+
+		return map[string]string{"node": m.Name}, nil
+	case "move-address":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		ip := ""
+		if req.To != "" {
+			to, ok := s.fleet.Machine(req.To)
+			if !ok {
+				return nil, fmt.Errorf("no machine %q", req.To)
+			}
+
+			ip = to.IP
+		}
+
+		m.ReportIP(ip)
+
+		return map[string]string{"node": m.Name, "internal_ip": m.internalIP()}, nil
 	case "hang-talos", "unhang-talos":
 		m, err := machine()
 		if err != nil {

@@ -92,6 +92,8 @@ type Stats struct {
 	// the run Lease free or expired, or the node fenced by a run the Lease does not name.
 	InterleavedWrites int           `json:"interleaved_writes"`
 	Interleaved       []UnsafeWrite `json:"interleaved,omitempty"`
+	// LostAnswers counts the API answers the endpoint cut on their way back (lose-answers).
+	LostAnswers int `json:"lost_answers"`
 	// ThirdPartyReboots counts out-of-band reboots and power-offs (ctl): not ghcrsync's writes.
 	ThirdPartyReboots int `json:"third_party_reboots"`
 }

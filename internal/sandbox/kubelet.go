@@ -116,7 +116,7 @@ func (k *kubelet) status(ready bool, message string) corev1.NodeStatus {
 		Allocatable: capacity,
 		Conditions:  conds,
 		Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: m.IP},
+			{Type: corev1.NodeInternalIP, Address: m.internalIP()},
 			{Type: corev1.NodeHostName, Address: m.Name},
 		},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},

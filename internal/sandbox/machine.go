@@ -58,6 +58,75 @@ type Machine struct {
 	tryRevert  *time.Timer   // pending rollback of a config applied in try mode
 	hung       bool          // its Talos API accepts calls and never answers
 	latency    time.Duration // added before its Talos API answers (a slow machine)
+	// etcdLearner and etcdAlarm are its etcd member's state (control planes): a learner does
+	// not vote; an alarm (NOSPACE, CORRUPT) is raised on the cluster.
+	etcdLearner bool
+	etcdAlarm   string
+	// reportedIP, if set, is the InternalIP its kubelet reports instead of its own: the Node's
+	// address moved to another machine (a reused or reassigned IP).
+	reportedIP string
+	// lostAnswers is how many of its next Talos writes (apply, reboot) are carried out with
+	// their answer lost.
+	lostAnswers int
+}
+
+// LoseAnswers makes the machine carry out its next n Talos writes (ApplyConfiguration, Reboot)
+// and lose their answers, as a connection cut mid-answer does.
+func (m *Machine) LoseAnswers(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.lostAnswers = n
+}
+
+func (m *Machine) loseAnswer() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.lostAnswers == 0 {
+		return false
+	}
+
+	m.lostAnswers--
+
+	return true
+}
+
+// SetEtcd sets the machine's etcd member state: a learner or a voter, and the alarm it raises
+// ("" none, "NOSPACE", "CORRUPT").
+func (m *Machine) SetEtcd(learner bool, alarm string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.etcdLearner, m.etcdAlarm = learner, alarm
+}
+
+// etcd is the machine's etcd member state.
+func (m *Machine) etcd() (learner bool, alarm string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.etcdLearner, m.etcdAlarm
+}
+
+// ReportIP makes the machine's kubelet report ip as its Node's InternalIP ("" its own).
+func (m *Machine) ReportIP(ip string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.reportedIP = ip
+}
+
+// internalIP is the address its kubelet reports.
+func (m *Machine) internalIP() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.reportedIP != "" {
+		return m.reportedIP
+	}
+
+	return m.IP
 }
 
 // SetHung makes the machine's Talos API hang (accept calls, never answer) or answer again.

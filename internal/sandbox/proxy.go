@@ -2,10 +2,10 @@ package sandbox
 
 import (
 	"errors"
-	"io"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +24,24 @@ type endpointProxy struct {
 	l     net.Listener
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+	// loseUntil: until then, a connection that carries a request is cut as its answer starts
+	// to come back — the server did the work, the client never hears (a lost answer).
+	loseUntil time.Time
+}
+
+// loseAnswers cuts, for d, every answer as it starts to come back.
+func (p *endpointProxy) loseAnswers(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	p.loseUntil = time.Now().Add(d)
+}
+
+func (p *endpointProxy) losing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	return time.Now().Before(p.loseUntil)
 }
 
 func (p *endpointProxy) addr() string { return net.JoinHostPort(p.host, strconv.Itoa(apiPort)) }
@@ -92,13 +110,42 @@ func (p *endpointProxy) forward(c net.Conn) {
 	p.mu.Unlock()
 
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+
+	var asked atomic.Bool // the client sent something the server has not answered yet
+
+	pipe := func(dst, src net.Conn, fromClient bool) {
+		buf := make([]byte, 32<<10)
+
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				switch {
+				case fromClient:
+					asked.Store(true)
+				case asked.Swap(false) && p.losing():
+					p.fleet.statsMu.Lock()
+					p.fleet.stats.LostAnswers++
+					p.fleet.statsMu.Unlock()
+					done <- struct{}{}
+
+					return // the answer is dropped with the connection
+				}
+
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+
+			if err != nil {
+				break
+			}
+		}
+
 		done <- struct{}{}
 	}
 
-	go pipe(up, c)
-	go pipe(c, up)
+	go pipe(up, c, true)
+	go pipe(c, up, false)
 	<-done
 	c.Close()
 	up.Close()

@@ -521,6 +521,12 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 			b.Body().SetAttributeValue("heartbeat", cty.StringVal("5s"))
 		case "liveness":
 			b.Body().SetAttributeValue("api_url", cty.StringVal(s.ci.url()))
+		case "nodes":
+			// Fewer than three control planes keep no quorum through a reboot: the small
+			// fleets' configurations say so, as a user must.
+			if s.opts.ControlPlanes < 3 {
+				b.Body().SetAttributeValue("allow_quorum_loss", cty.True)
+			}
 		}
 	}
 

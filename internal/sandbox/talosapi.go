@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"runtime"
 	"slices"
@@ -88,6 +89,7 @@ var methodRoles = map[string][]string{
 	"/machine.MachineService/ServiceList":    {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/EtcdMemberList": {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/EtcdStatus":     {roleAdmin, roleOperator, roleReader},
+	"/machine.MachineService/EtcdAlarmList":  {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/Events":         {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/Memory":         {roleAdmin, roleOperator, roleReader},
 	"/machine.MachineService/Dmesg":          {roleAdmin, roleOperator, roleReader},
@@ -259,6 +261,10 @@ func (a *apid) ApplyConfiguration(ctx context.Context, req *machine.ApplyConfigu
 			return nil, err
 		}
 
+		if m.loseAnswer() && !req.GetDryRun() { // applied; its answer never arrives
+			return nil, status.Error(codes.Unavailable, "connection reset by peer (the sandbox lost this answer)")
+		}
+
 		reply.Metadata = md
 
 		return reply, nil
@@ -277,6 +283,10 @@ func (a *apid) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine
 		actor := newBootID()
 		m.fleet.witnessLease(ctx, m, "Reboot API")
 		m.reboot("Reboot API ("+req.GetMode().String()+")", actor, false)
+
+		if m.loseAnswer() { // rebooting; its answer never arrives
+			return nil, status.Error(codes.Unavailable, "connection reset by peer (the sandbox lost this answer)")
+		}
 
 		return &machine.Reboot{Metadata: md, ActorId: actor}, nil
 	}, func(md *common.Metadata) *machine.Reboot { return &machine.Reboot{Metadata: md} })
@@ -336,8 +346,10 @@ func (a *apid) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequ
 				continue
 			}
 
+			learner, _ := cp.etcd()
+
 			members = append(members, &machine.EtcdMember{
-				Id: cp.memberID, Hostname: cp.Name,
+				Id: cp.memberID, Hostname: cp.Name, IsLearner: learner,
 				PeerUrls:   []string{"https://" + cp.IP + ":2380"},
 				ClientUrls: []string{"https://" + cp.IP + ":2379"},
 			})
@@ -350,6 +362,32 @@ func (a *apid) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequ
 	}
 
 	return &machine.EtcdMemberListResponse{Messages: msgs}, nil
+}
+
+// EtcdAlarmList lists the alarms raised on the etcd cluster (every member's), as etcd's
+// AlarmList does from any member.
+func (a *apid) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmListResponse, error) {
+	msgs, err := fanOut(a, ctx, func(m *Machine, md *common.Metadata) (*machine.EtcdAlarm, error) {
+		if m.Role != RoleControlPlane {
+			return nil, errNotControlPlane("etcd alarm list")
+		}
+
+		var alarms []*machine.EtcdMemberAlarm
+
+		for _, cp := range a.fleet.Machines() {
+			if _, alarm := cp.etcd(); cp.Role == RoleControlPlane && alarm != "" {
+				alarms = append(alarms, &machine.EtcdMemberAlarm{MemberId: cp.memberID,
+					Alarm: machine.EtcdMemberAlarm_AlarmType(machine.EtcdMemberAlarm_AlarmType_value[alarm])})
+			}
+		}
+
+		return &machine.EtcdAlarm{Metadata: md, MemberAlarms: alarms}, nil
+	}, func(md *common.Metadata) *machine.EtcdAlarm { return &machine.EtcdAlarm{Metadata: md} })
+	if err != nil {
+		return nil, err
+	}
+
+	return &machine.EtcdAlarmListResponse{Messages: msgs}, nil
 }
 
 func (a *apid) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
@@ -368,9 +406,16 @@ func (a *apid) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdS
 			}
 		}
 
+		learner, alarm := m.etcd()
+
+		var errs []string
+		if alarm != "" { // etcd reports a raised alarm in the member's status errors
+			errs = append(errs, fmt.Sprintf("memberID:%d alarm:%s", m.memberID, alarm))
+		}
+
 		return &machine.EtcdStatus{Metadata: md, MemberStatus: &machine.EtcdMemberStatus{
 			MemberId: m.memberID, ProtocolVersion: "3.6.0", StorageVersion: "3.6.0",
-			DbSize: 8 << 20, DbSizeInUse: 4 << 20, Leader: leader,
+			DbSize: 8 << 20, DbSizeInUse: 4 << 20, Leader: leader, IsLearner: learner, Errors: errs,
 			RaftIndex: uint64(time.Now().Unix()), RaftTerm: 2, RaftAppliedIndex: uint64(time.Now().Unix()),
 		}}, nil
 	}, func(md *common.Metadata) *machine.EtcdStatus { return &machine.EtcdStatus{Metadata: md} })

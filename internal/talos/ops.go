@@ -2,7 +2,9 @@ package talos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -12,8 +14,12 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/cri"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // WithRegistryAuth returns the machine config with the registry's credential replaced by a
@@ -72,7 +78,16 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 	}
 
 	if _, err := c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode}); err != nil {
-		return fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
+		if !Ambiguous(err) {
+			return fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
+		}
+
+		// The answer was lost, perhaps not the write: the read-back below tells (its own
+		// deadline: the call's may be what expired).
+		cancel()
+
+		nctx, cancel = c.bounded(ctx, node)
+		defer cancel()
 	}
 
 	got, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, check)
@@ -93,48 +108,101 @@ func (c *Client) Reboot(ctx context.Context, node string) error {
 	defer cancel()
 
 	if err := c.c.Reboot(nctx); err != nil {
+		if Ambiguous(err) {
+			return fmt.Errorf("reboot %s: %w (%w)", node, ErrAnswerLost, err)
+		}
+
 		return fmt.Errorf("reboot %s: %w", node, err)
 	}
 
 	return nil
 }
 
-// EtcdHealthy reports an error unless the node's etcd member answers with no errors.
-func (c *Client) EtcdHealthy(ctx context.Context, node string) error {
-	nctx, cancel := c.bounded(ctx, node)
-	defer cancel()
+// ErrAnswerLost marks a call whose answer never came: it may have been carried out.
+var ErrAnswerLost = errors.New("the answer was lost")
 
-	resp, err := c.c.EtcdStatus(nctx)
-	if err != nil {
-		return fmt.Errorf("etcd status of %s: %w", node, err)
+// Ambiguous reports whether a Talos call's error leaves open whether the machine acted on it: no
+// answer came (the connection dropped, the machine went down answering, the deadline passed).
+func Ambiguous(err error) bool {
+	if err == nil {
+		return false
 	}
 
-	for _, m := range resp.GetMessages() {
-		if errs := m.GetMemberStatus().GetErrors(); len(errs) > 0 {
-			return fmt.Errorf("etcd member on %s reports errors: %v", node, errs)
-		}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+		return true
 	}
 
-	return nil
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// EtcdMembers lists the etcd members' host names, as seen from node.
-func (c *Client) EtcdMembers(ctx context.Context, node string) ([]string, error) {
+// Etcd reads node's etcd member (plan.EtcdView): its status, the member list and the alarm
+// list. Every read must answer: an unreadable status is no evidence of health.
+func (c *Client) Etcd(ctx context.Context, node string) (*plan.EtcdView, error) {
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
-	resp, err := c.c.EtcdMemberList(nctx, &machine.EtcdMemberListRequest{})
+	st, err := c.c.EtcdStatus(nctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd status of %s: %w", node, err)
+	}
+
+	out := &plan.EtcdView{}
+
+	for _, m := range st.GetMessages() {
+		ms := m.GetMemberStatus()
+		out.Errors = append(out.Errors, ms.GetErrors()...)
+		out.Learner = ms.GetIsLearner()
+	}
+
+	members, err := c.c.EtcdMemberList(nctx, &machine.EtcdMemberListRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("etcd members from %s: %w", node, err)
 	}
 
-	var out []string
+	names := map[uint64]string{}
 
-	for _, m := range resp.GetMessages() {
+	for _, m := range members.GetMessages() {
 		for _, mem := range m.GetMembers() {
-			out = append(out, mem.GetHostname())
+			out.Members = append(out.Members, plan.EtcdMember{Hostname: mem.GetHostname(), Learner: mem.GetIsLearner()})
+			names[mem.GetId()] = mem.GetHostname()
+		}
+	}
+
+	alarms, err := c.c.EtcdAlarmList(nctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd alarms from %s: %w", node, err)
+	}
+
+	for _, m := range alarms.GetMessages() {
+		for _, a := range m.GetMemberAlarms() {
+			if a.GetAlarm() != machine.EtcdMemberAlarm_NONE {
+				out.Alarms = append(out.Alarms, a.GetAlarm().String()+" on "+orID(names[a.GetMemberId()], a.GetMemberId()))
+			}
 		}
 	}
 
 	return out, nil
+}
+
+func orID(name string, id uint64) string {
+	if name != "" {
+		return name
+	}
+
+	return fmt.Sprintf("member %x", id)
+}
+
+// Nodename is the Kubernetes node name the machine at node says it is (Talos's own Nodename
+// resource): that the machine at an address is the Node it is taken for is checked by it.
+func (c *Client) Nodename(ctx context.Context, node string) (string, error) {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	n, err := safe.StateGetByID[*k8s.Nodename](nctx, c.c.COSI, k8s.NodenameID)
+	if err != nil {
+		return "", fmt.Errorf("read the node name of the machine at %s: %w", node, err)
+	}
+
+	return n.TypedSpec().Nodename, nil
 }

@@ -55,7 +55,9 @@ func (c *Client) bounded(ctx context.Context, node string) (context.Context, con
 // Connect builds a client from a talosconfig (path "" follows TALOSCONFIG and ~/.talos/config),
 // context ("" = current) and optional endpoints, with gRPC keepalive and timeout per call (0 =
 // DefaultTimeout). It reads the file but does not dial.
-func Connect(ctx context.Context, path, contextName string, endpoints []string, timeout time.Duration) (*Client, error) {
+//
+// extra are more gRPC dial options: a test's interceptor, say.
+func Connect(ctx context.Context, path, contextName string, endpoints []string, timeout time.Duration, extra ...grpc.DialOption) (*Client, error) {
 	cfgPath := path
 	if cfgPath == "" {
 		cfgPath = os.Getenv("TALOSCONFIG")
@@ -107,8 +109,8 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 
 	counter := &requests.Counter{}
 	opts := []client.OptionFunc{client.WithConfig(cfg), client.WithContextName(name),
-		client.WithGRPCDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-			grpc.WithChainUnaryInterceptor(counter.UnaryInterceptor()), grpc.WithChainStreamInterceptor(counter.StreamInterceptor()))}
+		client.WithGRPCDialOptions(append([]grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.WithChainUnaryInterceptor(counter.UnaryInterceptor()), grpc.WithChainStreamInterceptor(counter.StreamInterceptor())}, extra...)...)}
 	if len(endpoints) > 0 {
 		opts = append(opts, client.WithEndpoints(endpoints...))
 	}

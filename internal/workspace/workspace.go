@@ -7,10 +7,13 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
@@ -39,6 +42,20 @@ type Options struct {
 	// Context bounds the preflight's calls.
 	Context context.Context
 	Now     func() time.Time
+	// Faults are a test's: they stand between the command and the cluster, as a flaky network
+	// would (nil in production).
+	Faults *Faults
+	// UnreadableState, if set, lets the command go on when the state cannot be read (corrupt,
+	// or of another format): it is told why (and may still refuse); the workspace then has an
+	// empty state, Unreadable set, and a store that writes nothing.
+	UnreadableState func(err error, u *state.UnreadableError) error
+}
+
+// Faults wrap the workspace's connections: Kube the Kubernetes client's transport, Talos the
+// Talos client's calls.
+type Faults struct {
+	Kube  func(http.RoundTripper) http.RoundTripper
+	Talos grpc.UnaryClientInterceptor
 }
 
 // Workspace is a command's inputs.
@@ -47,8 +64,11 @@ type Workspace struct {
 	Kube   *cluster.Connection
 	Store  state.Store
 	State  *state.State
+	// Unreadable is why the state could not be read (Options.UnreadableState), else nil.
+	Unreadable error
 
 	now    func() time.Time
+	faults *Faults
 	locked bool
 	cred   *credential.Credential
 	talos  *talos.Client
@@ -72,7 +92,13 @@ func Open(o Options) (*Workspace, error) {
 		return nil, err
 	}
 
-	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now}
+	if o.Faults != nil && o.Faults.Kube != nil {
+		if err := kube.Wrap(o.Faults.Kube); err != nil {
+			return nil, err
+		}
+	}
+
+	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now, faults: o.Faults}
 	if w.now == nil {
 		w.now = time.Now
 	}
@@ -102,12 +128,48 @@ func Open(o Options) (*Workspace, error) {
 	}
 
 	if w.State, err = w.Store.Read(); err != nil {
-		w.Close()
+		u, unreadable := state.Unreadable(err)
+		if !unreadable || o.UnreadableState == nil {
+			w.Close()
 
-		return nil, err
+			return nil, err
+		}
+
+		// A command that repairs a wedge carries on from the cluster's own records (the
+		// nodes' annotations) and never writes over what it could not read.
+		if err := o.UnreadableState(err, u); err != nil {
+			w.Close()
+
+			return nil, err
+		}
+
+		w.State, w.Unreadable = &state.State{FormatVersion: state.FormatVersion}, err
+		w.Store = keepOut{w.Store}
 	}
 
 	return w, nil
+}
+
+// keepOut is a store whose state could not be read: reads give nothing, writes are dropped, so
+// what is there (corrupt, or of a newer ghcrsync) is never overwritten by a repair.
+type keepOut struct{ state.Store }
+
+func (keepOut) Write(*state.State) error { return nil }
+
+// PushOver writes src over a state that could not be read (Unreadable): a corrupt one always —
+// it is what `state push` exists to repair — one of another format only with force (it may be a
+// newer ghcrsync's, whose records this one cannot judge).
+func (w *Workspace) PushOver(src *state.State, force bool) error {
+	k, ok := w.Store.(keepOut)
+	if !ok {
+		return state.Push(w.Store, w.State, src, force)
+	}
+
+	if u, _ := state.Unreadable(w.Unreadable); u != nil && u.Newer && !force {
+		return fmt.Errorf("%s holds a state this ghcrsync cannot read (%v): pass --force to replace it", k.Describe(), w.Unreadable)
+	}
+
+	return k.Store.Write(src)
 }
 
 func openStore(cfg *config.Config, kube *cluster.Connection) state.Store {
@@ -166,7 +228,12 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	if w.talos == nil {
 		t := w.Config.Talos
 
-		tc, err := talos.Connect(ctx, t.Talosconfig, t.Context, t.Endpoints, t.Timeout)
+		var extra []grpc.DialOption
+		if w.faults != nil && w.faults.Talos != nil {
+			extra = append(extra, grpc.WithChainUnaryInterceptor(w.faults.Talos))
+		}
+
+		tc, err := talos.Connect(ctx, t.Talosconfig, t.Context, t.Endpoints, t.Timeout, extra...)
 		if err != nil {
 			return nil, err
 		}

@@ -88,6 +88,12 @@ func (s *Store) fetch() (*state.State, string, error) {
 
 	st, err := Decode(sec.Data)
 	if err != nil {
+		s.rv = sec.ResourceVersion // a push may still replace it (compare-and-swap on what is there)
+
+		if _, ok := state.Unreadable(err); !ok {
+			err = state.Corrupt(err.Error())
+		}
+
 		return nil, "", fmt.Errorf("state in %s: %w", s.Describe(), err)
 	}
 

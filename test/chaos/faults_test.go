@@ -231,6 +231,63 @@ var catalog = []fault{
 
 		return r.old.Username
 	}},
+	{"lost-answers", func(ctx context.Context, r *seedRun) string {
+		// The API endpoint cuts every answer on its way back for a while: the server did the
+		// work, ghcrsync never hears.
+		d := r.duration(500*time.Millisecond, 3*time.Second)
+		if _, err := r.sb.Do(ctx, "lose-answers", sandbox.Request{Duration: d.String()}); err != nil {
+			return "failed: " + err.Error()
+		}
+
+		r.onHeal(func() { time.Sleep(d) })
+
+		return d.String()
+	}},
+	{"lost-talos-answer", func(ctx context.Context, r *seedRun) string {
+		name := r.pick(anyNode)
+		m, ok := r.sb.Fleet().Machine(name)
+		if !ok {
+			return name + " gone"
+		}
+
+		r.onHeal(func() { m.LoseAnswers(0) })
+		m.LoseAnswers(1)
+
+		return name
+	}},
+	{"etcd-alarm", func(ctx context.Context, r *seedRun) string {
+		name := r.pick(controlPlanesOnly)
+		m, ok := r.sb.Fleet().Machine(name)
+		if !ok {
+			return "no control plane"
+		}
+
+		alarm := []string{"NOSPACE", "CORRUPT"}[r.intn(2)]
+		d := r.duration(time.Second, 6*time.Second)
+		r.onHeal(func() { m.SetEtcd(false, "") })
+		m.SetEtcd(false, alarm)
+		sleep(ctx, d)
+		m.SetEtcd(false, "")
+
+		return fmt.Sprintf("%s %s %s", name, alarm, d)
+	}},
+	{"address-move", func(ctx context.Context, r *seedRun) string {
+		name, to := r.pick(anyNode), r.pick(anyNode)
+		m, ok := r.sb.Fleet().Machine(name)
+		target, ok2 := r.sb.Fleet().Machine(to)
+
+		if !ok || !ok2 || name == to {
+			return "no pair"
+		}
+
+		d := r.duration(time.Second, 6*time.Second)
+		r.onHeal(func() { m.ReportIP("") })
+		m.ReportIP(target.IP)
+		sleep(ctx, d)
+		m.ReportIP("")
+
+		return fmt.Sprintf("%s → %s %s", name, to, d)
+	}},
 }
 
 func (r *seedRun) deleteBlockingPDB() {
@@ -370,6 +427,8 @@ func (r *seedRun) configLabel(ctx context.Context, name string, id resource.ID) 
 func anyNode(sandbox.MachineInfo) bool          { return true }
 func autoscaledOnly(m sandbox.MachineInfo) bool { return m.Autoscaled }
 
+func controlPlanesOnly(m sandbox.MachineInfo) bool { return m.Role == string(sandbox.RoleControlPlane) }
+
 // pick draws one machine name (sorted order, seeded draw), "" if none matches.
 func (r *seedRun) pick(match func(sandbox.MachineInfo) bool) string {
 	var names []string
@@ -410,4 +469,12 @@ func (r *seedRun) duration(lo, hi time.Duration) time.Duration {
 	steps := int((hi - lo) / (100 * time.Millisecond))
 
 	return lo + time.Duration(r.rng.IntN(steps))*100*time.Millisecond
+}
+
+// intn draws an int in [0, n).
+func (r *seedRun) intn(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	return r.rng.IntN(n)
 }

@@ -1,0 +1,305 @@
+package apply_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// The etcd gate, before a control plane is claimed: every other voting member healthy (its Node
+// Ready, not cordoned, fenced by no one; its member answering, no errors, a voter), no alarm.
+// Each case breaks one rule on prod-control-plane-3 and the rotation of prod-control-plane-2 is
+// refused before its claim, naming it; the negative control (nothing broken) rotates it.
+func TestEtcdGateBeforeTheClaim(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name, other = "prod-control-plane-2", "prod-control-plane-3"
+
+	do := func(verb string, req sandbox.Request) {
+		t.Helper()
+
+		if _, err := sb.Do(ctx, verb, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name        string
+		break_, fix func()
+		want        string // "" = rotated
+	}{
+		{"an alarm (NOSPACE)", func() { do("etcd-alarm", sandbox.Request{Node: other, Alarm: "NOSPACE"}) },
+			func() { do("etcd-alarm", sandbox.Request{Node: other}) }, "alarms raised (NOSPACE on " + other + ")"},
+		{"an alarm (CORRUPT)", func() { do("etcd-alarm", sandbox.Request{Node: other, Alarm: "CORRUPT"}) },
+			func() { do("etcd-alarm", sandbox.Request{Node: other}) }, "CORRUPT on " + other},
+		{"a learner", func() { do("etcd-learner", sandbox.Request{Node: other}) },
+			func() { do("etcd-voter", sandbox.Request{Node: other}) }, other + " are learners"},
+		{"another control plane cordoned by an operator",
+			func() {
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"spec": map[string]any{"unschedulable": true}})
+			},
+			func() {
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"spec": map[string]any{"unschedulable": false}})
+			},
+			other + " is cordoned"},
+		{"another control plane fenced by another run",
+			func() {
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "another-run"}}})
+			},
+			func() {
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+			},
+			other + " is fenced by run another-run"},
+		{"nothing broken", func() {}, func() {}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotation(t, sb, func(s string) string {
+				if tc.want == "" {
+					return s
+				}
+
+				return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "3s"`, 1) // the gate waits no longer
+			}, name)
+			path := r.plan()
+
+			tc.break_()
+			t.Cleanup(tc.fix)
+
+			writes := sb.Fleet().Stats().TalosWrites[name]
+
+			res, err := r.apply(path, apply.Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			x := r.result(res, name)
+
+			if tc.want == "" {
+				if x.Outcome != state.OutcomeDone {
+					t.Fatalf("the control: %+v", x)
+				}
+
+				return
+			}
+
+			if x.Outcome != state.OutcomeFailed || x.Fenced || !strings.Contains(x.Message, "etcd quorum not confirmed before claiming it") ||
+				!strings.Contains(x.Message, tc.want) {
+				t.Fatalf("with %s: %+v", tc.name, x)
+			}
+
+			if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" || sb.Fleet().Stats().TalosWrites[name] != writes {
+				t.Fatal("a control plane the gate refused was touched")
+			}
+		})
+	}
+}
+
+// The gate again right before the reboot: an alarm raised while the control plane was drained
+// and configured stops its reboot; the fence stays (its config is written), for `release`.
+func TestEtcdGateBeforeTheReboot(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name, other = "prod-control-plane-2", "prod-control-plane-3"
+
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "3s"`, 1)
+	}, name)
+	path := r.plan()
+	reboots := sb.Fleet().Stats().Reboots[name]
+
+	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "etcd-alarm", sandbox.Request{Node: other}) })
+
+	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == name && phase == state.PhaseConfigured {
+			if _, err := sb.Do(ctx, "etcd-alarm", sandbox.Request{Node: other, Alarm: "NOSPACE"}); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	x := r.result(res, name)
+	if x.Outcome != state.OutcomeFailed || !x.Fenced || !strings.Contains(x.Message, "etcd quorum not confirmed before its reboot") ||
+		!strings.Contains(x.Message, "NOSPACE") || sb.Fleet().Stats().Reboots[name] != reboots {
+		t.Fatalf("an alarm raised after the drain: %+v", x)
+	}
+
+	if _, err := sb.Do(ctx, "etcd-alarm", sandbox.Request{Node: other}); err != nil {
+		t.Fatal(err)
+	}
+
+	if rel := releaseHolder(t, r.cfg, res.Holder); rel.Held() != 0 {
+		t.Fatalf("release: %+v", rel.Outcomes)
+	}
+}
+
+// The machine ghcrsync configures and reboots is the Node it drained: a Node whose address
+// moved to another machine — before the plan (an address reused), or after the claim — is
+// refused before any Talos write, its claim undone; neither machine is written. The negative
+// control: the same rotation with the address in place.
+func TestTalosTargetIsTheNode(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name, elsewhere = "prod-worker-1", "prod-worker-2"
+
+	move := func(to string) {
+		t.Helper()
+
+		if _, err := sb.Do(ctx, "move-address", sandbox.Request{Node: name, To: to}); err != nil {
+			t.Error(err)
+		}
+	}
+
+	waitIP := func(ip string) {
+		sandboxtest.Eventually(t, 20*time.Second, name+" reports "+ip, func() error {
+			if got := cluster.InternalIP(node(t, sb, name)); got != ip {
+				return fmt.Errorf("InternalIP %s", got)
+			}
+
+			return nil
+		})
+	}
+
+	var own, other string
+
+	for _, m := range sb.Fleet().Machines() {
+		switch m.Name {
+		case name:
+			own = m.IP
+		case elsewhere:
+			other = m.IP
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		when string // "plan", "claim", "" (never)
+		want string
+	}{
+		{"moved before the plan", "plan", `the machine at ` + other + ` says it is node "` + elsewhere + `"`},
+		{"moved after the claim", "claim", "its InternalIP changed from"},
+		{"in place", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() {
+				move("")
+				waitIP(own)
+			})
+
+			if tc.when == "plan" {
+				move(elsewhere)
+				waitIP(other)
+			}
+
+			r := newRotation(t, sb, nil, name)
+			path := r.plan()
+			writes := sb.Fleet().Stats().TalosWrites
+
+			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+				if tc.when == "claim" && phase == state.PhaseDrained {
+					move(elsewhere)
+					waitIP(other)
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			x := r.result(res, name)
+
+			if tc.want == "" {
+				if x.Outcome != state.OutcomeDone {
+					t.Fatalf("the control: %+v", x)
+				}
+
+				return
+			}
+
+			after := sb.Fleet().Stats().TalosWrites
+			if x.Outcome != state.OutcomeFailed || x.Fenced || !strings.Contains(x.Message, tc.want) || !strings.Contains(x.Message, "nothing was written to it") {
+				t.Fatalf("%s: %+v", tc.name, x)
+			}
+
+			if after[name] != writes[name] || after[elsewhere] != writes[elsewhere] {
+				t.Fatalf("a Talos write reached a machine: %v → %v", writes, after)
+			}
+
+			assertReleased(t, sb, name, false)
+		})
+	}
+}
+
+// Pods that arrive on a node while it is drained — bound to it by nodeName, past the cordon —
+// are evicted too before the Talos write: the drain lists the node again until it is empty.
+func TestDrainEvictsPodsThatArriveDuringIt(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	const name = "prod-worker-3"
+
+	owner, err := kube.CoreV1().ConfigMaps("apps").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "late-owner-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		_ = kube.CoreV1().ConfigMaps("apps").Delete(context.Background(), owner.Name, metav1.DeleteOptions{})
+	})
+
+	var late string
+
+	r := newRotation(t, sb, nil, name)
+
+	res, err := r.apply(r.plan(), apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node != name || phase != state.PhaseDrained {
+			return
+		}
+
+		go func() {
+			time.Sleep(300 * time.Millisecond) // after the drain's first listing
+
+			p, err := kube.CoreV1().Pods("apps").Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "arrives-late-", OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true),
+				}}},
+				Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Error(err)
+
+				return
+			}
+
+			late = p.Name
+		}()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x := r.result(res, name); x.Outcome != state.OutcomeDone {
+		t.Fatalf("%+v", x)
+	}
+
+	if late == "" {
+		t.Fatal("no pod arrived")
+	}
+
+	if p, err := kube.CoreV1().Pods("apps").Get(ctx, late, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Fatalf("the pod that arrived during the drain is still on %s: %s", p.Spec.NodeName, p.Name)
+	}
+}
