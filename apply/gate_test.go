@@ -3,7 +3,9 @@ package apply_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -244,48 +247,69 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 }
 
 // Pods that arrive on a node while it is drained — bound to it by nodeName, past the cordon —
-// are evicted too before the Talos write: the drain lists the node again until it is empty.
+// are evicted too before the Talos write: the drain lists the node again until it is empty. The
+// pod lands right after the drain's first listing answered (with the pod that was there), so
+// only a second listing can find it: a drain that lists once leaves it on the node.
 func TestDrainEvictsPodsThatArriveDuringIt(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 	ctx := context.Background()
 	const name = "prod-worker-3"
 
-	owner, err := kube.CoreV1().ConfigMaps("apps").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "late-owner-"}}, metav1.CreateOptions{})
+	sandboxtest.PinnedDeployment(t, kube, "drain-late", "early", name) // what the first listing finds
+
+	owner, err := kube.CoreV1().ConfigMaps("drain-late").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late-owner"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() {
-		_ = kube.CoreV1().ConfigMaps("apps").Delete(context.Background(), owner.Name, metav1.DeleteOptions{})
-	})
+	var (
+		mu       sync.Mutex
+		draining bool
+		late     string
+	)
 
-	var late string
+	arrive := func() {
+		p, err := kube.CoreV1().Pods("drain-late").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "arrives-late-", OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true),
+			}}},
+			Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Error(err)
 
-	r := newRotation(t, sb, nil, name)
-
-	res, err := r.apply(r.plan(), apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
-		if node != name || phase != state.PhaseDrained {
 			return
 		}
 
-		go func() {
-			time.Sleep(300 * time.Millisecond) // after the drain's first listing
+		late = p.Name
+	}
 
-			p, err := kube.CoreV1().Pods("apps").Create(ctx, &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "arrives-late-", OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true),
-				}}},
-				Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Error(err)
+	r := newRotation(t, sb, nil, name)
+	r.faults = &workspace.Faults{Kube: func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := next.RoundTrip(req)
 
-				return
+			listing := req.Method == http.MethodGet && req.URL.Path == "/api/v1/pods" &&
+				req.URL.Query().Get("fieldSelector") == "spec.nodeName="+name
+
+			mu.Lock()
+			defer mu.Unlock()
+
+			if err == nil && listing && draining && late == "" {
+				arrive() // the first listing has answered; the pod lands before the drain goes on
 			}
 
-			late = p.Name
-		}()
+			return resp, err
+		})
+	}}
+
+	res, err := r.apply(r.plan(), apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+		if node == name && phase == state.PhaseDrained {
+			mu.Lock()
+			draining = true
+			mu.Unlock()
+		}
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -296,10 +320,14 @@ func TestDrainEvictsPodsThatArriveDuringIt(t *testing.T) {
 	}
 
 	if late == "" {
-		t.Fatal("no pod arrived")
+		t.Fatal("no pod arrived: the drain never listed the node")
 	}
 
-	if p, err := kube.CoreV1().Pods("apps").Get(ctx, late, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+	if p, err := kube.CoreV1().Pods("drain-late").Get(ctx, late, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Fatalf("the pod that arrived during the drain is still on %s: %s", p.Spec.NodeName, p.Name)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

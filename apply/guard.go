@@ -202,27 +202,15 @@ func (t *txn) verdict(ctx context.Context, v plan.Verdict, step plan.Step) *Node
 func (t *txn) refuseBeforeTalos(ctx context.Context, v plan.Verdict, step plan.Step) *NodeResult {
 	msg := v.Message(t.np.Name, step)
 
-	if !t.claimLanded() || t.rec.Phase.AtOrAfter(state.PhaseConfigured) {
-		if t.claimLanded() {
-			msg += "; its Talos config was already written, so the fence stays (see `ghcrsync fences`)"
+	switch {
+	case t.claimLanded() && t.rec.Phase.TalosWritten():
+		msg += "; its Talos config was already written, so the fence stays (see `ghcrsync fences`)"
+	case t.claimLanded():
+		if err := t.unclaim(ctx); err != nil {
+			msg += "; nothing reached Talos, but " + t.answer(err)
+		} else {
+			msg += "; nothing reached Talos, so its claim was undone (cordon restored as recorded, ghcrsync's annotations removed, other taints untouched)"
 		}
-
-		r := t.finish(state.OutcomeFailed, v.Reason, msg)
-
-		return &r
-	}
-
-	t.rec.Phase = state.PhaseReleased
-	if err := t.e.save(&t.rec); err != nil {
-		r := t.finish(state.OutcomeFailed, v.Reason, msg+"; and "+t.answer(err))
-
-		return &r
-	}
-
-	if err := t.undo(t.cleanup(ctx)); err != nil {
-		msg += "; nothing reached Talos, but undoing its claim failed: " + t.answer(err)
-	} else {
-		msg += "; nothing reached Talos, so its claim was undone (cordon restored as recorded, ghcrsync's annotations removed, other taints untouched)"
 	}
 
 	r := t.finish(state.OutcomeFailed, v.Reason, msg)
@@ -235,16 +223,27 @@ func (t *txn) claimLanded() bool {
 	return t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed)
 }
 
-// cleanup is a context for undoing a claim: it outlives a cancelled run, briefly.
-func (t *txn) cleanup(ctx context.Context) context.Context {
-	if ctx.Err() == nil {
-		return ctx
+// unclaim undoes a claim that did not reach Talos: the record says released first (a kill -9
+// between the two leaves `release` to finish it), then the fence comes off. A cancelled run
+// still gets a few seconds to do it. The error says which half failed.
+func (t *txn) unclaim(ctx context.Context) error {
+	t.rec.Phase = state.PhaseReleased
+	if err := t.e.save(&t.rec); err != nil {
+		return fmt.Errorf("the state could not be written, so the fence stays: %w", err)
 	}
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	context.AfterFunc(cctx, cancel)
+	if ctx.Err() != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
 
-	return cctx
+		ctx = cctx
+	}
+
+	if err := t.undo(ctx); err != nil {
+		return fmt.Errorf("undoing its claim failed: %w", err)
+	}
+
+	return nil
 }
 
 // interrupted ends the transaction when the run was cancelled (SIGINT, SIGTERM). Before the
@@ -260,16 +259,13 @@ func (t *txn) interrupted() *NodeResult {
 	var msg string
 
 	switch {
-	case phase.AtOrAfter(state.PhaseConfigured) && t.claimLanded():
+	case phase.TalosWritten() && t.claimLanded():
 		msg = "cancelled after its Talos config was written: the fence stays, recorded at phase " + string(phase) + " (release it with `ghcrsync release`)"
-	case phase.AtOrAfter(state.PhaseConfigured):
+	case phase.TalosWritten():
 		msg = "cancelled after its Talos config was written; nothing is fenced"
 	case t.claimLanded():
-		t.rec.Phase = state.PhaseReleased
-		if err := t.e.save(&t.rec); err != nil {
-			msg = "cancelled before its Talos write, but the state could not be written (" + t.answer(err) + "): the fence stays"
-		} else if err := t.undo(t.cleanup(t.e.sig)); err != nil {
-			msg = "cancelled before its Talos write; undoing its claim failed: " + t.answer(err)
+		if err := t.unclaim(t.e.sig); err != nil {
+			msg = "cancelled before its Talos write, but " + t.answer(err)
 		} else {
 			msg = "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"
 		}
@@ -284,16 +280,9 @@ func (t *txn) interrupted() *NodeResult {
 
 // deselect leaves the node to a later run, undoing a claim that landed.
 func (t *txn) deselect(ctx context.Context, reason plan.Reason, msg string) *NodeResult {
-	if t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed) {
-		t.rec.Phase = state.PhaseReleased
-		if err := t.e.save(&t.rec); err != nil {
-			r := t.finish(state.OutcomeFailed, reason, msg+"; and "+t.answer(err))
-
-			return &r
-		}
-
-		if err := t.undo(ctx); err != nil {
-			r := t.finish(state.OutcomeFailed, reason, msg+"; releasing its fence failed: "+t.answer(err))
+	if t.claimLanded() {
+		if err := t.unclaim(ctx); err != nil {
+			r := t.finish(state.OutcomeFailed, reason, msg+"; "+t.answer(err))
 
 			return &r
 		}

@@ -224,7 +224,7 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 		}
 	}
 
-	if r := t.sameMachine(ctx, "configure"); r != nil {
+	if r := t.sameMachine(ctx, plan.StepConfigure); r != nil {
 		return r
 	}
 
@@ -243,8 +243,8 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 // is this Node: the Node still reports that address, and the machine there says it is this
 // node (Talos's own node name). A moved or reused address would have ghcrsync configure or
 // reboot another, undrained machine.
-func (t *txn) sameMachine(ctx context.Context, step string) *NodeResult {
-	n, r := t.guard(ctx, plan.StepCheck)
+func (t *txn) sameMachine(ctx context.Context, step plan.Step) *NodeResult {
+	n, r := t.guard(ctx, step)
 	if r != nil {
 		return r
 	}
@@ -255,7 +255,7 @@ func (t *txn) sameMachine(ctx context.Context, step string) *NodeResult {
 
 	refuse := func(why string) *NodeResult {
 		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
-			Detail: why + "; nothing was written to it"}, plan.StepConfigure)
+			Detail: why + "; nothing was written to it"}, step)
 	}
 
 	if ip := cluster.InternalIP(n); ip != t.ip {
@@ -266,7 +266,7 @@ func (t *txn) sameMachine(ctx context.Context, step string) *NodeResult {
 
 	switch {
 	case err != nil:
-		return t.talosFailed(ctx, step, err)
+		return t.talosFailed(ctx, string(step), err)
 	case name != t.np.Name:
 		return refuse(fmt.Sprintf("the machine at %s says it is node %q, not %q", t.ip, name, t.np.Name))
 	}
@@ -283,7 +283,7 @@ func (t *txn) reboot(ctx context.Context) *NodeResult {
 		}
 	}
 
-	if r := t.sameMachine(ctx, "reboot"); r != nil {
+	if r := t.sameMachine(ctx, plan.StepReboot); r != nil {
 		return r
 	}
 
@@ -423,13 +423,8 @@ func (t *txn) release(ctx context.Context) *NodeResult {
 
 // restore undoes a fence that did not reach Talos, after a failure.
 func (t *txn) restore(ctx context.Context, why string) *NodeResult {
-	t.rec.Phase = state.PhaseReleased
-	if r := t.saved(); r != nil {
-		return r
-	}
-
-	if err := t.undo(ctx); err != nil {
-		return t.fail(why + "; restoring the node failed too: " + t.answer(err))
+	if err := t.unclaim(ctx); err != nil {
+		return t.fail(why + "; restoring the node failed: " + t.answer(err))
 	}
 
 	return t.fail(why + "; the node was restored (fence released)")

@@ -157,7 +157,7 @@ func staged(n *Node, action Action, desired string, d Decision) (Verdict, bool) 
 // judgeTransaction: the re-validation before each mutation of a node's transaction.
 func judgeTransaction(s Subject) Verdict {
 	n, p := s.Node, s.Planned
-	mutated := s.Phase.AtOrAfter(state.PhaseConfigured)
+	mutated := s.Phase.TalosWritten()
 	claimed := s.Action == ActionFence && s.Step != StepClaim && s.Phase.AtOrAfter(state.PhaseClaimed)
 
 	if v, ok := identity(n, p, mutated); ok {

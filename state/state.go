@@ -57,6 +57,11 @@ func (p Phase) AtOrAfter(q Phase) bool {
 	return pi >= qi && qi >= 0
 }
 
+// TalosWritten reports whether, at phase p, the node's Talos config may have been written: from
+// here on, the machine may have changed, so a fence stays until the node is proved (or released
+// by hand) and is never undone as if nothing happened.
+func (p Phase) TalosWritten() bool { return p.AtOrAfter(PhaseConfigured) }
+
 // Outcome is how a node's transaction ended ("" while it runs).
 type Outcome string
 

@@ -194,7 +194,7 @@ func Classify(o Observation) Report {
 	return rep
 }
 
-func phaseMutated(p string) bool { return state.Phase(p).AtOrAfter(state.PhaseConfigured) }
+func phaseMutated(p string) bool { return state.Phase(p).TalosWritten() }
 
 // assessLiveness sets liveness, releasability, reason and command for f's holder.
 func assessLiveness(f *Fence, o Observation) {

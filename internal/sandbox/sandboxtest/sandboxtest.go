@@ -435,5 +435,21 @@ func PinnedDeployment(t testing.TB, kube kubernetes.Interface, ns, name, node st
 		t.Fatal(err)
 	}
 
+	// The drain a test aims at this pod must find it: wait until it runs on the node.
+	Eventually(t, 60*time.Second, "deployment "+ns+"/"+name+"'s pod runs on "+node, func() error {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil {
+			return err
+		}
+
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning {
+				return nil
+			}
+		}
+
+		return fmt.Errorf("%d pods, none running on %s", len(pods.Items), node)
+	})
+
 	return labels
 }
