@@ -280,26 +280,53 @@ func newCtl() *cobra.Command {
   api-outage DURATION            the Kubernetes API endpoint refuses connections for DURATION
   rotate-secret                  a fresh credential becomes the one secret.enc.yaml holds
   set-run-status ID ATTEMPT STATUS   the CI API's run attempt status
+  etcd-alarm NODE NOSPACE|CORRUPT|none   the control plane's etcd member raises an alarm (none: clears it)
+  etcd-learner NODE | etcd-voter NODE    its etcd member becomes a learner, or a voter again
+  move-address NODE [MACHINE]    NODE's kubelet reports MACHINE's address as its InternalIP (none: its own)
+  report-ips NODE [IP,...|none]  NODE's kubelet reports these InternalIPs (none: no InternalIP; no list: its own)
+  lose-answers DURATION          the API endpoint carries out writes and cuts their answers, for DURATION
+  lose-talos-answers NODE        the machine's next Talos write is carried out and its answer lost
   stats                          {"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}
   fleet                          the machines and their credential state`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verb, rest := args[0], args[1:]
-			need := map[string]int{"reboot": 1, "power-off": 1, "power-on": 1, "scale-down": 1, "delete-node": 1, "revoke-credential": 1, "set-run-status": 3,
-				"hang-talos": 1, "unhang-talos": 1, "slow-talos": 2, "api-outage": 1}
+			need := map[string][2]int{"reboot": {1, 1}, "power-off": {1, 1}, "power-on": {1, 1}, "scale-down": {1, 1}, "delete-node": {1, 1},
+				"revoke-credential": {1, 1}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
+				"api-outage": {1, 1}, "etcd-alarm": {2, 2}, "etcd-learner": {1, 1}, "etcd-voter": {1, 1}, "move-address": {1, 2},
+				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}}
 
-			if len(rest) != need[verb] {
-				return fmt.Errorf("%s takes %d argument(s)", verb, need[verb])
+			if n := need[verb]; len(rest) < n[0] || len(rest) > n[1] {
+				if n[0] == n[1] {
+					return fmt.Errorf("%s takes %d argument(s); see `ghcrsync-sandbox ctl --help`", verb, n[0])
+				}
+
+				return fmt.Errorf("%s takes %d to %d arguments; see `ghcrsync-sandbox ctl --help`", verb, n[0], n[1])
 			}
 
 			var req sandbox.Request
 
 			switch verb {
-			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos":
+			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos", "etcd-learner", "etcd-voter", "lose-talos-answers":
 				req.Node = rest[0]
 			case "slow-talos":
 				req.Node, req.Duration = rest[0], rest[1]
-			case "api-outage":
+			case "etcd-alarm":
+				req.Node, req.Alarm = rest[0], strings.TrimPrefix(rest[1], "none")
+			case "move-address":
+				req.Node = rest[0]
+				if len(rest) == 2 && rest[1] != "none" {
+					req.To = rest[1]
+				}
+			case "report-ips":
+				req.Node = rest[0]
+				if len(rest) == 2 {
+					req.IPs = strings.Split(rest[1], ",")
+					if rest[1] == "none" {
+						req.IPs = []string{}
+					}
+				}
+			case "api-outage", "lose-answers":
 				req.Duration = rest[0]
 			case "revoke-credential":
 				req.User = rest[0]

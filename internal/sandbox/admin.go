@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,13 +31,15 @@ type Request struct {
 	Alarm string `json:"alarm,omitempty"`
 	// To is the machine whose address a Node is moved to (move-address; "" moves it back).
 	To string `json:"to,omitempty"`
+	// IPs are the InternalIPs a Node's kubelet reports (report-ips): nil its own, empty none.
+	IPs []string `json:"ips"`
 }
 
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
-	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "lose-answers", "lose-talos-answers",
+	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -269,6 +272,21 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		m.ReportIP(ip)
 
 		return map[string]string{"node": m.Name, "internal_ip": m.internalIP()}, nil
+	case "report-ips":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		for _, ip := range req.IPs {
+			if _, err := netip.ParseAddr(ip); err != nil {
+				return nil, fmt.Errorf("report-ips: %q is not an IP address", ip)
+			}
+		}
+
+		m.ReportIPs(req.IPs)
+
+		return map[string]any{"node": m.Name, "internal_ips": m.internalIPs()}, nil
 	case "hang-talos", "unhang-talos":
 		m, err := machine()
 		if err != nil {

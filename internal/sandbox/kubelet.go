@@ -112,13 +112,10 @@ func (k *kubelet) status(ready bool, message string) corev1.NodeStatus {
 	}
 
 	return corev1.NodeStatus{
-		Capacity:    capacity,
-		Allocatable: capacity,
-		Conditions:  conds,
-		Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: m.internalIP()},
-			{Type: corev1.NodeHostName, Address: m.Name},
-		},
+		Capacity:        capacity,
+		Allocatable:     capacity,
+		Conditions:      conds,
+		Addresses:       addresses(m),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID: strings.ReplaceAll(bootID, "-", ""), SystemUUID: m.Name, BootID: bootID,
@@ -127,6 +124,16 @@ func (k *kubelet) status(ready bool, message string) corev1.NodeStatus {
 			OperatingSystem: "linux", Architecture: "amd64",
 		},
 	}
+}
+
+// addresses are the Node's: its InternalIPs as the machine reports them, and its hostname.
+func addresses(m *Machine) []corev1.NodeAddress {
+	var out []corev1.NodeAddress
+	for _, ip := range m.internalIPs() {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+
+	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: m.Name})
 }
 
 // postStatus patches the Node's status (strategic merge, conditions merged by type).

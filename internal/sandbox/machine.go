@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,10 @@ type Machine struct {
 	// reportedIP, if set, is the InternalIP its kubelet reports instead of its own: the Node's
 	// address moved to another machine (a reused or reassigned IP).
 	reportedIP string
+	// reportedIPs, when reportsIPs, are the InternalIPs its kubelet reports instead (none, or
+	// several: a Node that cannot name one machine).
+	reportedIPs []string
+	reportsIPs  bool
 	// lostAnswers is how many of its next Talos writes (apply, reboot) are carried out with
 	// their answer lost.
 	lostAnswers int
@@ -115,6 +120,28 @@ func (m *Machine) ReportIP(ip string) {
 	defer m.mu.Unlock()
 
 	m.reportedIP = ip
+}
+
+// ReportIPs makes the machine's kubelet report ips as its Node's InternalIPs (empty: none; nil:
+// its own again).
+func (m *Machine) ReportIPs(ips []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.reportedIPs, m.reportsIPs = slices.Clone(ips), ips != nil
+}
+
+// internalIPs are the InternalIPs its kubelet reports.
+func (m *Machine) internalIPs() []string {
+	m.mu.Lock()
+	reported, reports := slices.Clone(m.reportedIPs), m.reportsIPs
+	m.mu.Unlock()
+
+	if reports {
+		return reported
+	}
+
+	return []string{m.internalIP()}
 }
 
 // internalIP is the address its kubelet reports.
