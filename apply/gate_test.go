@@ -18,6 +18,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -190,10 +191,13 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		when string // "plan", "claim", "" (never)
+		when string // "plan", "apply", "claim", "" (never)
 		want string
 	}{
-		{"moved before the plan", "plan", `the machine at ` + other + ` says it is node "` + elsewhere + `"`},
+		// The plan sees the address shared with prod-worker-2 (a Node outside the selector).
+		{"moved before the plan", "plan", "its InternalIP " + other + " is also reported by " + elsewhere},
+		// Only the machine's own name tells: the Node alone reports the address at the claim.
+		{"moved between the plan and the apply", "apply", `the machine at ` + other + ` says it is node "` + elsewhere + `"`},
 		{"moved after the claim", "claim", "its InternalIP changed from"},
 		{"in place", "", ""},
 	} {
@@ -209,8 +213,21 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 			}
 
 			r := newRotation(t, sb, nil, name)
+			r.mayDeselect = map[string]bool{name: tc.when == "plan"}
 			path := r.plan()
 			writes := sb.Fleet().Stats().TalosWrites
+
+			if tc.when == "plan" {
+				np := r.planned.Nodes[0]
+				if np.Action != plan.ActionDeselect || np.Reason != plan.ReasonInvalidInventory || !strings.Contains(np.Sentence, tc.want) {
+					t.Fatalf("the plan: %+v", np)
+				}
+			}
+
+			if tc.when == "apply" {
+				move(elsewhere)
+				waitIP(other)
+			}
 
 			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 				if tc.when == "claim" && phase == state.PhaseDrained {
@@ -220,6 +237,16 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 			}})
 			if err != nil {
 				t.Fatal(err)
+			}
+
+			if tc.when == "plan" {
+				after := sb.Fleet().Stats().TalosWrites
+				if after[name] != writes[name] || after[elsewhere] != writes[elsewhere] || res.SafeToRevoke() ||
+					!strings.Contains(res.Verdict.Sentence(), name) {
+					t.Fatalf("a node the inventory cannot place: writes %v → %v, verdict %+v", writes, after, res.Verdict)
+				}
+
+				return
 			}
 
 			x := r.result(res, name)
@@ -242,6 +269,112 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 			}
 
 			assertReleased(t, sb, name, false)
+		})
+	}
+}
+
+// A Node record that does not name one machine — two IPv4 InternalIPs, or none — is left alone:
+// at plan time it is deselected and the verdict counts it unknown; when the record changes after
+// the plan, the claim or the Talos write is refused and the claim undone, nothing written to any
+// machine. The negative control: a dual-stack Node (one IPv4, one IPv6) is one machine and is
+// rotated.
+func TestInvalidNodeInventoryFailsClosed(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name = "prod-worker-2"
+
+	var own string
+
+	for _, m := range sb.Fleet().Machines() {
+		if m.Name == name {
+			own = m.IP
+		}
+	}
+
+	report := func(ips []string) {
+		t.Helper()
+
+		if _, err := sb.Do(ctx, "report-ips", sandbox.Request{Node: name, IPs: ips}); err != nil {
+			t.Error(err)
+		}
+
+		want := ips
+		if want == nil {
+			want = []string{own}
+		}
+
+		sandboxtest.Eventually(t, 20*time.Second, name+" reports "+strings.Join(want, ","), func() error {
+			if got := cluster.FromNode(node(t, sb, name)).InternalIPs; strings.Join(got, ",") != strings.Join(want, ",") {
+				return fmt.Errorf("InternalIPs %v", got)
+			}
+
+			return nil
+		})
+	}
+
+	two, none, dual := []string{own, "10.250.0.9"}, []string{}, []string{own, "fd00::99"}
+
+	for _, tc := range []struct {
+		name string
+		ips  []string
+		when string // "plan", "apply" (before the claim), "drained" (before the Talos write)
+		want string // the refusal or deselection; "" the control
+	}{
+		{"two IPv4 before the plan", two, "plan", "several InternalIPs of one family"},
+		{"none between the plan and the claim", none, "apply", "refusing to claim " + name + ": its Node record does not name one machine (the Node reports no InternalIP"},
+		{"a second IPv4 before the Talos write", two, "drained", "refusing to configure " + name + ": its Node record does not name one machine (the Node reports several"},
+		{"dual stack", dual, "plan", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { report(nil) })
+
+			if tc.when == "plan" {
+				report(tc.ips)
+			}
+
+			r := newRotation(t, sb, nil, name)
+			r.mayDeselect = map[string]bool{name: tc.when == "plan" && tc.want != ""}
+			path := r.plan()
+			writes := sb.Fleet().Stats().TalosWrites[name]
+
+			if tc.when == "apply" {
+				report(tc.ips)
+			}
+
+			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+				if tc.when == "drained" && phase == state.PhaseDrained {
+					report(tc.ips)
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			after := sb.Fleet().Stats().TalosWrites[name]
+
+			switch {
+			case tc.want == "":
+				if x := r.result(res, name); x.Outcome != state.OutcomeDone || !res.SafeToRevoke() {
+					t.Fatalf("the control: %+v, verdict %+v", x, res.Verdict)
+				}
+
+				return
+			case tc.when == "plan":
+				np := r.planned.Nodes[0]
+				if np.Reason != plan.ReasonInvalidInventory || !strings.Contains(np.Sentence, tc.want) {
+					t.Fatalf("the plan: %+v", np)
+				}
+			default:
+				if x := r.result(res, name); x.Outcome != state.OutcomeFailed || x.Fenced || !strings.Contains(x.Message, tc.want) {
+					t.Fatalf("%s: %+v", tc.name, x)
+				}
+
+				assertReleased(t, sb, name, false)
+			}
+
+			if after != writes || res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), name) {
+				t.Fatalf("Talos writes %d → %d, verdict %+v", writes, after, res.Verdict)
+			}
 		})
 	}
 }

@@ -180,6 +180,10 @@ func judgeTransaction(s Subject) Verdict {
 		return v
 	}
 
+	if problem := recordProblem(n); problem != "" && !mutated {
+		return verdict(Refuse, ReasonInvalidInventory, problem)
+	}
+
 	if s.Phase == state.PhaseSelected && p.BootID != "" && n.BootID != "" && n.BootID != p.BootID {
 		return verdict(Deselect, ReasonRebooted, "boot "+human.Short(p.BootID)+" → "+human.Short(n.BootID))
 	}

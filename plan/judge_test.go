@@ -183,12 +183,17 @@ func parseJudgeLine(c *judgeCase, text string) error {
 			return nil
 		}
 
-		n := &plan.Node{Name: "n1"}
+		n := &plan.Node{Name: "n1", InternalIPs: []string{"10.0.0.1"}}
 		for _, a := range args {
 			k, v, _ := strings.Cut(a, "=")
 			switch k {
 			case "uid":
 				n.UID = v
+			case "ips":
+				n.InternalIPs = strings.Split(v, ",")
+				if v == "none" {
+					n.InternalIPs = nil
+				}
 			case "boot":
 				n.BootID = v
 			case "ready":

@@ -32,10 +32,11 @@ func Make(s Snapshot, in Input) *Plan {
 	}
 
 	seen := map[string]bool{}
+	problems := IdentityProblems(s)
 
 	for _, n := range s.Nodes {
 		seen[n.Name] = true
-		np := classify(n, in)
+		np := classify(n, in, problems[n.Name])
 
 		if endpointOf(n, s.APIEndpoint) {
 			np.Endpoint = true
@@ -98,7 +99,7 @@ func Make(s Snapshot, in Input) *Plan {
 	return p
 }
 
-func classify(n Node, in Input) NodePlan {
+func classify(n Node, in Input, identity string) NodePlan {
 	np := NodePlan{
 		Name: n.Name, UID: n.UID, Role: RoleWorker,
 		Invariants: Invariants{
@@ -121,6 +122,12 @@ func classify(n Node, in Input) NodePlan {
 
 	if slices.Contains(in.Exclude, n.Name) {
 		np.Action, np.Reason, np.Sentence = ActionDeselect, ReasonExcluded, ReasonExcluded.Sentence("nodes.exclude")
+
+		return np
+	}
+
+	if identity != "" {
+		np.Action, np.Reason, np.Sentence = ActionDeselect, ReasonInvalidInventory, ReasonInvalidInventory.Sentence(identity)
 
 		return np
 	}

@@ -27,6 +27,7 @@ const (
 	ReasonNeverClaimed        Reason = "never-claimed"
 	ReasonStagedConfig        Reason = "staged-config"
 	ReasonRunsGhcrsync        Reason = "runs-ghcrsync"
+	ReasonInvalidInventory    Reason = "invalid-inventory"
 )
 
 // Reasons lists every reason code.
@@ -35,7 +36,7 @@ var Reasons = []Reason{
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
 	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
-	ReasonRunsGhcrsync,
+	ReasonRunsGhcrsync, ReasonInvalidInventory,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -61,6 +62,7 @@ var clauses = map[Reason]string{
 	ReasonNeverClaimed:        "ghcrsync's claim never landed on it (%s): nothing of ghcrsync's is there to undo",
 	ReasonStagedConfig:        "it has a config staged for its next boot that differs from its active one (%s); ghcrsync never drops an operator's staged change",
 	ReasonRunsGhcrsync:        "ghcrsync itself runs on it (%s): fencing it would drain this very run; a run from another node rotates it",
+	ReasonInvalidInventory:    "its Node record does not name one machine (%s), so ghcrsync leaves it alone",
 }
 
 // Sentence says the reason about the node; detail fills in the specifics.

@@ -13,8 +13,11 @@ type Snapshot struct {
 	// APIEndpoint is the host of the kubeconfig's server.
 	APIEndpoint string `json:"api_endpoint"`
 	// ClusterUID identifies the cluster: the uid of its kube-system namespace.
-	ClusterUID string      `json:"cluster_uid"`
-	Nodes      []Node      `json:"nodes"`
+	ClusterUID string `json:"cluster_uid"`
+	Nodes      []Node `json:"nodes"`
+	// OtherNodes are the Nodes nodes.selector leaves out, by identity only: an address or uid
+	// one of them shares with a node of the fleet makes that node ambiguous.
+	OtherNodes []Identity  `json:"other_nodes,omitempty"`
 	Lease      *Lease      `json:"lease,omitempty"`
 	Secrets    []SecretObs `json:"secrets,omitempty"`
 	// Templates are the configured node templates' configs (none: no node_template block).
@@ -23,10 +26,12 @@ type Snapshot struct {
 
 // Node is one observed Kubernetes Node with its Talos facts.
 type Node struct {
-	Name          string         `json:"name"`
-	UID           string         `json:"uid"`
-	ControlPlane  bool           `json:"control_plane"`
-	InternalIP    string         `json:"internal_ip,omitempty"` // where its Talos API is reached
+	Name         string `json:"name"`
+	UID          string `json:"uid"`
+	ControlPlane bool   `json:"control_plane"`
+	InternalIP   string `json:"internal_ip,omitempty"` // where its Talos API is reached: its first InternalIP
+	// InternalIPs are all the InternalIPs it reports: a node is acted on only with exactly one.
+	InternalIPs   []string       `json:"internal_ips,omitempty"`
 	Addresses     []string       `json:"addresses,omitempty"`
 	Unschedulable bool           `json:"unschedulable,omitempty"`
 	Taints        []taints.Taint `json:"taints,omitempty"`
@@ -41,6 +46,18 @@ type Node struct {
 	BootID           string      `json:"boot_id,omitempty"`
 	Talos            *TalosFacts `json:"talos,omitempty"`
 	TalosError       string      `json:"talos_error,omitempty"`
+}
+
+// Identity is what tells a Node's machine apart: its uid and InternalIPs.
+type Identity struct {
+	Name        string   `json:"name"`
+	UID         string   `json:"uid"`
+	InternalIPs []string `json:"internal_ips,omitempty"`
+}
+
+// Identity is the node's.
+func (n Node) Identity() Identity {
+	return Identity{Name: n.Name, UID: n.UID, InternalIPs: n.InternalIPs}
 }
 
 // TalosFacts are read from the node's Talos API.

@@ -73,8 +73,10 @@ func Inventory(s Snapshot, in Input) Revocation {
 			Why: "no Node matches nodes.selector: an empty inventory proves nothing", Next: "check nodes.selector and the kubeconfig's cluster"})
 	}
 
+	problems := IdentityProblems(s)
+
 	for _, n := range s.Nodes {
-		v.add(nodeUse(n, in))
+		v.add(nodeUse(n, in, problems[n.Name]))
 	}
 
 	for _, sec := range s.Secrets {
@@ -118,8 +120,15 @@ func (v *Revocation) add(u Use) {
 
 // nodeUse: new exactly when the planner would leave the node alone as in sync (its config
 // carries the credential and its runtime provably loaded it).
-func nodeUse(n Node, in Input) Use {
+func nodeUse(n Node, in Input, identity string) Use {
 	u := Use{Kind: UseNode, Name: n.Name, State: UseOld}
+
+	if identity != "" {
+		u.State, u.Why = UseUnknown, ReasonInvalidInventory.Sentence(identity)
+		u.Next = "fix the Node's addresses (the kubelet's --node-ip), then run plan again"
+
+		return u
+	}
 
 	if n.Talos == nil {
 		u.State, u.Why = UseUnknown, "its Talos API could not be read: "+orNone(n.TalosError)

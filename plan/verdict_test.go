@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +43,29 @@ func TestInventory(t *testing.T) {
 		{"missing_namespace_is_not_a_use", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "gone", Name: "ghcr-pull", Role: RoleConsumer, NamespaceMissing: true}}}, true, UseNew, ""},
 		{"secret_of_another_type", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{{Namespace: "team", Name: "ghcr-pull", Role: RoleConsumer, Exists: true, Type: "Opaque"}}}, false, UseUnknown, "type Opaque"},
 		{"template_on_the_old", Snapshot{Nodes: []Node{proved("w1")}, Templates: []TemplateObs{{Namespace: "kube-system", Secret: "t", Key: "k", Digest: "auth-old"}}}, false, UseOld, "join with another"},
+		{"record_naming_no_machine", Snapshot{Nodes: []Node{func() Node { n := proved("w1"); n.InternalIPs = []string{"10.0.0.1", "10.0.0.2"}; return n }()}},
+			false, UseUnknown, "several InternalIPs of one family"},
+		{"address_shared_with_another_node", Snapshot{Nodes: []Node{
+			func() Node { n := proved("w1"); n.InternalIPs = []string{"10.0.0.1"}; return n }(),
+			func() Node { n := proved("w2"); n.InternalIPs = []string{"10.0.0.1"}; return n }(),
+		}}, false, UseUnknown, "also reported by w2"},
+		{"dual_stack_is_one_machine", Snapshot{Nodes: []Node{func() Node { n := proved("w1"); n.InternalIPs = []string{"10.0.0.1", "fd00::1"}; return n }()}},
+			true, UseNew, "verified by ghcrsync"},
 		{"template_without_credential", Snapshot{Nodes: []Node{proved("w1")}, Templates: []TemplateObs{{Namespace: "kube-system", Secret: "t", Key: "k"}}}, false, UseOld, "carries no credential"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := in
 			in.Exclude = []string{"w9"}
+
+			for i, n := range tc.snap.Nodes { // a valid record unless the case says otherwise
+				if n.UID == "" {
+					tc.snap.Nodes[i].UID = "u-" + n.Name
+				}
+
+				if n.InternalIPs == nil {
+					tc.snap.Nodes[i].InternalIPs = []string{"10.0.0." + strconv.Itoa(i+1)}
+				}
+			}
 
 			v := Inventory(tc.snap, in)
 			if v.SafeToRevoke != tc.safe {
@@ -72,5 +91,48 @@ func TestRevocationExcept(t *testing.T) {
 
 	if !v.Except(UseRoot).SafeToRevoke || len(v.Still()) != 1 || v.Except(UseNode).SafeToRevoke {
 		t.Fatalf("Except/Still: %+v", v)
+	}
+}
+
+// A Node record names one machine when it has a uid and one InternalIP per family that no other
+// Node reports.
+func TestIdentityProblems(t *testing.T) {
+	node := func(name, uid string, ips ...string) Node { return Node{Name: name, UID: uid, InternalIPs: ips} }
+
+	for _, tc := range []struct {
+		name   string
+		nodes  []Node
+		others []Identity
+		want   map[string]string // node → a phrase of its problem; absent: none
+	}{
+		{"valid", []Node{node("a", "ua", "10.0.0.1"), node("b", "ub", "10.0.0.2")}, nil, nil},
+		{"dual_stack", []Node{node("a", "ua", "10.0.0.1", "fd00::1")}, nil, nil},
+		{"no_uid", []Node{node("a", "", "10.0.0.1")}, nil, map[string]string{"a": "no uid"}},
+		{"no_internal_ip", []Node{node("a", "ua")}, nil, map[string]string{"a": "no InternalIP"}},
+		{"two_ipv4", []Node{node("a", "ua", "10.0.0.1", "10.0.0.9")}, nil, map[string]string{"a": "several InternalIPs of one family (10.0.0.1, 10.0.0.9)"}},
+		{"the_same_twice", []Node{node("a", "ua", "10.0.0.1", "10.0.0.1")}, nil, map[string]string{"a": "several InternalIPs"}},
+		{"not_an_address", []Node{node("a", "ua", "node-a.example")}, nil, map[string]string{"a": `"node-a.example", which is not an IP address`}},
+		{"hostile_value_bounded", []Node{node("a", "ua", strings.Repeat("x", 500))}, nil, map[string]string{"a": "…"}},
+		{"duplicate_uid", []Node{node("a", "u", "10.0.0.1"), node("b", "u", "10.0.0.2")}, nil,
+			map[string]string{"a": "uid u is also reported by b", "b": "uid u is also reported by a"}},
+		{"duplicate_ip", []Node{node("a", "ua", "10.0.0.1"), node("b", "ub", "10.0.0.1"), node("c", "uc", "10.0.0.3")}, nil,
+			map[string]string{"a": "InternalIP 10.0.0.1 is also reported by b", "b": "also reported by a"}},
+		{"address_of_a_node_outside_the_selector", []Node{node("a", "ua", "10.0.0.1")}, []Identity{{Name: "control-1", UID: "uc", InternalIPs: []string{"10.0.0.1"}}},
+			map[string]string{"a": "InternalIP 10.0.0.1 is also reported by control-1"}},
+		{"duplicate_secondary_ip", []Node{node("a", "ua", "10.0.0.1", "fd00::1"), node("b", "ub", "10.0.0.2", "fd00::1")}, nil,
+			map[string]string{"a": "InternalIP fd00::1 is also reported by b", "b": "fd00::1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := IdentityProblems(Snapshot{Nodes: tc.nodes, OtherNodes: tc.others})
+			if len(got) != len(tc.want) {
+				t.Fatalf("problems %v, want %d", got, len(tc.want))
+			}
+
+			for name, phrase := range tc.want {
+				if !strings.Contains(got[name], phrase) {
+					t.Errorf("%s: %q lacks %q", name, got[name], phrase)
+				}
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -185,19 +186,34 @@ func (c *Connection) ClusterUID(ctx context.Context) (string, error) {
 	return string(ns.UID), nil
 }
 
-// Nodes lists the fleet's Nodes (one LIST, filtered by the label selector).
-func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, error) {
-	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+// Nodes lists the fleet — the Nodes the label selector matches — and the identity of every
+// other Node: one LIST of all Nodes with the selector matched here, so an address or uid the
+// fleet shares with a Node outside it is seen.
+func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, []plan.Identity, error) {
+	sel, err := labels.Parse(selector)
 	if err != nil {
-		return nil, c.Unreachable("list nodes", err)
+		return nil, nil, fmt.Errorf("nodes.selector %q: %w; fix it in the configuration", selector, err)
 	}
 
-	out := make([]plan.Node, 0, len(list.Items))
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, c.Unreachable("list nodes", err)
+	}
+
+	fleet := make([]plan.Node, 0, len(list.Items))
+
+	var others []plan.Identity
+
 	for i := range list.Items {
-		out = append(out, FromNode(&list.Items[i]))
+		n := FromNode(&list.Items[i])
+		if sel.Matches(labels.Set(list.Items[i].Labels)) {
+			fleet = append(fleet, n)
+		} else {
+			others = append(others, n.Identity())
+		}
 	}
 
-	return out, nil
+	return fleet, others, nil
 }
 
 // FromNode converts a Node to the snapshot type, with ghcrsync's annotations as typed fields.
@@ -220,6 +236,10 @@ func FromNode(n *corev1.Node) plan.Node {
 
 	for _, a := range n.Status.Addresses {
 		out.Addresses = append(out.Addresses, a.Address)
+
+		if a.Type == corev1.NodeInternalIP {
+			out.InternalIPs = append(out.InternalIPs, a.Address)
+		}
 	}
 
 	if n.DeletionTimestamp != nil {

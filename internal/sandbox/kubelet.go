@@ -136,13 +136,20 @@ func addresses(m *Machine) []corev1.NodeAddress {
 	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: m.Name})
 }
 
-// postStatus patches the Node's status (strategic merge, conditions merged by type).
+// postStatus patches the Node's status (strategic merge, conditions merged by type). The
+// addresses replace the list, as the real kubelet's patch does (its fixup for addresses wrongly
+// marked merge-by-type): two InternalIPs survive the patch.
 func (k *kubelet) postStatus(ctx context.Context, ready bool, message string) error {
 	st := k.status(ready, message)
+	addresses := []any{map[string]string{"$patch": "replace"}}
+	for _, a := range st.Addresses {
+		addresses = append(addresses, a)
+	}
+
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{
 		"conditions": st.Conditions,
 		"nodeInfo":   st.NodeInfo,
-		"addresses":  st.Addresses,
+		"addresses":  addresses,
 	}})
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ var changed = &plan.Plan{CredentialRevision: "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
 func verdictOf(old bool) *plan.Revocation {
 	in := plan.Input{CredentialRevision: changed.CredentialRevision, AuthDigest: "a1b2c3d4e5f60718", PullSecretRevision: "5e6f7a8b9c0d1e2f"}
 	node := func(name, digest string) plan.Node {
-		return plan.Node{Name: name, UID: "uid-" + name, Ready: true, BootID: "boot-" + name, VerifiedRevision: in.CredentialRevision,
+		return plan.Node{Name: name, UID: "uid-" + name, InternalIPs: []string{"10.0.0." + name[len(name)-1:]}, Ready: true, BootID: "boot-" + name, VerifiedRevision: in.CredentialRevision,
 			VerifiedBoot: "boot-" + name, Talos: &plan.TalosFacts{Version: "v1.13.9", ConfiguredDigest: digest}}
 	}
 

@@ -105,7 +105,7 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		return plan.Snapshot{}, err
 	}
 
-	nodes, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
+	nodes, others, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
 		return plan.Snapshot{}, err
 	}
@@ -143,7 +143,7 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 		return plan.Snapshot{}, err
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, Lease: lease, Secrets: secrets, Templates: templates}, nil
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, nil
 }
 
 // Templates reads every configured node template and the credential digest of each of its
