@@ -350,7 +350,7 @@ func (r *run) fanoutOptions() fanout.Options {
 	st, store := r.ws.State, r.ws.Store
 
 	return fanout.Options{
-		Data: r.cred.PullSecretJSON(), OCIRepository: root, Assert: r.lease.Assert, Hooks: r.o.SecretHooks, Log: r.log,
+		Data: r.cred.PullSecretJSON(), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
 		Registry: r.ws.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.ws.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
 			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})

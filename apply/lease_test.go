@@ -12,17 +12,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -358,5 +363,174 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 
 	if got := sb.Fleet().Stats().UnsafeWrites; got != 0 {
 		t.Fatalf("unsafe writes: %d", got)
+	}
+}
+
+// Between a pull secret's read and its write, the Lease is read again: a Lease another holder
+// took (or that was deleted) since the heartbeat's last renewal writes nothing, and every later
+// write stops too. The negative control: another write to the Lease that keeps this run as its
+// holder (what a renewal looks like) does not stop the write.
+func TestLeaseLossDuringSecretReadStopsBeforePatch(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	for _, tc := range []struct {
+		name  string
+		touch func(l *coordinationv1.Lease) // nil: delete it
+		lost  bool
+	}{
+		{"taken by another holder", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("intruder") }, true},
+		{"deleted", nil, true},
+		{"renewed, still ours", func(l *coordinationv1.Lease) { l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now())) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaseName := "secret-race-" + strings.ReplaceAll(tc.name, " ", "-")
+			leaseName = strings.ReplaceAll(leaseName, ",", "")
+			leases := kube.CoordinationV1().Leases("flux-system")
+
+			t.Cleanup(func() { _ = leases.Delete(context.Background(), leaseName, metav1.DeleteOptions{}) })
+
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"ghcr-auth-refresh"`, `"`+leaseName+`"`, 1) }, "prod-worker-1")
+			path := r.plan()
+
+			before, err := kube.CoreV1().Secrets("team-a").Get(ctx, "ghcr-pull", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			res, err := applyCfg(ctx, applyOptions{ConfigPath: r.cfg, PlanPath: path, Logger: hclog.NewNullLogger(),
+				SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+					if ns != "team-a" || attempt != 0 {
+						return
+					}
+
+					if tc.touch == nil {
+						if err := leases.Delete(ctx, leaseName, metav1.DeleteOptions{}); err != nil {
+							t.Error(err)
+						}
+
+						return
+					}
+
+					l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+					if err == nil {
+						tc.touch(l)
+						_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+					}
+
+					if err != nil {
+						t.Error(err)
+					}
+				}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			after, err := kube.CoreV1().Secrets("team-a").Get(ctx, "ghcr-pull", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var teamA fanout.Result
+
+			for _, s := range res.Secrets {
+				if s.Namespace == "team-a" {
+					teamA = s
+				}
+			}
+
+			written := string(after.Data[corev1.DockerConfigJsonKey]) != string(before.Data[corev1.DockerConfigJsonKey])
+
+			if !tc.lost {
+				if !written || teamA.Outcome != fanout.Written || res.ReleaseErr != nil {
+					t.Fatalf("the control: %+v, release %v", teamA, res.ReleaseErr)
+				}
+
+				return
+			}
+
+			if written || teamA.Outcome != fanout.Failed || !strings.Contains(teamA.Message, "held-by-another") {
+				t.Fatalf("a write after the Lease was lost: written %t, %+v", written, teamA)
+			}
+
+			for _, s := range res.Secrets { // the node templates were written before the nodes
+				if s.Outcome == fanout.Written && s.Role != plan.RoleTemplate {
+					t.Errorf("written after the Lease was lost: %+v", s)
+				}
+			}
+
+			if res.SafeToRevoke() || res.ReleaseErr == nil {
+				t.Fatalf("a run that lost its Lease: release %v, verdict %+v", res.ReleaseErr, res.Verdict)
+			}
+		})
+	}
+}
+
+// A Lease that is gone when the run comes to release it is reported — nothing is held, but the
+// mutual exclusion was not known to hold to the end — and the run does not exit 0; `release`
+// of a dead run's Lease that no longer exists counts it released. The negative control: the same
+// run with the Lease in place releases it without a word.
+func TestDeletedLeaseIsReportedDuringRelease(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	leases := kube.CoordinationV1().Leases("default")
+
+	l, err := lease.Acquire(ctx, kube, lease.Options{Namespace: "default", Name: "deleted-before-release", Holder: "ours", Duration: time.Minute, Heartbeat: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l.Start(ctx)
+
+	if err := leases.Delete(ctx, "deleted-before-release", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := l.Release(ctx); !lease.IsDeleted(err) || !strings.Contains(err.Error(), "another run could have acquired it") {
+		t.Fatalf("release of a deleted Lease: %v", err)
+	}
+
+	for _, deleteIt := range []bool{true, false} {
+		t.Run(map[bool]string{true: "deleted before the release", false: "in place"}[deleteIt], func(t *testing.T) {
+			leaseName := fmt.Sprintf("deleted-run-%t", deleteIt)
+			t.Cleanup(func() {
+				_ = kube.CoordinationV1().Leases("flux-system").Delete(context.Background(), leaseName, metav1.DeleteOptions{})
+			})
+
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"ghcr-auth-refresh"`, `"`+leaseName+`"`, 1) }, "prod-worker-1")
+			path := r.plan()
+
+			res, err := r.apply(path, apply.Hooks{BeforeRoot: func() {
+				if deleteIt {
+					if err := kube.CoordinationV1().Leases("flux-system").Delete(ctx, leaseName, metav1.DeleteOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var out strings.Builder
+			if err := view.Apply(&out, view.Human, res); err != nil {
+				t.Fatal(err)
+			}
+
+			if !deleteIt {
+				if res.ReleaseErr != nil || !strings.Contains(out.String(), "Lease released") {
+					t.Fatalf("the control: %v\n%s", res.ReleaseErr, out.String())
+				}
+
+				return
+			}
+
+			if !lease.IsDeleted(res.ReleaseErr) || !strings.Contains(out.String(), "The run's Lease was gone before its release") ||
+				strings.Contains(out.String(), "Lease released") || len(res.Held()) != 0 {
+				t.Fatalf("a run whose Lease was deleted: %v\n%s", res.ReleaseErr, out.String())
+			}
+		})
 	}
 }

@@ -84,7 +84,10 @@ type Options struct {
 	// Templates are the configured node templates (their plan entries say which need a write).
 	Templates     []config.NodeTemplate
 	OCIRepository string // reconciled after the root secret changed ("" = none)
-	Assert        func() error
+	// Assert reports an error unless the run still holds its Lease, read from the API now: it
+	// runs before each write is recorded and again between the write's read and the write
+	// itself, so a Lease taken or deleted since the heartbeat's last look writes nothing.
+	Assert func(context.Context) error
 	Record        func(namespace, name, role, outcome string) error // state write before each mutation
 	Hooks         Hooks
 	// Log receives the full text of an API answer a result names only by class (redact.Logged).
@@ -168,7 +171,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 
 	fail := func(err error) Result { return result(sp, Failed, redact.Logged(o.Log, err)) }
 
-	if err := o.Assert(); err != nil {
+	if err := o.Assert(ctx); err != nil {
 		return fail(fmt.Errorf("not written: %w", err))
 	}
 
@@ -227,6 +230,10 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 		case apierrors.IsNotFound(err):
 			o.Hooks.between(sp, attempt)
 
+			if err := o.Assert(ctx); err != nil {
+				return fmt.Errorf("%s not written: %w", where, err)
+			}
+
 			_, err = secrets.Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
 					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
@@ -243,6 +250,10 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			return nil
 		default:
 			o.Hooks.between(sp, attempt)
+
+			if err := o.Assert(ctx); err != nil {
+				return fmt.Errorf("%s not written: %w", where, err)
+			}
 
 			next := cur.DeepCopy()
 			if next.Data == nil {

@@ -49,7 +49,7 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		return res
 	}
 
-	if err := o.Assert(); err != nil {
+	if err := o.Assert(ctx); err != nil {
 		return fail(fmt.Errorf("not written: %w", err))
 	}
 
@@ -135,6 +135,10 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 		}
 
 		o.Hooks.betweenTemplate(t, attempt)
+
+		if err := o.Assert(ctx); err != nil {
+			return fmt.Errorf("%s not written: %w", where, err)
+		}
 
 		upd := cur.DeepCopy()
 		upd.Data[t.Key] = next

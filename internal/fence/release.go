@@ -133,6 +133,10 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 
 	ns, name, _ := strings.Cut(f.Name, "/")
 	if err := lease.ReleaseHolder(ctx, kube.Client, ns, name, f.Holder); err != nil {
+		if lease.IsDeleted(err) {
+			return Outcome{Fence: f, Released: true, Message: "the Lease no longer exists: nothing to release"}
+		}
+
 		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	}
 

@@ -28,7 +28,18 @@ const (
 	APIUnreachable = "api-unreachable"
 	HeldByAnother  = "held-by-another"
 	Expired        = "expired"
+	// Deleted: the Lease was gone when its holder came to release it. Nothing is held, but while
+	// it was absent another run could have acquired it: mutual exclusion is not known to have
+	// held to the end.
+	Deleted = "deleted"
 )
+
+// IsDeleted reports whether err is a release that found the Lease deleted.
+func IsDeleted(err error) bool {
+	var le *Error
+
+	return errors.As(err, &le) && le.Class == Deleted
+}
 
 // Error is a lost or refused Lease, with the evidence.
 type Error struct {
@@ -310,6 +321,47 @@ func (l *Lease) Assert() error {
 	return nil
 }
 
+// Verify asserts the Lease (Assert), then reads it: it must still name this run. It is for the
+// writes the heartbeat's last look cannot vouch for (a pull secret, the root Flux secret, a node
+// template): a Lease taken or deleted since the last renewal is seen now, and lost for good.
+// An API that does not answer is tried three times, then refuses the write.
+func (l *Lease) Verify(ctx context.Context) error {
+	if err := l.Assert(); err != nil {
+		return err
+	}
+
+	var err error
+
+	for attempt := range 3 {
+		var cur *coordinationv1.Lease
+
+		cur, err = l.kube.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
+
+		switch {
+		case apierrors.IsNotFound(err):
+			e := l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
+			l.setLost(e)
+
+			return e
+		case err == nil && ptr.Deref(cur.Spec.HolderIdentity, "") != l.holder:
+			e := l.errorFrom(HeldByAnother, cur, nil)
+			l.setLost(e)
+
+			return e
+		case err == nil:
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+
+	return &Error{Class: APIUnreachable, Ours: l.holder, Duration: l.duration, Err: fmt.Errorf("the Lease could not be read to verify it before a write: %w", err)}
+}
+
 // WaitLive waits (bounded by ctx) until the Lease is live again, e.g. after an API outage.
 // It returns at once if the Lease was lost.
 func (l *Lease) WaitLive(ctx context.Context) error {
@@ -352,27 +404,34 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // ReleaseHolder clears the Lease's holder if, and only if, it is holder: a JSON-patch test of the
 // holder alone (no resourceVersion, so no other write — a heartbeat included — can make it fail),
-// re-reading on failure. An absent or already-free Lease counts as released.
+// re-reading on failure. An already-free Lease counts as released (a release whose answer was
+// lost, retried); an absent one is a Deleted error: nothing is held, and the caller says so.
 func ReleaseHolder(ctx context.Context, kube kubernetes.Interface, namespace, name, holder string) error {
 	leases := kube.CoordinationV1().Leases(namespace)
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/spec/holderIdentity", "value": holder},
 		{"op": "replace", "path": "/spec/holderIdentity", "value": ""},
 	})
+	deleted := &Error{Class: Deleted, Ours: holder, Err: fmt.Errorf("lease %s/%s was deleted outside ghcrsync before %s released it: "+
+		"nothing is held, but while it was absent another run could have acquired it; check `ghcrsync fences` for fences of other runs", namespace, name, holder)}
 
 	var lastErr error
 
 	for attempt := 0; attempt < 5; attempt++ {
 		_, err := leases.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
-		if err == nil || apierrors.IsNotFound(err) {
+
+		switch {
+		case err == nil:
 			return nil
+		case apierrors.IsNotFound(err):
+			return deleted
 		}
 
 		lastErr = err
 
 		cur, gerr := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(gerr) {
-			return nil
+			return deleted
 		}
 
 		if gerr == nil {

@@ -2,6 +2,7 @@ package view
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	leasepkg "github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -162,7 +164,9 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 
 	failed := applyNodes(w, res) + applySecrets(w, res.Secrets)
 
-	if res.ReleaseErr != nil {
+	if leasepkg.IsDeleted(res.ReleaseErr) {
+		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(errors.Unwrap(res.ReleaseErr).Error()))
+	} else if res.ReleaseErr != nil {
 		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %s\n", oneLine(res.ReleaseErr.Error()))
 	} else if res.Holder != "" {
 		fmt.Fprintf(w, "Lease released (holder %s).\n", Clean(res.Holder))
@@ -188,7 +192,10 @@ func CancelledLine(res *apply.Result) string {
 	held := res.Held()
 	lease := "its Lease was released"
 
-	if res.ReleaseErr != nil {
+	switch {
+	case leasepkg.IsDeleted(res.ReleaseErr):
+		lease = "its Lease was deleted outside ghcrsync before its release"
+	case res.ReleaseErr != nil:
 		lease = "its Lease is still held"
 	}
 
