@@ -156,7 +156,11 @@ func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, tim
 
 	var verdict error
 
+	seen := pod
+
 	judge := func(p *corev1.Pod) bool {
+		seen = p
+
 		for _, cs := range p.Status.ContainerStatuses {
 			if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
 				verdict = fmt.Errorf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", node, image, w.Reason, w.Message)
@@ -169,7 +173,16 @@ func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, tim
 			}
 		}
 
-		if p.Status.Phase == corev1.PodFailed {
+		switch {
+		case p.Status.Phase == corev1.PodFailed && p.Status.Reason != "":
+			// The kubelet refused to run it at all (OutOfmemory, OutOfcpu, NodeAffinity, ...):
+			// nothing was pulled, and waiting longer changes nothing.
+			verdict = fmt.Errorf("the kubelet of %s rejected runtime probe %s/%s before pulling anything (%s: %s); "+
+				"make room for the probe on the node (its requests come from the namespace's LimitRange, if any), then run plan and apply again",
+				node, namespace, p.Name, p.Status.Reason, p.Status.Message)
+
+			return true
+		case p.Status.Phase == corev1.PodFailed:
 			verdict = fmt.Errorf("runtime probe %s/%s on %s failed before its image was pulled: %s", namespace, p.Name, node, p.Status.Message)
 
 			return true
@@ -179,10 +192,47 @@ func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, tim
 	}
 
 	if err := c.awaitPod(ctx, pod, timeout, judge); err != nil {
-		return fmt.Errorf("runtime probe on %s did not complete: %w", node, err)
+		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, describePod(seen))
 	}
 
 	return verdict
+}
+
+// describePod is what was last observed of a pod: its phase, the conditions that are not True,
+// each container's state — what an operator needs to see why a probe stalled.
+func describePod(p *corev1.Pod) string {
+	st := p.Status
+	if st.Phase == "" && len(st.Conditions) == 0 && len(st.ContainerStatuses) == 0 {
+		return "no status at all: the kubelet of its node never reported on it"
+	}
+
+	parts := []string{"phase " + string(st.Phase)}
+	if st.Reason != "" {
+		parts = append(parts, "reason "+st.Reason)
+	}
+
+	for _, c := range st.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, strings.TrimSpace(c.Reason+" "+c.Message)))
+		}
+	}
+
+	for _, cs := range st.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("container %s waiting: %s", cs.Name, strings.TrimSpace(cs.State.Waiting.Reason+" "+cs.State.Waiting.Message)))
+		case cs.State.Running != nil:
+			parts = append(parts, "container "+cs.Name+" running")
+		case cs.State.Terminated != nil:
+			parts = append(parts, fmt.Sprintf("container %s terminated: %s", cs.Name, cs.State.Terminated.Reason))
+		}
+	}
+
+	if len(st.ContainerStatuses) == 0 {
+		parts = append(parts, "no container status")
+	}
+
+	return strings.Join(parts, "; ")
 }
 
 // probeCreateAttempts bounds the probe create's retries of an admission timeout.

@@ -136,6 +136,106 @@ func addresses(m *Machine) []corev1.NodeAddress {
 	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: m.Name})
 }
 
+// admit is the kubelet's own admission of a pod bound to it (what the real kubelet's resource
+// check does): its requests on top of those of the pods already admitted there (started, not
+// finished) must fit the allocatable resources, or it is rejected — Failed, reason OutOfcpu,
+// OutOfmemory or OutOfpods — and never started.
+func admit(pod *corev1.Pod, pods []*corev1.Pod, allocatable corev1.ResourceList) (reason, message string) {
+	used := corev1.ResourceList{}
+	count := int64(1)
+
+	for _, p := range pods {
+		if p.UID == pod.UID || p.Status.StartTime == nil || p.DeletionTimestamp != nil ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+
+		count++
+
+		for name, q := range requests(p) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+
+	if pods := allocatable[corev1.ResourcePods]; count > pods.Value() {
+		return "OutOfpods", fmt.Sprintf("Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", count-1, pods.Value())
+	}
+
+	want := requests(pod)
+
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, u, capacity := want[name], used[name], allocatable[name]
+		total := u.DeepCopy()
+		total.Add(req)
+
+		if total.Cmp(capacity) > 0 {
+			return "OutOf" + string(name), fmt.Sprintf("Pod was rejected: Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+				name, amount(name, req), amount(name, u), amount(name, capacity))
+		}
+	}
+
+	return "", ""
+}
+
+// amount is a quantity as the kubelet's message gives it: CPU in millicores, the rest in units.
+func amount(name corev1.ResourceName, q resource.Quantity) int64 {
+	if name == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+
+	return q.Value()
+}
+
+// requests sums a pod's container requests.
+func requests(p *corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+
+	for _, c := range p.Spec.Containers {
+		for name, q := range c.Resources.Requests {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+
+	return out
+}
+
+// stall reports a pod the wedged runtime cannot start: Pending, its containers waiting in
+// ContainerCreating (once; a started pod is left as it is).
+func (k *kubelet) stall(ctx context.Context, pod *corev1.Pod) {
+	if pod.Status.StartTime != nil {
+		return
+	}
+
+	now := metav1.Now()
+	updated := pod.DeepCopy()
+	updated.Status = corev1.PodStatus{Phase: corev1.PodPending, StartTime: &now, HostIP: k.m.IP, Conditions: podConditions(false, now)}
+
+	for _, c := range pod.Spec.Containers {
+		updated.Status.ContainerStatuses = append(updated.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		})
+	}
+
+	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+		k.m.fleet.log.Debug("kubelet stall pod", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+	}
+}
+
+// reject records the kubelet's refusal of a pod: Failed before any container, as the real
+// kubelet reports it.
+func (k *kubelet) reject(ctx context.Context, pod *corev1.Pod, reason, message string) {
+	updated := pod.DeepCopy()
+	updated.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: message, StartTime: ptr.To(metav1.Now())}
+
+	if _, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+		k.m.fleet.log.Debug("kubelet reject pod", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+	}
+}
+
 // postStatus patches the Node's status (strategic merge, conditions merged by type). The
 // addresses replace the list, as the real kubelet's patch does (its fixup for addresses wrongly
 // marked merge-by-type): two InternalIPs survive the patch.
@@ -308,20 +408,20 @@ func (k *kubelet) podLoop(ctx context.Context) {
 		case key := <-k.queue:
 			ns, name, _ := strings.Cut(key, "/")
 			if pod, err := lister.Pods(ns).Get(name); err == nil {
-				k.syncPod(ctx, pod)
+				k.syncPod(ctx, pod, lister)
 			}
 		case <-resync.C:
 			k.ensureMirrorPods(ctx, lister)
 
 			pods, _ := lister.List(everything)
 			for _, pod := range pods {
-				k.syncPod(ctx, pod)
+				k.syncPod(ctx, pod, lister)
 			}
 		}
 	}
 }
 
-func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
+func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister corelisters.PodLister) {
 	if pod.DeletionTimestamp != nil {
 		// Containers stopped: finalise the graceful deletion.
 		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
@@ -346,6 +446,21 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod) {
 
 	if until, ok := k.backoff[pod.UID]; ok && time.Now().Before(until) {
 		return
+	}
+
+	if k.m.podsStalled() {
+		k.stall(ctx, pod)
+
+		return
+	}
+
+	if pod.Status.StartTime == nil {
+		others, _ := lister.List(everything)
+		if reason, message := admit(pod, others, k.status(true, "").Allocatable); reason != "" {
+			k.reject(ctx, pod, reason, message)
+
+			return
+		}
 	}
 
 	creds := k.pullCredentials(ctx, pod)

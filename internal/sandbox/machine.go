@@ -58,6 +58,9 @@ type Machine struct {
 	events     *eventLog     // this boot's runtime events
 	tryRevert  *time.Timer   // pending rollback of a config applied in try mode
 	hung       bool          // its Talos API accepts calls and never answers
+	// stallPods: its container runtime hangs creating containers (a wedged CRI): new pods
+	// stay Pending, ContainerCreating, forever.
+	stallPods bool
 	latency    time.Duration // added before its Talos API answers (a slow machine)
 	// etcdLearner and etcdAlarm are its etcd member's state (control planes): a learner does
 	// not vote; an alarm (NOSPACE, CORRUPT) is raised on the cluster.
@@ -162,6 +165,21 @@ func (m *Machine) SetHung(hung bool) {
 	defer m.mu.Unlock()
 
 	m.hung = hung
+}
+
+// StallPods makes the machine's container runtime hang creating containers, or work again.
+func (m *Machine) StallPods(stall bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.stallPods = stall
+}
+
+func (m *Machine) podsStalled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.stallPods
 }
 
 // SetLatency makes the machine's Talos API answer each call d late (0: at once).
