@@ -18,6 +18,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -604,5 +605,142 @@ func TestConsumerThatReadsBackWrongHoldsTheRoot(t *testing.T) {
 
 	if rootOutcome(res).Outcome != fanout.HeldBack || res.SafeToRevoke() {
 		t.Fatalf("root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+	}
+}
+
+// denySecretUpdates installs a ValidatingAdmissionPolicy (the API server's own admission) that
+// denies updates of the Secret namespace/name, and waits until it is in effect.
+func denySecretUpdates(t *testing.T, kube kubernetes.Interface, namespace, name string) {
+	t.Helper()
+
+	ctx := context.Background()
+	api := kube.AdmissionregistrationV1()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + namespace + "-" + name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				ResourceNames: []string{name},
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: `object.metadata.namespace != "` + namespace + `"`,
+				Message: "the root Flux secret is frozen for a change window"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+
+	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		_ = api.ValidatingAdmissionPolicyBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = api.ValidatingAdmissionPolicies().Delete(context.Background(), policy.Name, metav1.DeleteOptions{})
+
+		sandboxtest.Eventually(t, 30*time.Second, "the policy is gone", func() error { return dryRunUpdate(kube, namespace, name) })
+	})
+
+	sandboxtest.Eventually(t, 30*time.Second, "the policy denies updates of "+namespace+"/"+name, func() error {
+		if err := dryRunUpdate(kube, namespace, name); err == nil {
+			return fmt.Errorf("a dry-run update of %s/%s was admitted", namespace, name)
+		}
+
+		return nil
+	})
+}
+
+// dryRunUpdate updates the Secret with a server-side dry run (admission runs, nothing is stored).
+func dryRunUpdate(kube kubernetes.Interface, namespace, name string) error {
+	ctx := context.Background()
+
+	s, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+
+	s.Annotations["ghcrsync.dev/test-dry-run"] = time.Now().String()
+	_, err = kube.CoreV1().Secrets(namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+
+	return err
+}
+
+// A root Flux secret the API server refuses to update is a failure the run names — the root's
+// line, the API's own reason, the exit — never hidden behind the nodes' success: the verdict
+// says the root still holds the old credential. The negative control: the same refusal for
+// another Secret's name leaves the root written.
+func TestClusterPatchFailureIsNotHidden(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+
+	for _, tc := range []struct {
+		name, deny string
+	}{
+		{"the root refused", sandbox.RootSecret},
+		{"another secret refused", "not-the-root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.deny != sandbox.RootSecret { // the Secret the policy denies, so its effect can be seen
+				secrets := kube.CoreV1().Secrets(sandbox.RootNamespace)
+				if _, err := secrets.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tc.deny}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+
+				t.Cleanup(func() { _ = secrets.Delete(context.Background(), tc.deny, metav1.DeleteOptions{}) })
+			}
+
+			r := newRotation(t, sb, nil, "prod-worker-1")
+			path := r.plan()
+
+			denySecretUpdates(t, kube, sandbox.RootNamespace, tc.deny)
+
+			res, err := r.apply(path, apply.Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var out strings.Builder
+			if err := view.Apply(&out, view.Human, res); err != nil {
+				t.Fatal(err)
+			}
+
+			root := rootOutcome(res)
+
+			if tc.deny != sandbox.RootSecret {
+				if root.Outcome != fanout.Written || !res.SafeToRevoke() {
+					t.Fatalf("the control: %+v\n%s", root, out.String())
+				}
+
+				return
+			}
+
+			where := sandbox.RootNamespace + "/" + sandbox.RootSecret
+			// The result carries the answer's class; its own text, the policy's message, goes to the
+			// debug log only (an admission answer may quote what it refused).
+			if root.Outcome != fanout.Failed || !strings.Contains(root.Message, "422 Invalid") || res.SafeToRevoke() ||
+				!strings.Contains(r.log.String(), "frozen for a change window") {
+				t.Fatalf("a refused root: %+v", root)
+			}
+
+			for _, want := range []string{"✗ " + where + " (root)", "1 failed", "Do not revoke the old credential yet", "the root Flux secret " + where} {
+				if !strings.Contains(out.String(), want) {
+					t.Fatalf("the run's output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }
