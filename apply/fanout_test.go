@@ -381,3 +381,79 @@ func dropConsumerNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
 
 	_ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }
+
+// The run that holds the Lease retries a compare-and-swap of the root Flux secret that lost to
+// a concurrent writer (another write between its read and its update): it re-reads, keeps the
+// other writer's change, and writes. The negative control: a concurrent writer that makes the
+// root another controller's (Flux's kustomize label) is not overwritten.
+func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	roots := kube.CoreV1().Secrets(sandbox.RootNamespace)
+
+	for _, tc := range []struct {
+		name, label string
+		written     bool
+	}{
+		{"a concurrent annotation", "", true},
+		{"the root became Flux's", "kustomize.toolkit.fluxcd.io/name", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() {
+				s, err := roots.Get(context.Background(), sandbox.RootSecret, metav1.GetOptions{})
+				if err == nil {
+					delete(s.Labels, "kustomize.toolkit.fluxcd.io/name")
+					delete(s.Annotations, "example.com/concurrent")
+					_, _ = roots.Update(context.Background(), s, metav1.UpdateOptions{})
+				}
+			})
+
+			r := newRotation(t, sb, nil, "prod-worker-1")
+			path := r.plan()
+			before := secretDigest(t, sb, sandbox.RootNamespace, sandbox.RootSecret)
+
+			res, err := applyCfg(ctx, applyOptions{
+				ConfigPath: r.cfg, PlanPath: path,
+				SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+					if ns != sandbox.RootNamespace || attempt != 0 {
+						return
+					}
+
+					s, err := roots.Get(ctx, name, metav1.GetOptions{})
+					if err == nil {
+						metav1.SetMetaDataAnnotation(&s.ObjectMeta, "example.com/concurrent", "kept")
+						if tc.label != "" {
+							metav1.SetMetaDataLabel(&s.ObjectMeta, tc.label, "flux-system")
+						}
+
+						_, err = roots.Update(ctx, s, metav1.UpdateOptions{})
+					}
+
+					if err != nil {
+						t.Error(err)
+					}
+				}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			root, now := rootOutcome(res), secretDigest(t, sb, sandbox.RootNamespace, sandbox.RootSecret)
+			s, _ := roots.Get(ctx, sandbox.RootSecret, metav1.GetOptions{})
+
+			if !tc.written {
+				if root.Outcome != fanout.Failed || !strings.Contains(root.Message, "became managed by Flux") || now != before {
+					t.Fatalf("a root that became another controller's: %+v", root)
+				}
+
+				return
+			}
+
+			if root.Outcome != fanout.Written || !strings.Contains(root.Message, "after 1 concurrent write") || now != wantDigest(r.cred) ||
+				s.Annotations["example.com/concurrent"] != "kept" {
+				t.Fatalf("the root after a concurrent write: %+v (annotation %q)", root, s.Annotations["example.com/concurrent"])
+			}
+		})
+	}
+}

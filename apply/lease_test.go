@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -530,6 +531,54 @@ func TestDeletedLeaseIsReportedDuringRelease(t *testing.T) {
 			if !lease.IsDeleted(res.ReleaseErr) || !strings.Contains(out.String(), "The run's Lease was gone before its release") ||
 				strings.Contains(out.String(), "Lease released") || len(res.Held()) != 0 {
 				t.Fatalf("a run whose Lease was deleted: %v\n%s", res.ReleaseErr, out.String())
+			}
+		})
+	}
+}
+
+// A Lease the API server refuses to create fails the run before anything is touched, and the
+// error names the Lease, the step and the API's answer. The negative control: the same policy
+// on another Lease name, and the run acquires its own.
+func TestSynchronizationLeaseAcquisitionReportsTheAPICause(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	leases := kube.CoordinationV1().Leases("flux-system")
+	const ours = "acquire-refused"
+
+	dryRunCreate := func(name string) func() error {
+		return func() error {
+			_, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+
+			return err
+		}
+	}
+
+	for _, tc := range []struct{ name, deny string }{{"its Lease refused", ours}, {"another Lease refused", "not-ours"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { _ = leases.Delete(context.Background(), ours, metav1.DeleteOptions{}) })
+
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"ghcr-auth-refresh"`, `"`+ours+`"`, 1) }, "prod-worker-1")
+			path := r.plan()
+
+			denyByPolicy(t, kube, "leases", admissionregistrationv1.Create, "flux-system", tc.deny, "leases are frozen", dryRunCreate(tc.deny))
+
+			res, err := r.apply(path, apply.Hooks{})
+
+			if tc.deny != ours {
+				if err != nil || r.result(res, "prod-worker-1").Outcome != state.OutcomeDone {
+					t.Fatalf("the control: %v", err)
+				}
+
+				return
+			}
+
+			if err == nil || !strings.Contains(err.Error(), "create lease flux-system/"+ours) || !strings.Contains(err.Error(), "leases are frozen") {
+				t.Fatalf("a refused Lease: %v", err)
+			}
+
+			if n := node(t, sb, "prod-worker-1"); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+				t.Fatal("a run without its Lease touched a node")
 			}
 		})
 	}

@@ -36,7 +36,9 @@ func TestRuntimeProbeKubeletRejectionFailsFastAndDistinctly(t *testing.T) {
 			limits := kube.CoreV1().LimitRanges(sandbox.ProbeNamespace)
 			t.Cleanup(func() { _ = limits.Delete(context.Background(), "probe-defaults", metav1.DeleteOptions{}) })
 
-			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "5m"`, 1) }, name)
+			r := newRotation(t, sb, func(s string) string {
+				return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "5m"`, 1)
+			}, name)
 			path := r.plan()
 
 			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
@@ -91,7 +93,9 @@ func TestRuntimeProbeTimeoutReportsObservedPodState(t *testing.T) {
 
 	t.Cleanup(func() { _, _ = sb.Do(context.Background(), "unstall-pods", sandbox.Request{Node: name}) })
 
-	r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "10s"`, 1) }, name)
+	r := newRotation(t, sb, func(s string) string {
+		return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "10s"`, 1)
+	}, name)
 	path := r.plan()
 
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {

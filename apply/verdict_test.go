@@ -613,21 +613,35 @@ func TestConsumerThatReadsBackWrongHoldsTheRoot(t *testing.T) {
 func denySecretUpdates(t *testing.T, kube kubernetes.Interface, namespace, name string) {
 	t.Helper()
 
+	denyByPolicy(t, kube, "secrets", admissionregistrationv1.Update, namespace, name, "the root Flux secret is frozen for a change window",
+		func() error { return dryRunUpdate(kube, namespace, name) })
+}
+
+// denyByPolicy installs a ValidatingAdmissionPolicy denying op on the object namespace/name of
+// resource (core group) with message, and waits until write — a dry run of such a write — is
+// refused; on cleanup, until it is admitted again.
+func denyByPolicy(t *testing.T, kube kubernetes.Interface, resource string, op admissionregistrationv1.OperationType, namespace, name, message string, write func() error) {
+	t.Helper()
+
 	ctx := context.Background()
 	api := kube.AdmissionregistrationV1()
+	group := ""
+	if resource == "leases" {
+		group = "coordination.k8s.io"
+	}
+
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + namespace + "-" + name},
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + resource + "-" + namespace + "-" + name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				ResourceNames: []string{name},
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
+					Operations: []admissionregistrationv1.OperationType{op},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: []string{resource}},
 				},
 			}}},
-			Validations: []admissionregistrationv1.Validation{{Expression: `object.metadata.namespace != "` + namespace + `"`,
-				Message: "the root Flux secret is frozen for a change window"}},
+			Validations: []admissionregistrationv1.Validation{{Expression: `object.metadata.namespace != "` + namespace + `"`, Message: message}},
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
@@ -648,12 +662,12 @@ func denySecretUpdates(t *testing.T, kube kubernetes.Interface, namespace, name 
 		_ = api.ValidatingAdmissionPolicyBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 		_ = api.ValidatingAdmissionPolicies().Delete(context.Background(), policy.Name, metav1.DeleteOptions{})
 
-		sandboxtest.Eventually(t, 30*time.Second, "the policy is gone", func() error { return dryRunUpdate(kube, namespace, name) })
+		sandboxtest.Eventually(t, 30*time.Second, "the policy is gone", write)
 	})
 
-	sandboxtest.Eventually(t, 30*time.Second, "the policy denies updates of "+namespace+"/"+name, func() error {
-		if err := dryRunUpdate(kube, namespace, name); err == nil {
-			return fmt.Errorf("a dry-run update of %s/%s was admitted", namespace, name)
+	sandboxtest.Eventually(t, 30*time.Second, "the policy denies "+string(op)+" of "+resource+" "+namespace+"/"+name, func() error {
+		if err := write(); err == nil {
+			return fmt.Errorf("a dry-run %s of %s %s/%s was admitted", op, resource, namespace, name)
 		}
 
 		return nil
