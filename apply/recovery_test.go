@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -497,4 +500,113 @@ func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
 
 	assertReleased(t, sb, name, false)
 	assertLeaseFree(t, sb, leaseName)
+}
+
+// statusAnswer is an API server's Status answer with code: what an authorizer's refusal or a
+// failing apiserver sends.
+func statusAnswer(req *http.Request, code int, reason string) *http.Response {
+	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected %s","reason":%q,"code":%d}`, reason, reason, code)
+
+	return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), Request: req}
+}
+
+// A fence is closed as "the node no longer exists" only on the API's authoritative answer: a
+// NotFound for its name, or a Node of that name that is another object (another uid). A
+// refusal to read the Nodes (403) or a failing read (500) releases nothing and closes no
+// record; a Node deleted and registered again under the same name is not the fenced one — its
+// record is closed and the new Node is left as it is. The negative control: the same fence,
+// read without a fault, is released.
+func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	const name = "prod-worker-3"
+
+	r := newRotation(t, sb, shortLease("removal-evidence"), name)
+	id := killRun(t, r, r.plan(), state.PhaseConfigured)
+	waitLeaseExpired(t, sb, "removal-evidence")
+
+	if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	faulty := func(code int, reason string) *workspace.Faults {
+		return &workspace.Faults{Kube: func(next http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/api/v1/nodes") {
+					return statusAnswer(req, code, reason), nil
+				}
+
+				return next.RoundTrip(req)
+			})
+		}}
+	}
+
+	for _, f := range []struct {
+		name   string
+		faults *workspace.Faults
+	}{{"forbidden", faulty(http.StatusForbidden, "Forbidden")}, {"a failing read", faulty(http.StatusInternalServerError, "InternalError")}} {
+		ws, err := workspace.Open(workspace.Options{ConfigPath: r.cfg, Lock: true, Faults: f.faults})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		res, err := fence.Recover(ctx, ws, fence.RecoveryOptions{})
+		ws.Close()
+
+		if err == nil || !strings.Contains(err.Error(), "list nodes") {
+			t.Fatalf("%s: a release without an authoritative inventory: %v %+v", f.name, err, res)
+		}
+
+		if rec := r.readState().Record(name); rec == nil || !rec.Holds() {
+			t.Fatalf("%s: the record was closed: %+v", f.name, rec)
+		}
+
+		if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
+			t.Fatalf("%s: the fence was touched", f.name)
+		}
+	}
+
+	// The Node deleted while its machine reboots: the kubelet registers it again at boot.
+	old := node(t, sb, name).UID
+
+	if err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := sb.Do(ctx, "reboot", sandbox.Request{Node: name}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 30*time.Second, name+" registered again", func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if n.UID == old {
+			return errors.New("the same object")
+		}
+
+		return nil
+	})
+
+	// Put the new Node in the test group (the label went with the old object), cordoned by an
+	// operator: release must leave it exactly so.
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": r.group}},
+		"spec": map[string]any{"unschedulable": true}})
+	t.Cleanup(func() { sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+
+	res := release(t, r.cfg)
+	if res.Held() != 0 {
+		t.Fatalf("release: %+v", res.Outcomes)
+	}
+
+	if rec := r.readState().Record(name); rec == nil || rec.Holds() {
+		t.Fatalf("the old Node's record is still open: %+v", rec)
+	}
+
+	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+		t.Fatalf("the new Node of the same name was touched: %+v %v", n.Spec, n.Annotations)
+	}
 }

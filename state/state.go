@@ -274,8 +274,13 @@ func Decode(data []byte) (*State, error) {
 	}
 
 	for i, r := range s.Records {
-		if r.Node == "" {
+		switch {
+		case r.Node == "":
 			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (record %d names no node): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)}
+		case r.UID == "" && r.Holds():
+			// Without the uid a fence's node cannot be told from a new Node of the same name: its
+			// removal could never be proved, nor its release be known to touch the right object.
+			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (record %d, node %q, holds a fence but has no uid): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i, r.Node)}
 		}
 	}
 

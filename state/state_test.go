@@ -15,7 +15,8 @@ func TestReadLocal(t *testing.T) {
 		t.Fatalf("missing file: %+v %v", s, err)
 	}
 
-	for name, content := range map[string]string{"corrupt": "{not json", "future": `{"format_version":"9"}`} {
+	for name, content := range map[string]string{"corrupt": "{not json", "future": `{"format_version":"9"}`,
+		"fence_without_uid": `{"format_version":"` + FormatVersion + `","records":[{"node":"w1","phase":"drained","action":"fence"}]}`} {
 		p := filepath.Join(dir, name)
 		_ = os.WriteFile(p, []byte(content), 0o600)
 
@@ -30,14 +31,14 @@ func TestLocalWriteAndLock(t *testing.T) {
 	l := &Local{Path: path}
 
 	s, _ := l.Read()
-	s.Put(Record{Node: "a", Phase: PhaseDrained})
+	s.Put(Record{Node: "a", Fence: Fence{UID: "uid-a"}, Phase: PhaseDrained})
 
 	if err := l.Write(s); err != nil {
 		t.Fatal(err)
 	}
 
 	lineage := s.Lineage
-	s.Put(Record{Node: "a", Phase: PhaseConfigured})
+	s.Put(Record{Node: "a", Fence: Fence{UID: "uid-a"}, Phase: PhaseConfigured})
 
 	if err := l.Write(s); err != nil {
 		t.Fatal(err)

@@ -415,22 +415,8 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 		return nil, fmt.Errorf("sandbox: register node %s: %w", name, err)
 	}
 
-	// Talos labels its nodes with the cluster-admin identity, not the kubelet's (NodeRestriction
-	// forbids node-role labels to kubelets).
-	labels := map[string]string{}
-	if role == RoleControlPlane {
-		labels["node-role.kubernetes.io/control-plane"] = ""
-	}
-
-	if autoscaled {
-		labels[NodeGroupLabel] = "autoscale-cx43"
-	}
-
-	if len(labels) > 0 {
-		patch := mergePatch(map[string]any{"metadata": map[string]any{"labels": labels}})
-		if _, err := f.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return nil, fmt.Errorf("sandbox: label node %s: %w", name, err)
-		}
+	if err := f.labelNode(ctx, m); err != nil {
+		return nil, err
 	}
 
 	f.mu.Lock()
@@ -486,4 +472,28 @@ func mergePatch(v map[string]any) []byte {
 // through the cluster's API endpoint.
 func (f *Fleet) adminKubeconfig() ([]byte, error) {
 	return kubeconfigBytes(f.endpoint.url(), f.cp.kubeCA.certPEM(), f.cp.admin.CertData, f.cp.admin.KeyData)
+}
+
+// labelNode gives the machine's Node the labels Talos sets with the cluster-admin identity, not
+// the kubelet's (NodeRestriction forbids node-role labels to kubelets).
+func (f *Fleet) labelNode(ctx context.Context, m *Machine) error {
+	labels := map[string]string{}
+	if m.Role == RoleControlPlane {
+		labels["node-role.kubernetes.io/control-plane"] = ""
+	}
+
+	if m.Autoscaled {
+		labels[NodeGroupLabel] = "autoscale-cx43"
+	}
+
+	if len(labels) == 0 {
+		return nil
+	}
+
+	patch := mergePatch(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if _, err := f.admin.CoreV1().Nodes().Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("sandbox: label node %s: %w", m.Name, err)
+	}
+
+	return nil
 }

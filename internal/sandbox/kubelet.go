@@ -49,6 +49,25 @@ type kubelet struct {
 
 func (k *kubelet) heartbeat() time.Duration { return k.m.fleet.opts.Heartbeat }
 
+// reregister is the kubelet's registration at its start (every boot): a Node deleted while the
+// machine was down is created again — a new object, a new uid, the same name — and labelled as
+// Talos labels it.
+func (k *kubelet) reregister(ctx context.Context) {
+	if _, err := k.client.CoreV1().Nodes().Get(ctx, k.m.Name, getOpts); !apierrors.IsNotFound(err) {
+		return
+	}
+
+	if err := k.register(ctx); err != nil {
+		k.m.fleet.log.Debug("kubelet register", "node", k.m.Name, "error", err)
+
+		return
+	}
+
+	if err := k.m.fleet.labelNode(ctx, k.m); err != nil {
+		k.m.fleet.log.Debug("kubelet register", "node", k.m.Name, "error", err)
+	}
+}
+
 // register creates the Node object with the kubelet's registration fields.
 func (k *kubelet) register(ctx context.Context) error {
 	m := k.m
@@ -323,6 +342,8 @@ func (k *kubelet) heartbeatLoop(ctx context.Context) {
 
 	t := time.NewTicker(k.heartbeat())
 	defer t.Stop()
+
+	k.reregister(ctx)
 
 	for {
 		if err := k.postStatus(ctx, true, ""); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
