@@ -590,3 +590,54 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 		t.Fatalf("unsafe writes: %+v", sb.Fleet().Stats().Unsafe)
 	}
 }
+
+// A claim that loses its compare-and-swap to a concurrent writer on every attempt (another
+// controller writing the Node between each read and patch) gives up after its budget — rounds
+// of 10 attempts until ready_timeout — and refuses the node: nothing of the claim landed, nothing is held. The negative control: the
+// same writer on the first three attempts only, and the claim lands.
+func TestRetriedClaimStillRefusesWhenTheRetryBudgetIsExhausted(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name = "prod-worker-1"
+
+	for _, tc := range []struct {
+		name      string
+		conflicts int
+	}{{"every attempt", 1 << 30}, {"the first three", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Conflicts are retried, 10 at a time, until ready_timeout.
+			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "8s"`, 1) }, name)
+			path := r.plan()
+
+			res, err := r.apply(path, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
+				if attempt < tc.conflicts {
+					sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+						"example.com/busy-controller": fmt.Sprint(attempt)}}})
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			x := r.result(res, name)
+
+			if tc.conflicts == 3 {
+				if x.Outcome != state.OutcomeDone {
+					t.Fatalf("the control: %+v", x)
+				}
+
+				return
+			}
+
+			if x.Outcome != state.OutcomeFailed || x.Fenced || !strings.Contains(x.Message, "after 10 attempts") {
+				t.Fatalf("a claim that never lands: %+v", x)
+			}
+
+			if rec := r.readState().Record(name); rec == nil || rec.Phase != state.PhaseSelected || rec.Holds() {
+				t.Fatalf("the record of a claim that never landed: %+v", rec)
+			}
+
+			assertReleased(t, sb, name, false)
+		})
+	}
+}
