@@ -433,7 +433,8 @@ func TestNodeDeletedAfterConfigured(t *testing.T) {
 }
 
 // A PodDisruptionBudget that blocks the drain times out naming the budget, and the node is
-// restored (no fence left).
+// restored (no fence left) — with the cordon an operator put on it before the run kept
+// (TestPDBBlockedDrainPreservesPreExistingCordon of the predecessor).
 func TestDrainBlockedByPDB(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -482,29 +483,40 @@ func TestDrainBlockedByPDB(t *testing.T) {
 		return nil
 	})
 
-	r := newRotation(t, sb, func(s string) string {
-		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "4s"`, 1)
-	}, name)
-	path := r.plan()
-	talosBefore := sb.Fleet().Stats().TalosWrites[name]
+	// The same blocked drain on a node an operator cordoned before the run: the restore keeps
+	// that cordon (F6).
+	for _, cordoned := range []bool{false, true} {
+		if cordoned {
+			sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+			t.Cleanup(func() {
+				sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
+			})
+		}
 
-	res, err := r.apply(path, apply.Hooks{})
-	if err != nil {
-		t.Fatal(err)
+		r := newRotation(t, sb, func(s string) string {
+			return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "4s"`, 1)
+		}, name)
+		path := r.plan()
+		talosBefore := sb.Fleet().Stats().TalosWrites[name]
+
+		res, err := r.apply(path, apply.Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		x := r.result(res, name)
+		if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "PodDisruptionBudget pdb-block/pinned") || !strings.Contains(x.Message, "restored") {
+			t.Fatalf("blocked drain (cordoned before: %t): %s %s", cordoned, x.Outcome, x.Message)
+		}
+
+		assertReleased(t, sb, name, cordoned)
+
+		if sb.Fleet().Stats().TalosWrites[name] != talosBefore {
+			t.Fatal("a node whose drain failed reached Talos")
+		}
+
+		t.Logf("blocked drain reported: %s", x.Message)
 	}
-
-	x := r.result(res, name)
-	if x.Outcome != state.OutcomeFailed || !strings.Contains(x.Message, "PodDisruptionBudget pdb-block/pinned") || !strings.Contains(x.Message, "restored") {
-		t.Fatalf("blocked drain: %s %s", x.Outcome, x.Message)
-	}
-
-	assertReleased(t, sb, name, false)
-
-	if sb.Fleet().Stats().TalosWrites[name] != talosBefore {
-		t.Fatal("a node whose drain failed reached Talos")
-	}
-
-	t.Logf("blocked drain reported: %s", x.Message)
 }
 
 // A node an admin cordoned before the run stays cordoned after it.
@@ -606,7 +618,9 @@ func TestRetriedClaimStillRefusesWhenTheRetryBudgetIsExhausted(t *testing.T) {
 	}{{"every attempt", 1 << 30}, {"the first three", 3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Conflicts are retried, 10 at a time, until ready_timeout.
-			r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "8s"`, 1) }, name)
+			r := newRotation(t, sb, func(s string) string {
+				return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "8s"`, 1)
+			}, name)
 			path := r.plan()
 
 			res, err := r.apply(path, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {

@@ -10,8 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -126,5 +128,132 @@ func TestRuntimeProbeTimeoutReportsObservedPodState(t *testing.T) {
 
 	if rel := releaseHolder(t, r.cfg, res.Holder); rel.Held() != 0 {
 		t.Fatalf("release: %+v", rel.Outcomes)
+	}
+}
+
+// A node that does not come back usable from its reboot — its kubelet reports NotReady (a CNI
+// that never comes up; the real node lifecycle controller then taints it), or it is Ready but a
+// lifecycle taint stays (Cilium's agent-not-ready) — fails at ready_timeout: its fence and cordon
+// stay, and the roll stops there (the next node is not started). A cordon an operator put on it
+// before the run is kept by the release that follows. The negative control: the fault cleared,
+// the same rotation completes.
+func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	nodes := []string{"prod-worker-1", "prod-worker-2"}
+
+	for _, tc := range []struct {
+		name     string
+		fault    string // "not-ready", "taint", "" (the control)
+		cordoned bool   // by an operator, before the plan
+		want     string
+	}{
+		{"Ready=False after the reboot", "not-ready", false, "Ready false"},
+		{"Ready=False, cordoned before the run", "not-ready", true, "Ready false"},
+		{"a lifecycle taint that stays", "taint", false, "lifecycle taints true"},
+		{"no fault", "", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var first string
+
+			clear := func() {
+				if first == "" {
+					return
+				}
+
+				if _, err := sb.Do(context.Background(), "kubelet-ready", sandbox.Request{Node: first}); err != nil {
+					t.Error(err)
+				}
+
+				n := node(t, sb, first)
+				var keep []corev1.Taint
+				for _, x := range n.Spec.Taints {
+					if x.Key != taints.CiliumAgentNotReady {
+						keep = append(keep, x)
+					}
+				}
+
+				n.Spec.Taints = keep
+				if _, err := kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+			t.Cleanup(clear)
+
+			r := newRotation(t, sb, func(s string) string {
+				return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "8s"`, 1)
+			}, nodes...)
+
+			if tc.cordoned {
+				for _, n := range nodes {
+					sandboxtest.PatchNode(t, kube, n, map[string]any{"spec": map[string]any{"unschedulable": true}})
+					t.Cleanup(func() {
+						sandboxtest.PatchNode(t, kube, n, map[string]any{"spec": map[string]any{"unschedulable": false}})
+					})
+				}
+			}
+
+			path := r.plan()
+			writes := sb.Fleet().Stats().TalosWrites
+
+			res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+				if phase != state.PhaseRebooting || first != "" {
+					return
+				}
+
+				first = node
+
+				switch tc.fault {
+				case "not-ready":
+					if _, err := sb.Do(ctx, "kubelet-not-ready", sandbox.Request{Node: node}); err != nil {
+						t.Error(err)
+					}
+				case "taint":
+					sandboxtest.PatchNode(t, kube, node, map[string]any{"spec": map[string]any{"taints": []map[string]any{
+						{"key": taints.CiliumAgentNotReady, "effect": "NoSchedule"}}}})
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if tc.fault == "" {
+				for _, n := range nodes {
+					if x := r.result(res, n); x.Outcome != state.OutcomeDone {
+						t.Fatalf("the control: %+v", x)
+					}
+				}
+
+				return
+			}
+
+			x := r.result(res, first)
+			if x.Outcome != state.OutcomeFailed || !x.Fenced || !strings.Contains(x.Message, "did not come back Ready") || !strings.Contains(x.Message, tc.want) {
+				t.Fatalf("%s: %+v", tc.name, x)
+			}
+
+			if n := node(t, sb, first); !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != res.Holder {
+				t.Fatalf("the failed node's fence is gone: %+v %v", n.Spec, n.Annotations)
+			}
+
+			for _, other := range nodes {
+				if other == first {
+					continue
+				}
+
+				if y := r.result(res, other); y.Outcome != state.OutcomeSkipped || sb.Fleet().Stats().TalosWrites[other] != writes[other] {
+					t.Fatalf("the roll went on after %s: %+v", first, y)
+				}
+			}
+
+			clear()
+
+			if rel := releaseHolder(t, r.cfg, res.Holder); rel.Held() != 0 {
+				t.Fatalf("release: %+v", rel.Outcomes)
+			}
+
+			assertReleased(t, sb, first, tc.cordoned)
+		})
 	}
 }

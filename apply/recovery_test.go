@@ -595,7 +595,9 @@ func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
 	// operator: release must leave it exactly so.
 	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": r.group}},
 		"spec": map[string]any{"unschedulable": true}})
-	t.Cleanup(func() { sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}}) })
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
+	})
 
 	res := release(t, r.cfg)
 	if res.Held() != 0 {

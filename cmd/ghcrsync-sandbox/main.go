@@ -287,6 +287,7 @@ func newCtl() *cobra.Command {
   lose-answers DURATION          the API endpoint carries out writes and cuts their answers, for DURATION
   lose-talos-answers NODE        the machine's next Talos write is carried out and its answer lost
   stall-pods NODE | unstall-pods NODE   its container runtime hangs creating containers (ContainerCreating), or works again
+  kubelet-not-ready NODE | kubelet-ready NODE   its kubelet reports NotReady (the CNI never came up), or Ready again
   stats                          {"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}
   fleet                          the machines and their credential state`,
 		Args: cobra.MinimumNArgs(1),
@@ -295,7 +296,8 @@ func newCtl() *cobra.Command {
 			need := map[string][2]int{"reboot": {1, 1}, "power-off": {1, 1}, "power-on": {1, 1}, "scale-down": {1, 1}, "delete-node": {1, 1},
 				"revoke-credential": {1, 1}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
 				"api-outage": {1, 1}, "etcd-alarm": {2, 2}, "etcd-learner": {1, 1}, "etcd-voter": {1, 1}, "move-address": {1, 2},
-				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}, "stall-pods": {1, 1}, "unstall-pods": {1, 1}}
+				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}, "stall-pods": {1, 1}, "unstall-pods": {1, 1},
+				"kubelet-not-ready": {1, 1}, "kubelet-ready": {1, 1}}
 
 			if n := need[verb]; len(rest) < n[0] || len(rest) > n[1] {
 				if n[0] == n[1] {
@@ -308,7 +310,8 @@ func newCtl() *cobra.Command {
 			var req sandbox.Request
 
 			switch verb {
-			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos", "etcd-learner", "etcd-voter", "lose-talos-answers", "stall-pods", "unstall-pods":
+			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos", "etcd-learner", "etcd-voter", "lose-talos-answers", "stall-pods", "unstall-pods",
+				"kubelet-not-ready", "kubelet-ready":
 				req.Node = rest[0]
 			case "slow-talos":
 				req.Node, req.Duration = rest[0], rest[1]

@@ -39,7 +39,7 @@ type Request struct {
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
-	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers", "stall-pods", "unstall-pods",
+	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers", "stall-pods", "unstall-pods", "kubelet-not-ready", "kubelet-ready",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -287,6 +287,20 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		m.ReportIPs(req.IPs)
 
 		return map[string]any{"node": m.Name, "internal_ips": m.internalIPs()}, nil
+	case "kubelet-not-ready", "kubelet-ready":
+		m, err := machine()
+		if err != nil {
+			return nil, err
+		}
+
+		why := ""
+		if verb == "kubelet-not-ready" {
+			why = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+		}
+
+		m.SetNotReady(why)
+
+		return map[string]bool{m.Name: why == ""}, nil
 	case "stall-pods", "unstall-pods":
 		m, err := machine()
 		if err != nil {

@@ -346,7 +346,8 @@ func (k *kubelet) heartbeatLoop(ctx context.Context) {
 	k.reregister(ctx)
 
 	for {
-		if err := k.postStatus(ctx, true, ""); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+		why := k.m.notReadyReason()
+		if err := k.postStatus(ctx, why == "", why); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
 			k.m.fleet.log.Debug("kubelet status", "node", k.m.Name, "error", err)
 		}
 

@@ -61,6 +61,9 @@ type Machine struct {
 	// stallPods: its container runtime hangs creating containers (a wedged CRI): new pods
 	// stay Pending, ContainerCreating, forever.
 	stallPods bool
+	// notReady, if set, is why its kubelet reports the Node NotReady while it runs (a CNI that
+	// never comes up after a boot).
+	notReady string
 	latency    time.Duration // added before its Talos API answers (a slow machine)
 	// etcdLearner and etcdAlarm are its etcd member's state (control planes): a learner does
 	// not vote; an alarm (NOSPACE, CORRUPT) is raised on the cluster.
@@ -180,6 +183,21 @@ func (m *Machine) podsStalled() bool {
 	defer m.mu.Unlock()
 
 	return m.stallPods
+}
+
+// SetNotReady makes the machine's kubelet report its Node NotReady with why ("": Ready again).
+func (m *Machine) SetNotReady(why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.notReady = why
+}
+
+func (m *Machine) notReadyReason() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.notReady
 }
 
 // SetLatency makes the machine's Talos API answer each call d late (0: at once).
