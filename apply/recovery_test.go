@@ -612,3 +612,48 @@ func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
 		t.Fatalf("the new Node of the same name was touched: %+v %v", n.Spec, n.Annotations)
 	}
 }
+
+// A liveness query that answers without a status (or for another run) proves nothing: the dead
+// run's fences stay, and release says why. The negative control: the same run answered
+// "completed" is released.
+func TestRecoverFencesRefusesWhenTheLivenessQueryReturnsNoStatus(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name = "prod-worker-2"
+
+	r := newRotation(t, sb, shortLease("no-status"), name)
+	id := killRun(t, r, r.plan(), state.PhaseDrained)
+	onAnotherRunner(t, sb, r, name, "no-status") // only the CI API can tell it ended
+	waitLeaseExpired(t, sb, "no-status")
+
+	for _, status := range []string{sandbox.NoStatus, "completed"} {
+		if _, err := sb.Do(ctx, "set-run-status", sandbox.Request{ID: id, Attempt: "1", Status: status}); err != nil {
+			t.Fatal(err)
+		}
+
+		res := release(t, r.cfg)
+
+		if status == "completed" {
+			if res.Held() != 0 {
+				t.Fatalf("the control: %+v", res.Outcomes)
+			}
+
+			assertReleased(t, sb, name, false)
+
+			return
+		}
+
+		var msgs []string
+		for _, o := range res.Outcomes {
+			msgs = append(msgs, o.Message+" "+o.Fence.Evidence)
+		}
+
+		if res.Held() == 0 || !strings.Contains(strings.Join(msgs, "\n"), "without a status") {
+			t.Fatalf("a liveness answer without a status: %+v", res.Outcomes)
+		}
+
+		if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
+			t.Fatal("the fence was released on an answer that said nothing")
+		}
+	}
+}

@@ -89,11 +89,23 @@ func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error
 	}
 
 	var body struct {
-		Status string `json:"status"`
+		ID         int64  `json:"id"`
+		RunAttempt int    `json:"run_attempt"`
+		Status     string `json:"status"`
 	}
 
 	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&body); err != nil {
 		return Verdict{}, fmt.Errorf("GitHub Actions API: unreadable answer: %w", err)
+	}
+
+	// An answer that does not say which run it is about, or what state it is in, proves
+	// nothing: the holder counts as alive.
+	switch {
+	case body.Status == "":
+		return Verdict{}, fmt.Errorf("GitHub Actions API answered for run %s attempt %s of %s without a status: whether it ended cannot be told", m[1], m[2], g.Repository)
+	case fmt.Sprint(body.ID) != m[1] || fmt.Sprint(body.RunAttempt) != m[2]:
+		return Verdict{}, fmt.Errorf("GitHub Actions API answered for run %d attempt %d, not run %s attempt %s of %s: whether it ended cannot be told",
+			body.ID, body.RunAttempt, m[1], m[2], g.Repository)
 	}
 
 	ev := fmt.Sprintf("GitHub Actions run %s attempt %s of %s is %s", m[1], m[2], g.Repository, body.Status)

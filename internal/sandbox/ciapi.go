@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,7 +12,8 @@ import (
 
 // ciAPI fakes the GitHub Actions "run attempt" endpoint:
 // GET /repos/{owner}/{repo}/actions/runs/{id}/attempts/{n} -> {"status": ...}.
-// Statuses are set at run time; an unknown attempt is 404 as on GitHub.
+// Statuses are set at run time; an unknown attempt is 404 as on GitHub; the status "none"
+// (NoStatus) answers without one.
 type ciAPI struct {
 	srv  *http.Server
 	addr string
@@ -66,5 +68,16 @@ func (c *ciAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	_ = json.NewEncoder(w).Encode(map[string]any{"id": parts[5], "run_attempt": parts[7], "status": st})
+	id, _ := strconv.ParseInt(parts[5], 10, 64)
+	attempt, _ := strconv.Atoi(parts[7])
+	answer := map[string]any{"id": id, "run_attempt": attempt, "status": st}
+
+	if st == NoStatus {
+		delete(answer, "status") // an answer that says nothing of the run's state
+	}
+
+	_ = json.NewEncoder(w).Encode(answer)
 }
+
+// NoStatus, set as a run attempt's status, makes the CI API answer for it without a status.
+const NoStatus = "none"
