@@ -88,8 +88,8 @@ type Options struct {
 	// runs before each write is recorded and again between the write's read and the write
 	// itself, so a Lease taken or deleted since the heartbeat's last look writes nothing.
 	Assert func(context.Context) error
-	Record        func(namespace, name, role, outcome string) error // state write before each mutation
-	Hooks         Hooks
+	Record func(namespace, name, role, outcome string) error // state write before each mutation
+	Hooks  Hooks
 	// Log receives the full text of an API answer a result names only by class (redact.Logged).
 	Log hclog.Logger
 }

@@ -55,16 +55,16 @@ type Machine struct {
 	effective  Credential
 	criStarted time.Time
 	rebootDone chan struct{}
-	events     *eventLog     // this boot's runtime events
-	tryRevert  *time.Timer   // pending rollback of a config applied in try mode
-	hung       bool          // its Talos API accepts calls and never answers
+	events     *eventLog   // this boot's runtime events
+	tryRevert  *time.Timer // pending rollback of a config applied in try mode
+	hung       bool        // its Talos API accepts calls and never answers
 	// stallPods: its container runtime hangs creating containers (a wedged CRI): new pods
 	// stay Pending, ContainerCreating, forever.
 	stallPods bool
 	// notReady, if set, is why its kubelet reports the Node NotReady while it runs (a CNI that
 	// never comes up after a boot).
 	notReady string
-	latency    time.Duration // added before its Talos API answers (a slow machine)
+	latency  time.Duration // added before its Talos API answers (a slow machine)
 	// etcdLearner and etcdAlarm are its etcd member's state (control planes): a learner does
 	// not vote; an alarm (NOSPACE, CORRUPT) is raised on the cluster.
 	etcdLearner bool
