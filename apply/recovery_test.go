@@ -657,3 +657,91 @@ func TestRecoverFencesRefusesWhenTheLivenessQueryReturnsNoStatus(t *testing.T) {
 		}
 	}
 }
+
+// The node feed `fences` judges from is the whole list or nothing: an answer cut short (a
+// continue token, a body that ends mid-object) is an error, never "no fence is held"; and a node
+// whose owner annotation is empty is reported, not skipped. The negative control: the same
+// fleet read without a fault reports the node.
+func TestFenceReportNodeFeedSurvivesEmptyFields(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	const name = "prod-worker-3"
+
+	sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: ""}}})
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+	})
+
+	r := newRotation(t, sb, nil, name)
+	rewrite := func(edit func([]byte) []byte) *workspace.Faults {
+		return &workspace.Faults{Kube: func(next http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				feed := req.Method == http.MethodGet && req.URL.Path == "/api/v1/nodes"
+				if feed { // JSON, so the fault can edit it (client-go decodes what it is sent)
+					req = req.Clone(req.Context())
+					req.Header.Set("Accept", "application/json")
+				}
+
+				resp, err := next.RoundTrip(req)
+				if err != nil || !feed {
+					return resp, err
+				}
+
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+
+				if err != nil {
+					return nil, err
+				}
+
+				body = edit(body)
+				resp.Body, resp.ContentLength = io.NopCloser(strings.NewReader(string(body))), int64(len(body))
+				resp.Header.Del("Content-Length")
+
+				return resp, nil
+			})
+		}}
+	}
+
+	report := func(faults *workspace.Faults) (fence.Report, error) {
+		ws, err := workspace.Open(workspace.Options{ConfigPath: r.cfg, Faults: faults})
+		if err != nil {
+			return fence.Report{}, err
+		}
+		defer ws.Close()
+
+		return fence.Inventory(ctx, ws, fence.InventoryOptions{})
+	}
+
+	for _, tc := range []struct {
+		name   string
+		faults *workspace.Faults
+		want   string
+	}{
+		{"a continue token", rewrite(func(b []byte) []byte {
+			return []byte(strings.Replace(string(b), `"metadata":{`, `"metadata":{"continue":"more","remainingItemCount":3,`, 1))
+		}), "part of the list only"},
+		{"a body cut short", rewrite(func(b []byte) []byte { return b[:len(b)/2] }), "list nodes"},
+	} {
+		if rep, err := report(tc.faults); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: a partial node feed: %v %+v", tc.name, err, rep)
+		}
+	}
+
+	rep, err := report(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, f := range rep.Fences {
+		if f.Name == name {
+			if f.Releasable || !strings.Contains(f.Reason, "annotation is empty") {
+				t.Fatalf("a node with an empty owner: %+v", f)
+			}
+
+			return
+		}
+	}
+
+	t.Fatalf("a node with an empty owner is not reported: %+v", rep)
+}

@@ -200,6 +200,10 @@ func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, [
 		return nil, nil, c.Unreachable("list nodes", err)
 	}
 
+	if err := Whole("list nodes", list.ListMeta); err != nil {
+		return nil, nil, err
+	}
+
 	fleet := make([]plan.Node, 0, len(list.Items))
 
 	var others []plan.Identity
@@ -214,6 +218,17 @@ func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, [
 	}
 
 	return fleet, others, nil
+}
+
+// Whole refuses a list answer that is not the whole collection (a continue token, a count of
+// items left: the rest was never sent): what is judged from a list — no fence, no node left on
+// the old credential — must be judged from all of it.
+func Whole(what string, meta metav1.ListMeta) error {
+	if meta.Continue != "" || meta.RemainingItemCount != nil {
+		return fmt.Errorf("%s: the API answered with part of the list only; nothing is judged from it: try again", what)
+	}
+
+	return nil
 }
 
 // FromNode converts a Node to the snapshot type, with ghcrsync's annotations as typed fields.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -153,6 +154,15 @@ func Classify(o Observation) Report {
 		if f.Record != nil {
 			wc := f.Record.WasCordoned
 			f.WasCordoned = &wc
+		}
+
+		if holder == "" { // an owner annotation with no value, and no state record naming one
+			f.Reason = "NOT releasable: the node's " + cluster.OwnerAnnotation + " annotation is empty, so whose fence it is cannot be told; " +
+				"check its cordon and taints, then remove ghcrsync's annotations by hand"
+			f.Evidence = "empty owner annotation"
+			rep.Fences = append(rep.Fences, f)
+
+			continue
 		}
 
 		assessLiveness(&f, o)

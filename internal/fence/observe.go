@@ -56,13 +56,18 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 		return nil, kube.Unreachable("list nodes", err)
 	}
 
+	// A list that is not the whole fleet must never read as "no fence".
+	if err := cluster.Whole("list nodes", list.ListMeta); err != nil {
+		return nil, err
+	}
+
 	var out []NodeObs
 
 	seen := map[string]bool{}
 
 	for i := range list.Items {
 		n := &list.Items[i]
-		if n.Annotations[cluster.OwnerAnnotation] == "" {
+		if !carriesFence(n) {
 			continue
 		}
 
@@ -155,6 +160,14 @@ func (n NodeObs) holder() string {
 	}
 
 	return n.Owner
+}
+
+// carriesFence reports whether ghcrsync's owner annotation is on the node, whatever its value:
+// an empty owner is reported (whose fence it is cannot be told), never skipped as no fence.
+func carriesFence(n *corev1.Node) bool {
+	_, ok := n.Annotations[cluster.OwnerAnnotation]
+
+	return ok
 }
 
 // FromNode reads a fence from a Node.
