@@ -745,3 +745,65 @@ func TestFenceReportNodeFeedSurvivesEmptyFields(t *testing.T) {
 
 	t.Fatalf("a node with an empty owner is not reported: %+v", rep)
 }
+
+// A recovery record ghcrsync cannot validate — here one that lacks was_cordoned, which would read
+// as "was not cordoned" — is reported by `fences`, and while it is on any node, release
+// releases nothing at all: not that node, not the dead run's other fences, not its Lease. The
+// negative control: with the record removed, release finishes every fence (keeping the cordon
+// of the node whose record is gone).
+func TestFenceReportBlocksEveryJournalWhenAnyIsMalformed(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const name, tampered = "prod-worker-1", "prod-worker-2"
+
+	r := newRotation(t, sb, shortLease("malformed-journal"), name)
+	killRun(t, r, r.plan(), state.PhaseDrained)
+	waitLeaseExpired(t, sb, "malformed-journal")
+
+	holder := r.readState().Run.Holder
+	n := node(t, sb, tampered)
+	sandboxtest.PatchNode(t, kube, tampered, map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{
+			cluster.OwnerAnnotation:  holder,
+			cluster.PhaseAnnotation:  string(state.PhaseDrained),
+			cluster.RecordAnnotation: `{"uid":"` + string(n.UID) + `","initial_taints":[],"desired_revision":"x","scale_down_guard_ours":false}`,
+		}},
+		"spec": map[string]any{"unschedulable": true},
+	})
+	t.Cleanup(func() {
+		sandboxtest.PatchNode(t, kube, tampered, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+			cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil, cluster.RecordAnnotation: nil}}, "spec": map[string]any{"unschedulable": false}})
+	})
+
+	rep := fences(t, r.cfg, "")
+	if len(rep.Malformed) != 1 || rep.Malformed[0] != tampered {
+		t.Fatalf("fences: %+v", rep)
+	}
+
+	for _, f := range rep.Fences {
+		if f.Name == tampered && (f.Releasable || !strings.Contains(f.Reason, `lacks "was_cordoned"`)) {
+			t.Fatalf("the malformed record's fence: %+v", f)
+		}
+	}
+
+	if res, err := recoverCfg(context.Background(), r.cfg); err == nil || !strings.Contains(err.Error(), "refuses to release any fence") ||
+		!strings.Contains(err.Error(), tampered) || (res != nil && len(res.Outcomes) > 0) {
+		t.Fatalf("release with a malformed record: %v %+v", err, res)
+	}
+
+	if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] != holder || !n.Spec.Unschedulable {
+		t.Fatal("release went on with the other fences")
+	}
+
+	// The record removed: what is left of that fence (an owner, a cordon) is released, the
+	// cordon kept, and the rest with it.
+	sandboxtest.PatchNode(t, kube, tampered, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.RecordAnnotation: nil}}})
+
+	if res := release(t, r.cfg); res.Held() != 0 {
+		t.Fatalf("the control: %+v", res.Outcomes)
+	}
+
+	assertReleased(t, sb, name, false)
+	assertReleased(t, sb, tampered, true)
+	assertLeaseFree(t, sb, "malformed-journal")
+}

@@ -238,8 +238,29 @@ func ParseRecord(raw string) (state.Fence, error) {
 		return r, fmt.Errorf("recovery record is %d bytes, over %d", len(raw), maxRecord)
 	}
 
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return state.Fence{}, errors.New("recovery record is not the JSON ghcrsync writes")
+	// The full schema: every field ghcrsync writes, and nothing else. A field left out would
+	// read as its zero value — a missing was_cordoned as "was not cordoned", so release would
+	// uncordon a node an operator had cordoned.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &fields); err != nil || fields == nil {
+		return state.Fence{}, errors.New("recovery record is not the JSON object ghcrsync writes")
+	}
+
+	for _, k := range recordFields {
+		if _, ok := fields[k]; !ok {
+			return state.Fence{}, fmt.Errorf("recovery record lacks %q", k)
+		}
+	}
+
+	if len(fields) != len(recordFields) {
+		return state.Fence{}, fmt.Errorf("recovery record has fields ghcrsync does not write (it writes %s)", strings.Join(recordFields, ", "))
+	}
+
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+
+	if err := dec.Decode(&r); err != nil {
+		return state.Fence{}, errors.New("recovery record has a field of the wrong type")
 	}
 
 	if r.UID == "" {
@@ -248,6 +269,9 @@ func ParseRecord(raw string) (state.Fence, error) {
 
 	return r, nil
 }
+
+// recordFields are the fields of a recovery record: state.Fence's JSON names.
+var recordFields = []string{"uid", "was_cordoned", "initial_taints", "desired_revision", "scale_down_guard_ours"}
 
 // WaitFor polls cond every interval until it is true, ctx ends, or timeout passes; errors from
 // cond (an unreachable API, say) are retried and the last one is reported.

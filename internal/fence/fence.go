@@ -30,7 +30,10 @@ type NodeObs struct {
 	Owner          string
 	Phase          string
 	Record         *state.Fence // from the node's annotation
-	StateRecord    *state.Record
+	// RecordErr is why the node's recovery record annotation, present, is not one ghcrsync
+	// can trust ("" when valid or absent).
+	RecordErr   string
+	StateRecord *state.Record
 	Cordoned       bool
 	ScaleDownGuard bool
 	Ready          bool
@@ -120,7 +123,10 @@ type Fence struct {
 
 // Report is the inventory.
 type Report struct {
-	Fences  []Fence  `json:"fences"`
+	Fences []Fence `json:"fences"`
+	// Malformed are the nodes whose recovery record is malformed: while any is, release
+	// releases nothing.
+	Malformed []string `json:"malformed_records,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
 	Summary string   `json:"summary"`
 }
@@ -154,6 +160,17 @@ func Classify(o Observation) Report {
 		if f.Record != nil {
 			wc := f.Record.WasCordoned
 			f.WasCordoned = &wc
+		}
+
+		if n.RecordErr != "" {
+			f.Reason = "NOT releasable: its recovery record annotation (" + cluster.RecordAnnotation + ") is malformed: " + n.RecordErr +
+				"; a damaged or tampered record says nothing true about what to restore, so no fence is released while it is there: " +
+				"check the node's cordon and taints, then fix or remove the annotation"
+			f.Evidence = "malformed recovery record"
+			rep.Malformed = append(rep.Malformed, n.Name)
+			rep.Fences = append(rep.Fences, f)
+
+			continue
 		}
 
 		if holder == "" { // an owner annotation with no value, and no state record naming one

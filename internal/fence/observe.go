@@ -180,8 +180,12 @@ func FromNode(n *corev1.Node) NodeObs {
 		Lifecycle:      taints.HasLifecycle(cluster.Taints(n.Spec.Taints)),
 	}
 
-	if rec, ok := cluster.RecordOf(n); ok {
-		obs.Record = &rec
+	if raw, ok := n.Annotations[cluster.RecordAnnotation]; ok {
+		if rec, err := cluster.ParseRecord(raw); err != nil {
+			obs.RecordErr = err.Error()
+		} else {
+			obs.Record = &rec
+		}
 	}
 
 	return obs

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -95,6 +97,12 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 		return res, nil
 	}
 
+	// All or nothing: one record that cannot be trusted casts doubt on the rest.
+	if len(rep.Malformed) > 0 {
+		return res, fmt.Errorf("release refuses to release any fence: the recovery record on node(s) %s is malformed (see `ghcrsync fences`); "+
+			"check their cordon and taints, fix or remove the %s annotation, then run release again", strings.Join(rep.Malformed, ", "), cluster.RecordAnnotation)
+	}
+
 	res.Outcomes = Release(ctx, ws.Kube, rep, ws.Store, ws.State, ReleaseOptions{
 		Node: o.Node, ReadyTimeout: ws.Config.Nodes.ReadyTimeout, Progress: o.Progress,
 	})
@@ -124,6 +132,18 @@ func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) (
 
 	obs.ConfigPath = cfg.Path
 	rep := Classify(obs)
+
+	if len(rep.Malformed) > 0 { // all or nothing, as release: nothing is reclaimed, and the run says why
+		var out []Outcome
+
+		for _, f := range rep.Fences {
+			if slices.Contains(rep.Malformed, f.Name) && f.Kind == KindNode {
+				out = append(out, Outcome{Fence: f, Message: "not released, nor any other fence: " + f.Reason})
+			}
+		}
+
+		return out, nil
+	}
 
 	var proven Report
 
