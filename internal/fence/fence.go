@@ -24,16 +24,16 @@ const (
 
 // NodeObs is a node that carries a ghcrsync fence, or a state record that says it may.
 type NodeObs struct {
-	Name           string
-	Exists         bool
-	UID            string
-	Owner          string
-	Phase          string
-	Record         *state.Fence // from the node's annotation
+	Name   string
+	Exists bool
+	UID    string
+	Owner  string
+	Phase  string
+	Record *state.Fence // from the node's annotation
 	// RecordErr is why the node's recovery record annotation, present, is not one ghcrsync
 	// can trust ("" when valid or absent).
-	RecordErr   string
-	StateRecord *state.Record
+	RecordErr      string
+	StateRecord    *state.Record
 	Cordoned       bool
 	ScaleDownGuard bool
 	Ready          bool
@@ -127,8 +127,8 @@ type Report struct {
 	// Malformed are the nodes whose recovery record is malformed: while any is, release
 	// releases nothing.
 	Malformed []string `json:"malformed_records,omitempty"`
-	Notes   []string `json:"notes,omitempty"`
-	Summary string   `json:"summary"`
+	Notes     []string `json:"notes,omitempty"`
+	Summary   string   `json:"summary"`
 }
 
 // Classify builds the report: node fences by name, then the Lease (released last).
