@@ -3,7 +3,6 @@ package apply
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,13 +106,6 @@ func (t *txn) waitLease(ctx context.Context, step plan.Step) *NodeResult {
 	return nil
 }
 
-// leaseLost stops all mutation of the run and ends the transaction, saying why.
-func (t *txn) leaseLost(step plan.Step, err error) *NodeResult {
-	t.e.halt(err)
-
-	return t.failKeepingFence(fmt.Sprintf("refusing to %s %s: %v: %v; no further mutation starts", step, t.np.Name, errLeaseLost, err))
-}
-
 // leaseLive returns nil while the Lease is held and live; an API outage (the endpoint node
 // rebooting) is ridden out while the Lease could still be ours.
 func (t *txn) leaseLive(ctx context.Context) error {
@@ -194,105 +186,6 @@ func (t *txn) verdict(ctx context.Context, v plan.Verdict, step plan.Step) *Node
 	}
 
 	return t.refuseBeforeTalos(ctx, v, step)
-}
-
-// refuseBeforeTalos fails the node on a refusal. Before its Talos write, nothing was changed on
-// the machine, so a claim that landed is undone (cordon restored as recorded, ghcrsync's
-// annotations and scale-down guard removed, other taints untouched); after it, the fence stays.
-func (t *txn) refuseBeforeTalos(ctx context.Context, v plan.Verdict, step plan.Step) *NodeResult {
-	msg := v.Message(t.np.Name, step)
-
-	switch {
-	case t.claimLanded() && t.rec.Phase.TalosWritten():
-		msg += "; its Talos config was already written, so the fence stays (see `ghcrsync fences`)"
-	case t.claimLanded():
-		if err := t.unclaim(ctx); err != nil {
-			msg += "; nothing reached Talos, but " + t.answer(err)
-		} else {
-			msg += "; nothing reached Talos, so its claim was undone (cordon restored as recorded, ghcrsync's annotations removed, other taints untouched)"
-		}
-	}
-
-	r := t.finish(state.OutcomeFailed, v.Reason, msg)
-
-	return &r
-}
-
-// claimLanded reports whether this transaction's claim is on the node.
-func (t *txn) claimLanded() bool {
-	return t.np.Action == plan.ActionFence && t.rec.Phase.AtOrAfter(state.PhaseClaimed)
-}
-
-// unclaim undoes a claim that did not reach Talos: the record says released first (a kill -9
-// between the two leaves `release` to finish it), then the fence comes off. A cancelled run
-// still gets a few seconds to do it. The error says which half failed.
-func (t *txn) unclaim(ctx context.Context) error {
-	t.rec.Phase = state.PhaseReleased
-	if err := t.e.save(&t.rec); err != nil {
-		return fmt.Errorf("the state could not be written, so the fence stays: %w", err)
-	}
-
-	if ctx.Err() != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-
-		ctx = cctx
-	}
-
-	if err := t.undo(ctx); err != nil {
-		return fmt.Errorf("undoing its claim failed: %w", err)
-	}
-
-	return nil
-}
-
-// interrupted ends the transaction when the run was cancelled (SIGINT, SIGTERM). Before the
-// node's Talos write, a claim that landed is undone and the node recorded cancelled; after it,
-// the fence stays, recorded at its phase, for `ghcrsync release`.
-func (t *txn) interrupted() *NodeResult {
-	if t.e.sig.Err() == nil {
-		return nil
-	}
-
-	phase := t.rec.Phase
-
-	var msg string
-
-	switch {
-	case phase.TalosWritten() && t.claimLanded():
-		msg = "cancelled after its Talos config was written: the fence stays, recorded at phase " + string(phase) + " (release it with `ghcrsync release`)"
-	case phase.TalosWritten():
-		msg = "cancelled after its Talos config was written; nothing is fenced"
-	case t.claimLanded():
-		if err := t.unclaim(t.e.sig); err != nil {
-			msg = "cancelled before its Talos write, but " + t.answer(err)
-		} else {
-			msg = "cancelled before its Talos write: its claim was undone (cordon restored as recorded)"
-		}
-	default:
-		msg = "cancelled before anything was done to it"
-	}
-
-	r := t.finish(state.OutcomeCancelled, "", msg)
-
-	return &r
-}
-
-// deselect leaves the node to a later run, undoing a claim that landed.
-func (t *txn) deselect(ctx context.Context, reason plan.Reason, msg string) *NodeResult {
-	if t.claimLanded() {
-		if err := t.unclaim(ctx); err != nil {
-			r := t.finish(state.OutcomeFailed, reason, msg+"; "+t.answer(err))
-
-			return &r
-		}
-
-		msg += "; its fence was released"
-	}
-
-	r := t.finish(state.OutcomeDeselected, reason, msg)
-
-	return &r
 }
 
 // advance judges the node, then records the phase: its mutation follows. Until the reboot, it
@@ -398,66 +291,6 @@ func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func
 			t.rec.Phase = state.PhaseClaimed // retrying the claim
 		}
 	}
-}
-
-// failOrInterrupted is failKeepingFence, unless the failure came from a cancelled run or a lost
-// Lease (which stops mutations in flight): then it says that.
-func (t *txn) failOrInterrupted(msg string) *NodeResult {
-	if r := t.interrupted(); r != nil {
-		return r
-	}
-
-	if t.e.stopped() {
-		return t.failKeepingFence(fmt.Sprintf("%s: stopped: %v: %v; no further mutation starts", msg, errLeaseLost, t.e.stopErr))
-	}
-
-	return t.failKeepingFence(msg)
-}
-
-// finish records the outcome.
-func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) NodeResult {
-	now := t.e.now().UTC()
-	t.rec.Outcome, t.rec.Reason, t.rec.Finished = outcome, string(reason), &now
-
-	if outcome == state.OutcomeFailed {
-		t.rec.LastError = msg
-	}
-
-	if err := t.e.save(&t.rec); err != nil {
-		msg += "; and the state could not be written: " + t.answer(err)
-	}
-
-	if reason, ok := outcomeEvents[outcome]; ok {
-		t.event(reason, msg, outcome == state.OutcomeFailed || outcome == state.OutcomeCancelled)
-	}
-
-	switch outcome {
-	case state.OutcomeFailed:
-		t.log.Error("failed", "phase", t.rec.Phase, "error", msg)
-	case state.OutcomeDeselected, state.OutcomeGoneAfterMutation:
-		t.log.Warn(msg)
-	default:
-		t.log.Info(msg)
-	}
-
-	return NodeResult{Node: t.np.Name, Action: t.np.Action, Outcome: outcome, Reason: reason, Message: msg,
-		Fenced: t.np.Action == plan.ActionFence && t.rec.Holds()}
-}
-
-// fail ends the transaction as failed.
-func (t *txn) fail(msg string) *NodeResult {
-	r := t.finish(state.OutcomeFailed, "", msg)
-
-	return &r
-}
-
-// failKeepingFence fails closed: the fence stays, recorded, for `ghcrsync release`.
-func (t *txn) failKeepingFence(msg string) *NodeResult {
-	if t.np.Action == plan.ActionFence {
-		return t.fail(msg + "; the fence stays in place (see `ghcrsync fences`)")
-	}
-
-	return t.fail(msg)
 }
 
 // sleep waits one poll interval, or returns ctx's error.

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
-	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -419,35 +418,4 @@ func (t *txn) release(ctx context.Context) *NodeResult {
 	}
 
 	return nil
-}
-
-// restore undoes a fence that did not reach Talos, after a failure.
-func (t *txn) restore(ctx context.Context, why string) *NodeResult {
-	if err := t.unclaim(ctx); err != nil {
-		return t.fail(why + "; restoring the node failed: " + t.answer(err))
-	}
-
-	return t.fail(why + "; the node was restored (fence released)")
-}
-
-// undo takes our fence off the node: the one undo, shared with `ghcrsync release`. It judges the
-// claim as recorded before this undo began (the record's phase says how far the claim got).
-func (t *txn) undo(ctx context.Context) error {
-	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, t.e.o.ReadyTimeout)
-
-	return err
-}
-
-// talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
-// such; anything else fails closed.
-func (t *txn) talosFailed(ctx context.Context, step string, err error) *NodeResult {
-	if r := t.interrupted(); r != nil {
-		return r
-	}
-
-	if _, r := t.guard(ctx, plan.StepCheck); r != nil {
-		return r
-	}
-
-	return t.failKeepingFence(step + ": " + t.answer(err))
 }
