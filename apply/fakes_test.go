@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,7 @@ func (w *world) addNode(name string, controlPlane bool) {
 		Status: corev1.NodeStatus{
 			NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-1-" + name},
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "ip-" + name}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ipOf(name)}},
 		},
 	}
 
@@ -266,7 +267,27 @@ func (fakeNodes) Changes(context.Context, string) <-chan struct{} { return nil }
 // fakeTalos is apply.Talos over the world: a reboot gives the node a new boot ID at once.
 type fakeTalos struct{ w *world }
 
-func nodeOfIP(ip string) string { return strings.TrimPrefix(ip, "ip-") }
+// ipOf is a fake node's InternalIP: an IPv6 address that spells its name (up to 14 bytes), so
+// the fake Talos can tell which node an address is.
+func ipOf(name string) string {
+	var b [16]byte
+
+	b[0] = 0xfd
+	copy(b[2:], name)
+
+	return netip.AddrFrom16(b).String()
+}
+
+func nodeOfIP(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ""
+	}
+
+	b := a.As16()
+
+	return strings.TrimRight(string(b[2:]), "\x00")
+}
 
 func (f fakeTalos) ConfigFacts(_ context.Context, ip, _ string) (*plan.TalosFacts, error) {
 	f.w.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -323,11 +324,35 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 	r := newRotation(t, sb, nil, name)
 	path := r.plan()
 
+	// Read-modify-writes that retry the kubelet's heartbeats, as kubectl does.
+	taint := func(add bool) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n := node0(t, sb, name)
+			kept := n.Spec.Taints[:0]
+
+			for _, tt := range n.Spec.Taints {
+				if tt.Key != "example.com/maintenance" {
+					kept = append(kept, tt)
+				}
+			}
+
+			n.Spec.Taints = kept
+			if add {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+			}
+
+			_, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+
+			return err
+		})
+	}
+	t.Cleanup(func() { _ = taint(false) })
+
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 		if phase == state.PhaseDrained {
-			n := node0(t, sb, node)
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
-			_, _ = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			if err := taint(true); err != nil {
+				t.Error(err)
+			}
 		}
 	}})
 	if err != nil {
@@ -344,17 +369,7 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 	}
 
 	// Clean up through release: the run is over and named explicitly.
-	n := node0(t, sb, name)
-	kept := n.Spec.Taints[:0]
-
-	for _, tt := range n.Spec.Taints {
-		if tt.Key != "example.com/maintenance" {
-			kept = append(kept, tt)
-		}
-	}
-
-	n.Spec.Taints = kept
-	if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if err := taint(false); err != nil {
 		t.Fatal(err)
 	}
 

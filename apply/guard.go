@@ -80,6 +80,14 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 		t.ip = cluster.InternalIP(n)
 	}
 
+	// Before the claim, the facts it is judged on must be this node's: the machine at the
+	// address is asked who it is (the Talos writes ask again).
+	if step == plan.StepClaim {
+		if r := t.machineIsTheNode(ctx, step); r != nil {
+			return nil, r
+		}
+	}
+
 	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
 	if err != nil {
 		if r := t.interrupted(); r != nil {

@@ -261,13 +261,26 @@ func (t *txn) sameMachine(ctx context.Context, step plan.Step) *NodeResult {
 		return refuse(fmt.Sprintf("its InternalIP changed from %s to %s since the claim", t.ip, ip))
 	}
 
+	return t.machineIsTheNode(ctx, step)
+}
+
+// machineIsTheNode asks the machine at the pinned address for its name (Talos's own node name):
+// another machine there is refused, nothing written to it.
+func (t *txn) machineIsTheNode(ctx context.Context, step plan.Step) *NodeResult {
 	name, err := t.e.talos.Nodename(ctx, t.ip)
 
 	switch {
+	case err != nil && step == plan.StepClaim:
+		if r := t.interrupted(); r != nil {
+			return r
+		}
+
+		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonTalosUnreachable, Detail: t.answer(err)}, step)
 	case err != nil:
 		return t.talosFailed(ctx, string(step), err)
 	case name != t.np.Name:
-		return refuse(fmt.Sprintf("the machine at %s says it is node %q, not %q", t.ip, name, t.np.Name))
+		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
+			Detail: fmt.Sprintf("the machine at %s says it is node %q, not %q; nothing was written to it", t.ip, name, t.np.Name)}, step)
 	}
 
 	return nil
