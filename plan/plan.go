@@ -91,6 +91,7 @@ func Make(s Snapshot, in Input) *Plan {
 		}
 	}
 
+	p.CredentialsInUse, p.Emergency = inUse(s.InUse)
 	p.Warnings = warnings(p, s, in)
 
 	v := Inventory(s, in)
@@ -302,6 +303,12 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		w = append(w, "The credential was not proved against the registry (--skip-proof).")
 	}
 
+	for _, u := range p.CredentialsInUse {
+		if u.State == CredentialUnreachable {
+			w = append(w, "In use: "+u.Sentence()+"; whether it still pulls is unknown.")
+		}
+	}
+
 	controlPlanes := 0
 
 	for _, n := range s.Nodes {
@@ -340,4 +347,47 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	}
 
 	return w
+}
+
+// inUse orders the credentials in use (refused first, then unreachable, then valid; by digest)
+// and says whether any but the desired one was refused: an emergency rotation.
+func inUse(uses []CredentialInUse) ([]CredentialInUse, bool) {
+	out := slices.Clone(uses)
+	rank := map[string]int{CredentialRefused: 0, CredentialUnreachable: 1, CredentialValid: 2}
+
+	sort.SliceStable(out, func(i, j int) bool {
+		if rank[out[i].State] != rank[out[j].State] {
+			return rank[out[i].State] < rank[out[j].State]
+		}
+
+		return out[i].Digest < out[j].Digest
+	})
+
+	emergency := slices.ContainsFunc(out, func(u CredentialInUse) bool { return u.State == CredentialRefused && !u.Desired })
+
+	return out, emergency
+}
+
+// Sentence says where a credential in use is and what the registry said of it.
+func (u CredentialInUse) Sentence() string {
+	var where []string
+
+	if len(u.Nodes) > 0 {
+		where = append(where, describe(UseNode, u.Nodes))
+	}
+
+	if len(u.Secrets) > 0 {
+		where = append(where, describe(UseSecret, u.Secrets))
+	}
+
+	subject := "the credential " + human.Short(u.Digest) + " on " + strings.Join(where, " and ")
+
+	switch u.State {
+	case CredentialRefused:
+		return subject + " is refused by the registry: their runtimes cannot pull new images (" + u.Detail + ")"
+	case CredentialUnreachable:
+		return subject + " could not be checked against the registry (" + u.Detail + ")"
+	}
+
+	return subject + " is accepted by the registry"
 }

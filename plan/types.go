@@ -22,6 +22,28 @@ type Snapshot struct {
 	Secrets    []SecretObs `json:"secrets,omitempty"`
 	// Templates are the configured node templates' configs (none: no node_template block).
 	Templates []TemplateObs `json:"templates,omitempty"`
+	// InUse are the distinct credentials the nodes and the managed secrets hold, as the
+	// registry judged each when the snapshot was taken.
+	InUse []CredentialInUse `json:"credentials_in_use,omitempty"`
+}
+
+// Credential states, as the registry judged a credential in use.
+const (
+	CredentialValid       = "valid"
+	CredentialRefused     = "refused"
+	CredentialUnreachable = "unreachable"
+)
+
+// CredentialInUse is one distinct credential the fleet or the managed secrets hold: by its auth
+// digest (never the credential itself), where it is, and what the registry said of it.
+type CredentialInUse struct {
+	Digest string `json:"digest"`
+	// Desired is true for the credential this plan rotates to.
+	Desired bool     `json:"desired,omitempty"`
+	Nodes   []string `json:"nodes,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
+	State   string   `json:"state"`
+	Detail  string   `json:"detail,omitempty"`
 }
 
 // Node is one observed Kubernetes Node with its Talos facts.
@@ -145,20 +167,25 @@ const (
 
 // Plan is the saved plan: no secret, only digests.
 type Plan struct {
-	FormatVersion      string       `json:"format_version"`
-	CreatedAt          time.Time    `json:"created_at"`
-	ExpiresAt          time.Time    `json:"expires_at"`
-	CredentialRevision string       `json:"credential_revision"`
-	AuthDigest         string       `json:"auth_digest"`
-	Registry           string       `json:"registry"`
-	ProofSkipped       bool         `json:"proof_skipped,omitempty"`
-	ConfigDigest       string       `json:"config_digest"`
-	State              StateRef     `json:"state"`
-	APIEndpoint        string       `json:"api_endpoint"`
-	ClusterUID         string       `json:"cluster_uid"` // the plan applies to this cluster only
-	EndpointNode       string       `json:"endpoint_node,omitempty"`
-	Nodes              []NodePlan   `json:"nodes"`
-	Secrets            []SecretPlan `json:"secrets,omitempty"`
+	FormatVersion      string    `json:"format_version"`
+	CreatedAt          time.Time `json:"created_at"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	CredentialRevision string    `json:"credential_revision"`
+	AuthDigest         string    `json:"auth_digest"`
+	Registry           string    `json:"registry"`
+	ProofSkipped       bool      `json:"proof_skipped,omitempty"`
+	ConfigDigest       string    `json:"config_digest"`
+	State              StateRef  `json:"state"`
+	APIEndpoint        string    `json:"api_endpoint"`
+	ClusterUID         string    `json:"cluster_uid"` // the plan applies to this cluster only
+	EndpointNode       string    `json:"endpoint_node,omitempty"`
+	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
+	// registry judged them; Emergency is true when any (but the desired one) was refused: the
+	// old credential no longer pulls, so every node and secret still on it is already broken.
+	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`
+	Emergency        bool              `json:"emergency,omitempty"`
+	Nodes            []NodePlan        `json:"nodes"`
+	Secrets          []SecretPlan      `json:"secrets,omitempty"`
 	// Templates are the node templates' configs, written after the consumer secrets and before
 	// the root Flux secret.
 	Templates []TemplatePlan `json:"templates,omitempty"`

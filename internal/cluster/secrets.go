@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -78,15 +79,20 @@ func Foreign(s *corev1.Secret) string {
 // ObserveSecret reads a target: the Secret's type, digest and owner, and which of its service
 // accounts do not reference it yet (an absent service account is not counted: ghcrsync does
 // not create them).
-func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.SecretObs, error) {
+//
+// It also returns the registry credential the Secret holds (nil if none, or unreadable), kept
+// in memory only: `plan` asks the registry whether it still pulls.
+func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry string) (plan.SecretObs, *credential.Credential, error) {
+	var held *credential.Credential
+
 	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role}
 
 	if _, err := c.Client.CoreV1().Namespaces().Get(ctx, t.Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		obs.NamespaceMissing = true
 
-		return obs, nil
+		return obs, held, nil
 	} else if err != nil {
-		return obs, c.Unreachable("read namespace "+t.Namespace, err)
+		return obs, nil, c.Unreachable("read namespace "+t.Namespace, err)
 	}
 
 	s, err := c.Client.CoreV1().Secrets(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
@@ -94,11 +100,12 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.Se
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return obs, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
+		return obs, nil, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
 			obs.Digest = authdigest.DockerConfig(data)
+			held, _ = credential.Parse(data, registry)
 		}
 	}
 
@@ -109,7 +116,7 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.Se
 		}
 
 		if err != nil {
-			return obs, c.Unreachable("read service account "+t.Namespace+"/"+name, err)
+			return obs, nil, c.Unreachable("read service account "+t.Namespace+"/"+name, err)
 		}
 
 		if !slices.ContainsFunc(sa.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == t.Name }) {
@@ -117,7 +124,7 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget) (plan.Se
 		}
 	}
 
-	return obs, nil
+	return obs, held, nil
 }
 
 // TemplateValue reads one key of a node template's Secret.

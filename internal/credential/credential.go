@@ -281,3 +281,21 @@ func jsonErr(err error) string {
 
 	return "malformed"
 }
+
+// FromFields is the credential of a registry auth entry found elsewhere — a node's machine
+// config, a pull secret — given as username and password, or as auth (base64 of
+// "user:password"): what `plan` asks the registry about, to know whether a credential in use
+// still pulls.
+func FromFields(registry, username, password, auth string) (*Credential, error) {
+	entry := map[string]string{"username": username, "password": password}
+	if username == "" && password == "" {
+		entry = map[string]string{"auth": auth}
+	}
+
+	raw, err := json.Marshal(map[string]any{"auths": map[string]any{registry: entry}})
+	if err != nil {
+		return nil, err
+	}
+
+	return Parse(raw, registry)
+}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
@@ -140,9 +141,17 @@ func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.
 }
 
 func (c *Client) configFacts(nctx context.Context, registry string) (*plan.TalosFacts, error) {
+	facts, _, err := c.configFactsAndCredential(nctx, registry)
+
+	return facts, err
+}
+
+// configFactsAndCredential is configFacts, with the registry credential the active config holds
+// (nil if none, or one ghcrsync cannot read).
+func (c *Client) configFactsAndCredential(nctx context.Context, registry string) (*plan.TalosFacts, *credential.Credential, error) {
 	active, next, err := c.configs(nctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	facts := &plan.TalosFacts{ConfiguredDigest: digest(active, registry), ConfigUpdated: active.Metadata().Updated().UTC()}
@@ -156,7 +165,22 @@ func (c *Client) configFacts(nctx context.Context, registry string) (*plan.Talos
 		facts.StagedDiffers = errA != nil || errB != nil || !bytes.Equal(a, b)
 	}
 
-	return facts, nil
+	return facts, inUseCredential(active.Provider(), registry), nil
+}
+
+// inUseCredential is the registry's username and password in cfg (nil if none).
+func inUseCredential(cfg config.Config, registry string) *credential.Credential {
+	auth, ok := cfg.RegistryAuthConfigs()[registry]
+	if !ok || auth == nil {
+		return nil
+	}
+
+	c, err := credential.FromFields(registry, auth.Username(), auth.Password(), auth.Auth())
+	if err != nil {
+		return nil
+	}
+
+	return c
 }
 
 // withoutRegistryAuth encodes a config without the registry's RegistryAuthConfig document: two
@@ -266,8 +290,16 @@ const FleetBatch = 250
 // timeout; a batch whose call fails as a whole (a node that never answers holds it to the
 // deadline) is read again node by node, so one bad node fails alone. A node whose facts cannot be
 // read gets TalosError instead: the planner fails closed.
-func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) {
-	var reach []*plan.Node
+//
+// It returns, by node name, the registry credential each node's active config holds (nodes
+// with none are absent): kept in memory only, for `plan` to ask the registry whether the
+// credentials in use still pull — never in the facts, which go into the plan file.
+func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) map[string]*credential.Credential {
+	var (
+		reach []*plan.Node
+		mu    sync.Mutex
+		inUse = map[string]*credential.Credential{}
+	)
 
 	for i := range nodes {
 		if nodes[i].InternalIP == "" {
@@ -291,16 +323,27 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 			return
 		}
 
-		cf, err := c.ConfigFacts(ctx, n.InternalIP, registry)
+		nctx, cancel := c.bounded(ctx, n.InternalIP)
+		defer cancel()
+
+		cf, cred, err := c.configFactsAndCredential(nctx, registry)
 		if err != nil {
 			n.TalosError, n.Talos = redact.Error(err), nil
 
 			return
 		}
 
+		if cred != nil {
+			mu.Lock()
+			inUse[n.Name] = cred
+			mu.Unlock()
+		}
+
 		cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
 		n.Talos = cf
 	})
+
+	return inUse
 }
 
 // each runs f for every node, at most parallel at a time.

@@ -74,6 +74,12 @@ func (g *guard) command(line string) {
 
 // PlanAnnotations annotates a plan's warnings.
 func PlanAnnotations(w io.Writer, p *plan.Plan) {
+	for _, u := range p.CredentialsInUse {
+		if u.State == plan.CredentialRefused && !u.Desired {
+			Annotate(w, AnnotateError, "ghcrsync plan: emergency rotation", u.Sentence())
+		}
+	}
+
 	for _, warning := range p.Warnings {
 		Annotate(w, AnnotateWarning, "ghcrsync plan", warning)
 	}

@@ -20,6 +20,8 @@ const (
 	LabelRebootRequired = "ghcrsync:reboot-required"
 	// LabelSafeToRevoke: nothing uses the old credential any more.
 	LabelSafeToRevoke = "ghcrsync:safe-to-revoke"
+	// LabelEmergency: a credential in use is refused by the registry (an emergency rotation).
+	LabelEmergency = "ghcrsync:emergency"
 )
 
 // disruption is what an action does to the workloads on the node.
@@ -48,6 +50,10 @@ func Labels(p *plan.Plan) []string {
 
 	if p.SafeToRevoke() {
 		out = append(out, LabelSafeToRevoke)
+	}
+
+	if p.Emergency {
+		out = append(out, LabelEmergency)
 	}
 
 	return out
@@ -96,6 +102,19 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 	fmt.Fprintf(w, "Credential revision `%s` for %s · cluster `%s` · plan created %s, valid until %s.\n\n",
 		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),
 		p.CreatedAt.UTC().Format("2006-01-02 15:04Z"), p.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
+
+	if p.Emergency {
+		fmt.Fprintln(w, "> [!CAUTION]")
+		fmt.Fprintln(w, "> **Emergency rotation**: a credential in use is refused by the registry.")
+
+		for _, u := range p.CredentialsInUse {
+			if u.State == plan.CredentialRefused && !u.Desired {
+				fmt.Fprintf(w, "> - %s\n", md(u.Sentence()))
+			}
+		}
+
+		fmt.Fprintln(w)
+	}
 
 	var acted, left []plan.NodePlan
 

@@ -67,6 +67,18 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 
 	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", human.Clock(p.CreatedAt), human.Clock(p.ExpiresAt))
 
+	if p.Emergency {
+		fmt.Fprintln(w, "EMERGENCY ROTATION: a credential in use is refused by the registry.")
+
+		for _, u := range p.CredentialsInUse {
+			if u.State == plan.CredentialRefused && !u.Desired {
+				fmt.Fprintf(w, "  ✗ %s\n", oneLine(u.Sentence()))
+			}
+		}
+
+		fmt.Fprintln(w)
+	}
+
 	legend(w, p)
 	nodes(w, p)
 	secrets(w, p)
@@ -279,6 +291,10 @@ type PlanJSON struct {
 	Changes           bool         `json:"changes"`
 	// Verdict is who uses which credential as the plan found the cluster.
 	Verdict *VerdictJSON `json:"verdict,omitempty"`
+	// Emergency: a credential in use (not the new one) is refused by the registry;
+	// CredentialsInUse lists each distinct credential the nodes and secrets hold, by digest.
+	Emergency        bool                   `json:"emergency"`
+	CredentialsInUse []plan.CredentialInUse `json:"credentials_in_use,omitempty"`
 }
 
 // NodeJSON is one node of PlanJSON.
@@ -329,6 +345,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
+		Emergency: p.Emergency, CredentialsInUse: p.CredentialsInUse,
 	}
 
 	for _, n := range p.Nodes {

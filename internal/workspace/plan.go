@@ -8,6 +8,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -35,11 +36,12 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		}
 	}
 
-	snap, err := w.Snapshot(ctx)
+	snap, held, err := w.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 
+	snap.InUse = w.CheckInUse(ctx, held, in.AuthDigest, o.SkipProof)
 	p := plan.Make(snap, in)
 
 	if err := w.ProbeAdmissible(ctx, p); err != nil {
@@ -98,52 +100,77 @@ func (w *Workspace) known(previousPlan string) map[string]string {
 // Snapshot observes the fleet: one LIST of Nodes, the run Lease, each node's Talos facts, and
 // the configured pull secrets.
 func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
+	snap, _, err := w.snapshot(ctx)
+
+	return snap, err
+}
+
+// Held are the registry credentials the snapshot found in use, where: a node's active config
+// ("node" → name) or a managed Secret ("secret" → namespace/name). In memory only.
+type Held struct {
+	Where []string // "node/NAME" or "secret/NS/NAME", the same order as Creds
+	Creds []*credential.Credential
+}
+
+func (h *Held) add(where string, c *credential.Credential) {
+	if c != nil {
+		h.Where, h.Creds = append(h.Where, where), append(h.Creds, c)
+	}
+}
+
+func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, *Held, error) {
 	cfg := w.Config
+	held := &Held{}
 
 	uid, err := w.Kube.ClusterUID(ctx)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
 	nodes, others, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
 	lease, err := w.Kube.Lease(ctx, cfg.Lease.Namespace, cfg.Lease.Name)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
 	tc, err := w.Talos(ctx)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
-	tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	inUse := tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	for _, n := range nodes {
+		held.add("node/"+n.Name, inUse[n.Name])
+	}
 
 	targets, err := w.SecretTargets(ctx)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
 	secrets := make([]plan.SecretObs, 0, len(targets))
 
 	for _, t := range targets {
-		obs, err := w.Kube.ObserveSecret(ctx, t)
+		obs, cred, err := w.Kube.ObserveSecret(ctx, t, cfg.Credential.Registry)
 		if err != nil {
-			return plan.Snapshot{}, err
+			return plan.Snapshot{}, nil, err
 		}
+
+		held.add("secret/"+t.Namespace+"/"+t.Name, cred)
 
 		secrets = append(secrets, obs)
 	}
 
 	templates, err := w.Templates(ctx)
 	if err != nil {
-		return plan.Snapshot{}, err
+		return plan.Snapshot{}, nil, err
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, nil
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, held, nil
 }
 
 // Templates reads every configured node template and the credential digest of each of its

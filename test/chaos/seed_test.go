@@ -496,6 +496,11 @@ func (r *seedRun) convergeAll(ctx context.Context) bool {
 		return false
 	}
 
+	// A control plane an operator cordoned counts as down for the etcd gate, so while it stays
+	// cordoned the other control planes are never rotated (by design): the operator's
+	// maintenance ends before convergence is asked for. A worker's cordon stays (and is checked).
+	r.endControlPlaneMaintenance(ctx)
+
 	for round := 1; round <= 4; round++ {
 		planFile := filepath.Join(r.dir, fmt.Sprintf("converge-%d.plan", round))
 
@@ -540,6 +545,39 @@ func (r *seedRun) convergeAll(ctx context.Context) bool {
 	r.problem("no convergence after 4 applies")
 
 	return false
+}
+
+// endControlPlaneMaintenance uncordons the control planes an operator cordoned during the seed.
+func (r *seedRun) endControlPlaneMaintenance(ctx context.Context) {
+	r.mu.Lock()
+	var names []string
+	for name := range r.cordoned {
+		if m, ok := r.sb.Fleet().Machine(name); ok && m.Role == sandbox.RoleControlPlane {
+			names = append(names, name)
+		}
+	}
+	r.mu.Unlock()
+
+	for _, name := range names {
+		err := r.updateNode(ctx, name, func(n *corev1.Node) bool {
+			if !n.Spec.Unschedulable || n.Annotations[sandbox.OwnerAnnotation] != "" {
+				return false // not cordoned any more, or fenced by a run: not the operator's to end
+			}
+
+			n.Spec.Unschedulable = false
+
+			return true
+		})
+		if err != nil {
+			r.problem("uncordon %s: %v", name, err)
+
+			continue
+		}
+
+		r.mu.Lock()
+		delete(r.cordoned, name)
+		r.mu.Unlock()
+	}
 }
 
 func (r *seedRun) plan(out string) (view.PlanJSON, bool) {

@@ -1,0 +1,95 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// CheckInUse asks the registry about each distinct credential held (by auth digest), with the
+// same token flow and targets as the desired credential's proof: valid; refused (the registry
+// rejects it, 401 or 403: revoked, expired, or without access to an image — the runtimes
+// holding it cannot pull new images); or unreachable (no answer to go by). The desired
+// credential was proved already and is not asked again. A plan made with --skip-proof asks
+// nothing (nil).
+func (w *Workspace) CheckInUse(ctx context.Context, held *Held, desired string, skipped bool) []plan.CredentialInUse {
+	if skipped || held == nil || len(held.Creds) == 0 {
+		return nil
+	}
+
+	uses := map[string]*plan.CredentialInUse{}
+	creds := map[string]*credential.Credential{}
+
+	var order []string
+
+	for i, c := range held.Creds {
+		d := c.AuthDigest()
+
+		u, ok := uses[d]
+		if !ok {
+			u = &plan.CredentialInUse{Digest: d, Desired: d == desired}
+			uses[d], creds[d] = u, c
+			order = append(order, d)
+		}
+
+		kind, name, _ := strings.Cut(held.Where[i], "/")
+		if kind == "node" {
+			u.Nodes = append(u.Nodes, name)
+		} else {
+			u.Secrets = append(u.Secrets, name)
+		}
+	}
+
+	cfg := w.Config.Credential
+	targets := slices.Clone(cfg.Prove)
+
+	if probe := strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/"); probe != "" && !slices.Contains(targets, probe) {
+		targets = append(targets, probe)
+	}
+
+	out := make([]plan.CredentialInUse, 0, len(order))
+
+	for _, d := range order {
+		u := uses[d]
+
+		if u.Desired {
+			u.State, u.Detail = plan.CredentialValid, "the credential this plan rotates to, proved above"
+			out = append(out, *u)
+
+			continue
+		}
+
+		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		_, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, creds[d], targets)
+		cancel()
+
+		u.State = judgeProof(err)
+		if err != nil {
+			u.Detail = err.Error()
+		}
+
+		out = append(out, *u)
+	}
+
+	return out
+}
+
+// judgeProof is what a proof's outcome says of a credential in use.
+func judgeProof(err error) string {
+	var pe *credential.ProofError
+
+	switch {
+	case err == nil:
+		return plan.CredentialValid
+	case errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
+		return plan.CredentialRefused
+	}
+
+	return plan.CredentialUnreachable
+}
