@@ -169,6 +169,13 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 
 	r.templates(ctx)
 
+	// In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
+	// the pods using them can pull again at once, before any node is drained. (Ordinarily they
+	// follow the nodes.) The root stays last, after the verdict.
+	if p.Emergency {
+		r.consumers(ctx)
+	}
+
 	if err := r.nodes(ctx); err != nil {
 		return nil, err
 	}
@@ -176,8 +183,11 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 	r.lateNodes(ctx)
 
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
-		r.consumers(ctx)
-		r.lateNodes(ctx) // a node that joined while the consumers were written
+		if !p.Emergency {
+			r.consumers(ctx)
+			r.lateNodes(ctx) // a node that joined while the consumers were written
+		}
+
 		r.root(ctx)
 	}
 
