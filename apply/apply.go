@@ -172,7 +172,7 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 	// In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
 	// the pods using them can pull again at once, before any node is drained. (Ordinarily they
 	// follow the nodes.) The root stays last, after the verdict.
-	if p.Emergency {
+	if p.Emergency() {
 		r.consumers(ctx)
 	}
 
@@ -183,7 +183,7 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 	r.lateNodes(ctx)
 
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
-		if !p.Emergency {
+		if !p.Emergency() {
 			r.consumers(ctx)
 			r.lateNodes(ctx) // a node that joined while the consumers were written
 		}

@@ -54,10 +54,10 @@ func TestPlanKnowsTheCredentialsInUse(t *testing.T) {
 		switch {
 		case onNode == nil:
 			t.Fatalf("revoked %t: no credential in use on %s: %+v", revoked, name, p.CredentialsInUse)
-		case !revoked && (p.Emergency || onNode.State != plan.CredentialValid):
-			t.Fatalf("nothing revoked: emergency %t, %+v", p.Emergency, *onNode)
-		case revoked && (!p.Emergency || onNode.State != plan.CredentialRefused || !strings.Contains(onNode.Sentence(), "refused by the registry")):
-			t.Fatalf("the node's credential revoked: emergency %t, %+v", p.Emergency, *onNode)
+		case !revoked && (p.Emergency() || onNode.State != plan.CredentialValid):
+			t.Fatalf("nothing revoked: emergency %t, %+v", p.Emergency(), *onNode)
+		case revoked && (!p.Emergency() || onNode.State != plan.CredentialRefused || !strings.Contains(onNode.Sentence(), "refused by the registry")):
+			t.Fatalf("the node's credential revoked: emergency %t, %+v", p.Emergency(), *onNode)
 		}
 	}
 }
@@ -87,8 +87,8 @@ func TestEmergencyWritesConsumersBeforeAnyNode(t *testing.T) {
 		}
 
 		path := r.plan()
-		if r.planned.Emergency != emergency {
-			t.Fatalf("plan emergency %t, want %t", r.planned.Emergency, emergency)
+		if r.planned.Emergency() != emergency {
+			t.Fatalf("plan emergency %t, want %t", r.planned.Emergency(), emergency)
 		}
 
 		var atClaim string

@@ -91,7 +91,7 @@ func Make(s Snapshot, in Input) *Plan {
 		}
 	}
 
-	p.CredentialsInUse, p.Emergency = inUse(s.InUse)
+	p.CredentialsInUse = inUse(s.InUse)
 	p.Warnings = warnings(p, s, in)
 
 	v := Inventory(s, in)
@@ -349,9 +349,8 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	return w
 }
 
-// inUse orders the credentials in use (refused first, then unreachable, then valid; by digest)
-// and says whether any but the desired one was refused: an emergency rotation.
-func inUse(uses []CredentialInUse) ([]CredentialInUse, bool) {
+// inUse orders the credentials in use: refused first, then unreachable, then valid; by digest.
+func inUse(uses []CredentialInUse) []CredentialInUse {
 	out := slices.Clone(uses)
 	rank := map[string]int{CredentialRefused: 0, CredentialUnreachable: 1, CredentialValid: 2}
 
@@ -363,10 +362,25 @@ func inUse(uses []CredentialInUse) ([]CredentialInUse, bool) {
 		return out[i].Digest < out[j].Digest
 	})
 
-	emergency := slices.ContainsFunc(out, func(u CredentialInUse) bool { return u.State == CredentialRefused && !u.Desired })
-
-	return out, emergency
+	return out
 }
+
+// Refused are the credentials in use, other than the new one, that the registry refused: the
+// nodes and secrets holding them cannot pull new images already.
+func (p *Plan) Refused() []CredentialInUse {
+	var out []CredentialInUse
+
+	for _, u := range p.CredentialsInUse {
+		if u.State == CredentialRefused && !u.Desired {
+			out = append(out, u)
+		}
+	}
+
+	return out
+}
+
+// Emergency reports an emergency rotation: a credential in use is refused by the registry.
+func (p *Plan) Emergency() bool { return len(p.Refused()) > 0 }
 
 // Sentence says where a credential in use is and what the registry said of it.
 func (u CredentialInUse) Sentence() string {

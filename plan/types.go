@@ -180,10 +180,8 @@ type Plan struct {
 	ClusterUID         string    `json:"cluster_uid"` // the plan applies to this cluster only
 	EndpointNode       string    `json:"endpoint_node,omitempty"`
 	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
-	// registry judged them; Emergency is true when any (but the desired one) was refused: the
-	// old credential no longer pulls, so every node and secret still on it is already broken.
+	// registry judged them (Refused, Emergency).
 	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`
-	Emergency        bool              `json:"emergency,omitempty"`
 	Nodes            []NodePlan        `json:"nodes"`
 	Secrets          []SecretPlan      `json:"secrets,omitempty"`
 	// Templates are the node templates' configs, written after the consumer secrets and before

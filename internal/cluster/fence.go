@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -256,10 +258,7 @@ func ParseRecord(raw string) (state.Fence, error) {
 		return state.Fence{}, fmt.Errorf("recovery record has fields ghcrsync does not write (it writes %s)", strings.Join(recordFields, ", "))
 	}
 
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.DisallowUnknownFields()
-
-	if err := dec.Decode(&r); err != nil {
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return state.Fence{}, errors.New("recovery record has a field of the wrong type")
 	}
 
@@ -270,8 +269,15 @@ func ParseRecord(raw string) (state.Fence, error) {
 	return r, nil
 }
 
-// recordFields are the fields of a recovery record: state.Fence's JSON names.
-var recordFields = []string{"uid", "was_cordoned", "initial_taints", "desired_revision", "scale_down_guard_ours"}
+// recordFields are the fields of a recovery record: state.Fence's JSON names, as it encodes.
+var recordFields = func() []string {
+	b, _ := json.Marshal(state.Fence{})
+
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(b, &fields)
+
+	return slices.Sorted(maps.Keys(fields))
+}()
 
 // WaitFor polls cond every interval until it is true, ctx ends, or timeout passes; errors from
 // cond (an unreachable API, say) are retried and the last one is reported.

@@ -255,11 +255,11 @@ func (l *Lease) renew(ctx context.Context) error {
 	defer cancel()
 
 	cur, err := leases.Get(ctx, l.name, metav1.GetOptions{})
-	if err == nil {
-		if h := ptr.Deref(cur.Spec.HolderIdentity, ""); h != l.holder {
-			return l.errorFrom(HeldByAnother, cur, nil)
-		}
+	if e := l.notOurs(cur, err); e != nil {
+		return e
+	}
 
+	if err == nil {
 		now := metav1.NewMicroTime(time.Now())
 		cur.Spec.RenewTime = &now
 
@@ -280,10 +280,6 @@ func (l *Lease) renew(ctx context.Context) error {
 		return nil // cancelled by Stop: not a failure
 	}
 
-	if apierrors.IsNotFound(err) {
-		return l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
-	}
-
 	if apierrors.IsConflict(err) {
 		return nil // a write in between: the next renewal re-reads
 	}
@@ -299,6 +295,19 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.apiDown = true
 
 	return &Error{Class: APIUnreachable, Ours: l.holder, Duration: l.duration, Err: err}
+}
+
+// notOurs is the Lease, as read (cur, err), lost for good: deleted, or naming another holder;
+// nil while it may still be ours (read and ours, or not read at all).
+func (l *Lease) notOurs(cur *coordinationv1.Lease, err error) *Error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
+	case err == nil && ptr.Deref(cur.Spec.HolderIdentity, "") != l.holder:
+		return l.errorFrom(HeldByAnother, cur, nil)
+	}
+
+	return nil
 }
 
 // margin is how close to expiry ghcrsync stops starting mutations.
@@ -336,19 +345,13 @@ func (l *Lease) Verify(ctx context.Context) error {
 		var cur *coordinationv1.Lease
 
 		cur, err = l.kube.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
-
-		switch {
-		case apierrors.IsNotFound(err):
-			e := l.errorFrom(HeldByAnother, nil, errors.New("the Lease was deleted"))
+		if e := l.notOurs(cur, err); e != nil {
 			l.setLost(e)
 
 			return e
-		case err == nil && ptr.Deref(cur.Spec.HolderIdentity, "") != l.holder:
-			e := l.errorFrom(HeldByAnother, cur, nil)
-			l.setLost(e)
+		}
 
-			return e
-		case err == nil:
+		if err == nil {
 			return nil
 		}
 

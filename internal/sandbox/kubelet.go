@@ -178,8 +178,8 @@ func admit(pod *corev1.Pod, pods []*corev1.Pod, allocatable corev1.ResourceList)
 		}
 	}
 
-	if pods := allocatable[corev1.ResourcePods]; count > pods.Value() {
-		return "OutOfpods", fmt.Sprintf("Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", count-1, pods.Value())
+	if most := allocatable[corev1.ResourcePods]; count > most.Value() {
+		return "OutOfpods", fmt.Sprintf("Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d", count-1, most.Value())
 	}
 
 	want := requests(pod)

@@ -164,8 +164,8 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 
 	failed := applyNodes(w, res) + applySecrets(w, res.Secrets)
 
-	if leasepkg.IsDeleted(res.ReleaseErr) {
-		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(errors.Unwrap(res.ReleaseErr).Error()))
+	if le := new(leasepkg.Error); errors.As(res.ReleaseErr, &le) && le.Class == leasepkg.Deleted {
+		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(le.Err.Error()))
 	} else if res.ReleaseErr != nil {
 		fmt.Fprintf(w, "The run's work is done, but its Lease was not released: %s\n", oneLine(res.ReleaseErr.Error()))
 	} else if res.Holder != "" {

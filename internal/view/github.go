@@ -74,10 +74,8 @@ func (g *guard) command(line string) {
 
 // PlanAnnotations annotates a plan's warnings.
 func PlanAnnotations(w io.Writer, p *plan.Plan) {
-	for _, u := range p.CredentialsInUse {
-		if u.State == plan.CredentialRefused && !u.Desired {
-			Annotate(w, AnnotateError, "ghcrsync plan: emergency rotation", u.Sentence())
-		}
+	for _, u := range p.Refused() {
+		Annotate(w, AnnotateError, "ghcrsync plan: emergency rotation", u.Sentence())
 	}
 
 	for _, warning := range p.Warnings {

@@ -52,7 +52,7 @@ func Labels(p *plan.Plan) []string {
 		out = append(out, LabelSafeToRevoke)
 	}
 
-	if p.Emergency {
+	if p.Emergency() {
 		out = append(out, LabelEmergency)
 	}
 
@@ -103,14 +103,12 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),
 		p.CreatedAt.UTC().Format("2006-01-02 15:04Z"), p.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
 
-	if p.Emergency {
+	if p.Emergency() {
 		fmt.Fprintln(w, "> [!CAUTION]")
 		fmt.Fprintln(w, "> **Emergency rotation**: a credential in use is refused by the registry.")
 
-		for _, u := range p.CredentialsInUse {
-			if u.State == plan.CredentialRefused && !u.Desired {
-				fmt.Fprintf(w, "> - %s\n", md(u.Sentence()))
-			}
+		for _, u := range p.Refused() {
+			fmt.Fprintf(w, "> - %s\n", md(u.Sentence()))
 		}
 
 		fmt.Fprintln(w)

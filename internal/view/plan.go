@@ -67,13 +67,11 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 
 	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", human.Clock(p.CreatedAt), human.Clock(p.ExpiresAt))
 
-	if p.Emergency {
+	if p.Emergency() {
 		fmt.Fprintln(w, "EMERGENCY ROTATION: a credential in use is refused by the registry.")
 
-		for _, u := range p.CredentialsInUse {
-			if u.State == plan.CredentialRefused && !u.Desired {
-				fmt.Fprintf(w, "  ✗ %s\n", oneLine(u.Sentence()))
-			}
+		for _, u := range p.Refused() {
+			fmt.Fprintf(w, "  ✗ %s\n", oneLine(u.Sentence()))
 		}
 
 		fmt.Fprintln(w)
@@ -345,7 +343,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
-		Emergency: p.Emergency, CredentialsInUse: p.CredentialsInUse,
+		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse,
 	}
 
 	for _, n := range p.Nodes {

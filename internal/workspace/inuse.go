@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
@@ -18,8 +16,8 @@ import (
 // holding it cannot pull new images); or unreachable (no answer to go by). The desired
 // credential was proved already and is not asked again. A plan made with --skip-proof asks
 // nothing (nil).
-func (w *Workspace) CheckInUse(ctx context.Context, held *Held, desired string, skipped bool) []plan.CredentialInUse {
-	if skipped || held == nil || len(held.Creds) == 0 {
+func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string, skipped bool) []plan.CredentialInUse {
+	if skipped || len(held) == 0 {
 		return nil
 	}
 
@@ -28,30 +26,25 @@ func (w *Workspace) CheckInUse(ctx context.Context, held *Held, desired string, 
 
 	var order []string
 
-	for i, c := range held.Creds {
-		d := c.AuthDigest()
+	for _, h := range held {
+		d := h.Cred.AuthDigest()
 
 		u, ok := uses[d]
 		if !ok {
 			u = &plan.CredentialInUse{Digest: d, Desired: d == desired}
-			uses[d], creds[d] = u, c
+			uses[d], creds[d] = u, h.Cred
 			order = append(order, d)
 		}
 
-		kind, name, _ := strings.Cut(held.Where[i], "/")
-		if kind == "node" {
-			u.Nodes = append(u.Nodes, name)
+		if h.Node != "" {
+			u.Nodes = append(u.Nodes, h.Node)
 		} else {
-			u.Secrets = append(u.Secrets, name)
+			u.Secrets = append(u.Secrets, h.Secret)
 		}
 	}
 
 	cfg := w.Config.Credential
-	targets := slices.Clone(cfg.Prove)
-
-	if probe := strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/"); probe != "" && !slices.Contains(targets, probe) {
-		targets = append(targets, probe)
-	}
+	targets, _ := w.proveTargets()
 
 	out := make([]plan.CredentialInUse, 0, len(order))
 

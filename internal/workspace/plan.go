@@ -105,22 +105,17 @@ func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
 	return snap, err
 }
 
-// Held are the registry credentials the snapshot found in use, where: a node's active config
-// ("node" → name) or a managed Secret ("secret" → namespace/name). In memory only.
+// Held is a registry credential the snapshot found in use, and where: a node's active config
+// (Node) or a managed Secret (Secret, namespace/name). In memory only.
 type Held struct {
-	Where []string // "node/NAME" or "secret/NS/NAME", the same order as Creds
-	Creds []*credential.Credential
+	Node, Secret string
+	Cred         *credential.Credential
 }
 
-func (h *Held) add(where string, c *credential.Credential) {
-	if c != nil {
-		h.Where, h.Creds = append(h.Where, where), append(h.Creds, c)
-	}
-}
-
-func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, *Held, error) {
+func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error) {
 	cfg := w.Config
-	held := &Held{}
+
+	var held []Held
 
 	uid, err := w.Kube.ClusterUID(ctx)
 	if err != nil {
@@ -144,7 +139,9 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, *Held, error) 
 
 	inUse := tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
 	for _, n := range nodes {
-		held.add("node/"+n.Name, inUse[n.Name])
+		if c := inUse[n.Name]; c != nil {
+			held = append(held, Held{Node: n.Name, Cred: c})
+		}
 	}
 
 	targets, err := w.SecretTargets(ctx)
@@ -160,7 +157,9 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, *Held, error) 
 			return plan.Snapshot{}, nil, err
 		}
 
-		held.add("secret/"+t.Namespace+"/"+t.Name, cred)
+		if cred != nil {
+			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Cred: cred})
+		}
 
 		secrets = append(secrets, obs)
 	}

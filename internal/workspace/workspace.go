@@ -260,12 +260,7 @@ func (w *Workspace) Prove(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
 	}
 
-	targets := slices.Clone(cfg.Prove)
-
-	probe := strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/")
-	if probe != "" && !slices.Contains(targets, probe) {
-		targets = append(targets, probe)
-	}
+	targets, probe := w.proveTargets()
 
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -276,6 +271,20 @@ func (w *Workspace) Prove(ctx context.Context) (string, error) {
 	}
 
 	return ByDigest(w.Config.Nodes.Probe.Image, digests[probe]), nil
+}
+
+// proveTargets are the images a credential is proved against: the prove targets and the
+// runtime probe's image (probe, "" when there is none), repository:tag on the registry.
+func (w *Workspace) proveTargets() (targets []string, probe string) {
+	cfg := w.Config.Credential
+	targets = slices.Clone(cfg.Prove)
+
+	probe = strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/")
+	if probe != "" && !slices.Contains(targets, probe) {
+		targets = append(targets, probe)
+	}
+
+	return targets, probe
 }
 
 // ByDigest is image (REGISTRY/repo:tag or REGISTRY/repo@digest) pinned to digest: what is pulled
