@@ -216,7 +216,21 @@ func (r *run) checkPlan(ctx context.Context) error {
 		return err
 	}
 
-	return checkSelf(r.p, r.o.PlanPath, workspace.SelfNode())
+	if err := checkSelf(r.p, r.o.PlanPath, workspace.SelfNode()); err != nil {
+		return err
+	}
+
+	return checkSteering(r.p)
+}
+
+// checkSteering refuses an emergency plan whose first drain would have nowhere to send its pods
+// that can pull (plan.Steering.Blocked), before anything is written.
+func checkSteering(p *plan.Plan) error {
+	if p.Steering.Blocked == "" {
+		return nil
+	}
+
+	return fmt.Errorf("this plan is not applied: %s; nothing was changed", p.Steering.Blocked)
 }
 
 // checkSelf refuses a plan (made elsewhere) that would fence the node this apply runs on: the

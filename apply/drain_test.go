@@ -62,7 +62,7 @@ func TestCancelledDrainFinishesTheEvictionInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err = conn.Drain(runCtx, node, time.Minute, io.Discard)
+	err = conn.Drain(runCtx, node, time.Minute, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Fatalf("a cancelled drain returned %v", err)
 	}

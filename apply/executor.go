@@ -23,7 +23,9 @@ type Nodes interface {
 	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
 	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error
+	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer, check cluster.DrainCheck) error
+	// Destinations are every Node as an evicted pod's scheduler sees it.
+	Destinations(ctx context.Context) ([]plan.Destination, error)
 	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
 	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
 	// instead of at its next poll. nil (never signals) is allowed.
@@ -203,7 +205,7 @@ func (e *executor) halt(err error) {
 // run executes the plan's fence and apply-live nodes in order: workers concurrently (bounded),
 // then control planes one at a time (a failed one stops the rest), in the plan's order. ctx ends
 // when the run is cancelled; mutations also stop when the Lease is lost.
-func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
+func (e *executor) run(ctx context.Context, p *plan.Plan) (results []NodeResult) {
 	e.sig = ctx
 
 	mctx, cancel := context.WithCancel(ctx)
@@ -232,7 +234,18 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 		}
 	}
 
-	results := e.parallel(mctx, p, live, max(e.o.LiveParallelism, 1))
+	e.steer(mctx, p)
+	defer func() { e.unsteerAll(ctx, results) }()
+
+	results = e.parallel(mctx, p, live, max(e.o.LiveParallelism, 1))
+
+	// Where pods never land on a node not yet rotated, the seed (the emptiest worker) rolls
+	// alone: the other workers' pods go to it.
+	if len(workers) > 0 && p.Steering.Hard() && workers[0].Name == p.Steering.Seed {
+		results = append(results, e.parallel(mctx, p, workers[:1], 1)...)
+		workers = workers[1:]
+	}
+
 	results = append(results, e.parallel(mctx, p, workers, max(e.o.WorkerParallelism, 1))...)
 
 	for i, n := range controlPlanes {

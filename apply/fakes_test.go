@@ -241,13 +241,31 @@ func hasKey(m map[string]any, k string) bool {
 	return ok
 }
 
-func (f fakeNodes) Drain(_ context.Context, node string, _ time.Duration, _ io.Writer) error {
+func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ io.Writer, check cluster.DrainCheck) error {
+	if check != nil {
+		if err := check(ctx, 0); err != nil {
+			return err
+		}
+	}
+
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
 	f.w.record("drain %s", node)
 
 	return f.w.drainErr[node]
+}
+
+func (f fakeNodes) Destinations(context.Context) ([]plan.Destination, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	out := make([]plan.Destination, 0, len(f.w.nodes))
+	for _, n := range f.w.nodes {
+		out = append(out, plan.DestinationOf(cluster.FromNode(n)))
+	}
+
+	return out, nil
 }
 
 func (f fakeNodes) StaticPodsReady(context.Context, string) error { return nil }

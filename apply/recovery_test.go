@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -113,47 +116,70 @@ func assertLeaseFree(t *testing.T, sb *sandbox.Sandbox, name string) {
 	}
 }
 
-// apply killed with kill -9 before each phase's mutation: fences reports exactly what is held,
-// at the state's phase, as releasable at once (the process on this host has exited, whatever
-// its Lease and the CI API say), and release leaves no cordon, no ghcrsync annotation and no held
-// Lease. A second release is a no-op.
+// apply killed with kill -9 before each phase's mutation (and before its steering taints go
+// on): fences reports exactly what is held, at the state's phase, as releasable at once (the
+// process on this host has exited, whatever its Lease and the CI API say), and release leaves no
+// cordon, no ghcrsync annotation, no steering taint and no held Lease — and an operator's own
+// taint of the same effect where it was. A second release is a no-op.
 func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	const name = "prod-worker-1"
 
-	for _, phase := range []state.Phase{state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
+	operator := corev1.Taint{Key: "example.com/maintenance-window", Value: "tonight", Effect: corev1.TaintEffectPreferNoSchedule}
+	setTaints(t, sb, name, append(node(t, sb, name).Spec.Taints, operator))
+	t.Cleanup(func() { setTaints(t, sb, name, withoutTaint(node(t, sb, name).Spec.Taints, operator.Key)) })
+
+	for _, phase := range []state.Phase{"steering", state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
 		state.PhaseRebooting, state.PhaseProved, state.PhaseReleased} {
 		t.Run(string(phase), func(t *testing.T) {
 			leaseName := "recover-" + string(phase)
 			r := newRotation(t, sb, shortLease(leaseName), name)
 			id := killRun(t, r, r.plan(), phase)
 
-			rep := fences(t, r.cfg, "")
-			if len(rep.Fences) != 2 || rep.Fences[0].Kind != fence.KindNode || rep.Fences[0].Name != name || rep.Fences[1].Kind != fence.KindLease {
-				t.Fatalf("fences: %+v", rep.Fences)
+			want := []string{fence.KindNode, fence.KindSteering, fence.KindLease}
+			if phase == "steering" { // killed before the node's taint and claim: the state's steering record remains
+				want = want[1:]
 			}
 
-			if f := rep.Fences[0]; f.Phase != string(phase) {
+			rep := fences(t, r.cfg, "")
+			if got := kinds(rep); !slices.Equal(got, want) || rep.Fences[0].Name != name {
+				t.Fatalf("fences %v, want %v: %+v", got, want, rep.Fences)
+			}
+
+			if f := rep.Fences[0]; f.Kind == fence.KindNode && f.Phase != string(phase) {
 				t.Errorf("node fence phase %q, want %q (the state's, written before the mutation)", f.Phase, phase)
 			}
 
 			// The killed process ran on this host and has exited: its run is provably over, even
 			// while its Lease has not expired yet and whatever the CI API says.
 			for _, f := range rep.Fences {
-				if !f.Releasable || f.Live || !strings.Contains(f.Holder, "-gh"+id+".1-") || !strings.Contains(f.Evidence, "has exited") {
+				if !f.Releasable || f.Live || !strings.Contains(f.Holder, "-gh"+id+".1-") || !strings.Contains(f.Evidence+f.Reason, "exited") && f.Evidence != "state record only" {
 					t.Fatalf("a killed run's fence: %+v", f)
 				}
 			}
 
-			if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 2 {
+			if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != len(want) {
 				t.Fatalf("release of a killed run: %+v", res.Outcomes)
 			}
 
 			assertReleased(t, sb, name, false)
 			assertLeaseFree(t, sb, leaseName)
 
-			if rec := r.readState().Record(name); rec.Outcome != state.OutcomeReleased {
+			n := node(t, sb, name)
+			if _, ok := taints.Find(cluster.Taints(n.Spec.Taints), taints.Steering); ok {
+				t.Fatalf("a steering taint is left after release: %v", n.Spec.Taints)
+			}
+
+			if _, ok := taints.Find(cluster.Taints(n.Spec.Taints), operator.Key); !ok {
+				t.Fatalf("release took the operator's own %s taint: %v", operator.Effect, n.Spec.Taints)
+			}
+
+			if rec := r.readState().Record(name); phase != "steering" && rec.Outcome != state.OutcomeReleased {
 				t.Fatalf("state record: %+v", rec)
+			}
+
+			if st := r.readState(); len(st.Steered) != 0 {
+				t.Fatalf("steering records after release: %+v", st.Steered)
 			}
 
 			if rep := fences(t, r.cfg, ""); len(rep.Fences) != 0 || rep.Summary != "No fence is held." {
@@ -167,6 +193,26 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 			waitReady(t, sb, name)
 		})
 	}
+}
+
+func kinds(rep fence.Report) []string {
+	out := make([]string, 0, len(rep.Fences))
+	for _, f := range rep.Fences {
+		out = append(out, f.Kind)
+	}
+
+	return out
+}
+
+// setTaints replaces a node's taints (retrying the kubelet's heartbeats).
+func setTaints(t *testing.T, sb *sandbox.Sandbox, name string, ts []corev1.Taint) {
+	t.Helper()
+
+	sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"spec": map[string]any{"taints": ts}})
+}
+
+func withoutTaint(ts []corev1.Taint, key string) []corev1.Taint {
+	return slices.DeleteFunc(slices.Clone(ts), func(x corev1.Taint) bool { return x.Key == key })
 }
 
 func waitReady(t *testing.T, sb *sandbox.Sandbox, name string) {

@@ -193,7 +193,7 @@ func (t *txn) drain(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress); err != nil {
+	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress, t.destinations); err != nil {
 		if t.e.sig.Err() != nil || t.e.stopped() {
 			return t.failOrInterrupted(t.answer(err))
 		}
@@ -415,9 +415,12 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 			human.ShortOrNone(facts.ConfiguredDigest), human.Short(t.p.AuthDigest)))
 	}
 
-	mark := cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID)
+	// Proved: the marker, and the steering taint off (pods may land here now), in one patch.
+	mark := func(cur *corev1.Node) map[string]any {
+		return t.e.withoutSteering(cur, cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID))
+	}
 
-	return t.patch(ctx, plan.StepAnnotate, "write verified marker", func(*corev1.Node) map[string]any { return mark }, nil)
+	return t.patch(ctx, plan.StepAnnotate, "write verified marker", mark, nil)
 }
 
 // release takes the fence off: the rotation is done.

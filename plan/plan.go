@@ -92,6 +92,7 @@ func Make(s Snapshot, in Input) *Plan {
 	}
 
 	p.CredentialsInUse = inUse(s.InUse)
+	p.Steering = steer(p, s, in.AllowPending)
 	p.Warnings = warnings(p, s, in)
 
 	v := Inventory(s, in)
@@ -102,7 +103,7 @@ func Make(s Snapshot, in Input) *Plan {
 
 func classify(n Node, in Input, identity string) NodePlan {
 	np := NodePlan{
-		Name: n.Name, UID: n.UID, Role: RoleWorker,
+		Name: n.Name, UID: n.UID, Role: RoleWorker, Pods: n.Pods,
 		Invariants: Invariants{
 			UID:              n.UID,
 			Unschedulable:    n.Unschedulable,
@@ -231,8 +232,9 @@ func endpointOf(n Node, host string) bool {
 }
 
 // order numbers the nodes acted on: live updates first (no cordon, no reboot: any role, in
-// parallel), then fenced workers, then fenced control planes one at a time, the API endpoint's
-// node last; the rest follow, by name.
+// parallel), then fenced workers, the emptiest first (the fewer pods an early drain evicts, the
+// fewer land on nodes drained later), then fenced control planes one at a time, the API
+// endpoint's node last; the rest follow, by name.
 func order(nodes []NodePlan) {
 	const rest = 4
 
@@ -255,6 +257,10 @@ func order(nodes []NodePlan) {
 		ri, rj := rank(nodes[i]), rank(nodes[j])
 		if ri != rj {
 			return ri < rj
+		}
+
+		if ri == 1 && nodes[i].Pods != nodes[j].Pods {
+			return nodes[i].Pods < nodes[j].Pods
 		}
 
 		return nodes[i].Name < nodes[j].Name

@@ -68,6 +68,8 @@ type Node struct {
 	BootID           string      `json:"boot_id,omitempty"`
 	Talos            *TalosFacts `json:"talos,omitempty"`
 	TalosError       string      `json:"talos_error,omitempty"`
+	// Pods counts the pods a drain of the node would evict (not DaemonSet, mirror or finished).
+	Pods int `json:"pods,omitempty"`
 }
 
 // Identity is what tells a Node's machine apart: its uid and InternalIPs.
@@ -131,6 +133,9 @@ type Input struct {
 	Known map[string]string
 	// Probe is how apply proves a node's runtime (the image by its proved digest).
 	Probe Probe
+	// AllowPending lets evicted pods wait Pending rather than land on a node that cannot pull
+	// or is drained later (plan --allow-pending).
+	AllowPending bool
 }
 
 // Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
@@ -191,6 +196,8 @@ type Plan struct {
 	Summary   Summary        `json:"summary"`
 	// Probe is the runtime proof apply makes (its image by the digest plan proved).
 	Probe Probe `json:"probe"`
+	// Steering is how the run keeps evicted pods off nodes not yet rotated.
+	Steering Steering `json:"steering"`
 	// Verdict is who uses which credential as the plan found the cluster (apply judges it again
 	// at the end of its run).
 	Verdict *Revocation `json:"verdict,omitempty"`
@@ -212,6 +219,7 @@ type NodePlan struct {
 	Order      int        `json:"order,omitempty"` // 1.. for nodes that are acted on
 	Endpoint   bool       `json:"api_endpoint,omitempty"`
 	Talos      string     `json:"talos_version,omitempty"`
+	Pods       int        `json:"pods,omitempty"` // the pods its drain would evict, when planned
 	Invariants Invariants `json:"invariants"`
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -102,6 +103,29 @@ type State struct {
 	Run           *Run           `json:"run,omitempty"`
 	Records       []Record       `json:"records"`
 	Secrets       []SecretRecord `json:"secrets,omitempty"`
+	// Steered are the nodes that may carry a run's steering taint (taints.Steering).
+	Steered []Steer `json:"steered,omitempty"`
+}
+
+// Steer records ghcrsync's steering taint on one node: written before the taint is put on, and
+// dropped once it is confirmed off. Like a cordon, a run killed meanwhile leaves it to release.
+type Steer struct {
+	Node   string    `json:"node"`
+	UID    string    `json:"uid"`
+	Owner  string    `json:"owner"`
+	Effect string    `json:"effect"`
+	Added  time.Time `json:"added"`
+}
+
+// PutSteer records that node may carry owner's steering taint.
+func (s *State) PutSteer(x Steer) {
+	s.DropSteer(x.Node, x.Owner)
+	s.Steered = append(s.Steered, x)
+}
+
+// DropSteer forgets owner's steering taint on node (it is confirmed off).
+func (s *State) DropSteer(node, owner string) {
+	s.Steered = slices.DeleteFunc(s.Steered, func(x Steer) bool { return x.Node == node && x.Owner == owner })
 }
 
 // SecretRecord is what the fan-out wrote, or is writing, to one pull secret (digests only). A
@@ -281,6 +305,12 @@ func Decode(data []byte) (*State, error) {
 			// Without the uid a fence's node cannot be told from a new Node of the same name: its
 			// removal could never be proved, nor its release be known to touch the right object.
 			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (record %d, node %q, holds a fence but has no uid): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i, r.Node)}
+		}
+	}
+
+	for i, x := range s.Steered {
+		if x.Node == "" || x.UID == "" || x.Owner == "" {
+			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (steering record %d lacks its node, uid or owner): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)}
 		}
 	}
 

@@ -19,13 +19,14 @@ import (
 var testHooks apply.Hooks
 
 type applyArgs struct {
-	config      string
-	autoApprove bool
-	runRef      string
-	logLevel    string
-	logFormat   string
-	json        bool
-	verbose     bool
+	config       string
+	autoApprove  bool
+	allowPending bool
+	runRef       string
+	logLevel     string
+	logFormat    string
+	json         bool
+	verbose      bool
 }
 
 func newApply() *cobra.Command {
@@ -119,6 +120,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f := cmd.Flags()
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
+	f.BoolVar(&a.allowPending, "allow-pending", false, "with --auto-approve: as plan --allow-pending")
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
 	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
 	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
@@ -151,7 +153,7 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, path string, a apply
 		return plan.Load(path)
 	}
 
-	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{})
+	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{AllowPending: a.allowPending})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ type planArgs struct {
 	json         bool
 	detailedExit bool
 	skipProof    bool
+	allowPending bool
 	expiresIn    time.Duration
 }
 
@@ -48,7 +49,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 			}
 			defer ws.Close()
 
-			p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out})
+			p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending})
 			if err != nil {
 				return err
 			}
@@ -109,6 +110,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.BoolVar(&a.verbose, "verbose", false, "also print the requests the plan made (Kubernetes by verb, Talos by method)")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes and nothing uses the old credential, 2 otherwise, 1 on error")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
+	f.BoolVar(&a.allowPending, "allow-pending", false, "let evicted pods wait Pending for a rotated node rather than land on one that cannot pull or is drained later")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
 
 	return cmd

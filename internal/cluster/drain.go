@@ -30,7 +30,10 @@ import (
 // The node is listed again after each round of evictions, until a listing finds nothing to
 // evict: a pod that arrived meanwhile (one tolerating the cordon, or bound by nodeName) is
 // evicted too before the drain counts as done.
-func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer) error {
+//
+// check, if set, is asked before every eviction request (with how many pods are left to evict):
+// a refusal stops the drain, a transient error is asked again.
+func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer, check DrainCheck) error {
 	prefixed := &linePrefixer{w: out, prefix: node + ": "}
 	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
@@ -63,7 +66,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 			return nil
 		}
 
-		if err := c.evictAll(ctx, dctx, node, timeout, pods, prefixed); err != nil {
+		if err := c.evictAll(ctx, dctx, node, timeout, pods, prefixed, check); err != nil {
 			return err
 		}
 	}
@@ -83,11 +86,11 @@ func allTransient(errs []error) bool {
 }
 
 // evictAll evicts pods concurrently, each until it is gone or the drain's deadline passes.
-func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, prefixed io.Writer) error {
+func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, prefixed io.Writer, check DrainCheck) error {
 	results := make(chan error, len(pods))
 
 	for i := range pods {
-		go func(p *corev1.Pod) { results <- c.evict(dctx, p, prefixed) }(&pods[i])
+		go func(p *corev1.Pod) { results <- c.evict(dctx, p, prefixed, func(ctx context.Context) error { return check.ask(ctx, len(pods)) }) }(&pods[i])
 	}
 
 	var failed []error
@@ -98,9 +101,13 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 		}
 	}
 
+	var refused *RefusedError
+
 	switch {
 	case len(failed) == 0:
 		return nil
+	case errors.As(errors.Join(failed...), &refused):
+		return fmt.Errorf("drain of %s stopped: %w", node, refused)
 	case ctx.Err() != nil:
 		return fmt.Errorf("drain of %s stopped (the run was cancelled)%s: %w", node, c.blockers(node), errors.Join(failed...))
 	default:
@@ -108,13 +115,31 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 	}
 }
 
+// DrainCheck is asked before each eviction request, with the number of pods the drain has to
+// evict; an error stops that pod's eviction (Transient errors are asked again).
+type DrainCheck func(ctx context.Context, pods int) error
+
+func (d DrainCheck) ask(ctx context.Context, pods int) error {
+	if d == nil {
+		return nil
+	}
+
+	return d(ctx, pods)
+}
+
+// RefusedError is a drain's check refusing an eviction: no pod of the node is evicted after it.
+type RefusedError struct{ Why error }
+
+func (e *RefusedError) Error() string { return "an eviction was refused: " + e.Why.Error() }
+func (e *RefusedError) Unwrap() error { return e.Why }
+
 // evictRetry is the pause before asking again for an eviction a budget refused.
 const evictRetry = 2 * time.Second
 
 // evict asks for the pod's eviction until its budget allows it, then waits for the pod to go.
 // Each request runs to its answer (bounded by the client's request timeout) whatever ctx says;
 // ctx is checked between requests.
-func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer) error {
+func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, check func(context.Context) error) error {
 	name := p.Namespace + "/" + p.Name
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -124,6 +149,21 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer) er
 	for {
 		if ctx.Err() != nil {
 			return fmt.Errorf("pod %s not evicted: %w", name, ctx.Err())
+		}
+
+		if err := check(ctx); err != nil {
+			if !Transient(err) && !answer.Lost(err) {
+				return &RefusedError{Why: err}
+			}
+
+			fmt.Fprintf(out, "pod %s not evicted yet: its destinations could not be read (asking again in %s): %v\n", name, evictRetry, err)
+
+			select {
+			case <-ctx.Done():
+			case <-time.After(evictRetry):
+			}
+
+			continue
 		}
 
 		fmt.Fprintf(out, "evicting pod %s\n", name)
@@ -208,6 +248,29 @@ func (c *Connection) blockers(node string) string {
 	}
 
 	return "; still running: " + strings.Join(parts, ", ")
+}
+
+// EvictableByNode counts, per node, the pods a drain would evict: one LIST of every pod, the
+// whole list or an error.
+func (c *Connection) EvictableByNode(ctx context.Context) (map[string]int, error) {
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, c.Unreachable("list pods", err)
+	}
+
+	if err := Whole("list pods", pods.ListMeta); err != nil {
+		return nil, err
+	}
+
+	out := map[string]int{}
+
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName != "" && Evictable(p) {
+			out[p.Spec.NodeName]++
+		}
+	}
+
+	return out, nil
 }
 
 // Evictable reports whether a drain must evict the pod before its node may reboot: not

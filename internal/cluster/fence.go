@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -165,8 +166,9 @@ func ClaimPatch(owner string, rec state.Fence) map[string]any {
 }
 
 // ReleasePatch removes holder's fence from n: owner, phase, record, the scale-down guard when
-// ghcrsync set it (the record says so, or the guard's provenance names holder), and the cordon
-// unless the node was cordoned before the claim.
+// ghcrsync set it (the record says so, or the guard's provenance names holder), the cordon
+// unless the node was cordoned before the claim, and holder's steering taint (the node is
+// rotated, or given back: pods may land on it again).
 func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any {
 	ann := map[string]any{OwnerAnnotation: nil, PhaseAnnotation: nil, RecordAnnotation: nil}
 	if rec.ScaleDownGuardOurs || n.Annotations[ScaleDownGuardByAnnotation] == holder {
@@ -175,8 +177,18 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any
 	}
 
 	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
+	spec := map[string]any{}
+
 	if !rec.WasCordoned {
-		p["spec"] = map[string]any{"unschedulable": false}
+		spec["unschedulable"] = false
+	}
+
+	if list, found := withoutSteering(n, taints.RunToken(holder)); found {
+		spec["taints"] = list
+	}
+
+	if len(spec) > 0 {
+		p["spec"] = spec
 	}
 
 	return p

@@ -90,6 +90,7 @@ type Observation struct {
 	Now        time.Time
 	ConfigPath string
 	Nodes      []NodeObs
+	Steered    []SteerObs
 	Lease      *LeaseObs
 	Verdicts   map[string]Verdict // by holder
 	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
@@ -131,7 +132,8 @@ type Report struct {
 	Summary   string   `json:"summary"`
 }
 
-// Classify builds the report: node fences by name, then the Lease (released last).
+// Classify builds the report: node fences by name, the steering taints, then the Lease (released
+// last).
 func Classify(o Observation) Report {
 	rep := Report{Fences: []Fence{}}
 
@@ -196,6 +198,10 @@ func Classify(o Observation) Report {
 		}
 
 		rep.Fences = append(rep.Fences, f)
+	}
+
+	for _, s := range o.Steered {
+		rep.Fences = append(rep.Fences, classifySteering(s, o))
 	}
 
 	if l := o.Lease; l != nil && l.Holder != "" {
@@ -292,7 +298,7 @@ func command(cfg string, f *Fence, needsHolder bool) string {
 	}
 
 	args := []string{"ghcrsync", "release", "--config", Quote(cfg)}
-	if f.Kind == KindNode {
+	if f.Kind == KindNode || f.Kind == KindSteering {
 		args = append(args, "--node", Quote(f.Name))
 	}
 

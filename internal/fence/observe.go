@@ -28,14 +28,25 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		}
 	}
 
-	var err error
-	if o.Nodes, err = observeNodes(ctx, kube, st); err != nil {
+	var (
+		err  error
+		list []corev1.Node
+	)
+
+	if o.Nodes, list, err = observeNodes(ctx, kube, st); err != nil {
 		return o, err
 	}
 
 	if o.Lease, err = observeLease(ctx, kube, leaseNS, leaseName); err != nil {
 		return o, err
 	}
+
+	leaseHolder := ""
+	if o.Lease != nil {
+		leaseHolder = o.Lease.Holder
+	}
+
+	o.Steered = observeSteering(list, st, leaseHolder)
 
 	// A Lease is judged by the API server's clock, not this machine's.
 	if server, ok := kube.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
@@ -49,16 +60,17 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 	return o, nil
 }
 
-// observeNodes lists the annotated Nodes, then reads each state record's node not among them.
-func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State) ([]NodeObs, error) {
+// observeNodes lists the annotated Nodes, then reads each state record's node not among them;
+// the whole list is returned too.
+func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State) ([]NodeObs, []corev1.Node, error) {
 	list, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, kube.Unreachable("list nodes", err)
+		return nil, nil, kube.Unreachable("list nodes", err)
 	}
 
 	// A list that is not the whole fleet must never read as "no fence".
 	if err := cluster.Whole("list nodes", list.ListMeta); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	var out []NodeObs
@@ -89,7 +101,7 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, kube.Unreachable("read node "+r.Node, err)
+			return nil, nil, kube.Unreachable("read node "+r.Node, err)
 		case string(n.UID) == r.UID:
 			obs = FromNode(n)
 			obs.StateRecord = r
@@ -98,7 +110,7 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 		out = append(out, obs)
 	}
 
-	return out, nil
+	return out, list.Items, nil
 }
 
 func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string) (*LeaseObs, error) {
@@ -120,6 +132,8 @@ func checkHolders(ctx context.Context, o Observation, source liveness.Source) ma
 	for _, n := range o.Nodes {
 		holders = append(holders, n.holder())
 	}
+
+	holders = append(holders, steeringHolders(o.Steered)...)
 
 	if o.Lease != nil {
 		holders = append(holders, o.Lease.Holder)

@@ -80,7 +80,7 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 	if o.Node != "" {
 		kept := rep.Fences[:0]
 		for _, f := range rep.Fences {
-			if f.Kind == KindNode && f.Name == o.Node {
+			if (f.Kind == KindNode || f.Kind == KindSteering) && f.Name == o.Node {
 				kept = append(kept, f)
 			}
 		}
@@ -172,7 +172,7 @@ func recordReleases(ctx context.Context, ws *workspace.Workspace, outcomes []Out
 		}
 
 		ref := cluster.LeaseRef(ws.Config.Lease.Namespace, ws.Config.Lease.Name)
-		if o.Fence.Kind == KindNode {
+		if o.Fence.Kind == KindNode || o.Fence.Kind == KindSteering {
 			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
 		}
 

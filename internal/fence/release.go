@@ -92,7 +92,8 @@ func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase
 // undoBound is how long `release` rides out an unreachable API per node.
 const undoBound = 2 * time.Minute
 
-// Release undoes every releasable fence of the report: node fences first, the Lease last. A
+// Release undoes every releasable fence of the report: node fences first, then the steering
+// taints, the Lease last. A
 // fence whose phase crossed into Talos mutation is released only once its node is Ready with
 // lifecycle taints cleared. The state is written before each undo.
 func Release(ctx context.Context, kube *cluster.Connection, rep Report, store state.Store, st *state.State, o ReleaseOptions) []Outcome {
@@ -108,6 +109,20 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
 			r = releaseNode(ctx, kube, f, store, st, o)
+		}
+
+		nodeFailed = nodeFailed || !r.Released
+		out = append(out, r)
+	}
+
+	for _, f := range rep.Fences {
+		if f.Kind != KindSteering || (o.Node != "" && f.Name != o.Node) {
+			continue
+		}
+
+		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
+		if f.Releasable {
+			r = releaseSteering(ctx, kube, f, store, st)
 		}
 
 		nodeFailed = nodeFailed || !r.Released

@@ -35,6 +35,8 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 	}
 
 	if command == CommandPlan || command == CommandApply {
+		// The pods each drain would evict (the seed is the emptiest worker).
+		needs = append(needs, access("list", "", "pods", "", ""))
 		needs = append(needs, readTargets(cfg, targets)...)
 	}
 

@@ -10,6 +10,8 @@
 package taints
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +26,30 @@ const (
 	CiliumAgentNotReady = "node.cilium.io/agent-not-ready"
 	DeletionCandidate   = "DeletionCandidateOfClusterAutoscaler"
 	ToBeDeleted         = "ToBeDeletedByClusterAutoscaler"
+	// Steering is ghcrsync's own taint: on every node a run will rotate and has not rotated
+	// yet, so that evicted pods land on rotated nodes (PreferNoSchedule in an ordinary run,
+	// NoSchedule where a node not yet rotated cannot pull). Its value is the run's token
+	// (RunToken). It is ghcrsync's own mutation, never a change made by someone else.
+	Steering = "ghcrsync.dev/rotation-pending"
 )
+
+// The effects of the steering taint.
+const (
+	PreferNoSchedule = "PreferNoSchedule"
+	NoSchedule       = "NoSchedule"
+	NoExecute        = "NoExecute"
+)
+
+// RunToken is the steering taint's value for a run's holder id: a taint value is at most 63
+// characters of [A-Za-z0-9._-], which a holder id is not.
+func RunToken(holder string) string {
+	sum := sha256.Sum256([]byte(holder))
+
+	return "run-" + hex.EncodeToString(sum[:8])
+}
+
+// Hard reports whether a taint keeps pods that do not tolerate it off the node.
+func Hard(t Taint) bool { return t.Effect == NoSchedule || t.Effect == NoExecute }
 
 // Taint is a node taint, independent of the Kubernetes API types.
 type Taint struct {
@@ -64,12 +89,13 @@ func Since(t Taint) (time.Time, bool) {
 }
 
 // Scheduling returns the taints that define a node's scheduling state, canonical and sorted:
-// without the unschedulable mirror, the advisory autoscaler candidate, and the lifecycle taints.
+// without the unschedulable mirror, the advisory autoscaler candidate, the lifecycle taints, and
+// ghcrsync's own steering taint (its run put it there: not someone else's change).
 func Scheduling(ts []Taint) []string {
 	out := make([]string, 0, len(ts))
 
 	for _, t := range ts {
-		if t.Key == Unschedulable || t.Key == DeletionCandidate || Lifecycle(t.Key) {
+		if t.Key == Unschedulable || t.Key == DeletionCandidate || t.Key == Steering || Lifecycle(t.Key) {
 			continue
 		}
 

@@ -25,6 +25,9 @@ func TestScheduling(t *testing.T) {
 		{name: "to_be_deleted_is_genuine", before: nil, after: []Taint{{Key: ToBeDeleted, Value: "1", Effect: "NoSchedule"}}, same: false},
 		{name: "lifecycle_appears_while_rebooting", before: nil, after: []Taint{notReady}, same: true},
 		{name: "lifecycle_lag_after_ready", before: []Taint{notReady, maint}, after: []Taint{maint}, same: true},
+		{name: "own_steering_taint_added", before: []Taint{maint}, after: []Taint{maint, {Key: Steering, Value: RunToken("h"), Effect: "PreferNoSchedule"}}, same: true},
+		{name: "own_steering_taint_effect_changed", before: []Taint{{Key: Steering, Effect: "PreferNoSchedule"}}, after: []Taint{{Key: Steering, Effect: "NoSchedule"}}, same: true},
+		{name: "operator_taint_of_the_same_effect_is_genuine", before: []Taint{{Key: Steering, Effect: "NoSchedule"}}, after: []Taint{{Key: Steering, Effect: "NoSchedule"}, maint}, same: false},
 		{name: "order_and_duplicates", before: []Taint{maint, {Key: "b", Effect: "NoExecute"}}, after: []Taint{{Key: "b", Effect: "NoExecute"}, maint, maint}, same: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,6 +37,19 @@ func TestScheduling(t *testing.T) {
 				t.Fatalf("same=%t want %t (%s)", got, tc.same, DescribeDiff(added, removed))
 			}
 		})
+	}
+}
+
+func TestRunToken(t *testing.T) {
+	a, b := RunToken("0123456789abcdef-local-host-1-a1b2c3"), RunToken("0123456789abcdef-local-host-1-d4e5f6")
+	if a == b || len(a) > 63 || a != RunToken("0123456789abcdef-local-host-1-a1b2c3") {
+		t.Fatalf("tokens %q %q", a, b)
+	}
+
+	for _, r := range a {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			t.Fatalf("%q is not a taint value", a)
+		}
 	}
 }
 

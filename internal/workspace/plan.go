@@ -19,6 +19,9 @@ type PlanOptions struct {
 	TTL       time.Duration
 	// PreviousPlan, if set and readable, adds its nodes to those known to exist.
 	PreviousPlan string
+	// AllowPending lets evicted pods wait Pending rather than land on a node that cannot pull or
+	// is drained later (--allow-pending).
+	AllowPending bool
 }
 
 // Plan proves the credential, observes the fleet and plans. It writes nothing anywhere.
@@ -71,6 +74,7 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
+		AllowPending: o.AllowPending,
 	}, nil
 }
 
@@ -167,6 +171,15 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 	templates, err := w.Templates(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
+	}
+
+	pods, err := w.Kube.EvictableByNode(ctx)
+	if err != nil {
+		return plan.Snapshot{}, nil, err
+	}
+
+	for i := range nodes {
+		nodes[i].Pods = pods[nodes[i].Name]
 	}
 
 	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, held, nil

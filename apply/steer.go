@@ -1,0 +1,192 @@
+package apply
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// steered lists the nodes the run puts its steering taint on: every fenced node (its drain's
+// pods, and every pod after, should land on rotated nodes), and, where the taint is NoSchedule,
+// the live ones too (until updated they cannot pull either).
+func steered(p *plan.Plan) []plan.NodePlan {
+	var out []plan.NodePlan
+
+	if p.Steering.Effect == "" { // a plan of a ghcrsync before steering: none
+		return nil
+	}
+
+	for _, n := range p.Nodes {
+		if n.Order > 0 && (n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive && p.Steering.Hard()) {
+			out = append(out, n)
+		}
+	}
+
+	return out
+}
+
+// steer puts the run's steering taint on every node it will rotate, before the first drain: the
+// state records them all first (one write, before any taint), then each node is tainted by a
+// compare-and-swap that leaves every other taint as it is. A node that cannot be tainted is
+// logged: the drains' destination check (plan.CheckDestinations) still refuses to evict onto it
+// where it cannot pull.
+func (e *executor) steer(ctx context.Context, p *plan.Plan) {
+	nodes := steered(p)
+	if len(nodes) == 0 {
+		return
+	}
+
+	e.mu.Lock()
+	for _, n := range nodes {
+		e.st.PutSteer(state.Steer{Node: n.Name, UID: n.UID, Owner: e.o.Holder, Effect: p.Steering.Effect, Added: e.now().UTC()})
+	}
+
+	err := e.store.Write(e.st)
+	e.mu.Unlock()
+
+	if err != nil {
+		e.o.Logger.Warn("the steering taints are not put on: the state could not record them first", "error", err)
+
+		return
+	}
+
+	token := taints.RunToken(e.o.Holder)
+	sem := make(chan struct{}, max(e.o.LiveParallelism, 1))
+
+	var wg sync.WaitGroup
+
+	for _, n := range nodes {
+		if h := e.o.Hooks.BeforeMutation; h != nil {
+			h(n.Name, phaseSteering)
+		}
+
+		sem <- struct{}{}
+
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+
+			if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, token, p.Steering.Effect); err != nil {
+				e.o.Logger.Warn("steering taint not put on", "node", n.Name, "taint", taints.Steering+":"+p.Steering.Effect, "error", redact.Error(err))
+			}
+		}()
+	}
+
+	wg.Wait()
+}
+
+// phaseSteering is what BeforeMutation is told before a node's steering taint goes on (not a
+// phase of its transaction: the node has none yet).
+const phaseSteering state.Phase = "steering"
+
+// unsteerAll takes the run's steering taint off every node it is still on, except those the run
+// leaves fenced (release takes it off with the fence), and closes their state records: at the
+// end of the run, whatever happened, nothing steers pods any more.
+func (e *executor) unsteerAll(ctx context.Context, results []NodeResult) {
+	held := map[string]bool{}
+
+	for _, r := range results {
+		if r.Fenced {
+			held[r.Node] = true
+		}
+	}
+
+	e.mu.Lock()
+	var todo []state.Steer
+
+	for _, x := range e.st.Steered {
+		if x.Owner == e.o.Holder && !held[x.Node] {
+			todo = append(todo, x)
+		}
+	}
+	e.mu.Unlock()
+
+	if len(todo) == 0 {
+		return
+	}
+
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.ReadyTimeout)
+	defer cancel()
+
+	token := taints.RunToken(e.o.Holder)
+
+	var (
+		mu   sync.Mutex
+		done []string
+		wg   sync.WaitGroup
+	)
+
+	sem := make(chan struct{}, max(e.o.LiveParallelism, 1))
+
+	for _, x := range todo {
+		sem <- struct{}{}
+
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+
+			if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, token); err != nil {
+				e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))
+
+				return
+			}
+
+			mu.Lock()
+			done = append(done, x.Node)
+			mu.Unlock()
+		}()
+	}
+
+	wg.Wait()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	e.st.Steered = slices.DeleteFunc(e.st.Steered, func(x state.Steer) bool { return x.Owner == e.o.Holder && slices.Contains(done, x.Node) })
+
+	if err := e.store.Write(e.st); err != nil {
+		e.o.Logger.Warn("the steering taints are off, but the state could not record it", "error", err)
+	}
+}
+
+// withoutSteering adds, to a patch built from n, the removal of the run's steering taint (when n
+// carries it): the node is proved, pods may land on it.
+func (e *executor) withoutSteering(n *corev1.Node, patch map[string]any) map[string]any {
+	un := cluster.UnsteerPatch(n, taints.RunToken(e.o.Holder))
+	if un == nil {
+		return patch
+	}
+
+	spec, _ := patch["spec"].(map[string]any)
+	if spec == nil {
+		spec = map[string]any{}
+		patch["spec"] = spec
+	}
+
+	spec["taints"] = un["spec"].(map[string]any)["taints"]
+
+	return patch
+}
+
+// destinations is the drain's check before each eviction (plan.CheckDestinations): every node
+// an evicted pod can be scheduled onto can pull.
+func (t *txn) destinations(ctx context.Context, pods int) error {
+	ds, err := t.e.nodes.Destinations(ctx)
+	if err != nil {
+		return err
+	}
+
+	return t.p.CheckDestinations(t.np.Name, pods, ds)
+}

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// ErrNotTheNode is a steering patch's refusal: the Node of that name is another machine now.
+var ErrNotTheNode = errors.New("the Node is another object now (its uid changed)")
+
+// SteerPatch puts ghcrsync's steering taint (taints.Steering, valued with the run's token) on n
+// with effect, leaving every other taint as it is. A merge patch replaces the whole taint list,
+// so it is only ever sent as a compare-and-swap (CASPatch) on the n it was built from.
+func SteerPatch(n *corev1.Node, token, effect string) map[string]any {
+	list := make([]corev1.Taint, 0, len(n.Spec.Taints)+1)
+
+	for _, t := range n.Spec.Taints {
+		if t.Key != taints.Steering {
+			list = append(list, t)
+		}
+	}
+
+	list = append(list, corev1.Taint{Key: taints.Steering, Value: token, Effect: corev1.TaintEffect(effect)})
+
+	return map[string]any{"spec": map[string]any{"taints": list}}
+}
+
+// withoutSteering is n's taint list without the steering taint of token, and whether it had one.
+// A steering taint of another run, and an operator's taint of the same effect, stay.
+func withoutSteering(n *corev1.Node, token string) ([]corev1.Taint, bool) {
+	list := make([]corev1.Taint, 0, len(n.Spec.Taints))
+	found := false
+
+	for _, t := range n.Spec.Taints {
+		if t.Key == taints.Steering && t.Value == token {
+			found = true
+
+			continue
+		}
+
+		list = append(list, t)
+	}
+
+	return list, found
+}
+
+// Steered reports whether n carries the steering taint of token.
+func Steered(n *corev1.Node, token string) bool {
+	_, found := withoutSteering(n, token)
+
+	return found
+}
+
+// UnsteerPatch removes the steering taint of token from n; nil when n has none.
+func UnsteerPatch(n *corev1.Node, token string) map[string]any {
+	list, found := withoutSteering(n, token)
+	if !found {
+		return nil
+	}
+
+	return map[string]any{"spec": map[string]any{"taints": list}}
+}
+
+// Steer puts the steering taint on the node named, if it is still the machine of uid (a
+// compare-and-swap, so a concurrent taint change is never lost).
+func Steer(ctx context.Context, p Patcher, name, uid, token, effect string) error {
+	_, err := p.CASPatch(ctx, name, 10, sameUID(uid), func(n *corev1.Node) map[string]any { return SteerPatch(n, token, effect) }, nil)
+
+	return err
+}
+
+// Unsteer takes the steering taint of token off the node named. gone is true when there is
+// nothing to take off: the node is deleted, another machine has its name, or it carries no such
+// taint (removed already, by this run or a person).
+func Unsteer(ctx context.Context, p Patcher, name, uid, token string) (gone bool, err error) {
+	check := func(n *corev1.Node) error {
+		if err := sameUID(uid)(n); err != nil {
+			return err
+		}
+
+		if !Steered(n, token) {
+			return ErrNoFence
+		}
+
+		return nil
+	}
+
+	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return UnsteerPatch(n, token) }, nil)
+
+	switch {
+	case apierrors.IsNotFound(err), errors.Is(err, ErrNoFence), errors.Is(err, ErrNotTheNode):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("remove the steering taint %s from %s: %w", taints.Steering, name, err)
+	}
+
+	return false, nil
+}
+
+func sameUID(uid string) func(*corev1.Node) error {
+	return func(n *corev1.Node) error {
+		if uid != "" && string(n.UID) != uid {
+			return ErrNotTheNode
+		}
+
+		return nil
+	}
+}
+
+// Destinations are every Node of the cluster as an evicted pod's scheduler sees it (the whole
+// list, or an error).
+func (c *Connection) Destinations(ctx context.Context) ([]plan.Destination, error) {
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+
+	if err := Whole("list nodes", list.ListMeta); err != nil {
+		return nil, err
+	}
+
+	out := make([]plan.Destination, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, plan.DestinationOf(FromNode(&list.Items[i])))
+	}
+
+	return out, nil
+}
