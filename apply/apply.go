@@ -350,6 +350,11 @@ func (r *run) nodes(ctx context.Context) error {
 		}
 	}
 
+	recheck, err := r.recheck(ctx)
+	if err != nil {
+		return err
+	}
+
 	r.exec = newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
@@ -357,11 +362,34 @@ func (r *run) nodes(ctx context.Context) error {
 		MaxFailures:     cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
+		Recheck: recheck,
 	})
 
 	r.res.Nodes = r.exec.run(ctx, r.p)
 
 	return nil
+}
+
+// recheck is how the drains ask the registry again about the credentials the nodes hold
+// (workspace.HeldByNodes): read once, when the plan drains a worker and was proved (a plan made
+// with --skip-proof asks the registry nothing).
+func (r *run) recheck(ctx context.Context) (func(context.Context) []plan.CredentialInUse, error) {
+	drains := false
+
+	for _, n := range r.p.Nodes {
+		drains = drains || n.Order > 0 && n.Action == plan.ActionFence && n.Role == plan.RoleWorker
+	}
+
+	if !drains || r.p.ProofSkipped {
+		return nil, nil
+	}
+
+	recheck, err := r.ws.HeldByNodes(ctx, r.p.AuthDigest)
+	if err != nil {
+		return nil, fmt.Errorf("read the credentials the nodes hold: %w; nothing was changed on the nodes", err)
+	}
+
+	return recheck, nil
 }
 
 // fanoutOptions are the fan-out's inputs: what it writes, and the state write before each write.

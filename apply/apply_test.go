@@ -133,7 +133,9 @@ func TestApplyFullRotation(t *testing.T) {
 	}
 
 	// The old credential is revoked at the registry: every workload still pulls.
-	sb.Registry().RevokeCredential(sb.OldCredential().Username)
+	old := sb.OldCredential()
+	sb.Registry().RevokeCredential(old.Username)
+	t.Cleanup(func() { sb.Registry().AddCredential(old.Username, old.Password) }) // later tests rotate from it
 	restartAllPods(t, sb)
 
 	for _, ns := range sandbox.ConsumerNamespaces {

@@ -96,6 +96,10 @@ type execOptions struct {
 	Poll time.Duration
 	// Events writes the cluster's audit trail; nil writes none.
 	Events Recorder
+	// Recheck, if set, asks the registry again, before each drain, about the credentials the
+	// nodes held when the run started: one revoked since the plan is refused, and a node still
+	// holding it takes no evicted pod (plan.CheckDestinations).
+	Recheck func(ctx context.Context) []plan.CredentialInUse
 }
 
 // Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).
@@ -205,7 +209,7 @@ func (e *executor) halt(err error) {
 // run executes the plan's fence and apply-live nodes in order: workers concurrently (bounded),
 // then control planes one at a time (a failed one stops the rest), in the plan's order. ctx ends
 // when the run is cancelled; mutations also stop when the Lease is lost.
-func (e *executor) run(ctx context.Context, p *plan.Plan) (results []NodeResult) {
+func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 	e.sig = ctx
 
 	mctx, cancel := context.WithCancel(ctx)
@@ -235,9 +239,9 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) (results []NodeResult)
 	}
 
 	e.steer(mctx, p)
-	defer func() { e.unsteerAll(ctx, results) }()
+	defer e.unsteerAll(ctx)
 
-	results = e.parallel(mctx, p, live, max(e.o.LiveParallelism, 1))
+	results := e.parallel(mctx, p, live, max(e.o.LiveParallelism, 1))
 
 	// Where pods never land on a node not yet rotated, the seed (the emptiest worker) rolls
 	// alone: the other workers' pods go to it.

@@ -253,7 +253,7 @@ func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 2 {
+	if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 3 { // node, steering taint, Lease
 		t.Fatalf("release without a state file: %+v", res.Outcomes)
 	}
 
@@ -289,7 +289,7 @@ func TestReleaseWithKubernetesBackendElsewhere(t *testing.T) {
 	}
 
 	rep := fences(t, cfg, "")
-	if len(rep.Fences) != 2 {
+	if got := kinds(rep); !slices.Equal(got, []string{fence.KindNode, fence.KindSteering, fence.KindLease}) {
 		t.Fatalf("fences from elsewhere: %+v", rep.Fences)
 	}
 
@@ -329,7 +329,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, r.cfg); res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "has not completed") {
+	if res := release(t, r.cfg); res.Held() != 3 || !strings.Contains(res.Outcomes[0].Message, "has not completed") { // node, steering taint, Lease
 		t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
 	}
 
@@ -342,7 +342,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 	_ = os.WriteFile(unreachable, []byte(strings.Replace(string(b), sb.CIURL(), "http://127.0.0.1:1", 1)), 0o600)
 
 	res := release(t, unreachable)
-	if res.Held() != 2 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
+	if res.Held() != 3 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
 		t.Fatalf("release with the liveness API unreachable: %+v", res.Outcomes)
 	}
 
@@ -367,8 +367,14 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if len(res2.Reclaimed) != 2 || !res2.Reclaimed[0].Released || !res2.Reclaimed[1].Released {
+	if len(res2.Reclaimed) != 3 { // the node fence, its steering taint, the Lease
 		t.Fatalf("reclaimed: %+v", res2.Reclaimed)
+	}
+
+	for _, x := range res2.Reclaimed {
+		if !x.Released {
+			t.Fatalf("reclaimed: %+v", res2.Reclaimed)
+		}
 	}
 
 	if !strings.Contains(r2.log.String(), "reclaimed a fence of a terminated run") {
@@ -435,7 +441,8 @@ func onAnotherRunner(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, lease
 }
 
 // moveHolder rewrites the killed run's holder id everywhere it is written (the state, the node's
-// owner annotation, the Lease, which is renewed by the update) as edit says, and returns it.
+// owner annotation and steering taint, the Lease, which is renewed by the update) as edit says,
+// and returns it.
 func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName string, edit func(*holder.ID)) string {
 	t.Helper()
 
@@ -458,11 +465,26 @@ func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName 
 		st.Records[i].Owner = moved
 	}
 
+	for i := range st.Steered {
+		st.Steered[i].Owner = moved
+	}
+
 	if err := os.WriteFile(r.state, mustJSON(t, st), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: moved}}})
+
+	// The steering taint names the run by its token, and by the annotation beside it.
+	ts := node(t, sb, name).Spec.Taints
+	for i := range ts {
+		if ts[i].Key == taints.Steering {
+			ts[i].Value = taints.RunToken(moved)
+		}
+	}
+
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.SteeredByAnnotation: moved}},
+		"spec": map[string]any{"taints": ts}})
 
 	l, err := kube.CoordinationV1().Leases("flux-system").Get(ctx, leaseName, metav1.GetOptions{})
 	if err != nil {
@@ -516,7 +538,7 @@ func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
 				}
 			}
 
-			if res := release(t, r.cfg); res.Held() != 2 {
+			if res := release(t, r.cfg); res.Held() != 3 { // node, steering taint, Lease
 				t.Fatalf("release undid a live run's fence: %+v", res.Outcomes)
 			}
 

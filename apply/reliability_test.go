@@ -403,6 +403,7 @@ func TestProofFromThePull(t *testing.T) {
 	}
 
 	r2 := newRotation(t, sb, distroless, "prod-worker-1")
+	t.Cleanup(func() { sb.Registry().AddCredential(r2.cred.Username, r2.cred.Password) }) // the node keeps it: later tests rotate from it
 
 	res, err = r2.apply(r2.plan(), apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
 		if phase == state.PhaseProved {

@@ -58,7 +58,6 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 		return
 	}
 
-	token := taints.RunToken(e.o.Holder)
 	sem := make(chan struct{}, max(e.o.LiveParallelism, 1))
 
 	var wg sync.WaitGroup
@@ -76,7 +75,7 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 			defer wg.Done()
 			defer func() { <-sem }()
 
-			if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, token, p.Steering.Effect); err != nil {
+			if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, e.o.Holder, p.Steering.Effect); err != nil {
 				e.o.Logger.Warn("steering taint not put on", "node", n.Name, "taint", taints.Steering+":"+p.Steering.Effect, "error", redact.Error(err))
 			}
 		}()
@@ -89,23 +88,15 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 // phase of its transaction: the node has none yet).
 const phaseSteering state.Phase = "steering"
 
-// unsteerAll takes the run's steering taint off every node it is still on, except those the run
-// leaves fenced (release takes it off with the fence), and closes their state records: at the
-// end of the run, whatever happened, nothing steers pods any more.
-func (e *executor) unsteerAll(ctx context.Context, results []NodeResult) {
-	held := map[string]bool{}
-
-	for _, r := range results {
-		if r.Fenced {
-			held[r.Node] = true
-		}
-	}
-
+// unsteerAll takes the run's steering taint off every node it is still on and closes their
+// state records: at the end of the run, whatever happened, nothing steers pods any more (a node
+// the run leaves fenced stays cordoned: no pod lands on it either way).
+func (e *executor) unsteerAll(ctx context.Context) {
 	e.mu.Lock()
 	var todo []state.Steer
 
 	for _, x := range e.st.Steered {
-		if x.Owner == e.o.Holder && !held[x.Node] {
+		if x.Owner == e.o.Holder {
 			todo = append(todo, x)
 		}
 	}
@@ -117,8 +108,6 @@ func (e *executor) unsteerAll(ctx context.Context, results []NodeResult) {
 
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.ReadyTimeout)
 	defer cancel()
-
-	token := taints.RunToken(e.o.Holder)
 
 	var (
 		mu   sync.Mutex
@@ -137,7 +126,7 @@ func (e *executor) unsteerAll(ctx context.Context, results []NodeResult) {
 			defer wg.Done()
 			defer func() { <-sem }()
 
-			if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, token); err != nil {
+			if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
 				e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))
 
 				return
@@ -161,32 +150,64 @@ func (e *executor) unsteerAll(ctx context.Context, results []NodeResult) {
 	}
 }
 
-// withoutSteering adds, to a patch built from n, the removal of the run's steering taint (when n
-// carries it): the node is proved, pods may land on it.
+// withoutSteering adds, to a patch of annotations built from n, the removal of the run's
+// steering taint and its annotation (when n carries them): the node is proved, pods may land on
+// it.
 func (e *executor) withoutSteering(n *corev1.Node, patch map[string]any) map[string]any {
-	un := cluster.UnsteerPatch(n, taints.RunToken(e.o.Holder))
+	un := cluster.UnsteerPatch(n, e.o.Holder)
 	if un == nil {
 		return patch
 	}
 
-	spec, _ := patch["spec"].(map[string]any)
-	if spec == nil {
-		spec = map[string]any{}
-		patch["spec"] = spec
+	if s, ok := un["spec"]; ok {
+		patch["spec"] = s
 	}
 
-	spec["taints"] = un["spec"].(map[string]any)["taints"]
+	if _, ok := un["metadata"]; ok {
+		meta, _ := patch["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			patch["metadata"] = meta
+		}
+
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+			meta["annotations"] = ann
+		}
+
+		ann[cluster.SteeredByAnnotation] = nil
+	}
 
 	return patch
 }
 
-// destinations is the drain's check before each eviction (plan.CheckDestinations): every node
-// an evicted pod can be scheduled onto can pull.
-func (t *txn) destinations(ctx context.Context, pods int) error {
-	ds, err := t.e.nodes.Destinations(ctx)
-	if err != nil {
-		return err
+// destinations returns the drain's check before each eviction (plan.CheckDestinations): every
+// node an evicted pod can be scheduled onto can pull. The credentials in use are asked of the
+// registry again first (execOptions.Recheck), once per drain: one revoked since the plan makes
+// the nodes holding it unable to take a pod.
+func (t *txn) destinations(ctx context.Context) cluster.DrainCheck {
+	view := t.p
+
+	if t.e.o.Recheck != nil {
+		if fresh := t.e.o.Recheck(ctx); fresh != nil {
+			p := *t.p
+			p.CredentialsInUse = fresh
+			view = &p
+
+			if p.Emergency() && !t.p.Emergency() {
+				t.log.Warn("a credential the nodes hold was refused by the registry since the plan: nodes still holding it take no evicted pod",
+					"refused", len(p.Refused()))
+			}
+		}
 	}
 
-	return t.p.CheckDestinations(t.np.Name, pods, ds)
+	return func(ctx context.Context, pods int) error {
+		ds, err := t.e.nodes.Destinations(ctx)
+		if err != nil {
+			return err
+		}
+
+		return view.CheckDestinations(t.np.Name, pods, ds)
+	}
 }

@@ -193,7 +193,7 @@ func (t *txn) drain(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress, t.destinations); err != nil {
+	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress, t.destinations(ctx)); err != nil {
 		if t.e.sig.Err() != nil || t.e.stopped() {
 			return t.failOrInterrupted(t.answer(err))
 		}

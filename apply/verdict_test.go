@@ -324,6 +324,7 @@ func TestProofThroughAnInjectedPullSecretIsRefused(t *testing.T) {
 	// Installed after the plan and apply's own dry run: only the pod's read-back can see it.
 	r := newRotation(t, sb, nil, name)
 	path := r.plan()
+	t.Cleanup(func() { sb.Registry().AddCredential(r.cred.Username, r.cred.Password) }) // the node keeps it: later tests rotate from it
 
 	var remove func() error
 

@@ -51,6 +51,10 @@ PY
 section "apply with reboots (Talos 1.13, 5 s reboot)"
 scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tables"
 
+section "disruption per pod: 3 workers, worker_parallelism 1, ordinary and with --allow-pending"
+K=1 scripts/bench-reboot.sh 3 1 | tee -a "$tables"
+K=1 PLAN_FLAGS=--allow-pending scripts/bench-reboot.sh 3 1 | tail -n 1 | tee -a "$tables"
+
 { echo '['; paste -sd, "$BENCH_ROWS"; echo ']'; } >bench/results.json
 
 python3 - "$tables" docs/performance.md "$rev" <<'PY'

@@ -288,6 +288,7 @@ func newCtl() *cobra.Command {
   lose-talos-answers NODE        the machine's next Talos write is carried out and its answer lost
   stall-pods NODE | unstall-pods NODE   its container runtime hangs creating containers (ContainerCreating), or works again
   kubelet-not-ready NODE | kubelet-ready NODE   its kubelet reports NotReady (the CNI never came up), or Ready again
+  disruption SINCE               the demo workloads' evictions and pull failures since SINCE (RFC 3339)
   stats                          {"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}
   fleet                          the machines and their credential state`,
 		Args: cobra.MinimumNArgs(1),
@@ -297,7 +298,7 @@ func newCtl() *cobra.Command {
 				"revoke-credential": {1, 1}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
 				"api-outage": {1, 1}, "etcd-alarm": {2, 2}, "etcd-learner": {1, 1}, "etcd-voter": {1, 1}, "move-address": {1, 2},
 				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}, "stall-pods": {1, 1}, "unstall-pods": {1, 1},
-				"kubelet-not-ready": {1, 1}, "kubelet-ready": {1, 1}}
+				"kubelet-not-ready": {1, 1}, "kubelet-ready": {1, 1}, "disruption": {1, 1}}
 
 			if n := need[verb]; len(rest) < n[0] || len(rest) > n[1] {
 				if n[0] == n[1] {
@@ -336,6 +337,8 @@ func newCtl() *cobra.Command {
 				req.User = rest[0]
 			case "set-run-status":
 				req.ID, req.Attempt, req.Status = rest[0], rest[1], rest[2]
+			case "disruption":
+				req.Since = rest[0]
 			}
 
 			var out json.RawMessage

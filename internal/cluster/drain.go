@@ -90,7 +90,9 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 	results := make(chan error, len(pods))
 
 	for i := range pods {
-		go func(p *corev1.Pod) { results <- c.evict(dctx, p, prefixed, func(ctx context.Context) error { return check.ask(ctx, len(pods)) }) }(&pods[i])
+		go func(p *corev1.Pod) {
+			results <- c.evict(dctx, p, prefixed, func(ctx context.Context) error { return check.ask(ctx, len(pods)) })
+		}(&pods[i])
 	}
 
 	var failed []error

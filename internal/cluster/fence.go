@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
-	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -183,8 +182,14 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any
 		spec["unschedulable"] = false
 	}
 
-	if list, found := withoutSteering(n, taints.RunToken(holder)); found {
-		spec["taints"] = list
+	if un := UnsteerPatch(n, holder); un != nil {
+		if s, ok := un["spec"].(map[string]any); ok {
+			spec["taints"] = s["taints"]
+		}
+
+		if _, ok := un["metadata"]; ok {
+			ann[SteeredByAnnotation] = nil
+		}
 	}
 
 	if len(spec) > 0 {

@@ -16,10 +16,16 @@ import (
 // ErrNotTheNode is a steering patch's refusal: the Node of that name is another machine now.
 var ErrNotTheNode = errors.New("the Node is another object now (its uid changed)")
 
-// SteerPatch puts ghcrsync's steering taint (taints.Steering, valued with the run's token) on n
-// with effect, leaving every other taint as it is. A merge patch replaces the whole taint list,
-// so it is only ever sent as a compare-and-swap (CASPatch) on the n it was built from.
-func SteerPatch(n *corev1.Node, token, effect string) map[string]any {
+// SteeredByAnnotation names the run (its holder id) whose steering taint the node carries: the
+// taint's value is only a digest of it (a taint value cannot hold a holder id).
+const SteeredByAnnotation = "ghcrsync.dev/steered-by"
+
+// SteerPatch puts holder's steering taint (taints.Steering, valued with its token) on n with
+// effect, and names holder in SteeredByAnnotation, leaving every other taint as it is. A merge
+// patch replaces the whole taint list, so it is only ever sent as a compare-and-swap (CASPatch)
+// on the n it was built from.
+func SteerPatch(n *corev1.Node, holder, effect string) map[string]any {
+	token := taints.RunToken(holder)
 	list := make([]corev1.Taint, 0, len(n.Spec.Taints)+1)
 
 	for _, t := range n.Spec.Taints {
@@ -30,7 +36,10 @@ func SteerPatch(n *corev1.Node, token, effect string) map[string]any {
 
 	list = append(list, corev1.Taint{Key: taints.Steering, Value: token, Effect: corev1.TaintEffect(effect)})
 
-	return map[string]any{"spec": map[string]any{"taints": list}}
+	return map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{SteeredByAnnotation: holder}},
+		"spec":     map[string]any{"taints": list},
+	}
 }
 
 // withoutSteering is n's taint list without the steering taint of token, and whether it had one.
@@ -52,48 +61,56 @@ func withoutSteering(n *corev1.Node, token string) ([]corev1.Taint, bool) {
 	return list, found
 }
 
-// Steered reports whether n carries the steering taint of token.
-func Steered(n *corev1.Node, token string) bool {
-	_, found := withoutSteering(n, token)
+// Steered reports whether n carries holder's steering taint or the annotation naming it.
+func Steered(n *corev1.Node, holder string) bool { return UnsteerPatch(n, holder) != nil }
 
-	return found
-}
+// UnsteerPatch removes holder's steering taint, and the annotation naming it, from n; nil when
+// n carries neither.
+func UnsteerPatch(n *corev1.Node, holder string) map[string]any {
+	list, found := withoutSteering(n, taints.RunToken(holder))
+	named := n.Annotations[SteeredByAnnotation] == holder
 
-// UnsteerPatch removes the steering taint of token from n; nil when n has none.
-func UnsteerPatch(n *corev1.Node, token string) map[string]any {
-	list, found := withoutSteering(n, token)
-	if !found {
+	p := map[string]any{}
+	if found {
+		p["spec"] = map[string]any{"taints": list}
+	}
+
+	if named {
+		p["metadata"] = map[string]any{"annotations": map[string]any{SteeredByAnnotation: nil}}
+	}
+
+	if len(p) == 0 {
 		return nil
 	}
 
-	return map[string]any{"spec": map[string]any{"taints": list}}
+	return p
 }
 
-// Steer puts the steering taint on the node named, if it is still the machine of uid (a
+// Steer puts holder's steering taint on the node named, if it is still the machine of uid (a
 // compare-and-swap, so a concurrent taint change is never lost).
-func Steer(ctx context.Context, p Patcher, name, uid, token, effect string) error {
-	_, err := p.CASPatch(ctx, name, 10, sameUID(uid), func(n *corev1.Node) map[string]any { return SteerPatch(n, token, effect) }, nil)
+func Steer(ctx context.Context, p Patcher, name, uid, holder, effect string) error {
+	_, err := p.CASPatch(ctx, name, 10, sameUID(uid), func(n *corev1.Node) map[string]any { return SteerPatch(n, holder, effect) }, nil)
 
 	return err
 }
 
-// Unsteer takes the steering taint of token off the node named. gone is true when there is
-// nothing to take off: the node is deleted, another machine has its name, or it carries no such
-// taint (removed already, by this run or a person).
-func Unsteer(ctx context.Context, p Patcher, name, uid, token string) (gone bool, err error) {
+// Unsteer takes holder's steering taint off the node named. gone is true when there is nothing
+// to take off: the node is deleted, another machine has its name, or it carries no such taint
+// (removed already, by this run or a person).
+func Unsteer(ctx context.Context, p Patcher, name, uid, holder string) (gone bool, err error) {
 	check := func(n *corev1.Node) error {
 		if err := sameUID(uid)(n); err != nil {
 			return err
 		}
 
-		if !Steered(n, token) {
+		if !Steered(n, holder) {
 			return ErrNoFence
 		}
 
 		return nil
 	}
 
-	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return UnsteerPatch(n, token) }, nil)
+	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return UnsteerPatch(n, holder) }, nil)
 
 	switch {
 	case apierrors.IsNotFound(err), errors.Is(err, ErrNoFence), errors.Is(err, ErrNotTheNode):

@@ -120,12 +120,13 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 			continue
 		}
 
+		// A steering taint left on is a scheduling preference, not a fence: it never holds the
+		// Lease back.
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
 			r = releaseSteering(ctx, kube, f, store, st)
 		}
 
-		nodeFailed = nodeFailed || !r.Released
 		out = append(out, r)
 	}
 

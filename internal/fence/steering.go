@@ -31,7 +31,8 @@ type SteerObs struct {
 
 // observeSteering finds the steering taints on the listed nodes and the state's steering records
 // whose node carries none (only the record remains). A taint's run is known by its token: the
-// owner of a state record or the Lease's holder with that token.
+// node's steered-by annotation, the owner of a state record or the Lease's holder with that
+// token (the annotation is anyone's to write, so only a holder whose token matches counts).
 func observeSteering(nodes []corev1.Node, st *state.State, leaseHolder string) []SteerObs {
 	candidates := []string{leaseHolder}
 	if st.Run != nil {
@@ -56,7 +57,7 @@ func observeSteering(nodes []corev1.Node, st *state.State, leaseHolder string) [
 
 		obs := SteerObs{Name: n.Name, Exists: true, UID: string(n.UID), Token: t.Value, Effect: t.Effect}
 
-		for _, h := range candidates {
+		for _, h := range append(candidates, n.Annotations[cluster.SteeredByAnnotation]) {
 			if h != "" && taints.RunToken(h) == t.Value {
 				obs.Holder = h
 			}
@@ -113,7 +114,7 @@ func releaseSteering(ctx context.Context, kube *cluster.Connection, f Fence, sto
 	deadline := time.Now().Add(undoBound)
 
 	for {
-		gone, err := cluster.Unsteer(ctx, kube, f.Name, f.UID, taints.RunToken(f.Holder))
+		gone, err := cluster.Unsteer(ctx, kube, f.Name, f.UID, f.Holder)
 		if err == nil {
 			st.DropSteer(f.Name, f.Holder)
 

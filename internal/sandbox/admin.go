@@ -29,6 +29,8 @@ type Request struct {
 	Duration string `json:"duration,omitempty"`
 	// Alarm is the etcd alarm a control plane raises (etcd-alarm): NOSPACE, CORRUPT, or "" to clear.
 	Alarm string `json:"alarm,omitempty"`
+	// Since is where a report starts (disruption), RFC 3339.
+	Since string `json:"since,omitempty"`
 	// To is the machine whose address a Node is moved to (move-address; "" moves it back).
 	To string `json:"to,omitempty"`
 	// IPs are the InternalIPs a Node's kubelet reports (report-ips): nil its own, empty none.
@@ -40,6 +42,7 @@ var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
 	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers", "stall-pods", "unstall-pods", "kubelet-not-ready", "kubelet-ready",
+	"disruption",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -138,6 +141,13 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 	switch verb {
 	case "stats":
 		return s.fleet.Stats(), nil
+	case "disruption":
+		since, err := time.Parse(time.RFC3339Nano, req.Since)
+		if err != nil {
+			return nil, fmt.Errorf("disruption: since %q is not an RFC 3339 time", req.Since)
+		}
+
+		return s.Disruption(since, DemoNamespaces)
 	case "fleet":
 		return s.FleetInfo(), nil
 	case "reboot":

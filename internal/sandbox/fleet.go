@@ -67,7 +67,8 @@ type Fleet struct {
 
 	statsMu     sync.Mutex
 	stats       Stats
-	pullSources map[string]string // pod -> where its last successful pull's credential came from
+	pullSources map[string]string   // pod -> where its last successful pull's credential came from
+	pods        map[string]*podLife // by uid: the pods the kubelets ran (Disruption)
 }
 
 // PullSource says where the credential of a pod's last successful pull came from: "node" (the

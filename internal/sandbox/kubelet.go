@@ -409,6 +409,11 @@ func (k *kubelet) podLoop(ctx context.Context) {
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				k.m.fleet.notePull(p, false) // gone: no longer failing to pull
+			}
+		},
 	})
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -445,6 +450,8 @@ func (k *kubelet) podLoop(ctx context.Context) {
 
 func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister corelisters.PodLister) {
 	if pod.DeletionTimestamp != nil {
+		k.m.fleet.notePull(pod, false) // a pod going away is no longer failing to pull
+
 		// Containers stopped: finalise the graceful deletion.
 		err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To(int64(0)),
@@ -528,6 +535,7 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister coreliste
 	}
 
 	st.ContainerStatuses = statuses
+	k.m.fleet.notePull(pod, pullErr != nil)
 
 	switch {
 	case pullErr != nil:

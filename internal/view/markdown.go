@@ -114,6 +114,13 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 	}
 
+	if st := p.Steering; st.Blocked != "" {
+		fmt.Fprintln(w, "> [!WARNING]")
+		fmt.Fprintf(w, "> **Not applicable as planned**: %s.\n\n", md(st.Blocked))
+	} else if st.Seed != "" {
+		fmt.Fprintf(w, "Evicted pods: %s.\n\n", md(st.Sentence))
+	}
+
 	var acted, left []plan.NodePlan
 
 	for _, n := range p.Nodes {

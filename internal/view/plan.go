@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -79,6 +80,7 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 
 	legend(w, p)
 	nodes(w, p)
+	steering(w, p)
 	secrets(w, p)
 	templates(w, p)
 
@@ -92,6 +94,23 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 		planVerdict(w, p)
 	}
+}
+
+// steering says where the drains' pods go: the taint, the worker rolled first and its pods'
+// fate; a blocked emergency says apply refuses it.
+func steering(w io.Writer, p *plan.Plan) {
+	st := p.Steering
+	if st.Effect == "" || st.Seed == "" {
+		return
+	}
+
+	if st.Blocked != "" {
+		fmt.Fprintf(w, "Not applicable as planned: %s.\n\n", oneLine(st.Blocked))
+
+		return
+	}
+
+	fmt.Fprintf(w, "Evicted pods: every node to rotate is tainted %s:%s until it is proved; %s.\n\n", taints.Steering, st.Effect, oneLine(st.Sentence))
 }
 
 // legend lists the symbols the plan uses.
@@ -293,6 +312,8 @@ type PlanJSON struct {
 	// CredentialsInUse lists each distinct credential the nodes and secrets hold, by digest.
 	Emergency        bool                   `json:"emergency"`
 	CredentialsInUse []plan.CredentialInUse `json:"credentials_in_use,omitempty"`
+	// Steering is where the drains' pods go (blocked: apply refuses the plan as it is).
+	Steering plan.Steering `json:"steering"`
 }
 
 // NodeJSON is one node of PlanJSON.
@@ -343,7 +364,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
-		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse,
+		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse, Steering: p.Steering,
 	}
 
 	for _, n := range p.Nodes {

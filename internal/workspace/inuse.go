@@ -86,3 +86,27 @@ func judgeProof(err error) string {
 
 	return plan.CredentialUnreachable
 }
+
+// Recheck is CheckInUse again, for a run under way: the credentials the nodes held when it
+// started (HeldByNodes) asked of the registry now. A credential revoked since the plan shows as
+// refused, and the nodes still holding it cannot take an evicted pod.
+type Recheck func(ctx context.Context) []plan.CredentialInUse
+
+// HeldByNodes reads the credentials the nodes' active configs hold now (one snapshot; the
+// credentials stay in memory) and returns how to ask the registry about them again.
+func (w *Workspace) HeldByNodes(ctx context.Context, desired string) (Recheck, error) {
+	_, held, err := w.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	nodes := held[:0:0]
+
+	for _, h := range held {
+		if h.Node != "" {
+			nodes = append(nodes, h)
+		}
+	}
+
+	return func(ctx context.Context) []plan.CredentialInUse { return w.CheckInUse(ctx, nodes, desired, false) }, nil
+}

@@ -59,7 +59,30 @@ func (r *seedRun) checkInvariants(ctx context.Context) {
 	}
 
 	r.checkCarriedChanges(ctx)
+	r.checkAvailability()
 	r.checkWorkloadsPull(ctx)
+}
+
+// checkAvailability is the availability witness: from the start of the seed's rotation to its
+// convergence, no pod of the demo workloads spent a second unable to pull (ErrImagePull,
+// ImagePullBackOff) — in seeds that revoke the old credential before the first plan too.
+func (r *seedRun) checkAvailability() {
+	d, err := r.sb.Disruption(r.started, sandbox.DemoNamespaces)
+	if err != nil {
+		r.problem("availability witness: %v", err)
+
+		return
+	}
+
+	if d.PullFailurePodSecs > 0 {
+		var pods []string
+		for _, f := range d.PullFailures {
+			pods = append(pods, fmt.Sprintf("%s %.1fs", f.Pod, f.Seconds))
+		}
+
+		r.problem("availability: demo pods spent %.1f pod-seconds unable to pull (old credential revoked first: %t): %s",
+			d.PullFailurePodSecs, r.revokedFirst, strings.Join(pods, ", "))
+	}
 }
 
 // checkVerdict: ghcrsync's own verdict — the final plan's — is clean, and agrees with the
