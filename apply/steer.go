@@ -205,9 +205,13 @@ func (t *txn) destinations(ctx context.Context) cluster.DrainCheck {
 	return func(ctx context.Context, pods int) error {
 		ds, err := t.e.nodes.Destinations(ctx)
 		if err != nil {
-			return err
+			return err // asked again
 		}
 
-		return view.CheckDestinations(t.np.Name, pods, ds)
+		if err := view.CheckDestinations(t.np.Name, pods, ds); err != nil {
+			return &cluster.RefusedError{Why: err}
+		}
+
+		return nil
 	}
 }

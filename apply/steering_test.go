@@ -390,6 +390,8 @@ func TestStaleSchedulableWorkerStopsTheDrain(t *testing.T) {
 			}
 		}
 
+		t.Logf("%s cordoned %t: the seed %s: %s: %s", other, cordoned, seed.Node, seed.Outcome, seed.Message)
+
 		switch {
 		case !cordoned && (seed.Outcome != state.OutcomeFailed || !strings.Contains(seed.Message, "onto "+other) || seed.Fenced):
 			t.Fatalf("the drain with %s schedulable and unable to pull: %+v", other, seed)

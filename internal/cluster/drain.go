@@ -118,7 +118,8 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 }
 
 // DrainCheck is asked before each eviction request, with the number of pods the drain has to
-// evict; an error stops that pod's eviction (Transient errors are asked again).
+// evict: a *RefusedError stops the drain; any other error (the check could not read what it
+// judges) is asked again.
 type DrainCheck func(ctx context.Context, pods int) error
 
 func (d DrainCheck) ask(ctx context.Context, pods int) error {
@@ -154,8 +155,9 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, ch
 		}
 
 		if err := check(ctx); err != nil {
-			if !Transient(err) && !answer.Lost(err) {
-				return &RefusedError{Why: err}
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				return refused
 			}
 
 			fmt.Fprintf(out, "pod %s not evicted yet: its destinations could not be read (asking again in %s): %v\n", name, evictRetry, err)
