@@ -74,6 +74,8 @@ func (r *seedRun) checkAvailability() {
 		return
 	}
 
+	r.note("disruption", fmt.Sprintf("%d evictions, max %d per pod, %.1f pod-s unable to pull", len(d.Evictions), d.MaxEvictionsPerPod, d.PullFailurePodSecs))
+
 	if d.PullFailurePodSecs > 0 {
 		var pods []string
 		for _, f := range d.PullFailures {
