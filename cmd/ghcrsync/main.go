@@ -31,7 +31,12 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	// Every byte ghcrsync prints goes through the views' guard (no control characters, no line
 	// a CI runner would read as a workflow command).
-	stdout, stderr = view.Guard(stdout), view.Guard(stderr)
+	guardOut := view.Guard
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		guardOut = view.GuardCompletion // the completion protocol's ":4" directive line passes
+	}
+
+	stdout, stderr = guardOut(stdout), view.Guard(stderr)
 	routeLibraryOutput(stderr)
 
 	defer startProfile(stderr)()

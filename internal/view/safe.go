@@ -102,12 +102,29 @@ func Guard(w io.Writer) io.Writer {
 	return &guard{w: w, lineStart: true}
 }
 
+// GuardCompletion is Guard for a shell-completion request's stdout: the same rules, except that
+// the completion protocol's own last line — a colon and the directive's number (":4") — is let
+// through; a candidate that is anything else beginning with a colon is still escaped.
+func GuardCompletion(w io.Writer) io.Writer { return &guard{w: w, lineStart: true, directives: true} }
+
 type guard struct {
-	w         io.Writer
-	mu        sync.Mutex
-	lineStart bool   // only spaces and tabs since the last newline
-	hashes    int    // how many "#" were just written, in a row
-	carry     []byte // an incomplete UTF-8 sequence the previous Write ended with
+	w          io.Writer
+	directives bool // a line ":<digits>" passes (GuardCompletion)
+	mu         sync.Mutex
+	lineStart  bool   // only spaces and tabs since the last newline
+	hashes     int    // how many "#" were just written, in a row
+	carry      []byte // an incomplete UTF-8 sequence the previous Write ended with
+}
+
+// directive reports whether rest, what follows a line's colon, is a completion directive: one
+// or more digits, then the end of the line.
+func directive(rest []byte) bool {
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+
+	return n > 0 && (n == len(rest) || rest[n] == '\n')
 }
 
 // legacyCommand is the GitHub Actions runner's legacy workflow-command marker, honoured
@@ -166,6 +183,9 @@ func (g *guard) Write(p []byte) (int, error) {
 			out = append(out, byte(r))
 		case unsafeRune(r):
 			out = append(out, escapeRune(r)...)
+			g.lineStart = false
+		case r == ':' && g.lineStart && g.directives && directive(buf[i+1:]):
+			out = append(out, ':')
 			g.lineStart = false
 		case r == ':' && g.lineStart:
 			out = append(out, `\x3a`...)

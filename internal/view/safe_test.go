@@ -30,28 +30,36 @@ func TestClean(t *testing.T) {
 
 func TestGuard(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		writes []string
-		want   string
+		name       string
+		writes     []string
+		want       string
+		completion bool // GuardCompletion
 	}{
-		{"ordinary_lines_unchanged", []string{"  ✓ prod-worker-1 (fence): rotated\n", "Plan: 1 to fence.\n"}, "  ✓ prod-worker-1 (fence): rotated\nPlan: 1 to fence.\n"},
-		{"workflow_command_at_line_start", []string{"::error title=x::pwned\n"}, `\x3a:error title=x::pwned` + "\n"},
-		{"workflow_command_after_indentation", []string{"ok\n   \t::add-mask::x\n"}, "ok\n   \t" + `\x3a:add-mask::x` + "\n"},
-		{"colon_split_across_writes", []string{"line\n", ":", ":warning::x\n"}, "line\n" + `\x3a:warning::x` + "\n"},
-		{"colons_inside_a_line_kept", []string{"holder: a::b\n"}, "holder: a::b\n"},
-		{"escape_sequences", []string{"\x1b]0;title\x07\x1b[2J\n"}, `\x1b]0;title\x07\x1b[2J` + "\n"},
-		{"utf8_split_across_writes", []string{"\xe2\x9c", "\x93 done\n"}, "✓ done\n"},
-		{"bidi_override", []string{"\u202e\n"}, `\u202e` + "\n"},
-		{"legacy_command_mid_line", []string{"owner: x ##[add-mask]secret\n"}, "owner: x " + `##\x5badd-mask]secret` + "\n"},
-		{"legacy_command_at_line_start", []string{"##[error]fake\n"}, `##\x5berror]fake` + "\n"},
-		{"legacy_command_split_across_writes", []string{"a #", "#", "[stop-commands]t\n"}, "a " + `##\x5bstop-commands]t` + "\n"},
-		{"more_hashes", []string{"###[group]x\n"}, `###\x5bgroup]x` + "\n"},
-		{"hashes_and_brackets_apart_kept", []string{"# [x] #1 [y]\n", "#\n[z]\n"}, "# [x] #1 [y]\n#\n[z]\n"},
+		{"ordinary_lines_unchanged", []string{"  ✓ prod-worker-1 (fence): rotated\n", "Plan: 1 to fence.\n"}, "  ✓ prod-worker-1 (fence): rotated\nPlan: 1 to fence.\n", false},
+		{"workflow_command_at_line_start", []string{"::error title=x::pwned\n"}, `\x3a:error title=x::pwned` + "\n", false},
+		{"workflow_command_after_indentation", []string{"ok\n   \t::add-mask::x\n"}, "ok\n   \t" + `\x3a:add-mask::x` + "\n", false},
+		{"colon_split_across_writes", []string{"line\n", ":", ":warning::x\n"}, "line\n" + `\x3a:warning::x` + "\n", false},
+		{"colons_inside_a_line_kept", []string{"holder: a::b\n"}, "holder: a::b\n", false},
+		{"escape_sequences", []string{"\x1b]0;title\x07\x1b[2J\n"}, `\x1b]0;title\x07\x1b[2J` + "\n", false},
+		{"utf8_split_across_writes", []string{"\xe2\x9c", "\x93 done\n"}, "✓ done\n", false},
+		{"bidi_override", []string{"\u202e\n"}, `\u202e` + "\n", false},
+		{"legacy_command_mid_line", []string{"owner: x ##[add-mask]secret\n"}, "owner: x " + `##\x5badd-mask]secret` + "\n", false},
+		{"legacy_command_at_line_start", []string{"##[error]fake\n"}, `##\x5berror]fake` + "\n", false},
+		{"legacy_command_split_across_writes", []string{"a #", "#", "[stop-commands]t\n"}, "a " + `##\x5bstop-commands]t` + "\n", false},
+		{"more_hashes", []string{"###[group]x\n"}, `###\x5bgroup]x` + "\n", false},
+		{"hashes_and_brackets_apart_kept", []string{"# [x] #1 [y]\n", "#\n[z]\n"}, "# [x] #1 [y]\n#\n[z]\n", false},
+		{"completion_directive_is_escaped_elsewhere", []string{"--out\n:4\n"}, "--out\n" + `\x3a4` + "\n", false},
+		{"completion_directive_passes", []string{"--out\tsave the plan\n:4\n"}, "--out\tsave the plan\n:4\n", true},
+		{"completion_candidate_command_escaped", []string{"::error::x\n:4\n"}, `\x3a:error::x` + "\n:4\n", true},
+		{"completion_directive_with_more_escaped", []string{":4 x\n"}, `\x3a4 x` + "\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
 
 			g := Guard(&b)
+			if tc.completion {
+				g = GuardCompletion(&b)
+			}
 			for _, w := range tc.writes {
 				if n, err := g.Write([]byte(w)); err != nil || n != len(w) {
 					t.Fatalf("Write = %d, %v", n, err)
