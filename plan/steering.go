@@ -14,8 +14,9 @@ import (
 // rolled first (the seed); and whether pods may wait Pending for it.
 type Steering struct {
 	// Effect is the taint's: PreferNoSchedule in an ordinary rotation (pods prefer rotated
-	// nodes), NoSchedule in an emergency one or with --allow-pending (pods never land on a node
-	// not yet rotated: one that cannot pull, or will be drained again).
+	// nodes), NoSchedule in an emergency one whose refused credential is on nodes, or with
+	// --allow-pending (pods never land on a node not yet rotated: one that cannot pull, or will
+	// be drained again).
 	Effect string `json:"effect"`
 	// Seed is the fenced worker rolled first: the emptiest. With a NoSchedule effect it rolls
 	// alone, and the other workers start once it is proved (it is where their pods go).
@@ -60,7 +61,8 @@ func (d Destination) Takes() bool {
 // CanPull reports whether d's runtime can pull with a credential the registry accepts: proved
 // by this plan's revision on its current boot, or holding a credential in use the registry did
 // not refuse. A node the plan knows nothing of can pull in an ordinary rotation (the credential
-// in use is accepted), and is not known to in an emergency one. why says what it is not.
+// in use is accepted), and is not known to where nodes hold a refused one. why says what it
+// is not.
 func (p *Plan) CanPull(d Destination) (ok bool, why string) {
 	if d.VerifiedRevision == p.CredentialRevision && d.VerifiedBoot != "" && d.VerifiedBoot == d.BootID {
 		return true, ""
@@ -76,11 +78,23 @@ func (p *Plan) CanPull(d Destination) (ok bool, why string) {
 		}
 	}
 
-	if p.Emergency() {
+	if p.NodesRefused() {
 		return false, "it is not known to pull with a credential the registry accepts (the plan does not cover it, and this run has not proved it)"
 	}
 
 	return true, ""
+}
+
+// NodesRefused reports whether a credential the registry refused is held by nodes (not only by
+// pull secrets): their runtimes cannot pull, so an evicted pod must never land on one.
+func (p *Plan) NodesRefused() bool {
+	for _, u := range p.Refused() {
+		if len(u.Nodes) > 0 {
+			return true
+		}
+	}
+
+	return false
 }
 
 // CheckDestinations is the rule before each eviction from node (pods: how many it has to
@@ -114,8 +128,10 @@ func (p *Plan) CheckDestinations(node string, pods int, ds []Destination) error 
 
 // steer decides the run's steering from the ordered plan and the snapshot.
 func steer(p *Plan, s Snapshot, allowPending bool) Steering {
+	refused := p.NodesRefused()
+
 	st := Steering{Effect: taints.PreferNoSchedule, AllowPending: allowPending}
-	if p.Emergency() || allowPending {
+	if refused || allowPending {
 		st.Effect = taints.NoSchedule
 	}
 
@@ -166,7 +182,7 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 		st.Sentence = seed.Name + " is empty and rolls first: the pods of the next nodes land on it"
 	case len(able) > 0:
 		st.Sentence = seed.Name + " rolls first: its " + pods + " can go to " + describeNames(able)
-	case p.Emergency() && !allowPending:
+	case refused && !allowPending:
 		st.Blocked = "no worker is empty and no Ready, schedulable node can pull: the " + pods + " on " + seed.Name +
 			", the first to roll, would have nowhere to go (the nodes not rotated yet cannot pull); re-plan with --allow-pending " +
 			"to let them wait Pending until " + seed.Name + " is rotated (about one reboot), or free a worker"

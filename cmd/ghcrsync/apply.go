@@ -100,11 +100,11 @@ runs under the configured Lease and writes the state before every mutation.`,
 			}
 
 			if gh, _ := githubOutput(cmd); gh {
-				view.PlanAnnotations(cmd.OutOrStdout(), res.Plan)
-				view.ApplyAnnotations(cmd.OutOrStdout(), res)
+				view.PlanAnnotations(annotations(cmd), res.Plan)
+				view.ApplyAnnotations(annotations(cmd), res)
 
 				if err := view.AppendSummary(func(w io.Writer) { view.ApplyMarkdown(w, res) }); err != nil {
-					view.Annotate(cmd.OutOrStdout(), view.AnnotateWarning, "ghcrsync apply", err.Error())
+					view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync apply", err.Error())
 				}
 			}
 

@@ -38,6 +38,17 @@ func githubOutput(cmd *cobra.Command) (bool, error) {
 	return false, fmt.Errorf("unknown --output %q: use auto, github or plain", mode)
 }
 
+// annotations is where the command writes its workflow commands (annotations): stdout, or
+// stderr when stdout carries JSON (--json) — the runner reads workflow commands from both
+// streams, and a JSON reader of stdout (jq) must see JSON only.
+func annotations(cmd *cobra.Command) io.Writer {
+	if j, err := cmd.Flags().GetBool("json"); err == nil && j {
+		return cmd.ErrOrStderr()
+	}
+
+	return cmd.OutOrStdout()
+}
+
 // writeMarkdown writes a Markdown rendering to path (0644, atomically: a PR-comment step may
 // read it while a retry rewrites it).
 func writeMarkdown(path string, render func(io.Writer)) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,6 +58,18 @@ func TestGitHubOutput(t *testing.T) {
 	// --verbose says what the plan cost: one LIST of the Nodes, Talos reads.
 	if !regexp.MustCompile(`Requests: Kubernetes \d+ \(.*LIST \d.*\); Talos \d+ \(`).MatchString(plain.stderr) {
 		t.Errorf("plan --verbose: %s", plain.stderr)
+	}
+
+	// With --json, stdout is JSON only (jq reads it), and the annotations go to stderr (the
+	// runner reads workflow commands from both streams).
+	js := ghcrsync(t, "plan", "--config", cfg, "--json")
+	if js.code != 0 || !json.Valid([]byte(js.stdout)) || strings.Contains(js.stdout, "::") || !strings.Contains(js.stderr, "::warning title=ghcrsync plan::") {
+		t.Errorf("plan --json in GitHub Actions: exit %d\nstdout:\n%s\nstderr:\n%s", js.code, js.stdout, js.stderr)
+	}
+
+	if bad := ghcrsync(t, "apply", "--config", cfg, "--json", filepath.Join(dir, "absent.plan")); bad.code != 1 || bad.stdout != "" ||
+		!strings.Contains(bad.stderr, "::error title=ghcrsync apply::read plan file") {
+		t.Errorf("an error of apply --json in GitHub Actions: exit %d\nstdout:\n%s\nstderr:\n%s", bad.code, bad.stdout, bad.stderr)
 	}
 
 	if r := ghcrsync(t, "plan", "--config", cfg, "--output", "gitlab"); r.code != 1 || !strings.Contains(r.stderr, `unknown --output "gitlab"`) {

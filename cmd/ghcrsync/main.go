@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -67,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		view.Error(stderr, err)
 
 		if gh, _ := githubOutput(cmd); gh && cmd != nil {
-			view.Annotate(stdout, view.AnnotateError, cmd.CommandPath(), firstLine(err.Error()))
+			view.Annotate(annotations(cmd), view.AnnotateError, cmd.CommandPath(), firstLine(err.Error()))
 		}
 	}
 
@@ -149,14 +151,35 @@ func newRoot() *cobra.Command {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
 	})
 
-	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run:   func(cmd *cobra.Command, _ []string) { view.Version(cmd.OutOrStdout(), buildVersion()) },
-	})
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), newVersion())
 
 	return root
+}
+
+func newVersion() *cobra.Command {
+	var asJSON bool
+
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version (--json: with the Go version and the plan and state formats it reads)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return view.VersionJSON(cmd.OutOrStdout(), view.VersionInfo{
+					Version: buildVersion(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
+					PlanFormat: plan.FormatVersion, StateFormat: state.FormatVersion,
+				})
+			}
+
+			view.Version(cmd.OutOrStdout(), buildVersion())
+
+			return nil
+		},
+	}
+
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version as JSON")
+
+	return cmd
 }
 
 // defaultConfig is --config's default: $GHCRSYNC_CONFIG or ./ghcrsync.hcl.

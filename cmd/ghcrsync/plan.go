@@ -80,10 +80,10 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 			}
 
 			if gh {
-				view.PlanAnnotations(cmd.OutOrStdout(), p)
+				view.PlanAnnotations(annotations(cmd), p)
 
 				if err := view.AppendSummary(func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
-					view.Annotate(cmd.OutOrStdout(), view.AnnotateWarning, "ghcrsync plan", err.Error())
+					view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync plan", err.Error())
 				}
 			}
 

@@ -35,9 +35,11 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 	}
 
 	if command == CommandPlan || command == CommandApply {
-		// The pods each drain would evict (the seed is the emptiest worker).
-		needs = append(needs, access("list", "", "pods", "", ""))
 		needs = append(needs, readTargets(cfg, targets)...)
+	}
+
+	if command == CommandPlan { // the pods each drain would evict (the seed is the emptiest worker); apply lists pods to drain
+		needs = append(needs, access("list", "", "pods", "", ""))
 	}
 
 	if command == CommandPlan && cfg.Nodes.Probe.Image != "" {

@@ -59,6 +59,20 @@ func Version(w io.Writer, version string) {
 	fmt.Fprintln(w, "ghcrsync", version)
 }
 
+// VersionInfo is `ghcrsync version --json`.
+type VersionInfo struct {
+	Version     string `json:"version"`
+	GoVersion   string `json:"go_version"`
+	Platform    string `json:"platform"`
+	PlanFormat  string `json:"plan_format_version"`
+	StateFormat string `json:"state_format_version"`
+}
+
+// VersionJSON prints the version as one JSON object.
+func VersionJSON(w io.Writer, v VersionInfo) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
 // Signalled says a signal arrived and the command is winding down.
 func Signalled(w io.Writer, signal string) {
 	fmt.Fprintf(w, "Received %s: stopping at the next safe point (a second signal stops at once; the state is written before every mutation).\n", signal)

@@ -92,21 +92,27 @@ func judgeProof(err error) string {
 // refused, and the nodes still holding it cannot take an evicted pod.
 type Recheck func(ctx context.Context) []plan.CredentialInUse
 
-// HeldByNodes reads the credentials the nodes' active configs hold now (one snapshot; the
-// credentials stay in memory) and returns how to ask the registry about them again.
+// HeldByNodes reads the credentials the nodes' active configs hold now (one LIST of the Nodes,
+// one Talos read each; the credentials stay in memory) and returns how to ask the registry
+// about them again.
 func (w *Workspace) HeldByNodes(ctx context.Context, desired string) (Recheck, error) {
-	_, held, err := w.snapshot(ctx)
+	nodes, _, err := w.Kube.Nodes(ctx, w.Config.Nodes.Selector)
 	if err != nil {
 		return nil, err
 	}
 
-	nodes := held[:0:0]
+	tc, err := w.Talos(ctx)
+	if err != nil {
+		return nil, err
+	}
 
-	for _, h := range held {
-		if h.Node != "" {
-			nodes = append(nodes, h)
+	var held []Held
+
+	for name, c := range tc.FillFacts(ctx, nodes, w.Config.Credential.Registry, w.Config.Talos.Concurrency) {
+		if c != nil {
+			held = append(held, Held{Node: name, Cred: c})
 		}
 	}
 
-	return func(ctx context.Context) []plan.CredentialInUse { return w.CheckInUse(ctx, nodes, desired, false) }, nil
+	return func(ctx context.Context) []plan.CredentialInUse { return w.CheckInUse(ctx, held, desired, false) }, nil
 }

@@ -481,7 +481,20 @@ func (r *seedRun) recover(ctx context.Context) bool {
 func (r *seedRun) fences() (view.FencesJSON, bool) {
 	var rep view.FencesJSON
 
-	p, err := r.c.cli.run(time.Minute, "fences", "--config", r.cfg, "--json")
+	// The API endpoint's node may still be coming back from a fault's reboot: an operator asks
+	// again a moment later (for up to a minute); any other failure is a problem.
+	var (
+		p   *proc
+		err error
+	)
+
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		p, err = r.c.cli.run(time.Minute, "fences", "--config", r.cfg, "--json")
+		if err != nil || exitOf(p) == 0 || !strings.Contains(outputOf(p), "cannot reach the Kubernetes API") || time.Now().After(deadline) {
+			break
+		}
+	}
+
 	if err != nil || exitOf(p) != 0 {
 		r.problem("fences: %v exit %d\n%s", err, exitOf(p), outputOf(p))
 
