@@ -14,12 +14,13 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
-// documentedStep returns the run: script of the named step of the deploy workflow in
-// docs/ci.md, as the runner would write it to a file for bash.
+// documentedStep returns the run: script of the named step of the shipped deploy workflow,
+// docs/workflows/apply.yml (docs/ci.md links it), as the runner would write it to a file for
+// bash.
 func documentedStep(t *testing.T, name string) string {
 	t.Helper()
 
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "ci.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "workflows", "apply.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,13 +55,13 @@ func documentedStep(t *testing.T, name string) string {
 	}
 
 	if len(lines) == 0 {
-		t.Fatalf("docs/ci.md has no step %q with a run: block", name)
+		t.Fatalf("docs/workflows/apply.yml has no step %q with a run: block", name)
 	}
 
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// The apply step of docs/ci.md, run under bash as the runner runs it: a cancel signals the
+// The apply step of docs/workflows/apply.yml, run under bash as the runner runs it: a cancel signals the
 // step's shell only, and ghcrsync must be the one that receives it (the step execs it). The
 // negative control runs the step without exec: the shell swallows the signal and ghcrsync
 // never hears of it — which is why the docs say exec.
