@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"io"
 	"strings"
 
@@ -116,3 +117,45 @@ func orNone(s string) string {
 // oneLine renders a message from outside ghcrsync on one line: its whitespace collapsed, any
 // control character left escaped (Clean).
 func oneLine(s string) string { return Clean(strings.Join(strings.Fields(s), " ")) }
+
+// ValidateHuman renders `ghcrsync validate`.
+func ValidateHuman(w io.Writer, v workspace.Validation) {
+	diags := v.Diagnostics
+
+	for _, d := range diags {
+		label := "Error"
+		if d.Severity == "warning" {
+			label = "Warning"
+		}
+
+		fmt.Fprintf(w, "%s: %s\n\n  %s\n\n", label, oneLine(d.Summary), oneLine(d.Detail))
+	}
+
+	if v.Valid {
+		fmt.Fprintln(w, "Success! The configuration is valid.")
+	}
+}
+
+// ValidateJSON is `ghcrsync validate --json`, in the shape of terraform validate's.
+type ValidateJSON struct {
+	FormatVersion string                 `json:"format_version"`
+	Valid         bool                   `json:"valid"`
+	ErrorCount    int                    `json:"error_count"`
+	WarningCount  int                    `json:"warning_count"`
+	Diagnostics   []workspace.Diagnostic `json:"diagnostics"`
+}
+
+// ValidateJSONTo writes ValidateJSON.
+func ValidateJSONTo(w io.Writer, v workspace.Validation) error {
+	out := ValidateJSON{FormatVersion: "1.0", Valid: v.Valid, Diagnostics: v.Diagnostics}
+
+	for _, d := range v.Diagnostics {
+		if d.Severity == "warning" {
+			out.WarningCount++
+		} else {
+			out.ErrorCount++
+		}
+	}
+
+	return json.NewEncoder(w).Encode(out)
+}

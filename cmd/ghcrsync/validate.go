@@ -1,0 +1,50 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
+)
+
+func newValidate() *cobra.Command {
+	var (
+		cfg    string
+		asJSON bool
+	)
+
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check the configuration and the SOPS file, contacting no cluster (a pull-request check)",
+		Long: `Validate checks the configuration without contacting any cluster, registry or Talos API: the file
+parses and every reference resolves, a runtime probe image is set, and the SOPS file is a SOPS
+document whose credential value is there and encrypted. With an age key at hand (SOPS_AGE_KEY_FILE,
+SOPS_AGE_KEY) the credential is decrypted and checked for the registry too, in memory only.
+Exit 0 when valid, 1 otherwise (as terraform validate).`,
+		Example: `  ghcrsync validate --config ghcrsync.hcl
+  ghcrsync validate --json | jq -e .valid`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := workspace.Validate(cfg)
+
+			if asJSON {
+				if err := view.ValidateJSONTo(cmd.OutOrStdout(), v); err != nil {
+					return err
+				}
+			} else {
+				view.ValidateHuman(cmd.OutOrStdout(), v)
+			}
+
+			if !v.Valid {
+				return exitError{code: 1}
+			}
+
+			return nil
+		},
+	}
+
+	cmd.Flags().StringVar(&cfg, "config", defaultConfig(), "configuration file")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (terraform validate's shape)")
+
+	return cmd
+}

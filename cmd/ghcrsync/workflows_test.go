@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rhysd/actionlint"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/view"
+)
+
+// runner plays a GitHub Actions runner for the shipped workflows: every step in order, each
+// run: script under `bash --noprofile --norc -e -o pipefail` in the workspace, with the
+// variables a runner sets (GITHUB_ACTIONS, GITHUB_OUTPUT, GITHUB_STEP_SUMMARY, RUNNER_TEMP,
+// GITHUB_WORKSPACE, GITHUB_RUN_ID, GITHUB_RUN_ATTEMPT, GITHUB_REPOSITORY), the workflow's,
+// job's and step's env with their expressions evaluated from the test's secrets and inputs.
+// The actions the steps use are played as the runner would leave the workspace: checkout (the
+// workspace is a clone), setup-go (Go is on PATH), github-script (its comment body is checked).
+type runner struct {
+	t         *testing.T
+	workspace string
+	temp      string
+	values    map[string]string // expression -> value: "secrets.X", "inputs.holder", …
+	path      string            // PATH with the ghcrsync a pinned `go install` puts there
+	summary   string
+	failed    bool
+	outputs   map[string]map[string]string // step id -> outputs
+	comments  []string
+}
+
+var expr = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
+
+func (r *runner) eval(s string) string {
+	return expr.ReplaceAllStringFunc(s, func(m string) string {
+		key := expr.FindStringSubmatch(m)[1]
+
+		v, ok := r.values[key]
+		if !ok {
+			r.t.Fatalf("the workflow uses %s, which this runner does not know", m)
+		}
+
+		return v
+	})
+}
+
+func envOf(e *actionlint.Env) map[string]string {
+	out := map[string]string{}
+
+	if e != nil {
+		for _, v := range e.Vars {
+			out[v.Name.Value] = v.Value.Value
+		}
+	}
+
+	return out
+}
+
+// run runs the workflow's one job; it returns each run: step's name and exit code.
+func (r *runner) run(file string) []string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+
+	wf, errs := actionlint.Parse(b)
+	if len(errs) > 0 || len(wf.Jobs) != 1 {
+		r.t.Fatalf("%s: %v, %d jobs", file, errs, len(wf.Jobs))
+	}
+
+	var trace []string
+
+	for _, job := range wf.Jobs {
+		env := envOf(wf.Env)
+		for k, v := range envOf(job.Env) {
+			env[k] = v
+		}
+
+		for i, step := range job.Steps {
+			name := ""
+			if step.Name != nil {
+				name = step.Name.Value
+			}
+
+			if step.If != nil {
+				cond := step.If.Value
+				if strings.Contains(cond, "failure()") && !r.failed || !strings.Contains(cond, "failure()") && r.failed {
+					trace = append(trace, name+": skipped")
+
+					continue
+				}
+			} else if r.failed {
+				trace = append(trace, name+": skipped")
+
+				continue
+			}
+
+			switch exe := step.Exec.(type) {
+			case *actionlint.ExecAction:
+				r.action(exe.Uses.Value)
+				trace = append(trace, exe.Uses.Value+": played")
+			case *actionlint.ExecRun:
+				stepEnv := map[string]string{}
+				for k, v := range env {
+					stepEnv[k] = v
+				}
+
+				for k, v := range envOf(step.Env) {
+					stepEnv[k] = v
+				}
+
+				code := r.script(i, step, exe.Run.Value, stepEnv)
+				trace = append(trace, name+": exit "+strconv.Itoa(code))
+			}
+		}
+	}
+
+	return trace
+}
+
+func (r *runner) action(uses string) {
+	switch {
+	case strings.HasPrefix(uses, "actions/checkout@"), strings.HasPrefix(uses, "actions/setup-go@"):
+	case strings.HasPrefix(uses, "actions/github-script@"):
+		body, err := os.ReadFile(filepath.Join(r.workspace, "plan.md"))
+		if err != nil {
+			r.t.Fatalf("the comment step has no plan.md to post: %v", err)
+		}
+
+		r.comments = append(r.comments, string(body))
+	default:
+		r.t.Fatalf("the workflow uses %s, which this runner does not play", uses)
+	}
+}
+
+func (r *runner) script(i int, step *actionlint.Step, script string, env map[string]string) int {
+	out := filepath.Join(r.temp, "output-"+strconv.Itoa(i))
+	_ = os.WriteFile(out, nil, 0o600)
+
+	vars := append(os.Environ(), "PATH="+r.path, "GITHUB_ACTIONS=true", "GITHUB_OUTPUT="+out, "GITHUB_STEP_SUMMARY="+r.summary,
+		"RUNNER_TEMP="+r.temp, "GITHUB_WORKSPACE="+r.workspace, "GITHUB_RUN_ID=7001", "GITHUB_RUN_ATTEMPT=1",
+		"GITHUB_REPOSITORY=ghcrsync/fleet", "SOPS_AGE_KEY_FILE=")
+
+	for k, v := range env {
+		vars = append(vars, k+"="+r.eval(v))
+	}
+
+	path := filepath.Join(r.temp, "step-"+strconv.Itoa(i)+".sh")
+	if err := os.WriteFile(path, []byte(script), 0o700); err != nil {
+		r.t.Fatal(err)
+	}
+
+	c := exec.Command("bash", "--noprofile", "--norc", "-e", "-o", "pipefail", path)
+	c.Dir, c.Env = r.workspace, vars
+
+	var buf bytes.Buffer
+	c.Stdout, c.Stderr = &buf, &buf
+
+	_ = c.Run()
+	code := c.ProcessState.ExitCode()
+	r.t.Logf("step %d (%v): exit %d\n%s", i+1, stepName(step), code, buf.String())
+
+	if code != 0 {
+		r.failed = true
+	}
+
+	if step.ID != nil {
+		got, _ := os.ReadFile(out)
+		r.outputs[step.ID.Value] = map[string]string{}
+
+		for _, line := range strings.Split(strings.TrimSpace(string(got)), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				r.outputs[step.ID.Value][k] = v
+			}
+		}
+	}
+
+	return code
+}
+
+func stepName(s *actionlint.Step) string {
+	if s.Name != nil {
+		return s.Name.Value
+	}
+
+	return "unnamed"
+}
+
+// The shipped workflows, copied as a newcomer copies them, run step by step against the
+// sandbox: plan.yml plans the pull request's credential file (exit 2, changes), writes its
+// output and the step summary, and hands the comment step the Markdown plan; apply.yml plans and
+// applies the rotation (its recovery step skipped); recover.yml finds nothing held and exits 0.
+func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
+	sb := sandboxtest.Start(t, sandbox.Options{ControlPlanes: 1, Workers: 1, NoWorkloads: true, AutoscalerPaused: true,
+		Heartbeat: time.Second, Reboot: 2 * time.Second})
+	bin := sandboxtest.Binary(t)
+
+	// The repository: its ghcrsync.hcl on the base branch, the credential file under
+	// clusters/prod/; the pull request's commit (on the remote) changes only that file.
+	origin, ws := t.TempDir(), t.TempDir()
+	cfg := sandboxtest.CopyConfig(t, sb, ws, func(s string) string {
+		return strings.Replace(s, `"`+sb.Path(sandbox.SecretFile)+`"`, `"clusters/prod/ghcr-secret.enc.yaml"`, 1)
+	})
+
+	secret, err := os.ReadFile(sb.Path(sandbox.SecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	git := func(dir string, args ...string) string {
+		c := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
+		c.Dir = dir
+
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+
+		return strings.TrimSpace(string(out))
+	}
+
+	git(origin, "init", "--bare", "-q")
+	git(ws, "init", "-q")
+	_ = os.MkdirAll(filepath.Join(ws, "clusters", "prod"), 0o700)
+	_ = os.WriteFile(filepath.Join(ws, "clusters", "prod", "ghcr-secret.enc.yaml"), []byte("# the base branch's\n"), 0o600)
+	_ = os.Rename(cfg, filepath.Join(ws, "ghcrsync.hcl"))
+	git(ws, "add", "-A")
+	git(ws, "commit", "-qm", "base")
+	git(ws, "remote", "add", "origin", origin)
+	git(ws, "push", "-q", "origin", "HEAD:main")
+	git(ws, "checkout", "-qb", "pr")
+	_ = os.WriteFile(filepath.Join(ws, "clusters", "prod", "ghcr-secret.enc.yaml"), secret, 0o600)
+	git(ws, "commit", "-qam", "rotate the credential")
+	prSHA := git(ws, "rev-parse", "HEAD")
+	git(ws, "push", "-q", "origin", "HEAD:refs/pull/1/head")
+	git(ws, "checkout", "-q", "main")
+
+	// `go install …/cmd/ghcrsync@$GHCRSYNC_VERSION` puts the pinned release on PATH: the version
+	// is not published from here, so a go on PATH answers that one command with this build.
+	tools := t.TempDir()
+	shim := "#!/bin/sh\ncase \"$1 $2\" in\n\"install github.com/ghcrsync/ghcrsync/cmd/ghcrsync@\"v*) cp " + bin + " " + tools + "/ghcrsync ;;\n" +
+		"*) exec " + goTool(t) + " \"$@\" ;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(tools, "go"), []byte(shim), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	kubeconfig, _ := os.ReadFile(sb.Path(sandbox.KubeconfigFile))
+	talosconfig, _ := os.ReadFile(sb.Path(sandbox.TalosconfigFile))
+	age, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
+
+	newRunner := func(inputs map[string]string) *runner {
+		r := &runner{t: t, workspace: ws, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), outputs: map[string]map[string]string{},
+			values: map[string]string{
+				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig),
+				"secrets.RELEASE_KUBECONFIG": string(kubeconfig), "secrets.TALOSCONFIG": string(talosconfig),
+				"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test",
+			}}
+		for k, v := range inputs {
+			r.values["inputs."+k] = v
+		}
+
+		r.summary = filepath.Join(r.temp, "summary.md")
+
+		return r
+	}
+
+	plan := newRunner(nil)
+	trace := plan.run("../../docs/workflows/plan.yml")
+
+	if plan.failed || plan.outputs["plan"]["exitcode"] != "2" || len(plan.comments) != 1 || !strings.HasPrefix(plan.comments[0], view.MarkdownMarker) {
+		t.Fatalf("plan.yml: %v, outputs %v, %d comment(s)", trace, plan.outputs, len(plan.comments))
+	}
+
+	if s, _ := os.ReadFile(plan.summary); !strings.Contains(string(s), "### ghcrsync plan: ") {
+		t.Fatalf("plan.yml's step summary:\n%s", s)
+	}
+
+	// The deploy job runs on the merged commit.
+	git(ws, "checkout", "-q", "--", "clusters")
+	git(ws, "merge", "-q", "--ff-only", prSHA)
+
+	apply := newRunner(nil)
+	if trace := apply.run("../../docs/workflows/apply.yml"); apply.failed || !strings.Contains(strings.Join(trace, "\n"), "Recover: skipped") {
+		t.Fatalf("apply.yml: %v", trace)
+	}
+
+	if s, _ := os.ReadFile(apply.summary); !strings.Contains(string(s), "ghcrsync apply") {
+		t.Fatalf("apply.yml's step summary:\n%s", s)
+	}
+
+	recover := newRunner(map[string]string{"holder": ""})
+	if trace := recover.run("../../docs/workflows/recover.yml"); recover.failed {
+		t.Fatalf("recover.yml: %v", trace)
+	}
+}
+
+func goTool(t *testing.T) string {
+	t.Helper()
+
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go")
+	}
+
+	return p
+}

@@ -1,0 +1,65 @@
+# ghcrsync configuration for a production fleet rotated from GitHub Actions
+# (docs/workflows/apply.yml): the repository root holds this file and the SOPS-encrypted
+# credential; the workflow passes --kubeconfig and --talosconfig (files it writes from secrets),
+# so neither is named here. The blocks are described in docs/config.md; `ghcrsync validate`
+# checks this file in a pull request without contacting the cluster.
+
+credential "ghcr" {
+  registry  = "ghcr.io"
+  sops_file = "clusters/prod/ghcr-secret.enc.yaml"
+  key       = ["stringData", "ghcr_dockerconfigjson"]
+  prove     = ["acme/private-probe:v1"]   # a private package the credential must pull
+}
+
+nodes {
+  autoscaler_candidates = "include"
+  worker_parallelism    = 2
+  max_failures          = 1
+  drain_timeout         = "30m"
+  ready_timeout         = "15m"
+
+  runtime_probe {
+    image     = "ghcr.io/acme/private-probe:v1"
+    namespace = "ghcrsync-system"
+  }
+}
+
+lease {
+  namespace = "flux-system"
+  name      = "ghcr-auth-refresh"
+}
+
+# A CI runner's filesystem does not outlive the job: the state lives in a Secret.
+state {
+  backend   = "kubernetes"
+  namespace = "flux-system"
+  secret    = "ghcrsync-state"
+}
+
+# Whether a Lease holder's run is over: the GitHub Actions API, read with the job's token
+# (GH_TOKEN, permissions: actions: read).
+liveness "github_actions" {
+  repository = "acme/fleet"
+}
+
+consumers {
+  selector         = "ghcrsync.dev/pull-secret=ghcr"
+  secret           = "ghcr-pull"
+  service_accounts = ["default"]
+}
+
+flux_root {
+  namespace      = "flux-system"
+  secret         = "ghcr-auth"
+  oci_repository = "flux-system"
+}
+
+# The Hetzner cluster autoscaler's node template (HCLOUD_CLUSTER_CONFIG): machines it creates
+# during and after the rotation boot with the new credential.
+node_template "hcloud-workers" {
+  namespace = "kube-system"
+  secret    = "hcloud-cluster-config"
+  key       = "HCLOUD_CLUSTER_CONFIG"
+  format    = "hcloud-cluster-config"
+  pools     = ["workers"]
+}
