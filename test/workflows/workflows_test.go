@@ -66,7 +66,6 @@ func interpolated(t *testing.T, content []byte) []string {
 	return out
 }
 
-
 func TestShippedWorkflowsLint(t *testing.T) {
 	for _, path := range shipped(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
