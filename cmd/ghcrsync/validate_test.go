@@ -79,7 +79,7 @@ func TestValidate(t *testing.T) {
 		{name: "no_probe_image", cfg: config(func(s string) string {
 			s = strings.Replace(s, `prove     = ["ghcrsync/private-probe:v1"]`, "", 1)
 			return strings.Replace(s, `image     = "ghcr.io/ghcrsync/private-probe:v1"`, "", 1)
-		}), code: 1, says: "No runtime probe image", errorsMin: 1},
+		}), keyFile: sb.Path(sandbox.AgeKeyFile), code: 1, says: "No runtime probe image", errorsMin: 1},
 		{name: "plaintext_credential_file", cfg: config(func(s string) string {
 			return strings.Replace(s, `"`+sb.Path(sandbox.SecretFile)+`"`, `"`+plaintext+`"`, 1)
 		}), code: 1, says: "not encrypted with SOPS", errorsMin: 1},

@@ -283,9 +283,9 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		t.Fatalf("plan.yml's step summary:\n%s", s)
 	}
 
-	// The deploy job runs on the merged commit.
-	git(ws, "checkout", "-q", "--", "clusters")
-	git(ws, "merge", "-q", "--ff-only", prSHA)
+	// The deploy job runs on the merged commit (a fast-forward of main to the pull request's; the
+	// plan job's depth-1 fetch left the clone shallow, so it is checked out, not merged).
+	git(ws, "reset", "-q", "--hard", prSHA)
 
 	apply := newRunner(nil)
 	if trace := apply.run("../../docs/workflows/apply.yml"); apply.failed || !strings.Contains(strings.Join(trace, "\n"), "Recover: skipped") {
