@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -362,13 +361,13 @@ func TestStaleSchedulableWorkerStopsTheDrain(t *testing.T) {
 		done := false
 
 		res, err := applyCfg(context.Background(), applyOptions{ConfigPath: cfg, PlanPath: path, Hooks: apply.Hooks{
-			BeforeMutation: func(node string, phase state.Phase) {
-				if node != p.Steering.Seed || phase != state.PhaseDrained || done {
+			BeforeMutation: func(name string, phase state.Phase) {
+				if name != p.Steering.Seed || phase != state.PhaseDrained || done {
 					return
 				}
 
 				done = true
-				n := node2(t, kube, other)
+				n := node(t, sb, other)
 				patch := map[string]any{"spec": map[string]any{"taints": withoutTaint(n.Spec.Taints, taints.Steering)}}
 
 				if cordoned {
@@ -405,15 +404,4 @@ func TestStaleSchedulableWorkerStopsTheDrain(t *testing.T) {
 
 		sandboxtest.PatchNode(t, kube, other, map[string]any{"spec": map[string]any{"unschedulable": false}})
 	}
-}
-
-func node2(t *testing.T, kube kubernetes.Interface, name string) *corev1.Node {
-	t.Helper()
-
-	n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	return n
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,19 +76,9 @@ func TestBashCompletesFlags(t *testing.T) {
 			}
 
 			got := strings.Fields(string(out))
-			if !contains(got, tc.want) || tc.not != "" && contains(got, tc.not) {
+			if !slices.Contains(got, tc.want) || tc.not != "" && slices.Contains(got, tc.not) {
 				t.Fatalf("%q completes to %q, want %q", tc.line, got, tc.want)
 			}
 		})
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-
-	return false
 }
