@@ -150,9 +150,11 @@ func (m *Machine) applyMode(mode machine.ApplyConfigurationRequest_Mode, cur, ne
 	return mode, "", fmt.Errorf("incorrect mode '%s' specified for the apply config call", mode)
 }
 
-// canApplyImmediate is Talos's rule: only some v1alpha1 sections may change without a reboot
-// (the rest of v1alpha1 is compared after those are reset). On top of it the sandbox models the
-// container runtime: before Talos 1.14 it loads registry auth only at boot.
+// canApplyImmediate is Talos's rule (v1.13.9's machined): only some v1alpha1 sections may change
+// without a reboot (the rest of v1alpha1 is compared after those are reset), and only the
+// v1alpha1 document is compared. Any other document, a RegistryAuthConfig among them, changes in
+// no-reboot, try and auto mode as "applied without a reboot" — and before Talos 1.14 the
+// container runtime keeps the credential it booted with (reloadActive): applied, not loaded.
 func (m *Machine) canApplyImmediate(cur, next config.Provider) error {
 	a, b := cur.RawV1Alpha1(), next.RawV1Alpha1()
 	if a == nil || b == nil {
@@ -175,18 +177,11 @@ func (m *Machine) canApplyImmediate(cur, next config.Provider) error {
 		}
 	}
 
-	var older, newer config.Encoder
-
-	switch {
-	case !reflect.DeepEqual(a, b):
-		older, newer = container.NewV1Alpha1(a), container.NewV1Alpha1(b)
-	case !m.liveRegistryAuth() && registryCredential(cur) != registryCredential(next):
-		older, newer = cur, next
-	default:
+	if reflect.DeepEqual(a, b) {
 		return nil
 	}
 
-	diff, err := configdiff.DiffConfigs(older, newer)
+	diff, err := configdiff.DiffConfigs(container.NewV1Alpha1(a), container.NewV1Alpha1(b))
 	if err != nil {
 		return fmt.Errorf("error calculating diff: %w", err)
 	}

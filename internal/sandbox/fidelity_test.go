@@ -140,9 +140,11 @@ func TestFidelityTryModeRollsBack(t *testing.T) {
 		return nil
 	})
 
-	auth := withRegistryAuth(t, cur.Provider(), sandbox.Credential{Username: "try-user", Password: "try-secret"})
+	// A v1alpha1 change that needs a reboot is refused in try mode.
+	token := cur.Config().Machine().Security().Token()
+	retokened := []byte(strings.Replace(string(data), "token: "+token, "token: "+map[bool]string{true: "y", false: "z"}[token[0] == 'z']+token[1:], 1))
 
-	_, err = talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: auth, Mode: machine.ApplyConfigurationRequest_TRY})
+	_, err = talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: retokened, Mode: machine.ApplyConfigurationRequest_TRY})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "can't be applied in immediate mode") {
 		t.Fatalf("a reboot-requiring change in try mode: %v", err)
 	}

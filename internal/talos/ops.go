@@ -55,8 +55,9 @@ func OtherDocuments(cfg config.Provider, registry string) []configconfig.Documen
 }
 
 // Configure writes the credential into the node's machine config. When live, the change is
-// applied without a reboot (Talos 1.14+); otherwise it is staged for the next boot, since an
-// older Talos refuses a no-reboot registry-auth change. The new config is built on the next-boot
+// applied without a reboot (Talos 1.14+); otherwise it is staged for the next boot: an older
+// Talos accepts a no-reboot registry-auth change, but its container runtime keeps the credential
+// it booted with (applied, not loaded), so only the reboot that follows makes it count. The new config is built on the next-boot
 // config (so a change an operator staged is kept, never dropped), and read back and checked.
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) error {
 	nctx, cancel := c.bounded(ctx, node)
