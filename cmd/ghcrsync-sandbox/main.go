@@ -275,6 +275,8 @@ func newCtl() *cobra.Command {
   delete-node NODE               the machine and its Node vanish
   pause-autoscaler | resume-autoscaler
   revoke-credential USER         the registry stops accepting USER
+  deny-repository USER REPO      USER logs in but may not pull REPO (org/name), as GHCR grants per package
+  allow-repository USER REPO     USER may pull REPO again
   hang-talos NODE | unhang-talos NODE   the node's Talos API accepts calls and never answers
   slow-talos NODE DURATION       the node's Talos API answers each call DURATION late (0s: at once)
   api-outage DURATION            the Kubernetes API endpoint refuses connections for DURATION
@@ -295,7 +297,7 @@ func newCtl() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			verb, rest := args[0], args[1:]
 			need := map[string][2]int{"reboot": {1, 1}, "power-off": {1, 1}, "power-on": {1, 1}, "scale-down": {1, 1}, "delete-node": {1, 1},
-				"revoke-credential": {1, 1}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
+				"revoke-credential": {1, 1}, "deny-repository": {2, 2}, "allow-repository": {2, 2}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
 				"api-outage": {1, 1}, "etcd-alarm": {2, 2}, "etcd-learner": {1, 1}, "etcd-voter": {1, 1}, "move-address": {1, 2},
 				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}, "stall-pods": {1, 1}, "unstall-pods": {1, 1},
 				"kubelet-not-ready": {1, 1}, "kubelet-ready": {1, 1}, "disruption": {1, 1}}
@@ -335,6 +337,8 @@ func newCtl() *cobra.Command {
 				req.Duration = rest[0]
 			case "revoke-credential":
 				req.User = rest[0]
+			case "deny-repository", "allow-repository":
+				req.User, req.Repository = rest[0], rest[1]
 			case "set-run-status":
 				req.ID, req.Attempt, req.Status = rest[0], rest[1], rest[2]
 			case "disruption":

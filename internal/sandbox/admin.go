@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -20,11 +21,13 @@ type adminAPI struct {
 
 // Request is the body of a POST to the admin API.
 type Request struct {
-	Node    string `json:"node,omitempty"`
-	User    string `json:"user,omitempty"`
-	ID      string `json:"id,omitempty"`
-	Attempt string `json:"attempt,omitempty"`
-	Status  string `json:"status,omitempty"`
+	Node string `json:"node,omitempty"`
+	User string `json:"user,omitempty"`
+	// Repository is a registry repository, "org/name" (deny-repository, allow-repository).
+	Repository string `json:"repository,omitempty"`
+	ID         string `json:"id,omitempty"`
+	Attempt    string `json:"attempt,omitempty"`
+	Status     string `json:"status,omitempty"`
 	// Duration is how long a fault lasts (api-outage), as a Go duration.
 	Duration string `json:"duration,omitempty"`
 	// Alarm is the etcd alarm a control plane raises (etcd-alarm): NOSPACE, CORRUPT, or "" to clear.
@@ -40,7 +43,7 @@ type Request struct {
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
 var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
-	"revoke-credential", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
+	"revoke-credential", "deny-repository", "allow-repository", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
 	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers", "stall-pods", "unstall-pods", "kubelet-not-ready", "kubelet-ready",
 	"disruption",
 }
@@ -217,6 +220,18 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		return map[string]string{"revoked": req.User}, nil
+	case "deny-repository", "allow-repository":
+		if req.User == "" || !strings.Contains(req.Repository, "/") {
+			return nil, fmt.Errorf("%s needs a user and a repository org/name", verb)
+		}
+
+		if verb == "deny-repository" {
+			s.registry.DenyRepository(req.User, req.Repository)
+		} else {
+			s.registry.AllowRepository(req.User, req.Repository)
+		}
+
+		return map[string]string{verb: req.User + " " + req.Repository}, nil
 	case "etcd-alarm", "etcd-learner", "etcd-voter":
 		m, err := machine()
 		if err != nil {
