@@ -138,7 +138,8 @@ func TestEmergencyRotationKeepsEveryPodPulling(t *testing.T) {
 	start := time.Now()
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stale-pull", Namespace: "apps"}, Spec: corev1.PodSpec{
 		NodeName: "prod-worker-3", TerminationGracePeriodSeconds: new(int64),
-		Containers: []corev1.Container{{Name: "app", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1"}},
+		// Always: a copy of the image on the node would start without the registry (IfNotPresent).
+		Containers: []corev1.Container{{Name: "app", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1", ImagePullPolicy: corev1.PullAlways}},
 	}}
 	if _, err := kube.CoreV1().Pods("apps").Create(context.Background(), bare, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

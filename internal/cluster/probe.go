@@ -195,7 +195,70 @@ func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, tim
 		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, describePod(seen))
 	}
 
-	return verdict
+	if verdict != nil {
+		return verdict
+	}
+
+	return c.pulled(ctx, node, pod, image, min(timeout, pulledEventWait))
+}
+
+// pulledEventWait bounds the wait for the kubelet's Pulled event after the pod's status named
+// the image (the kubelet sends the event first; its delivery can trail the status).
+const pulledEventWait = 15 * time.Second
+
+// pulled checks the kubelet really pulled the image for the probe pod: its Pulled event says
+// "Successfully pulled image". An image ID in the status alone may be a copy already on the node
+// (the event then says "already present on machine"), which proves nothing about the credential
+// the runtime holds now.
+func (c *Connection) pulled(ctx context.Context, node string, pod *corev1.Pod, image string, wait time.Duration) error {
+	events := c.Client.CoreV1().Events(pod.Namespace)
+	selector := fields.Set{"involvedObject.uid": string(pod.UID), "reason": "Pulled"}.String()
+	deadline := time.Now().Add(wait)
+
+	for {
+		list, err := events.List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return fmt.Errorf("runtime probe %s/%s on %s: read its kubelet's events (list events in %s): %w", pod.Namespace, pod.Name, node, pod.Namespace, err)
+		}
+
+		if verdict, ok := pullEvidence(list.Items); ok {
+			if verdict != "" {
+				return fmt.Errorf("the container runtime of %s did not pull %s for the probe: %s; a copy on the node proves nothing about its credential: "+
+					"make sure nothing rewrites the probe's pull policy (Always), then run plan and apply again", node, image, verdict)
+			}
+
+			return nil
+		}
+
+		if time.Now().After(deadline) {
+			return fmt.Errorf("runtime probe %s/%s on %s: its image was reported, but the kubelet sent no Pulled event within %s, so the pull is unproven; "+
+				"the node stays fenced: run ghcrsync apply again", pod.Namespace, pod.Name, node, wait)
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runtime probe %s/%s on %s: %w", pod.Namespace, pod.Name, node, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// pullEvidence reads a probe pod's Pulled events: ok once there is one, with "" for a real pull
+// or the kubelet's words when it started from an image already present.
+func pullEvidence(events []corev1.Event) (verdict string, ok bool) {
+	for _, e := range events {
+		if strings.HasPrefix(e.Message, "Successfully pulled image") {
+			return "", true
+		}
+	}
+
+	for _, e := range events {
+		if strings.Contains(e.Message, "already present on machine") {
+			return e.Message, true
+		}
+	}
+
+	return "", false
 }
 
 // describePod is what was last observed of a pod: its phase, the conditions that are not True,

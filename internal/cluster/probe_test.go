@@ -268,3 +268,30 @@ func TestAdmitted(t *testing.T) {
 		})
 	}
 }
+
+// The proof is the kubelet's word for a pull: "Successfully pulled image" proves, "already
+// present on machine" refuses, nothing yet waits.
+func TestPullEvidence(t *testing.T) {
+	pulled := corev1.Event{Reason: "Pulled", Message: `Successfully pulled image "ghcr.io/acme/probe@sha256:1" in 1.2s (1.2s including waiting). Image size: 1 bytes.`}
+	present := corev1.Event{Reason: "Pulled", Message: `Container image "ghcr.io/acme/probe@sha256:1" already present on machine`}
+
+	for _, tc := range []struct {
+		name    string
+		events  []corev1.Event
+		refused bool
+		ok      bool
+	}{
+		{"a pull", []corev1.Event{pulled}, false, true},
+		{"already present", []corev1.Event{present}, true, true},
+		{"present, then pulled", []corev1.Event{present, pulled}, false, true},
+		{"no event yet", nil, false, false},
+		{"another event", []corev1.Event{{Reason: "Pulled", Message: "Pulling image"}}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verdict, ok := pullEvidence(tc.events)
+			if ok != tc.ok || (verdict != "") != tc.refused {
+				t.Fatalf("pullEvidence = %q, %v; want refused %v, ok %v", verdict, ok, tc.refused, tc.ok)
+			}
+		})
+	}
+}

@@ -69,6 +69,8 @@ type Fleet struct {
 	stats       Stats
 	pullSources map[string]string   // pod -> where its last successful pull's credential came from
 	pods        map[string]*podLife // by uid: the pods the kubelets ran (Disruption)
+
+	processImages map[string]ProcessImage // images the kubelets run as processes (RunImage)
 }
 
 // PullSource says where the credential of a pod's last successful pull came from: "node" (the
@@ -262,14 +264,17 @@ func Evictable(p *corev1.Pod) bool { return cluster.Evictable(p) }
 
 // pullImage pulls as the machine's runtime does, trying creds in order; it returns the image's
 // digest ("" for an image outside the registry).
-func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, creds []Credential) (string, error) {
+func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, creds []Credential) (string, Credential, error) {
 	var (
 		digest string
+		used   Credential
 		err    error
 	)
 
 	for _, c := range creds {
 		if digest, err = f.reg.Pull(ctx, image, c.Username, c.Password); err == nil {
+			used = c
+
 			f.statsMu.Lock()
 			f.pullSources[pod] = c.source
 			f.statsMu.Unlock()
@@ -279,7 +284,7 @@ func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, cr
 	}
 
 	if !strings.HasPrefix(image, registry.RegistryHost+"/") {
-		return digest, err
+		return digest, used, err
 	}
 
 	f.statsMu.Lock()
@@ -294,7 +299,7 @@ func (f *Fleet) pullImage(ctx context.Context, m *Machine, pod, image string, cr
 		f.log.Debug("image pull failed", "node", m.Name, "image", image, "error", err)
 	}
 
-	return digest, err
+	return digest, used, err
 }
 
 // Machine returns the machine with the given name or IP.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ type kubelet struct {
 	wg      sync.WaitGroup
 	backoff map[types.UID]time.Time
 	queue   chan string // pod names to sync
+
+	processes map[types.UID]*containerProcess // the process-run pods' processes (ProcessImage)
+	ran       map[types.UID]bool              // process-run pods started once (restartPolicy Never)
 }
 
 func (k *kubelet) heartbeat() time.Duration { return k.m.fleet.opts.Heartbeat }
@@ -329,6 +333,10 @@ func (k *kubelet) boot() {
 	ctx, cancel := context.WithCancel(k.m.fleet.ctx)
 	k.cancel = cancel
 	k.backoff = map[types.UID]time.Time{}
+	k.processes = map[types.UID]*containerProcess{}
+	if k.ran == nil {
+		k.ran = map[types.UID]bool{}
+	}
 	k.queue = make(chan string, 1024)
 
 	k.wg.Add(2)
@@ -449,6 +457,14 @@ func (k *kubelet) podLoop(ctx context.Context) {
 }
 
 func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister corelisters.PodLister) {
+	if k.runsProcess(pod) {
+		k.syncProcessPod(ctx, pod)
+
+		if pod.DeletionTimestamp == nil || k.hasProcess(pod.UID) {
+			return
+		}
+	}
+
 	if pod.DeletionTimestamp != nil {
 		k.m.fleet.notePull(pod, false) // a pod going away is no longer failing to pull
 
@@ -511,9 +527,12 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister coreliste
 	for _, c := range pod.Spec.Containers {
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
 
-		digest, err := k.m.fleet.pullImage(ctx, k.m, pod.Namespace+"/"+pod.Name, c.Image, creds)
+		digest, err := k.ensureImage(ctx, pod, c, creds)
 
 		switch failure := startFailure(c); {
+		case errors.Is(err, errNeverPull):
+			pullErr = err
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: err.Error()}
 		case err != nil:
 			pullErr = err
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}

@@ -53,6 +53,7 @@ type Machine struct {
 	down       bool // rebooting: no kubelet, no Talos API
 	gone       bool // deleted
 	effective  Credential
+	images     map[string]pulledImage // the runtime's image store: it outlives reboots, as containerd's does
 	criStarted time.Time
 	rebootDone chan struct{}
 	events     *eventLog   // this boot's runtime events

@@ -254,8 +254,8 @@ func TestEvictionBlockedByPDBIs429(t *testing.T) {
 }
 
 // The machinery client reads the machine configuration (os:admin), is refused it with
-// os:reader, and sees Talos 1.13's rules for a registry-auth change: no-reboot refuses it,
-// staged keeps it for the next boot, and a reboot of a fenced node makes it effective (new
+// os:reader, and sees Talos 1.13's rules for a registry-auth change: no-reboot accepts it and
+// the runtime keeps the old credential, staged keeps it for the next boot, and a reboot of a fenced node makes it effective (new
 // boot ID, NotReady then Ready). The witness counts no unsafe write.
 func TestTalosReadApplyAndReboot(t *testing.T) {
 	ctx := context.Background()
@@ -300,9 +300,18 @@ func TestTalosReadApplyAndReboot(t *testing.T) {
 
 	data := withRegistryAuth(t, mc.Provider(), sb.NewCredential())
 
-	_, err = talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "this config change can't be applied in immediate mode") {
-		t.Fatalf("no-reboot registry-auth change on Talos 1.13: want machined's InvalidArgument, got %v", err)
+	m, _ := sb.Fleet().Machine(name)
+
+	// Talos 1.13 compares only the v1alpha1 document: a registry-auth change is "applied without a
+	// reboot", and the runtime keeps the credential it booted with (applied, not loaded).
+	resp, err := talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+	if err != nil || resp.GetMessages()[0].GetModeDetails() != "Applied configuration without a reboot" {
+		t.Fatalf("no-reboot registry-auth change on Talos 1.13: want machined's answer, got %v %v", resp, err)
+	}
+
+	if m.Configured() != sb.NewCredential() || m.Effective() != sb.OldCredential() {
+		t.Fatalf("after a no-reboot apply: configured %s, effective %s; want the new configured and the old loaded",
+			m.Configured().Username, m.Effective().Username)
 	}
 
 	if _, err := talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_STAGED}); err != nil {
@@ -318,8 +327,7 @@ func TestTalosReadApplyAndReboot(t *testing.T) {
 		t.Fatalf("staged config holds %q", got)
 	}
 
-	m, _ := sb.Fleet().Machine(name)
-	if m.Effective() != sb.OldCredential() || m.Configured() != sb.OldCredential() {
+	if m.Effective() != sb.OldCredential() {
 		t.Fatal("a staged config changed the running credential")
 	}
 
@@ -463,7 +471,8 @@ func TestStaleEffectiveCredentialFailsUntilReboot(t *testing.T) {
 			Spec: corev1.PodSpec{
 				NodeName:                      name,
 				TerminationGracePeriodSeconds: ptr.To(int64(0)),
-				Containers:                    []corev1.Container{{Name: "probe", Image: sandbox.RegistryHost + "/ghcrsync/private-probe:v1"}},
+				// Always: asks the registry with the runtime's credential, never a copy on the node.
+				Containers: []corev1.Container{{Name: "probe", Image: sandbox.RegistryHost + "/ghcrsync/private-probe:v1", ImagePullPolicy: corev1.PullAlways}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
@@ -822,4 +831,95 @@ func TestAuditLogRecordsWritesByIdentity(t *testing.T) {
 
 		return nil
 	})
+}
+
+// The kubelet follows the pull policy: Always asks the registry every time (and says
+// "Successfully pulled image"), IfNotPresent starts from the copy on the node ("already present
+// on machine") — even once the registry denies the node's credential the repository, as a real
+// kubelet does for an image pulled with the node's own credential. So only an Always pull is a
+// proof of the credential: the Always pod then fails with ErrImagePull (the control).
+func TestKubeletFollowsThePullPolicy(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sandboxtest.Kube(t)
+	const name = "prod-worker-1"
+
+	image := sandbox.RegistryHost + "/ghcrsync/private-probe:v1"
+	m, _ := sb.Fleet().Machine(name)
+
+	run := func(podName string, policy corev1.PullPolicy) {
+		t.Helper()
+
+		_, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName},
+			Spec: corev1.PodSpec{
+				NodeName: name, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+				Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: policy}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		t.Cleanup(func() {
+			_ = kube.CoreV1().Pods("default").Delete(context.Background(), podName, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		})
+	}
+
+	await := func(podName, wantWaiting, wantEvent string) {
+		t.Helper()
+
+		sandboxtest.Eventually(t, 30*time.Second, podName+" "+wantEvent, func() error {
+			p, err := kube.CoreV1().Pods("default").Get(ctx, podName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			waiting := ""
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.State.Waiting != nil {
+					waiting = cs.State.Waiting.Reason
+				}
+			}
+
+			if wantWaiting == "" && p.Status.Phase != corev1.PodRunning || wantWaiting != "" && waiting != wantWaiting {
+				return fmt.Errorf("phase %s, waiting %q", p.Status.Phase, waiting)
+			}
+
+			evs, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+			if err != nil {
+				return err
+			}
+
+			for _, e := range evs.Items {
+				if strings.Contains(e.Message, wantEvent) && e.Source.Component == "kubelet" && e.Source.Host == name {
+					return nil
+				}
+			}
+
+			return fmt.Errorf("no kubelet event %q among %d", wantEvent, len(evs.Items))
+		})
+	}
+
+	run("policy-always", corev1.PullAlways)
+	await("policy-always", "", "Successfully pulled image")
+
+	pulls := stats(t).Pulls.OK
+
+	run("policy-if-not-present", corev1.PullIfNotPresent)
+	await("policy-if-not-present", "", "already present on machine")
+
+	if got := stats(t).Pulls.OK; got != pulls {
+		t.Fatalf("IfNotPresent with the image on the node pulled (%d pulls, want %d)", got, pulls)
+	}
+
+	user := m.Effective().Username
+	sb.Registry().DenyRepository(user, "ghcrsync/private-probe")
+	t.Cleanup(func() { sb.Registry().AllowRepository(user, "ghcrsync/private-probe") })
+
+	run("denied-if-not-present", corev1.PullIfNotPresent)
+	await("denied-if-not-present", "", "already present on machine")
+
+	run("denied-always", corev1.PullAlways)
+	await("denied-always", "ErrImagePull", "Failed to pull image")
 }

@@ -45,6 +45,9 @@ type Registry struct {
 	// denied are the repositories a user may log in for but not read ("user repo"), as GHCR
 	// grants each package on its own.
 	denied map[string]bool
+	// public are repositories under PrivateOrg that anyone may pull (Publish), as a GHCR
+	// package's visibility is set on its own.
+	public map[string]bool
 }
 
 type grant struct {
@@ -106,6 +109,7 @@ func Start() (*Registry, error) {
 		users:  map[string]string{},
 		tokens: map[string]grant{},
 		denied: map[string]bool{},
+		public: map[string]bool{},
 	}
 
 	if err := r.seed(); err != nil {
@@ -129,12 +133,17 @@ func Start() (*Registry, error) {
 // content follows from its name: every sandbox's registry serves the same image under the same
 // name (with the same digest), as ghcr.io does for every cluster.
 func (r *Registry) seed() error {
+	return r.push(append(slices.Clone(PrivateImages), PublicImage)...)
+}
+
+// push writes images straight into the unauthenticated inner handler.
+func (r *Registry) push(images ...string) error {
 	ts := httptest.NewServer(r.inner)
 	defer ts.Close()
 
 	host := strings.TrimPrefix(ts.URL, "http://")
 
-	for _, image := range append(slices.Clone(PrivateImages), PublicImage) {
+	for _, image := range images {
 		sum := sha256.Sum256([]byte(image))
 
 		img, err := random.Image(512, 1, random.WithSource(mathrand.NewSource(int64(binary.BigEndian.Uint64(sum[:8])))))
@@ -153,6 +162,18 @@ func (r *Registry) seed() error {
 	}
 
 	return nil
+}
+
+// Publish adds image ("org/name:tag", or with the registry host) as a public package: anyone
+// pulls it, even under PrivateOrg (as ghcr.io/ghcrsync/ghcrsync is).
+func (r *Registry) Publish(image string) error {
+	image = strings.TrimPrefix(image, RegistryHost+"/")
+
+	r.mu.Lock()
+	r.public[repoOf(image)] = true
+	r.mu.Unlock()
+
+	return r.push(image)
 }
 
 // Addr is host:port of the registry (plain HTTP on loopback).
@@ -289,6 +310,7 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	g, valid := r.tokens[tok]
 	_, userLive := r.users[g.user]
 	denied := r.denied[g.user+" "+repo]
+	public := r.public[repo]
 	r.mu.Unlock()
 
 	switch {
@@ -297,7 +319,7 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 
 		return
-	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/"), denied:
+	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/") && !public, denied:
 		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
 
 		return

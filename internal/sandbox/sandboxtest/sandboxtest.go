@@ -171,7 +171,11 @@ func Binary(t testing.TB) string {
 
 		binPath = filepath.Join(d, "ghcrsync")
 
-		if out, err := exec.Command(goBin, "build", "-o", binPath, "github.com/ghcrsync/ghcrsync/cmd/ghcrsync").CombinedOutput(); err != nil {
+		// Static, as `make build` and the image build it (a Job's process runs chrooted).
+		build := exec.Command(goBin, "build", "-o", binPath, "github.com/ghcrsync/ghcrsync/cmd/ghcrsync")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+
+		if out, err := build.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("build ghcrsync: %w\n%s", err, out)
 		}
 	})
