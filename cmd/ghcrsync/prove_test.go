@@ -41,4 +41,15 @@ func TestPlanProvesEveryImage(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("a plan refused by the registry proof was saved")
 	}
+
+	// apply refuses before any write: no Talos write, no node patched (parity A5).
+	talosBefore := totalTalosWrites(sb)
+
+	if r := ghcrsync(t, "apply", "--config", cfg, "--auto-approve"); r.code != 1 || !strings.Contains(r.stderr, "registry proof of ghcrsync/app:v1 failed") {
+		t.Fatalf("apply with one image denied: exit %d\n%s", r.code, r.stderr)
+	}
+
+	if got := totalTalosWrites(sb); got != talosBefore {
+		t.Fatalf("apply refused by the registry proof made %d Talos write(s)", got-talosBefore)
+	}
 }
