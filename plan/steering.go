@@ -120,7 +120,7 @@ func (p *Plan) CheckDestinations(node string, pods int, ds []Destination) error 
 
 	if pods > 0 && able == 0 && !p.Steering.AllowPending && p.Steering.Hard() {
 		return fmt.Errorf("no Ready, schedulable node that can pull can take its %d %s: they would wait Pending; "+
-			"re-plan with --allow-pending to accept that, or free a worker", pods, plural(pods, "pod", "pods"))
+			"re-plan with --allow-pending to accept that, or free a worker", pods, human.Plural(pods, "pod", "pods"))
 	}
 
 	return nil
@@ -175,7 +175,7 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 		}
 	}
 
-	pods := fmt.Sprintf("%d %s", seed.Pods, plural(seed.Pods, "pod", "pods"))
+	pods := fmt.Sprintf("%d %s", seed.Pods, human.Plural(seed.Pods, "pod", "pods"))
 
 	switch {
 	case seed.Pods == 0:
@@ -204,12 +204,4 @@ func describeNames(names []string) string {
 	}
 
 	return strings.Join(names, ", ")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-
-	return many
 }

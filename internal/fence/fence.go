@@ -354,19 +354,11 @@ func summary(fs []Fence) string {
 
 	switch {
 	case releasable == len(fs):
-		return fmt.Sprintf("%d %s held by a terminated run: releasable.", len(fs), plural(len(fs), "fence", "fences"))
+		return fmt.Sprintf("%d %s held by a terminated run: releasable.", len(fs), human.Plural(len(fs), "fence", "fences"))
 	case live == len(fs):
-		return fmt.Sprintf("%d %s held by a live run: not releasable.", len(fs), plural(len(fs), "fence", "fences"))
+		return fmt.Sprintf("%d %s held by a live run: not releasable.", len(fs), human.Plural(len(fs), "fence", "fences"))
 	}
 
 	return fmt.Sprintf("%d %s held: %d releasable, %d held by a live run, %d whose run cannot be proven terminated.",
-		len(fs), plural(len(fs), "fence", "fences"), releasable, live, unproven)
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-
-	return many
+		len(fs), human.Plural(len(fs), "fence", "fences"), releasable, live, unproven)
 }

@@ -35,3 +35,12 @@ func Renewed(at *time.Time, now time.Time) string {
 
 	return "renewed " + now.Sub(*at).Round(time.Second).String() + " ago"
 }
+
+// Plural is one when n is 1, else many ("fence", "fences").
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+
+	return many
+}

@@ -87,11 +87,7 @@ func Headline(p *plan.Plan) string {
 }
 
 func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-
-	return fmt.Sprintf("%d %s", n, many)
+	return fmt.Sprintf("%d %s", n, human.Plural(n, one, many))
 }
 
 // PlanMarkdown renders a plan for a pull-request comment or a step summary. Every value from
