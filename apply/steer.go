@@ -154,32 +154,7 @@ func (e *executor) unsteerAll(ctx context.Context) {
 // steering taint and its annotation (when n carries them): the node is proved, pods may land on
 // it.
 func (e *executor) withoutSteering(n *corev1.Node, patch map[string]any) map[string]any {
-	un := cluster.UnsteerPatch(n, e.o.Holder)
-	if un == nil {
-		return patch
-	}
-
-	if s, ok := un["spec"]; ok {
-		patch["spec"] = s
-	}
-
-	if _, ok := un["metadata"]; ok {
-		meta, _ := patch["metadata"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
-			patch["metadata"] = meta
-		}
-
-		ann, _ := meta["annotations"].(map[string]any)
-		if ann == nil {
-			ann = map[string]any{}
-			meta["annotations"] = ann
-		}
-
-		ann[cluster.SteeredByAnnotation] = nil
-	}
-
-	return patch
+	return cluster.WithoutSteering(n, e.o.Holder, patch)
 }
 
 // destinations returns the drain's check before each eviction (plan.CheckDestinations): every

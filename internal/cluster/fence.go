@@ -176,27 +176,11 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any
 	}
 
 	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
-	spec := map[string]any{}
-
 	if !rec.WasCordoned {
-		spec["unschedulable"] = false
+		p["spec"] = map[string]any{"unschedulable": false}
 	}
 
-	if un := UnsteerPatch(n, holder); un != nil {
-		if s, ok := un["spec"].(map[string]any); ok {
-			spec["taints"] = s["taints"]
-		}
-
-		if _, ok := un["metadata"]; ok {
-			ann[SteeredByAnnotation] = nil
-		}
-	}
-
-	if len(spec) > 0 {
-		p["spec"] = spec
-	}
-
-	return p
+	return WithoutSteering(n, holder, p)
 }
 
 // Patcher is a compare-and-swap patch of a Node (Connection.CASPatch).

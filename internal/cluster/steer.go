@@ -86,6 +86,36 @@ func UnsteerPatch(n *corev1.Node, holder string) map[string]any {
 	return p
 }
 
+// WithoutSteering adds UnsteerPatch(n, holder) to patch (a merge patch of n: its spec and
+// annotations are merged into, not replaced) and returns it.
+func WithoutSteering(n *corev1.Node, holder string, patch map[string]any) map[string]any {
+	un := UnsteerPatch(n, holder)
+	if un == nil {
+		return patch
+	}
+
+	if s, ok := un["spec"].(map[string]any); ok {
+		submap(patch, "spec")["taints"] = s["taints"]
+	}
+
+	if _, ok := un["metadata"]; ok {
+		submap(submap(patch, "metadata"), "annotations")[SteeredByAnnotation] = nil
+	}
+
+	return patch
+}
+
+// submap is m[key] as a map, made when absent.
+func submap(m map[string]any, key string) map[string]any {
+	sub, _ := m[key].(map[string]any)
+	if sub == nil {
+		sub = map[string]any{}
+		m[key] = sub
+	}
+
+	return sub
+}
+
 // Steer puts holder's steering taint on the node named, if it is still the machine of uid (a
 // compare-and-swap, so a concurrent taint change is never lost).
 func Steer(ctx context.Context, p Patcher, name, uid, holder, effect string) error {
