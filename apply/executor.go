@@ -272,12 +272,20 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 // parallel runs nodes with at most k transactions at a time.
 func (e *executor) parallel(ctx context.Context, p *plan.Plan, nodes []plan.NodePlan, k int) []NodeResult {
 	results := make([]NodeResult, len(nodes))
-	sem := make(chan struct{}, k)
+
+	forEach(len(nodes), k, func(i int) { results[i] = e.node(ctx, p, nodes[i]) })
+
+	return results
+}
+
+// forEach runs do(0) … do(n-1), at most k at once, started in order, and waits for all.
+func forEach(n, k int, do func(i int)) {
+	sem := make(chan struct{}, max(k, 1))
 
 	var wg sync.WaitGroup
 
-	for i, n := range nodes {
-		sem <- struct{}{} // nodes start in the plan's order
+	for i := range n {
+		sem <- struct{}{}
 
 		wg.Add(1)
 
@@ -285,13 +293,11 @@ func (e *executor) parallel(ctx context.Context, p *plan.Plan, nodes []plan.Node
 			defer wg.Done()
 			defer func() { <-sem }()
 
-			results[i] = e.node(ctx, p, n)
+			do(i)
 		}()
 	}
 
 	wg.Wait()
-
-	return results
 }
 
 // node runs one node's transaction, unless the run is cancelled, the Lease lost, or the failure

@@ -58,30 +58,16 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 		return
 	}
 
-	sem := make(chan struct{}, max(e.o.LiveParallelism, 1))
-
-	var wg sync.WaitGroup
-
-	for _, n := range nodes {
+	forEach(len(nodes), e.o.LiveParallelism, func(i int) {
+		n := nodes[i]
 		if h := e.o.Hooks.BeforeMutation; h != nil {
 			h(n.Name, phaseSteering)
 		}
 
-		sem <- struct{}{}
-
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-
-			if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, e.o.Holder, p.Steering.Effect); err != nil {
-				e.o.Logger.Warn("steering taint not put on", "node", n.Name, "taint", taints.Steering+":"+p.Steering.Effect, "error", redact.Error(err))
-			}
-		}()
-	}
-
-	wg.Wait()
+		if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, e.o.Holder, p.Steering.Effect); err != nil {
+			e.o.Logger.Warn("steering taint not put on", "node", n.Name, "taint", taints.Steering+":"+p.Steering.Effect, "error", redact.Error(err))
+		}
+	})
 }
 
 // phaseSteering is what BeforeMutation is told before a node's steering taint goes on (not a
@@ -112,33 +98,20 @@ func (e *executor) unsteerAll(ctx context.Context) {
 	var (
 		mu   sync.Mutex
 		done []string
-		wg   sync.WaitGroup
 	)
 
-	sem := make(chan struct{}, max(e.o.LiveParallelism, 1))
+	forEach(len(todo), e.o.LiveParallelism, func(i int) {
+		x := todo[i]
+		if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
+			e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))
 
-	for _, x := range todo {
-		sem <- struct{}{}
+			return
+		}
 
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-
-			if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
-				e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))
-
-				return
-			}
-
-			mu.Lock()
-			done = append(done, x.Node)
-			mu.Unlock()
-		}()
-	}
-
-	wg.Wait()
+		mu.Lock()
+		done = append(done, x.Node)
+		mu.Unlock()
+	})
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
