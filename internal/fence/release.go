@@ -42,17 +42,29 @@ type ReleaseOptions struct {
 // rotated node's last step must not leave its fence (a lost answer is adopted below it, by the
 // compare-and-swap that finds the node already released).
 func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, bound time.Duration) (nothing string, err error) {
+	err = riding(ctx, bound, func() error {
+		nothing, err = undoOnce(ctx, p, name, holder, phase, rec)
+
+		return err
+	})
+
+	return nothing, err
+}
+
+// riding calls do until it succeeds or fails for good: a transient error (cluster.Transient) is
+// tried again each second until bound has passed or ctx is done; the last error is returned.
+func riding(ctx context.Context, bound time.Duration, do func() error) error {
 	deadline := time.Now().Add(bound)
 
 	for {
-		nothing, err = undoOnce(ctx, p, name, holder, phase, rec)
+		err := do()
 		if err == nil || !cluster.Transient(err) || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return nothing, err
+			return err
 		}
 
 		select {
 		case <-ctx.Done():
-			return nothing, err
+			return err
 		case <-time.After(time.Second):
 		}
 	}

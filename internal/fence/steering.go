@@ -3,7 +3,6 @@ package fence
 import (
 	"context"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -111,33 +110,28 @@ func classifySteering(s SteerObs, o Observation) Fence {
 // releaseSteering takes a steering taint off its node (only the run's own: an operator's taint
 // of the same effect, or another run's, stays) and drops its state record.
 func releaseSteering(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State) Outcome {
-	deadline := time.Now().Add(undoBound)
+	var gone bool
 
-	for {
-		gone, err := cluster.Unsteer(ctx, kube, f.Name, f.UID, f.Holder)
-		if err == nil {
-			st.DropSteer(f.Name, f.Holder)
+	err := riding(ctx, undoBound, func() (err error) {
+		gone, err = cluster.Unsteer(ctx, kube, f.Name, f.UID, f.Holder)
 
-			if werr := store.Write(st); werr != nil {
-				return Outcome{Fence: f, Released: true, Message: "steering taint removed, but the state could not be written: " + redact.Error(werr)}
-			}
-
-			if gone {
-				return Outcome{Fence: f, Released: true, Message: "no steering taint of this run on the node (state record closed)"}
-			}
-
-			return Outcome{Fence: f, Released: true, Message: "steering taint removed"}
-		}
-
-		if !cluster.Transient(err) || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
-		}
-
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
+		return err
+	})
+	if err != nil {
+		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	}
+
+	st.DropSteer(f.Name, f.Holder)
+
+	if werr := store.Write(st); werr != nil {
+		return Outcome{Fence: f, Released: true, Message: "steering taint removed, but the state could not be written: " + redact.Error(werr)}
+	}
+
+	if gone {
+		return Outcome{Fence: f, Released: true, Message: "no steering taint of this run on the node (state record closed)"}
+	}
+
+	return Outcome{Fence: f, Released: true, Message: "steering taint removed"}
 }
 
 // steeringHolders are the runs the steering taints name (for the liveness check).
