@@ -347,6 +347,8 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		w = append(w, noTemplateWarning)
 	}
 
+	w = append(w, staleReaderWarnings(p.Templates)...)
+
 	if l := s.Lease; l != nil && l.Holder != "" {
 		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
 			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))

@@ -18,6 +18,8 @@ type TemplateObs struct {
 	// Form is how the config carries the credential (nodetemplate.Form*).
 	Form   string `json:"form"`
 	Digest string `json:"digest,omitempty"` // authdigest of its credential for the registry
+	// Restart is the deployment rolled after a write (node_template.restart_deployment).
+	Restart string `json:"restart,omitempty"`
 }
 
 // Where names the template's Secret key (and pool) for messages.
@@ -71,5 +73,25 @@ func planTemplates(obs []TemplateObs, authDigest string) []TemplatePlan {
 }
 
 // noTemplateWarning is the plan's warning when no node_template is configured.
+// staleReaderWarnings: the Hetzner cluster-autoscaler decodes HCLOUD_CLUSTER_CONFIG once, when
+// it starts; a rewritten template changes no machine it creates until it restarts.
+func staleReaderWarnings(tps []TemplatePlan) []string {
+	var (
+		w    []string
+		seen = map[string]bool{}
+	)
+
+	for _, t := range tps {
+		if t.Action == TemplateUpdate && t.Format == "hcloud-cluster-config" && t.Restart == "" && !seen[t.Name] {
+			seen[t.Name] = true
+			w = append(w, fmt.Sprintf("Node template %s/%s[%s]: the Hetzner cluster-autoscaler reads it once, when it starts, so machines it creates keep "+
+				"booting with the old credential until it restarts; set node_template %q restart_deployment (e.g. \"kube-system/cluster-autoscaler\") "+
+				"so apply restarts it after the write.", t.Namespace, t.Secret, t.Key, t.Name))
+		}
+	}
+
+	return w
+}
+
 const noTemplateWarning = "No node_template is configured: machines the autoscaler creates later join with whatever " +
 	"credential their template holds (docs/node-templates.md)."

@@ -62,4 +62,6 @@ node_template "hcloud-workers" {
   key       = "HCLOUD_CLUSTER_CONFIG"
   format    = "hcloud-cluster-config"
   pools     = ["workers"]
+  # The autoscaler reads HCLOUD_CLUSTER_CONFIG once, when it starts: restart it after the write.
+  restart_deployment = "kube-system/cluster-autoscaler"
 }

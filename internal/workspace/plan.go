@@ -198,7 +198,7 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 			pools, err = nodetemplate.Read(t.Format, value, t.Pools, w.Config.Credential.Registry)
 			for _, p := range pools {
 				out = append(out, plan.TemplateObs{Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format,
-					Pool: p.Name, Form: p.Form, Digest: p.Digest})
+					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment})
 			}
 		}
 
