@@ -290,7 +290,7 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "puller"},
 		Spec: corev1.PodSpec{
 			ImagePullSecrets: []corev1.LocalObjectReference{{Name: sandbox.ConsumerSecret}},
-			Containers:       []corev1.Container{{Name: "c", Image: sandbox.RegistryHost + "/ghcrsync/app:v1"}},
+			Containers:       []corev1.Container{{Name: "c", Image: sandbox.RegistryHost + "/ghcrsync/app:v1", ImagePullPolicy: corev1.PullAlways}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -161,7 +161,8 @@ func (s *Sandbox) referenceFromDefaultSA(ctx context.Context, kube kubernetes.In
 	}
 }
 
-// pullingDeployment runs a pod that pulls a private image through the namespace's pull secret.
+// pullingDeployment runs a pod that pulls a private image through the namespace's pull secret,
+// every start.
 func pullingDeployment(ctx context.Context, kube kubernetes.Interface, ns string) error {
 	labels := map[string]string{"app": "puller"}
 	_, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
@@ -173,7 +174,9 @@ func pullingDeployment(ctx context.Context, kube kubernetes.Interface, ns string
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To(int64(1)),
 					ImagePullSecrets:              []corev1.LocalObjectReference{{Name: ConsumerSecret}},
-					Containers:                    []corev1.Container{{Name: "app", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1"}},
+					// Always: the pull is the witness that the secret works (IfNotPresent would start
+					// from the node's copy).
+					Containers: []corev1.Container{{Name: "app", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1", ImagePullPolicy: corev1.PullAlways}},
 				},
 			},
 		},

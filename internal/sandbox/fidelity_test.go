@@ -67,8 +67,9 @@ func TestFidelityValidation(t *testing.T) {
 	}
 }
 
-// A dry run answers with Talos's summary and config diff and changes nothing; AUTO picks a
-// reboot for a registry-auth change on Talos 1.13 and says why.
+// A dry run answers with Talos's summary and config diff and changes nothing; AUTO picks
+// no-reboot for a registry-auth change on Talos 1.13 (machined compares only v1alpha1) — the
+// answer that leaves the runtime on the old credential, which is why ghcrsync stages instead.
 func TestFidelityDryRunDiff(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -84,13 +85,13 @@ func TestFidelityDryRunDiff(t *testing.T) {
 	}
 
 	details := resp.GetMessages()[0].GetModeDetails()
-	for _, want := range []string{"Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\nConfig diff:\n\n", "+username: dry-run-user", "-username: " + sb.OldCredential().Username} {
+	for _, want := range []string{"Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\nConfig diff:\n\n", "+username: dry-run-user", "-username: " + sb.OldCredential().Username} {
 		if !strings.Contains(details, want) {
 			t.Fatalf("dry run details lack %q:\n%s", want, details)
 		}
 	}
 
-	if got := resp.GetMessages()[0].GetMode(); got != machine.ApplyConfigurationRequest_REBOOT {
+	if got := resp.GetMessages()[0].GetMode(); got != machine.ApplyConfigurationRequest_NO_REBOOT {
 		t.Fatalf("AUTO for a registry-auth change on 1.13: mode %s", got)
 	}
 
