@@ -67,8 +67,9 @@ func (f *Fleet) ContainerLog(uid types.UID) (string, error) {
 
 // containerProcess is one running container process.
 type containerProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd      *exec.Cmd
+	done     chan struct{}
+	stopping bool // SIGTERM sent (the kubelet's lock)
 }
 
 // runsProcess reports whether the pod is one the kubelet runs as a process.
@@ -96,7 +97,7 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 	}
 
 	// A restartPolicy Never pod runs once: a resync may still show it Running from the cache.
-	if running != nil || ran || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if running != nil || ran || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return
 	}
 
@@ -201,6 +202,15 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 // terminate stops a pod's process as a kubelet does on deletion: SIGTERM, then SIGKILL once the
 // grace period is over.
 func (k *kubelet) terminate(pod *corev1.Pod, p *containerProcess) {
+	k.mu.Lock()
+	again := p.stopping
+	p.stopping = true
+	k.mu.Unlock()
+
+	if again {
+		return
+	}
+
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 
 	grace := 30 * time.Second
