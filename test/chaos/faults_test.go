@@ -363,11 +363,14 @@ func (r *seedRun) stageOperatorChange(ctx context.Context, name string, cred *sa
 		}
 	}
 
+	// Marked before the call: an answer the sandbox loses (lost-talos-answer) may hide a write
+	// that landed, and the operator resolves the change either way (discarding an unstaged one
+	// changes nothing), so the next seed never inherits it.
+	r.markStaged(name)
+
 	if _, err := tc.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_STAGED}); err != nil {
 		return err
 	}
-
-	r.markStaged(name)
 
 	return nil
 }
