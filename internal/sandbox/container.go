@@ -126,7 +126,7 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 	digest, err := k.ensureImage(ctx, pod, c, k.pullCredentials(ctx, pod))
 	if err != nil {
 		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
-		st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
+		st.State.Waiting = pullWaiting(err)
 		k.postPod(ctx, pod, corev1.PodPending, st, now)
 
 		return
@@ -139,7 +139,12 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 	}
 
 	if err := cmd.Start(); err != nil {
+		if f, ok := cmd.Stdout.(io.Closer); ok {
+			_ = f.Close()
+		}
+
 		fail("StartError", err.Error())
+
 		return
 	}
 

@@ -43,6 +43,16 @@ func (m *Machine) recordImage(image string, p pulledImage) {
 // errNeverPull is the kubelet's ErrImageNeverPull.
 var errNeverPull = errors.New("image is not present with pull policy of Never")
 
+// pullWaiting is the container's waiting state for ensureImage's error, as the kubelet reports it.
+func pullWaiting(err error) *corev1.ContainerStateWaiting {
+	reason := "ErrImagePull"
+	if errors.Is(err, errNeverPull) {
+		reason = "ErrImageNeverPull"
+	}
+
+	return &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
+}
+
 // ensureImage is the kubelet's image manager for one container: Always pulls (the registry is
 // asked every time, with the credentials in the kubelet's order); IfNotPresent and Never start
 // from an image already in the store — for IfNotPresent, as Kubernetes 1.35's default

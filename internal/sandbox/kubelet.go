@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -530,12 +529,9 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister coreliste
 		digest, err := k.ensureImage(ctx, pod, c, creds)
 
 		switch failure := startFailure(c); {
-		case errors.Is(err, errNeverPull):
-			pullErr = err
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: err.Error()}
 		case err != nil:
 			pullErr = err
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
+			cs.State.Waiting = pullWaiting(err)
 		case failure != "":
 			// Pulled, but nothing of it can start: what a real runtime reports.
 			startFailed = true
