@@ -123,11 +123,17 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 
+	// A failed pull backs off as syncPod's do (its status write would otherwise wake the next).
+	if until, ok := k.backoff[pod.UID]; ok && time.Now().Before(until) {
+		return
+	}
+
 	digest, err := k.ensureImage(ctx, pod, c, k.pullCredentials(ctx, pod))
 	if err != nil {
 		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
 		st.State.Waiting = pullWaiting(err)
 		k.postPod(ctx, pod, corev1.PodPending, st, now)
+		k.backoff[pod.UID] = time.Now().Add(2 * k.heartbeat())
 
 		return
 	}
