@@ -6,8 +6,10 @@ BIN      := bin
 export GHCRSYNC_CONTROL_PLANE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/control-plane/k8s-v1.37.2-etcd-v3.6.16
 # The real talosctl the sandbox's fidelity test drives (built once, outside the clone).
 export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talosctl/v1.13.9/talosctl
+# The real cluster-autoscaler (Hetzner provider) of `--autoscaler real` (built once, outside the clone).
+export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/cluster-autoscaler/ca-1.33.0-hetzner/cluster-autoscaler
 
-.PHONY: all build release image control-plane talosctl test unit demo bench vet check-leaks check-build clean chaos fuzz
+.PHONY: all build release image control-plane talosctl cluster-autoscaler test unit demo bench vet check-leaks check-build clean chaos fuzz
 
 all: build
 
@@ -47,12 +49,17 @@ control-plane:
 talosctl:
 	@scripts/build-talosctl.sh >/dev/null
 
+# Builds the real cluster-autoscaler 1.33.0 with only its Hetzner provider (3-7 min cold), then
+# reuses it: the sandbox's `--autoscaler real` and test/autoscaler run it.
+cluster-autoscaler:
+	@scripts/build-cluster-autoscaler.sh >/dev/null
+
 vet:
 	$(GO) vet ./...
 
 # All tests, including the sandbox ones (a real control plane per test package, and the real
 # talosctl against the simulated machines), then a check that no sandbox process outlived them.
-test: control-plane talosctl vet check-build
+test: control-plane talosctl cluster-autoscaler vet check-build
 	$(GO) test -count=1 -timeout 40m ./...
 	@FUZZTIME=3s scripts/fuzz.sh
 	@scripts/check-leaks.sh
@@ -60,8 +67,9 @@ test: control-plane talosctl vet check-build
 # The seeded chaos campaign on the sandbox (docs/reliability.md): `make chaos SEEDS=200`,
 # `make chaos SEED=N` replays one seed, `SEED_BASE=N SEEDS=K` runs K seeds from N. Without
 # SEED/SEEDS it runs the fixed seeds `make test` runs. CHAOS_DIR keeps every seed's files.
-chaos: control-plane
-	SEED=$(SEED) SEEDS=$(SEEDS) SEED_BASE=$(SEED_BASE) CHAOS_DIR=$(CHAOS_DIR) \
+# AUTOSCALER=real runs the campaign against the real cluster-autoscaler.
+chaos: control-plane cluster-autoscaler
+	SEED=$(SEED) SEEDS=$(SEEDS) SEED_BASE=$(SEED_BASE) CHAOS_DIR=$(CHAOS_DIR) AUTOSCALER=$(AUTOSCALER) \
 		$(GO) test -count=1 -timeout 4h -run '^TestChaos$$' -v ./test/chaos
 	@scripts/check-leaks.sh
 

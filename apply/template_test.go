@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,27 +36,8 @@ func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 
-	autoscaler := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-autoscaler", Namespace: "kube-system"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cluster-autoscaler"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "cluster-autoscaler"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
-			},
-		},
-	}
-	if _, err := kube.AppsV1().Deployments("kube-system").Create(ctx, autoscaler, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() {
-		_ = kube.AppsV1().Deployments("kube-system").Delete(context.Background(), "cluster-autoscaler", metav1.DeleteOptions{})
-	})
-
-	r := newRotation(t, sb, func(s string) string {
-		return strings.Replace(s, `pools     = ["autoscale-cx43"]`, `pools     = ["autoscale-cx43"]`+"\n  restart_deployment = \"kube-system/cluster-autoscaler\"", 1)
-	}, "prod-worker-1")
+	starts := sb.AutoscalerStarts()
+	r := newRotation(t, sb, nil, "prod-worker-1")
 	path := r.plan()
 
 	if tp := r.planned.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateUpdate || tp[0].Pool != sandbox.TemplatePool {
@@ -93,6 +73,15 @@ func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 	if got := templateJSON(t, kube)["imagesForArch"].(map[string]any)["arm64"]; got != "operator-added" {
 		t.Fatalf("the operator's concurrent change was lost: arm64 = %v", got)
 	}
+
+	// The autoscaler (which reads the template once, at its start) was restarted by the rollout.
+	sandboxtest.Eventually(t, 30*time.Second, "the autoscaler restarted by the rollout", func() error {
+		if sb.AutoscalerStarts() == starts {
+			return fmt.Errorf("still started %d time(s)", starts)
+		}
+
+		return nil
+	})
 
 	out, err := sb.Do(ctx, "scale-up", sandbox.Request{})
 	if err != nil {
@@ -197,7 +186,8 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 	}
 
 	// Someone repairs the template, with the new credential in it: the next run finds it in sync
-	// and settles the failed record (the state no longer says the template failed).
+	// — but written after its reader (the autoscaler) last started, so it restarts the reader
+	// without writing — and settles the failed record (the state no longer says it failed).
 	fixed, err := nodetemplate.Rewrite(nodetemplate.FormatHcloud, before.Data[sandbox.TemplateKey], nil, registry.RegistryHost, r.cred.Username, r.cred.Password)
 	if err != nil {
 		t.Fatal(err)
@@ -213,23 +203,42 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateNoOp {
+	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateRestart || !strings.Contains(tp[0].Reason, "has not restarted since it was written") {
 		t.Fatalf("the repaired template's plan: %+v", tp)
 	}
+
+	starts := sb.AutoscalerStarts()
 
 	path = filepath.Join(r.dir, "again.plan")
 	if err := plan.Save(path, again.Plan, again.Key); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := r.apply(path, apply.Hooks{}); err != nil {
+	res, err = r.apply(path, apply.Hooks{})
+	if err != nil {
 		t.Fatal(err)
 	}
+
+	if tr := templateResult(t, res.Secrets); tr.Outcome != fanout.Unchanged || !strings.Contains(tr.Message, "restarted to read it") {
+		t.Fatalf("the repaired template: %+v", tr)
+	}
+
+	sandboxtest.Eventually(t, 30*time.Second, "the autoscaler restarted", func() error {
+		if sb.AutoscalerStarts() == starts {
+			return fmt.Errorf("still started %d time(s)", starts)
+		}
+
+		return nil
+	})
 
 	for _, rec := range r.readState().Secrets {
 		if rec.Role == plan.RoleTemplate && rec.Outcome != string(fanout.Unchanged) {
 			t.Fatalf("the repaired template's record: %+v", rec)
 		}
+	}
+
+	if again, err := planCfg(ctx, r.cfg); err != nil || again.Plan.Templates[0].Action != plan.TemplateNoOp {
+		t.Fatalf("after the reader's restart (%v): %+v", err, again.Plan.Templates)
 	}
 }
 

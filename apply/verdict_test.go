@@ -38,6 +38,18 @@ func rootOutcome(res *apply.Result) fanout.Result {
 	return fanout.Result{}
 }
 
+// restartAutoscaler rolls the autoscaler's Deployment and waits until it read the template again.
+func restartAutoscaler(t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if err := sb.RestartAutoscaler(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // joinOnTheOldCredential adds an autoscaled machine booted from a node template that holds the
 // old credential (a GitOps revert of the template between ghcrsync's write and the scale-up),
 // puts it in the rotation's group, and restores the template ghcrsync wrote.
@@ -54,6 +66,7 @@ func joinOnTheOldCredential(t *testing.T, sb *sandbox.Sandbox, r *rotation, old 
 
 	ours := tpl.Data[sandbox.TemplateKey]
 	setTemplate(t, sb, old)
+	restartAutoscaler(t, sb) // it reads the template when it starts
 
 	up, err := sb.Do(ctx, "scale-up", sandbox.Request{})
 	if err != nil {
@@ -61,6 +74,7 @@ func joinOnTheOldCredential(t *testing.T, sb *sandbox.Sandbox, r *rotation, old 
 	}
 
 	setTemplate(t, sb, ours)
+	restartAutoscaler(t, sb)
 
 	late := up.(map[string]string)["added"]
 	sandboxtest.PatchNode(t, sb.Kube(), late, map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/test-group": r.group}}})

@@ -84,9 +84,12 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Templates = planTemplates(s.Templates, in.AuthDigest)
 
 	for _, tp := range p.Templates {
-		if tp.Action == TemplateUpdate {
+		switch tp.Action {
+		case TemplateUpdate:
 			p.Summary.TemplatesUpdate++
-		} else {
+		case TemplateRestart:
+			p.Summary.TemplatesRestart++
+		default:
 			p.Summary.TemplatesUnchanged++
 		}
 	}

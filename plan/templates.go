@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
 )
@@ -20,6 +21,44 @@ type TemplateObs struct {
 	Digest string `json:"digest,omitempty"` // authdigest of its credential for the registry
 	// Restart is the deployment rolled after a write (node_template.restart_deployment).
 	Restart string `json:"restart,omitempty"`
+	// WrittenAt is when the Secret's data last changed (the apiserver's managedFields time).
+	WrittenAt time.Time `json:"written_at,omitzero"`
+	// Reader is the Restart deployment as found (nil: none configured).
+	Reader *ReaderObs `json:"reader,omitempty"`
+}
+
+// ReaderObs is the deployment that reads a template once, when its pods start.
+type ReaderObs struct {
+	Missing bool `json:"missing,omitempty"`
+	// StartedFrom is when its pod template last changed (a rollout restart) or it was created,
+	// whichever is later: the apiserver's time, never a client's clock.
+	StartedFrom time.Time `json:"started_from,omitzero"`
+	// RolledOut: every replica runs that pod template.
+	RolledOut bool `json:"rolled_out"`
+}
+
+// ReadsOnce reports whether the template's reader decodes it only when it starts: the Hetzner
+// cluster-autoscaler reads HCLOUD_CLUSTER_CONFIG from its environment.
+func (t TemplateObs) ReadsOnce() bool { return t.Format == "hcloud-cluster-config" }
+
+// StaleReader says why machines created now may not boot from the template as it is; "" when
+// they do (its format is read at every use, or its reader restarted since it was written).
+func (t TemplateObs) StaleReader() string {
+	switch {
+	case !t.ReadsOnce():
+		return ""
+	case t.Restart == "":
+		return "the Hetzner cluster-autoscaler reads it only when it starts and no restart_deployment restarts it, so machines it creates may still boot from the template it read before"
+	case t.Reader == nil || t.Reader.Missing:
+		return "deployment " + t.Restart + ", which reads it when it starts, does not exist"
+	case t.Reader.StartedFrom.Before(t.WrittenAt):
+		return fmt.Sprintf("deployment %s, which reads it only when it starts, has not restarted since it was written at %s: machines it creates boot from the template it read before",
+			t.Restart, t.WrittenAt.UTC().Format(time.RFC3339))
+	case !t.Reader.RolledOut:
+		return "deployment " + t.Restart + " is still rolling out: its old pods, which read the template before, may still create machines"
+	}
+
+	return ""
 }
 
 // Where names the template's Secret key (and pool) for messages.
@@ -38,7 +77,10 @@ type TemplateAction string
 // Template actions.
 const (
 	TemplateUpdate TemplateAction = "update"
-	TemplateNoOp   TemplateAction = "no-op"
+	// TemplateRestart: it carries the credential, but its reader has not restarted since it
+	// changed: apply restarts it (restart_deployment) without writing the template.
+	TemplateRestart TemplateAction = "restart"
+	TemplateNoOp    TemplateAction = "no-op"
 )
 
 // TemplatePlan is one template config's action.
@@ -58,6 +100,8 @@ func planTemplates(obs []TemplateObs, authDigest string) []TemplatePlan {
 		tp := TemplatePlan{TemplateObs: t, Action: TemplateUpdate}
 
 		switch {
+		case t.Digest == authDigest && t.Restart != "" && t.StaleReader() != "" && t.Reader != nil && !t.Reader.Missing:
+			tp.Action, tp.Reason = TemplateRestart, "it carries the desired credential, but "+t.StaleReader()+"; apply restarts it"
 		case t.Digest == authDigest:
 			tp.Action, tp.Reason = TemplateNoOp, "machines created from it already join with the desired credential (auth digest "+human.Short(authDigest)+")"
 		case t.Digest == "":

@@ -1,6 +1,9 @@
 package plan
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // The Hetzner autoscaler reads its template once, at start: a rewrite without a restart changes
 // nothing it creates, which the plan says once per template block.
@@ -26,6 +29,45 @@ func TestStaleReaderWarnings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := staleReaderWarnings(tc.tps); len(got) != tc.want {
 				t.Fatalf("%d warnings, want %d: %q", len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+// A template read once at start (the Hetzner autoscaler's) is in use only as its reader read it:
+// the template's action and its verdict use follow the reader's evidence, the apiserver's times.
+func TestTemplateReader(t *testing.T) {
+	const digest = "sha256:new"
+
+	written := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	obs := func(format, restart string, reader *ReaderObs, held string) TemplateObs {
+		return TemplateObs{Name: "workers", Namespace: "kube-system", Secret: "hcloud", Key: "K", Format: format, Pool: "a",
+			Digest: held, Restart: restart, WrittenAt: written, Reader: reader}
+	}
+	const dep = "kube-system/cluster-autoscaler"
+
+	for _, tc := range []struct {
+		name   string
+		obs    TemplateObs
+		action TemplateAction
+		use    UseState
+	}{
+		{"restarted after the write, rolled out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second), RolledOut: true}, digest), TemplateNoOp, UseNew},
+		{"restarted in the same second", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written, RolledOut: true}, digest), TemplateNoOp, UseNew},
+		{"not restarted since the write", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, digest), TemplateRestart, UseOld},
+		{"still rolling out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second)}, digest), TemplateRestart, UseOld},
+		{"its deployment missing", obs("hcloud-cluster-config", dep, &ReaderObs{Missing: true}, digest), TemplateNoOp, UseOld},
+		{"no restart_deployment", obs("hcloud-cluster-config", "", nil, digest), TemplateNoOp, UseUnknown},
+		{"another credential: written (and restarted) anyway", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, "sha256:old"), TemplateUpdate, UseOld},
+		{"a format read at every use", obs("talos", "", nil, digest), TemplateNoOp, UseNew},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := planTemplates([]TemplateObs{tc.obs}, digest); got[0].Action != tc.action {
+				t.Errorf("action %s (%s), want %s", got[0].Action, got[0].Reason, tc.action)
+			}
+
+			if u := templateUse(tc.obs, digest); u.State != tc.use {
+				t.Errorf("use %s (%s), want %s", u.State, u.Why, tc.use)
 			}
 		})
 	}

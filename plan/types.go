@@ -246,12 +246,13 @@ type Summary struct {
 	SecretsSkipped   int `json:"secrets_skipped"`
 
 	TemplatesUpdate    int `json:"templates_update,omitempty"`
+	TemplatesRestart   int `json:"templates_restart,omitempty"`
 	TemplatesUnchanged int `json:"templates_unchanged,omitempty"`
 }
 
 // Changes reports whether the plan acts on any node, pull secret or node template.
 func (p *Plan) Changes() bool {
-	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate > 0
+	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate+p.Summary.TemplatesRestart > 0
 }
 
 // SafeToRevoke reports whether, as the plan found the cluster, nothing uses the old credential.

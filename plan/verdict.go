@@ -206,7 +206,16 @@ func secretUse(s SecretObs, revision string) (Use, bool) {
 func templateUse(t TemplateObs, authDigest string) Use {
 	u := Use{Kind: UseTemplate, Name: t.Where(), Holds: t.Digest, State: UseOld}
 
+	stale := t.StaleReader()
+
 	switch {
+	case t.Digest == authDigest && stale != "" && t.Restart == "":
+		u.State, u.Why = UseUnknown, "it holds the new credential, but "+stale
+		u.Next = "set restart_deployment on its node_template block so apply restarts its reader and can check it did"
+	case t.Digest == authDigest && stale != "":
+		u.Why = "it holds the new credential, but " + stale
+		ns, name, _ := strings.Cut(t.Restart, "/")
+		u.Next = "run apply again (it restarts " + t.Restart + "), or: kubectl -n " + ns + " rollout restart deployment " + name
 	case t.Digest == authDigest:
 		u.State, u.Why = UseNew, "machines created from it join with the new credential"
 	case t.Digest == "":

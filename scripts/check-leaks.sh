@@ -12,7 +12,7 @@ for p in /proc/[0-9]*; do
   state=$(awk '{print $3}' "$p/stat" 2>/dev/null)
   [ "$state" = "Z" ] && continue
   case "$exe" in
-    "$cp_root"/*|*/ghcrsync-sandbox) leaks+=("$pid $exe") ;;
+    "$cp_root"/*|*/ghcrsync-sandbox|*/ghcrsync/cluster-autoscaler/*) leaks+=("$pid $exe") ;;
   esac
 done
 if [ ${#leaks[@]} -gt 0 ]; then

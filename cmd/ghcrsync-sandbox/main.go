@@ -84,6 +84,8 @@ func newUp() *cobra.Command {
 	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
 	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl; default 0 with --autoscaled 0)")
 	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
+	f.StringVar(&o.Autoscaler, "autoscaler", sandbox.AutoscalerSim, "sim: the seeded simulation; real: the real cluster-autoscaler "+sandbox.ClusterAutoscalerVersion+
+		" against a fake Hetzner Cloud API (build it with `make cluster-autoscaler`)")
 	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live); a list like 1.13,1.14 mixes them, machine by machine")
 	f.BoolVar(&o.VIP, "vip", false, "serve the API endpoint on a VIP that fails over across control planes")
 	f.BoolVar(&o.InSync, "in-sync", false, "start the fleet on the secret file's credential (nothing to rotate)")
@@ -270,8 +272,8 @@ func newCtl() *cobra.Command {
 		Long: `Verbs:
   reboot NODE                    reboot a machine out of band (a third party: counted, not judged)
   power-off NODE | power-on NODE keep a machine down until powered on
-  scale-down NODE                the cluster autoscaler scales the node down
-  scale-up                       the cluster autoscaler adds a node
+  scale-down NODE                the cluster autoscaler scales the node down (simulation only)
+  scale-up                       the cluster autoscaler adds a node (simulation only)
   delete-node NODE               the machine and its Node vanish
   pause-autoscaler | resume-autoscaler
   revoke-credential USER         the registry stops accepting USER

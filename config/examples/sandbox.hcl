@@ -70,11 +70,13 @@ flux_root {
 
 # The machine template the cluster autoscaler boots new workers from (the Hetzner autoscaler's
 # HCLOUD_CLUSTER_CONFIG): rewritten after the consumer secrets, before the root Flux secret, so
-# machines that join later carry the new credential too.
+# machines that join later carry the new credential too. The autoscaler reads it once, when it
+# starts: its Deployment is restarted after the write (the sandbox restarts it on that signal).
 node_template "hcloud-workers" {
   namespace = "kube-system"
   secret    = "hcloud-cluster-config"
   key       = "HCLOUD_CLUSTER_CONFIG"
   format    = "hcloud-cluster-config"
   pools     = ["autoscale-cx43"]
+  restart_deployment = "kube-system/cluster-autoscaler"
 }

@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,16 +131,66 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 }
 
 // TemplateValue reads one key of a node template's Secret.
-func (c *Connection) TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, error) {
+func (c *Connection) TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, time.Time, error) {
 	s, err := c.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("the Secret does not exist")
+		return nil, time.Time{}, fmt.Errorf("the Secret does not exist")
 	case err != nil:
-		return nil, c.Unreachable("read Secret "+namespace+"/"+name, err)
+		return nil, time.Time{}, c.Unreachable("read Secret "+namespace+"/"+name, err)
 	}
 
+	v, err := keyOf(s, key)
+
+	return v, changedAt(s.ObjectMeta, "f:data"), err
+}
+
+// changedAt is when the object's field (a managedFields path element such as "f:data") last
+// changed, by the apiserver's clock; its creation if no manager's entry names it.
+func changedAt(m metav1.ObjectMeta, field string) time.Time {
+	at := m.CreationTimestamp.Time
+
+	for _, e := range m.ManagedFields {
+		if e.Time != nil && e.FieldsV1 != nil && bytes.Contains(e.FieldsV1.Raw, []byte(`"`+field+`"`)) && e.Time.After(at) {
+			at = e.Time.Time
+		}
+	}
+
+	return at
+}
+
+// TemplateReader is the deployment ("namespace/name") that reads a node template when its pods
+// start: when its pod template last changed, and whether the rollout of that change is done.
+func (c *Connection) TemplateReader(ctx context.Context, nsName string) (*plan.ReaderObs, error) {
+	ns, name, _ := strings.Cut(nsName, "/")
+
+	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+
+	switch {
+	case apierrors.IsNotFound(err):
+		return &plan.ReaderObs{Missing: true}, nil
+	case err != nil:
+		return nil, c.Unreachable("read deployment "+nsName, err)
+	}
+
+	return &plan.ReaderObs{StartedFrom: changedAt(d.ObjectMeta, "f:template"), RolledOut: RolledOut(d)}, nil
+}
+
+// RolledOut is `kubectl rollout status`'s rule: the controller saw the current spec, and every
+// replica runs its pod template and is available.
+func RolledOut(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+
+	st := d.Status
+
+	return st.ObservedGeneration >= d.Generation && st.UpdatedReplicas >= want && st.Replicas == st.UpdatedReplicas && st.AvailableReplicas >= st.UpdatedReplicas
+}
+
+func keyOf(s *corev1.Secret, key string) ([]byte, error) {
 	v, ok := s.Data[key]
 	if !ok {
 		keys := make([]string, 0, len(s.Data))

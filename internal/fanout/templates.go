@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
@@ -34,17 +35,34 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 
 	var pools []string
 
-	update := false
+	update, restartOnly := false, false
 
 	for _, tp := range p.Templates {
 		if tp.Name == t.Name {
 			pools = append(pools, tp.Pool)
 			update = update || tp.Action == plan.TemplateUpdate
+			restartOnly = restartOnly || tp.Action == plan.TemplateRestart
 		}
 	}
 
-	if !update {
-		res.Outcome, res.Message = Unchanged, "already carries the credential (auth digest "+human.Short(authdigest.Of(o.Username, o.Password))+")"
+	unchanged := "already carries the credential (auth digest " + human.Short(authdigest.Of(o.Username, o.Password)) + ")"
+
+	switch {
+	case !update && restartOnly && t.RestartDeployment != "":
+		if err := o.Assert(ctx); err != nil {
+			return fail(fmt.Errorf("its reader not restarted: %w", err))
+		}
+
+		if err := restart(ctx, kube, t.RestartDeployment); err != nil {
+			return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
+				unchanged, t.RestartDeployment, err))
+		}
+
+		res.Outcome, res.Message = Unchanged, unchanged+"; deployment "+t.RestartDeployment+", which had not restarted since it changed, restarted to read it"
+
+		return res
+	case !update:
+		res.Outcome, res.Message = Unchanged, unchanged
 
 		return res
 	}
@@ -176,11 +194,38 @@ func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.N
 }
 
 // restart rolls a deployment the way `kubectl rollout restart` does.
+// restart is `kubectl rollout restart` and `kubectl rollout status`: the pod template changes,
+// and it returns once every replica runs the new one (its pods read the template as they
+// start), or after rolloutTimeout.
 func restart(ctx context.Context, kube kubernetes.Interface, nsName string) error {
 	ns, name, _ := strings.Cut(nsName, "/")
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().UTC().Format(time.RFC3339))
 
-	_, err := kube.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	deployments := kube.AppsV1().Deployments(ns)
+	if _, err := deployments.Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return err
+	}
 
-	return err
+	ctx, cancel := context.WithTimeout(ctx, rolloutTimeout)
+	defer cancel()
+
+	for {
+		d, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && cluster.RolledOut(d) {
+			return nil
+		}
+
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("%d of %d replicas updated, %d available", d.Status.UpdatedReplicas, d.Status.Replicas, d.Status.AvailableReplicas)
+			}
+
+			return fmt.Errorf("restarted, but its rollout did not finish within %s: %w", rolloutTimeout, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
+
+// rolloutTimeout bounds the wait for a restarted reader's rollout.
+const rolloutTimeout = 3 * time.Minute

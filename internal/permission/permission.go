@@ -77,6 +77,11 @@ func readTargets(cfg *config.Config, targets []cluster.SecretTarget) []cluster.A
 
 	for _, t := range cfg.NodeTemplates {
 		needs = append(needs, access("get", "", "secrets", t.Namespace, t.Secret))
+
+		// Whether the deployment that reads it once, at its start, restarted since it changed.
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			needs = append(needs, access("get", "apps", "deployments", ns, name))
+		}
 	}
 
 	for _, t := range targets {

@@ -93,6 +93,19 @@ func (a *adminAPI) close() {
 	_ = a.srv.Shutdown(ctx)
 }
 
+func (s *Sandbox) scaleUp(ctx context.Context) (any, error) {
+	m, err := s.autoscaler.scaleUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := s.WaitNodesReady(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+
+	return map[string]string{"added": m.Name}, nil
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -176,23 +189,20 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		return map[string]string{verb: m.Name}, nil
-	case "scale-down":
-		if err := s.autoscaler.scaleDown(ctx, req.Node); err != nil {
+	case "scale-down", "scale-up":
+		if s.real != nil {
+			return nil, errRealAutoscaler
+		}
+
+		if verb == "scale-up" {
+			return s.scaleUp(ctx)
+		}
+
+		if err := s.autoscaler.scaleDown(ctx, req.Node, true); err != nil {
 			return nil, err
 		}
 
 		return map[string]string{"deleted": req.Node}, nil
-	case "scale-up":
-		m, err := s.autoscaler.scaleUp(ctx)
-		if err != nil {
-			return nil, err
-		}
-
-		if err := s.WaitNodesReady(ctx, time.Minute); err != nil {
-			return nil, err
-		}
-
-		return map[string]string{"added": m.Name}, nil
 	case "delete-node":
 		m, err := machine()
 		if err != nil {
@@ -207,11 +217,11 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 
 		return map[string]string{"deleted": m.Name}, nil
 	case "pause-autoscaler":
-		s.autoscaler.setPaused(true)
+		s.pauseAutoscaler(true)
 
 		return map[string]bool{"paused": true}, nil
 	case "resume-autoscaler":
-		s.autoscaler.setPaused(false)
+		s.pauseAutoscaler(false)
 
 		return map[string]bool{"paused": false}, nil
 	case "revoke-credential":

@@ -18,11 +18,14 @@ import (
 )
 
 // autoscaler simulates the cluster autoscaler on the autoscaler-managed nodes: every interval
-// it adds, re-writes (new timestamp) or removes the advisory DeletionCandidateOfClusterAutoscaler
-// taint, and on a seeded schedule scales down a candidate (ToBeDeletedByClusterAutoscaler taint,
-// cordon, evict, delete the Node and its machine) or scales up a new node. Nodes annotated
-// cluster-autoscaler.kubernetes.io/scale-down-disabled=true are left alone. Deterministic per
-// seed for a given sequence of ticks.
+// it adds or removes the advisory DeletionCandidateOfClusterAutoscaler taint (added once with
+// its timestamp, never rewritten while present, as the real one), and on a seeded schedule
+// scales down a candidate (ToBeDeletedByClusterAutoscaler taint, cordon as with
+// --cordon-node-before-terminating, evict, delete the Node and its machine) or scales up a new
+// node from the template it read when it started. Nodes annotated
+// cluster-autoscaler.kubernetes.io/scale-down-disabled=true are left alone when it plans; as in
+// the real actuator, the annotation is not checked again once a scale-down has been decided.
+// Deterministic per seed for a given sequence of ticks. AutoscalerReal runs the real one.
 type autoscaler struct {
 	f   *Fleet
 	rng *mrand.Rand
@@ -31,6 +34,11 @@ type autoscaler struct {
 	paused     bool
 	candidates map[string]int // node -> ticks as a candidate
 	maxNodes   int
+	// template is the machine config it hands new servers: the template Secret as it was when
+	// it (re)started (templateErr if it could not be read then), and starts counts the reads.
+	template    []byte
+	templateErr error
+	starts      int
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -46,6 +54,8 @@ func newAutoscaler(f *Fleet) *autoscaler {
 }
 
 func (a *autoscaler) start() {
+	a.restart()
+
 	ctx, cancel := context.WithCancel(a.f.ctx)
 	a.cancel, a.done = cancel, make(chan struct{})
 
@@ -66,6 +76,27 @@ func (a *autoscaler) start() {
 			}
 		}
 	}()
+}
+
+// restart is the autoscaler's pod starting again: it reads the template Secret now.
+func (a *autoscaler) restart() {
+	ctx, cancel := context.WithTimeout(a.f.ctx, 10*time.Second)
+	defer cancel()
+
+	cfg, err := a.f.templateConfig(ctx)
+
+	a.mu.Lock()
+	a.template, a.templateErr = cfg, err
+	a.starts++
+	a.mu.Unlock()
+}
+
+// Starts is how many times it read the template: 1, plus one per restart.
+func (a *autoscaler) Starts() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+
+	return a.starts
 }
 
 func (a *autoscaler) stop() {
@@ -124,7 +155,7 @@ func (a *autoscaler) tick(ctx context.Context) {
 		case disabled:
 			continue
 		case candidate && roll < 0.75:
-			action = "refresh"
+			continue // still unneeded: the taint stays as it was added
 		case candidate:
 			action = "remove"
 		case roll < 0.5:
@@ -155,7 +186,7 @@ func (a *autoscaler) tick(ctx context.Context) {
 
 	if a.rng.Float64() < rate {
 		if victim := a.longestCandidate(); victim != "" {
-			if err := a.scaleDown(ctx, victim); err != nil {
+			if err := a.scaleDown(ctx, victim, false); err != nil {
 				a.f.log.Info("autoscaler scale-down abandoned", "node", victim, "error", err)
 			}
 		}
@@ -217,8 +248,10 @@ func (a *autoscaler) setCandidate(ctx context.Context, name string, present bool
 }
 
 // scaleDown deletes an autoscaled node the way the cluster autoscaler does. If its pods cannot
-// be evicted in time the scale-down is abandoned and the node restored.
-func (a *autoscaler) scaleDown(ctx context.Context, name string) error {
+// be evicted in time the scale-down is abandoned and the node restored. plan checks the
+// scale-down-disabled annotation first (a scale-down asked for now); the loop's own decisions
+// were planned from its tick's list and are not checked again, as the real actuator does not.
+func (a *autoscaler) scaleDown(ctx context.Context, name string, plan bool) error {
 	m, ok := a.f.Machine(name)
 	if !ok || !m.Autoscaled {
 		return fmt.Errorf("%s is not an autoscaler-managed machine", name)
@@ -229,7 +262,7 @@ func (a *autoscaler) scaleDown(ctx context.Context, name string) error {
 		return err
 	}
 
-	if n.Annotations[ScaleDownDisabledAnnotation] == "true" {
+	if plan && n.Annotations[ScaleDownDisabledAnnotation] == "true" {
 		return fmt.Errorf("%s has %s=true: the autoscaler does not scale it down", name, ScaleDownDisabledAnnotation)
 	}
 
@@ -355,9 +388,12 @@ func (a *autoscaler) evictAll(ctx context.Context, node string, timeout time.Dur
 }
 
 func (a *autoscaler) scaleUp(ctx context.Context) (*Machine, error) {
-	cfg, err := a.f.templateConfig(ctx)
+	a.mu.Lock()
+	cfg, err := a.template, a.templateErr
+	a.mu.Unlock()
+
 	if err != nil {
-		return nil, fmt.Errorf("autoscaler: no machine from the node template: %w", err)
+		return nil, fmt.Errorf("autoscaler: no machine from the node template it read at its start: %w", err)
 	}
 
 	m, err := a.f.addMachine(ctx, a.f.autoscaledName(), RoleWorker, true, Credential{}, cfg)

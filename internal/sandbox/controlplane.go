@@ -110,7 +110,7 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 		"--initial-cluster=sandbox=" + peerURL,
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
-	}, logs)
+	}, nil, logs)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 		"--audit-log-format=json",
 		"--audit-log-mode=blocking",
 		"--v=1",
-	}, logs)
+	}, nil, logs)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func startControlPlane(ctx context.Context, o controlPlaneOptions) (_ *controlPl
 
 		o.logf("starting %s", c.name)
 
-		p, err := startProcess(c.name, filepath.Join(o.binDir, c.name), args, logs)
+		p, err := startProcess(c.name, filepath.Join(o.binDir, c.name), args, nil, logs)
 		if err != nil {
 			return nil, err
 		}

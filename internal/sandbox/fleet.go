@@ -64,6 +64,8 @@ type Fleet struct {
 	machines  map[string]*Machine
 	byIP      map[string]*Machine
 	nextIndex int
+	servers   int64 // the last Hetzner server ID given out
+	started   time.Time
 
 	statsMu     sync.Mutex
 	stats       Stats
@@ -372,8 +374,8 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	}
 
 	m := &Machine{
-		Name: name, IP: ip, Role: role, Autoscaled: autoscaled, TalosTag: tag,
-		fleet: f, bootID: newBootID(), booted: time.Now(), effective: cred,
+		Name: name, IP: ip, Role: role, Autoscaled: autoscaled, TalosTag: tag, ServerID: f.newServerID(),
+		fleet: f, created: time.Now(), bootID: newBootID(), booted: time.Now(), effective: cred,
 	}
 
 	var idb [8]byte
@@ -434,6 +436,33 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	m.kubelet.boot()
 
 	return m, nil
+}
+
+// newServerID gives out the next Hetzner server ID.
+func (f *Fleet) newServerID() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	f.servers++
+
+	return 4_000_000 + f.servers
+}
+
+// ccmDeleteNode deletes the Node of a deleted server after delay, as the hcloud
+// cloud-controller-manager's node lifecycle controller does.
+func (f *Fleet) ccmDeleteNode(name string, delay time.Duration) {
+	go func() {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+
+		err := f.admin.CoreV1().Nodes().Delete(f.ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			f.log.Warn("cloud-controller-manager: delete Node of a deleted server", "node", name, "error", err)
+		}
+	}()
 }
 
 // removeMachine stops a machine and forgets it; the caller deletes the Node if it should.

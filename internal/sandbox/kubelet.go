@@ -83,6 +83,7 @@ func (k *kubelet) register(ctx context.Context) error {
 				"kubernetes.io/arch":     "amd64",
 			},
 		},
+		Spec:   corev1.NodeSpec{ProviderID: fmt.Sprintf("%s%d", HcloudProviderIDPrefix, m.ServerID)},
 		Status: k.status(true, ""),
 	}
 

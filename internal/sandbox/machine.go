@@ -37,8 +37,11 @@ type Machine struct {
 	Role       Role
 	Autoscaled bool
 	TalosTag   string // e.g. v1.13.9
+	// ServerID is its Hetzner Cloud server's ID: its Node's spec.providerID is hcloud://ID.
+	ServerID int64
 
 	fleet    *Fleet
+	created  time.Time
 	memberID uint64 // etcd member id (control planes)
 	cosi     state.State
 	core     state.CoreState
@@ -456,6 +459,14 @@ func (m *Machine) PowerOff() {
 }
 
 // PowerOn lets a powered-off machine boot.
+// PoweredOff reports whether the machine is off (PowerOff, not yet PowerOn).
+func (m *Machine) PoweredOff() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.powerOn != nil
+}
+
 func (m *Machine) PowerOn() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

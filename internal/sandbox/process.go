@@ -20,7 +20,8 @@ type process struct {
 	err  error
 }
 
-func startProcess(name, bin string, args []string, logDir string) (*process, error) {
+// startProcess starts bin with args and, beside PATH and HOME, env.
+func startProcess(name, bin string, args, env []string, logDir string) (*process, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("sandbox: %s binary %s: %w (build it with `make control-plane`)", name, bin, err)
 	}
@@ -33,7 +34,7 @@ func startProcess(name, bin string, args []string, logDir string) (*process, err
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + logDir}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + logDir}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	if err := cmd.Start(); err != nil {

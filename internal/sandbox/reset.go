@@ -41,7 +41,7 @@ func (s *Sandbox) RotateSecret(user string) (Credential, error) {
 // configured size, every Node Ready. The autoscaler is left paused (ResumeAutoscaler). It
 // does not touch what ghcrsync or a test wrote (annotations, cordons, taints, secrets).
 func (s *Sandbox) Reset(ctx context.Context) error {
-	s.autoscaler.setPaused(true)
+	s.pauseAutoscaler(true)
 
 	for _, m := range s.fleet.Machines() {
 		m.SetHung(false)
@@ -80,6 +80,10 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 		}
 	}
 
+	if s.real != nil {
+		s.autoscaler.restart() // the pool is recreated from the template as it is now
+	}
+
 	for len(autoscaled()) < s.opts.Autoscaled {
 		if _, err := s.autoscaler.scaleUp(ctx); err != nil {
 			return fmt.Errorf("sandbox reset: scale up: %w", err)
@@ -92,7 +96,7 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 // PauseAutoscaler stops the autoscaler's loop; with clearCandidates it also takes its
 // DeletionCandidate taints off, as the autoscaler does when it decides a node is needed.
 func (s *Sandbox) PauseAutoscaler(ctx context.Context, clearCandidates bool) error {
-	s.autoscaler.setPaused(true)
+	s.pauseAutoscaler(true)
 
 	if !clearCandidates {
 		return nil
@@ -125,4 +129,15 @@ func (s *Sandbox) PauseAutoscaler(ctx context.Context, clearCandidates bool) err
 }
 
 // ResumeAutoscaler restarts the autoscaler's loop.
-func (s *Sandbox) ResumeAutoscaler() { s.autoscaler.setPaused(false) }
+func (s *Sandbox) ResumeAutoscaler() { s.pauseAutoscaler(false) }
+
+// pauseAutoscaler pauses (resumes) the simulation's loop, or stops (starts) the real one.
+func (s *Sandbox) pauseAutoscaler(p bool) {
+	if s.real != nil {
+		s.real.setPaused(p)
+
+		return
+	}
+
+	s.autoscaler.setPaused(p)
+}

@@ -54,10 +54,13 @@ type Options struct {
 	AutoscalerInterval  time.Duration
 	AutoscalerScaleRate float64 // chance per tick of a scale-down and of a scale-up; 0 = only on request
 	AutoscalerPaused    bool
-	TalosVersion        string
-	VIP                 bool
-	InSync              bool // start the fleet on the secret file's credential
-	NoWorkloads         bool // skip the demo Deployment
+	// Autoscaler is AutoscalerSim (the default: the seeded simulation) or AutoscalerReal (the
+	// real cluster-autoscaler against a fake Hetzner Cloud API; make cluster-autoscaler).
+	Autoscaler   string
+	TalosVersion string
+	VIP          bool
+	InSync       bool // start the fleet on the secret file's credential
+	NoWorkloads  bool // skip the demo Deployment
 	// TalosLatency and APILatency add a round-trip at the Talos API endpoint and the
 	// Kubernetes API endpoint (a delay line in front of each): a WAN between the CI runner and
 	// the cluster.
@@ -89,6 +92,10 @@ func (o *Options) defaults() {
 
 	if o.TalosVersion == "" {
 		o.TalosVersion = "1.13"
+	}
+
+	if o.Autoscaler == "" {
+		o.Autoscaler = AutoscalerSim
 	}
 
 	if o.BinDir == "" {
@@ -127,6 +134,7 @@ type Sandbox struct {
 	ci         *ciAPI
 	apid       *apid
 	autoscaler *autoscaler
+	real       *realAutoscaler // AutoscalerReal
 	admin      *adminAPI
 	// delays are the delay lines in front of the endpoints (TalosLatency, APILatency);
 	// talosAddr is where clients reach the Talos API (apid, or its delay line).
@@ -177,6 +185,10 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 
 	if err := validTalosVersions(opts.TalosVersion); err != nil {
 		return nil, err
+	}
+
+	if opts.Autoscaler != AutoscalerSim && opts.Autoscaler != AutoscalerReal {
+		return nil, fmt.Errorf("sandbox: autoscaler %q: want %q or %q", opts.Autoscaler, AutoscalerSim, AutoscalerReal)
 	}
 
 	dir, err := filepath.Abs(opts.Dir)
@@ -258,7 +270,7 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 	f := &Fleet{
 		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
 		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
-		machines: map[string]*Machine{}, byIP: map[string]*Machine{},
+		machines: map[string]*Machine{}, byIP: map[string]*Machine{}, started: time.Now(),
 		stats:       Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
 		pullSources: map[string]string{},
 	}
@@ -323,9 +335,32 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
+	if err := f.createAutoscalerDeployment(ctx); err != nil {
+		return nil, err
+	}
+
 	s.autoscaler = newAutoscaler(f)
-	s.autoscaler.setPaused(opts.AutoscalerPaused)
-	s.autoscaler.start()
+
+	if opts.Autoscaler == AutoscalerReal {
+		if s.real, err = startRealAutoscaler(ctx, s); err != nil {
+			return nil, err
+		}
+
+		s.real.paused = opts.AutoscalerPaused
+		if err := s.real.run(); err != nil {
+			return nil, err
+		}
+
+		f.watchAutoscalerDeployment(func() {
+			if err := s.real.restart(); err != nil {
+				log.Warn("cluster-autoscaler did not start", "error", err)
+			}
+		})
+	} else {
+		s.autoscaler.setPaused(opts.AutoscalerPaused)
+		s.autoscaler.start()
+		f.watchAutoscalerDeployment(s.autoscaler.restart)
+	}
 
 	if s.admin, err = startAdminAPI(s); err != nil {
 		return nil, err
@@ -572,6 +607,10 @@ func (s *Sandbox) delayed(target string, rtt time.Duration) (string, error) {
 func (s *Sandbox) Stop() {
 	if s.autoscaler != nil {
 		s.autoscaler.stop()
+	}
+
+	if s.real != nil {
+		s.real.stop()
 	}
 
 	if s.admin != nil {

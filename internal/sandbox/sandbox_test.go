@@ -547,9 +547,9 @@ func TestStaleEffectiveCredentialFailsUntilReboot(t *testing.T) {
 	_ = kube.CoreV1().Pods("default").Delete(ctx, "fresh-probe", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 }
 
-// The autoscaler re-writes the candidate taint with fresh timestamps, adds and removes it,
-// never touches a node with scale-down disabled, and scales a node down (taint, cordon,
-// evict, delete Node and machine).
+// The autoscaler adds and removes the candidate taint — each add with a fresh timestamp, never
+// rewritten while present, as the real one — never touches a node with scale-down disabled, and
+// scales a node down (taint, cordon, evict, delete Node and machine).
 func TestAutoscalerChurnsCandidateTaintAndDeletesNode(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -589,15 +589,19 @@ func TestAutoscalerChurnsCandidateTaintAndDeletesNode(t *testing.T) {
 	}
 
 	seen := map[string]bool{}
-	removed, protectedTainted := false, 0
-	deadline := time.Now().Add(20 * time.Second)
+	removed, protectedTainted, last := false, 0, ""
+	deadline := time.Now().Add(30 * time.Second)
 
 	for time.Now().Before(deadline) && (len(seen) < 2 || !removed) {
 		v, ok := candidateValue(victim)
 		if ok {
-			seen[v] = true
-		} else if len(seen) > 0 {
-			removed = true
+			if last != "" && v != last {
+				t.Fatalf("the candidate taint on %s was rewritten while present: %s -> %s", victim, last, v)
+			}
+
+			seen[v], last = true, v
+		} else {
+			removed, last = removed || len(seen) > 0, ""
 		}
 
 		if _, ok := candidateValue(protected); ok {

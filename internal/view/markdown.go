@@ -83,6 +83,10 @@ func Headline(p *plan.Plan) string {
 		parts = append(parts, plural(n, "node template to update", "node templates to update"))
 	}
 
+	if n := p.Summary.TemplatesRestart; n > 0 {
+		parts = append(parts, plural(n, "node template reader to restart", "node template readers to restart"))
+	}
+
 	return strings.Join(parts, ", ")
 }
 
@@ -199,7 +203,7 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 		s.Fence, s.ApplyLive, s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
 
 	if len(p.Templates) > 0 {
-		fmt.Fprintf(w, " **Node templates:** %d to update, %d unchanged.", s.TemplatesUpdate, s.TemplatesUnchanged)
+		fmt.Fprintf(w, " **Node templates:** %d to update, %s%d unchanged.", s.TemplatesUpdate, restarts(s), s.TemplatesUnchanged)
 	}
 
 	fmt.Fprint(w, "\n\n")

@@ -153,6 +153,10 @@ func legend(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w, "  ~ update a node template's credential (compare-and-swap)")
 	}
 
+	if p.Summary.TemplatesRestart > 0 {
+		fmt.Fprintln(w, "  ↻ restart a node template's reader (it read the template before it changed)")
+	}
+
 	fmt.Fprintln(w)
 }
 
@@ -217,7 +221,18 @@ func secrets(w io.Writer, p *plan.Plan) {
 	}
 }
 
-var templateVerbs = map[plan.TemplateAction]string{plan.TemplateUpdate: "will be updated", plan.TemplateNoOp: "is unchanged"}
+var templateVerbs = map[plan.TemplateAction]string{
+	plan.TemplateUpdate: "will be updated", plan.TemplateRestart: "is unchanged; its reader will be restarted", plan.TemplateNoOp: "is unchanged",
+}
+
+// restarts is "N to restart, " when a template's reader is to be restarted.
+func restarts(s plan.Summary) string {
+	if s.TemplatesRestart == 0 {
+		return ""
+	}
+
+	return fmt.Sprintf("%d to restart its reader, ", s.TemplatesRestart)
+}
 
 // templates renders the node templates: one line per template and pool.
 func templates(w io.Writer, p *plan.Plan) {
@@ -229,9 +244,9 @@ func templates(w io.Writer, p *plan.Plan) {
 	fmt.Fprintln(w)
 
 	for _, t := range p.Templates {
-		symbol := " "
-		if t.Action == plan.TemplateUpdate {
-			symbol = "~"
+		symbol := map[plan.TemplateAction]string{plan.TemplateUpdate: "~", plan.TemplateRestart: "↻"}[t.Action]
+		if symbol == "" {
+			symbol = " "
 		}
 
 		fmt.Fprintf(w, "  %s %s (%s, %s) %s\n      # (because %s)\n\n", symbol, Clean(t.Where()), Clean(t.Name), t.Format, templateVerbs[t.Action], oneLine(t.Reason))
@@ -260,7 +275,7 @@ func planSummary(w io.Writer, p *plan.Plan) {
 	}
 
 	if len(p.Templates) > 0 {
-		fmt.Fprintf(w, "Node templates: %d to update, %d unchanged.\n", s.TemplatesUpdate, s.TemplatesUnchanged)
+		fmt.Fprintf(w, "Node templates: %d to update, %s%d unchanged.\n", s.TemplatesUpdate, restarts(s), s.TemplatesUnchanged)
 	}
 }
 

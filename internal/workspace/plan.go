@@ -191,14 +191,20 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 	var out []plan.TemplateObs
 
 	for _, t := range w.Config.NodeTemplates {
-		value, err := w.Kube.TemplateValue(ctx, t.Namespace, t.Secret, t.Key)
+		value, written, err := w.Kube.TemplateValue(ctx, t.Namespace, t.Secret, t.Key)
+
+		var reader *plan.ReaderObs
+		if err == nil && t.RestartDeployment != "" {
+			reader, err = w.Kube.TemplateReader(ctx, t.RestartDeployment)
+		}
+
 		if err == nil {
 			var pools []nodetemplate.Pool
 
 			pools, err = nodetemplate.Read(t.Format, value, t.Pools, w.Config.Credential.Registry)
 			for _, p := range pools {
 				out = append(out, plan.TemplateObs{Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format,
-					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment})
+					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment, WrittenAt: written, Reader: reader})
 			}
 		}
 

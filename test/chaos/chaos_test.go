@@ -22,9 +22,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// AUTOSCALER=real: the real cluster-autoscaler instead of the seeded simulation (make chaos
+	// AUTOSCALER=real); its decisions are its own, so a seed replays the faults, not the autoscaler.
 	sandboxtest.Main(m, sandbox.Options{
 		ControlPlanes: 3, Workers: 3, Autoscaled: 4, TalosVersion: "1.13,1.14",
 		Heartbeat: time.Second, Reboot: time.Second, AutoscalerInterval: time.Second, Seed: 7,
+		Autoscaler: os.Getenv("AUTOSCALER"),
 	})
 }
 

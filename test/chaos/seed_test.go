@@ -177,6 +177,17 @@ func (r *seedRun) setup(ctx context.Context) error {
 		return err
 	}
 
+	if r.sb.RealAutoscaler() {
+		// The pool may shrink to nothing: every unneeded, unprotected node is deleted after the
+		// seed's unneeded time, whatever ghcrsync is doing with it.
+		unneeded := time.Duration(6+r.draw(10)) * time.Second
+		if err := r.sb.ConfigureRealAutoscaler(sandbox.RealAutoscalerFlags{MinSize: 0, UnneededTime: unneeded}); err != nil {
+			return err
+		}
+
+		r.note("autoscaler", "real, min 0, unneeded after "+unneeded.String())
+	}
+
 	r.sb.ResumeAutoscaler()
 
 	// One seed in four is a leak: the old credential is revoked before the first plan.
