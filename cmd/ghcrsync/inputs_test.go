@@ -474,9 +474,9 @@ func templateRows(sb *sandbox.Sandbox) []badInput {
 				})
 			}
 
-			b.edit(`namespace = "kube-system"
-  secret    = "hcloud-cluster-config"`, `namespace = "default"
-  secret    = "`+name+`"`)
+			b.edit(`namespace          = "kube-system"
+  secret             = "hcloud-cluster-config"`, `namespace          = "default"
+  secret             = "`+name+`"`)
 
 			for i := 0; i+1 < len(edits); i += 2 {
 				b.edit(edits[i], edits[i+1])
@@ -492,16 +492,16 @@ func templateRows(sb *sandbox.Sandbox) []badInput {
 
 	return []badInput{
 		{"template_secret_missing", use("tpl-missing", nil), 1, named("tpl-missing", "the Secret does not exist"), ""},
-		{"template_key_missing", use("tpl-key", []byte("x"), `key       = "HCLOUD_CLUSTER_CONFIG"`, `key       = "CLUSTER_CONFIG"`), 1,
+		{"template_key_missing", use("tpl-key", []byte("x"), `key                = "HCLOUD_CLUSTER_CONFIG"`, `key                = "CLUSTER_CONFIG"`), 1,
 			[]string{"Secret default/tpl-key", "has no key CLUSTER_CONFIG (its keys: " + sandbox.TemplateKey + ")"}, ""},
 		{"template_bad_base64", use("tpl-b64", []byte("!! not base64 !!")), 1, named("tpl-b64", "the value is not base64"), ""},
 		{"template_not_json", use("tpl-json", b64("version: v1alpha1\n")), 1, named("tpl-json", "is not the hcloud cluster config's JSON"), ""},
-		{"template_no_such_pool", use("tpl-pool", hcloud("autoscale-cx43", "x"), `pools     = ["autoscale-cx43"]`, `pools     = ["arm-pool"]`), 1,
+		{"template_no_such_pool", use("tpl-pool", hcloud("autoscale-cx43", "x"), `pools              = ["autoscale-cx43"]`, `pools              = ["arm-pool"]`), 1,
 			named("tpl-pool", `no pool "arm-pool" with a cloudInit in nodeConfigs (pools with one: autoscale-cx43)`), ""},
 		{"template_not_a_talos_config", use("tpl-talos", hcloud("autoscale-cx43", "#cloud-config\nruncmd: []\n")), 1,
 			named("tpl-talos", `pool "autoscale-cx43": not a Talos machine config`), ""},
 		{"template_format_unknown", func(b *bench) []string {
-			b.edit(`format    = "hcloud-cluster-config"`, `format    = "cloud-init"`)
+			b.edit(`format             = "hcloud-cluster-config"`, `format             = "cloud-init"`)
 			return planCmd(b)
 		}, 1, []string{"ghcrsync.hcl:", "Unsupported node template format", `not "cloud-init"`}, ""},
 	}
