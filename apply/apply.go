@@ -253,7 +253,7 @@ func checkSelf(p *plan.Plan, path, self string) error {
 // touched.
 func (r *run) prove(ctx context.Context) error {
 	if len(r.ws.Config.Credential.Prove) > 0 {
-		if _, err := r.ws.Prove(ctx); err != nil {
+		if _, _, err := r.ws.Prove(ctx); err != nil {
 			return fmt.Errorf("%w; nothing was changed", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -17,18 +18,19 @@ import (
 // Make decides every node's action. The same inputs always give the same plan.
 func Make(s Snapshot, in Input) *Plan {
 	p := &Plan{
-		FormatVersion:      FormatVersion,
-		CreatedAt:          in.Now.UTC(),
-		ExpiresAt:          in.Now.Add(in.TTL).UTC(),
-		CredentialRevision: in.CredentialRevision,
-		AuthDigest:         in.AuthDigest,
-		Registry:           in.Registry,
-		ProofSkipped:       in.ProofSkipped,
-		ConfigDigest:       in.ConfigDigest,
-		State:              in.State,
-		APIEndpoint:        s.APIEndpoint,
-		ClusterUID:         s.ClusterUID,
-		Probe:              in.Probe,
+		FormatVersion:       FormatVersion,
+		CreatedAt:           in.Now.UTC(),
+		ExpiresAt:           in.Now.Add(in.TTL).UTC(),
+		CredentialRevision:  in.CredentialRevision,
+		AuthDigest:          in.AuthDigest,
+		Registry:            in.Registry,
+		ProofSkipped:        in.ProofSkipped,
+		CredentialExpiresAt: in.CredentialExpires,
+		ConfigDigest:        in.ConfigDigest,
+		State:               in.State,
+		APIEndpoint:         s.APIEndpoint,
+		ClusterUID:          s.ClusterUID,
+		Probe:               in.Probe,
 	}
 
 	seen := map[string]bool{}
@@ -310,6 +312,13 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	if in.ProofSkipped {
 		w = append(w, "The credential was not proved against the registry (--skip-proof).")
+	}
+
+	if p.CredentialExpiring() {
+		left := p.CredentialExpiresAt.Sub(p.CreatedAt)
+		w = append(w, fmt.Sprintf("The new credential expires at %s (in %s, as the registry reports it): every node, pull secret and template will hold a "+
+			"credential that stops working then; make its successor and rotate again before that.",
+			p.CredentialExpiresAt.UTC().Format(time.RFC3339), human.Days(left)))
 	}
 
 	for _, u := range p.CredentialsInUse {

@@ -72,3 +72,27 @@ func TestTemplateReader(t *testing.T) {
 		})
 	}
 }
+
+// A credential is expiring under ExpiryWarning before its expiry; a zero expiry (not reported)
+// never is.
+func TestCredentialExpiring(t *testing.T) {
+	created := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		want bool
+	}{
+		{"not reported", time.Time{}, false},
+		{"a second under 14 days", created.Add(ExpiryWarning - time.Second), true},
+		{"exactly 14 days", created.Add(ExpiryWarning), false},
+		{"tomorrow", created.Add(24 * time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Plan{CreatedAt: created, CredentialExpiresAt: tc.at}
+			if got := p.CredentialExpiring(); got != tc.want {
+				t.Fatalf("expiring %t, want %t", got, tc.want)
+			}
+		})
+	}
+}

@@ -122,8 +122,10 @@ type Input struct {
 	AuthDigest         string // of the desired credential for Registry
 	Registry           string
 	ProofSkipped       bool
-	ConfigDigest       string
-	Exclude            []string
+	// CredentialExpires is when the credential expires, as the registry reported it (zero: not).
+	CredentialExpires time.Time
+	ConfigDigest      string
+	Exclude           []string
 	// SelfNode is the node this ghcrsync runs on, in a cluster (GHCRSYNC_NODE_NAME): never fenced.
 	SelfNode         string
 	AutoscalerPolicy string // "deselect" or "include"
@@ -179,11 +181,14 @@ type Plan struct {
 	AuthDigest         string    `json:"auth_digest"`
 	Registry           string    `json:"registry"`
 	ProofSkipped       bool      `json:"proof_skipped,omitempty"`
-	ConfigDigest       string    `json:"config_digest"`
-	State              StateRef  `json:"state"`
-	APIEndpoint        string    `json:"api_endpoint"`
-	ClusterUID         string    `json:"cluster_uid"` // the plan applies to this cluster only
-	EndpointNode       string    `json:"endpoint_node,omitempty"`
+	// CredentialExpiresAt is when the new credential stops working, as the registry reported it
+	// (zero: not reported).
+	CredentialExpiresAt time.Time `json:"credential_expires_at,omitzero"`
+	ConfigDigest        string    `json:"config_digest"`
+	State               StateRef  `json:"state"`
+	APIEndpoint         string    `json:"api_endpoint"`
+	ClusterUID          string    `json:"cluster_uid"` // the plan applies to this cluster only
+	EndpointNode        string    `json:"endpoint_node,omitempty"`
 	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
 	// registry judged them (Refused, Emergency).
 	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`
@@ -253,6 +258,14 @@ type Summary struct {
 // Changes reports whether the plan acts on any node, pull secret or node template.
 func (p *Plan) Changes() bool {
 	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate+p.Summary.TemplatesRestart > 0
+}
+
+// ExpiryWarning is how long before its expiry a credential is reported as expiring.
+const ExpiryWarning = 14 * 24 * time.Hour
+
+// CredentialExpiring reports whether the credential expires within ExpiryWarning of the plan.
+func (p *Plan) CredentialExpiring() bool {
+	return !p.CredentialExpiresAt.IsZero() && p.CredentialExpiresAt.Sub(p.CreatedAt) < ExpiryWarning
 }
 
 // SafeToRevoke reports whether, as the plan found the cluster, nothing uses the old credential.

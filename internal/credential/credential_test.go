@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -154,6 +155,29 @@ func TestAuthOnlyForm(t *testing.T) {
 
 // Prove runs the token flow against the sandbox registry: accepted, rejected at the token step,
 // and a public image refused as proof.
+// The expiry header as GitHub writes it, and values that are not a time (ignored, never "valid").
+func TestParseExpiration(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"github", "2026-12-31 12:00:00 UTC", "2026-12-31T12:00:00Z"},
+		{"offset", "2026-12-31 13:00:00 +0100", "2026-12-31T12:00:00Z"},
+		{"rfc3339", "2026-12-31T12:00:00Z", "2026-12-31T12:00:00Z"},
+		{"empty", "", ""},
+		{"garbage", "soon", ""},
+		{"hostile", strings.Repeat("9", 100), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if e := parseExpiration(tc.in); !e.IsZero() {
+				got = e.Format(time.RFC3339)
+			}
+
+			if got != tc.want {
+				t.Fatalf("parseExpiration(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestProve(t *testing.T) {
 	ctx := context.Background()
 
@@ -172,9 +196,20 @@ func TestProve(t *testing.T) {
 	}
 
 	targets := []string{"ghcrsync/private-probe:v1", "ghcrsync/app:v1"}
-	if digests, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets); err != nil || !strings.HasPrefix(digests[targets[0]], "sha256:") {
-		t.Fatalf("valid credential: %v", err)
+	proof, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
+	if err != nil || !strings.HasPrefix(proof.Digests[targets[0]], "sha256:") || !proof.Expires.IsZero() {
+		t.Fatalf("valid credential: %+v %v", proof, err)
 	}
+
+	// The registry reports the token's expiry as GitHub does: the proof carries it.
+	expires := time.Now().Add(72 * time.Hour).UTC().Truncate(time.Second)
+	reg.SetExpiry(user, expires)
+
+	if proof, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets); err != nil || !proof.Expires.Equal(expires) {
+		t.Fatalf("expiring credential: expires %s, want %s (%v)", proof.Expires, expires, err)
+	}
+
+	reg.SetExpiry(user, time.Time{})
 
 	if _, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{"ghcrsync/absent:v1"}); err == nil {
 		t.Fatal("a missing image was proved")

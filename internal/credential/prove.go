@@ -63,8 +63,9 @@ func (r Registry) realmHosts(c *Credential) []string {
 // host or a trusted one), and no request follows a redirect elsewhere.
 //
 // It returns each target's manifest digest ("sha256:…", as the registry answered it), so a proof
-// made later can pull exactly the image proved here.
-func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (map[string]string, error) {
+// made later can pull exactly the image proved here, and the credential's expiry where the
+// registry reports it.
+func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Proof, error) {
 	hosts := r.realmHosts(c)
 
 	timeout := r.Timeout
@@ -74,18 +75,50 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (ma
 
 	client := &http.Client{Timeout: timeout, CheckRedirect: pin.Redirects(hosts)}
 
-	digests := map[string]string{}
+	proof := Proof{Digests: map[string]string{}}
 
 	for _, t := range targets {
-		d, err := proveOne(ctx, client, r.Endpoint, hosts, c, t)
+		d, expires, err := proveOne(ctx, client, r.Endpoint, hosts, c, t)
 		if err != nil {
-			return nil, err
+			return Proof{}, err
 		}
 
-		digests[t] = d
+		proof.Digests[t] = d
+		if !expires.IsZero() && (proof.Expires.IsZero() || expires.Before(proof.Expires)) {
+			proof.Expires = expires
+		}
 	}
 
-	return digests, nil
+	return proof, nil
+}
+
+// Proof is what proving a credential found.
+type Proof struct {
+	// Digests are the targets' manifest digests.
+	Digests map[string]string
+	// Expires is when the credential stops working, as the registry reported it with its token
+	// (GitHub's GitHub-Authentication-Token-Expiration header); zero when it did not.
+	Expires time.Time
+}
+
+// ExpirationHeader is where GitHub reports a token's expiry ("2026-12-31 12:00:00 UTC").
+const ExpirationHeader = "GitHub-Authentication-Token-Expiration"
+
+// parseExpiration reads an ExpirationHeader value; zero if there is none or it is not a time
+// (a hostile or garbled value is ignored, never trusted to mean "valid").
+func parseExpiration(v string) time.Time {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 64 {
+		return time.Time{}
+	}
+
+	for _, layout := range []string{"2006-01-02 15:04:05 MST", "2006-01-02 15:04:05 -0700", time.RFC3339} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t.UTC()
+		}
+	}
+
+	return time.Time{}
 }
 
 // prover is one target's token flow.
@@ -99,14 +132,16 @@ type prover struct {
 	manifest string
 	// realmHosts are the hosts a token realm may be on.
 	realmHosts []string
+	// expires is the credential's expiry as the token realm reported it.
+	expires time.Time
 }
 
-func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) (string, error) {
+func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) (string, time.Time, error) {
 	repo, ref, ok := strings.Cut(target, "@")
 	if !ok {
 		i := strings.LastIndex(target, ":")
 		if i < 0 || strings.Contains(target[i:], "/") {
-			return "", &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
+			return "", time.Time{}, &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
 		}
 
 		repo, ref = target[:i], target[i+1:]
@@ -117,19 +152,21 @@ func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHo
 
 	realm, params, err := p.challenge()
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 
 	if err := p.private(realm, params); err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 
 	bearer, err := p.token(realm, params)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 
-	return p.pull(bearer)
+	digest, err := p.pull(bearer)
+
+	return digest, p.expires, err
 }
 
 func (p *prover) fail(step string, status int, err error) error {
@@ -233,6 +270,10 @@ func (p *prover) tokenAs(realm string, params map[string]string, basic bool) (st
 
 	if resp.StatusCode != http.StatusOK {
 		return "", p.fail("token", resp.StatusCode, nil)
+	}
+
+	if basic {
+		p.expires = parseExpiration(resp.Header.Get(ExpirationHeader))
 	}
 
 	var tok struct {

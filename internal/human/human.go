@@ -3,6 +3,7 @@
 package human
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -43,4 +44,15 @@ func Plural(n int, one, many string) string {
 	}
 
 	return many
+}
+
+// Days is a duration in whole days, or hours under two days ("12 days", "30 hours").
+func Days(d time.Duration) string {
+	if h := int(d.Hours()); h < 48 {
+		return fmt.Sprintf("%d %s", h, Plural(h, "hour", "hours"))
+	}
+
+	n := int(d.Hours() / 24)
+
+	return fmt.Sprintf("%d %s", n, Plural(n, "day", "days"))
 }

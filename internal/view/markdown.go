@@ -22,6 +22,8 @@ const (
 	LabelSafeToRevoke = "ghcrsync:safe-to-revoke"
 	// LabelEmergency: a credential in use is refused by the registry (an emergency rotation).
 	LabelEmergency = "ghcrsync:emergency"
+	// LabelCredentialExpiring: the new credential expires within 14 days (plan.ExpiryWarning).
+	LabelCredentialExpiring = "ghcrsync:credential-expiring"
 )
 
 // disruption is what an action does to the workloads on the node.
@@ -54,6 +56,10 @@ func Labels(p *plan.Plan) []string {
 
 	if p.Emergency() {
 		out = append(out, LabelEmergency)
+	}
+
+	if p.CredentialExpiring() {
+		out = append(out, LabelCredentialExpiring)
 	}
 
 	return out

@@ -302,19 +302,23 @@ func node(w io.Writer, n plan.NodePlan, prefix string) {
 
 // PlanJSON is the machine-readable plan (`--json`).
 type PlanJSON struct {
-	FormatVersion      string         `json:"format_version"`
-	CredentialRevision string         `json:"credential_revision"`
-	Registry           string         `json:"registry"`
-	ConfigDigest       string         `json:"config_digest"`
-	ProofSkipped       bool           `json:"proof_skipped"`
-	CreatedAt          string         `json:"created_at"`
-	ExpiresAt          string         `json:"expires_at"`
-	State              plan.StateRef  `json:"state"`
-	APIEndpoint        string         `json:"api_endpoint"`
-	EndpointNode       string         `json:"endpoint_node,omitempty"`
-	Nodes              []NodeJSON     `json:"nodes"`
-	Consumers          []SecretJSON   `json:"consumers"`
-	Templates          []TemplateJSON `json:"templates"`
+	FormatVersion      string `json:"format_version"`
+	CredentialRevision string `json:"credential_revision"`
+	Registry           string `json:"registry"`
+	ConfigDigest       string `json:"config_digest"`
+	ProofSkipped       bool   `json:"proof_skipped"`
+	// CredentialExpiresAt is when the new credential expires, as the registry reported it ("":
+	// not reported); CredentialExpiring is true within 14 days of it (1.2).
+	CredentialExpiresAt string         `json:"credential_expires_at,omitempty"`
+	CredentialExpiring  bool           `json:"credential_expiring"`
+	CreatedAt           string         `json:"created_at"`
+	ExpiresAt           string         `json:"expires_at"`
+	State               plan.StateRef  `json:"state"`
+	APIEndpoint         string         `json:"api_endpoint"`
+	EndpointNode        string         `json:"endpoint_node,omitempty"`
+	Nodes               []NodeJSON     `json:"nodes"`
+	Consumers           []SecretJSON   `json:"consumers"`
+	Templates           []TemplateJSON `json:"templates"`
 	// PullSecretEntries are the registries whose entry the pull secrets receive: only the
 	// configured one, never other entries of the SOPS file's dockerconfigjson.
 	PullSecretEntries []string     `json:"pull_secret_entries"`
@@ -367,14 +371,14 @@ type TemplateJSON struct {
 }
 
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
-// (1.1: the verdict).
-const PlanJSONFormatVersion = "1.1"
+// (1.1: the verdict; 1.2: the credential's expiry).
+const PlanJSONFormatVersion = "1.2"
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
 	out := PlanJSON{
 		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
-		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped,
+		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, CredentialExpiring: p.CredentialExpiring(),
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
@@ -399,6 +403,10 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		out.Templates = append(out.Templates, TemplateJSON{
 			Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format, Pool: t.Pool, Action: string(t.Action), Reason: t.Reason,
 		})
+	}
+
+	if !p.CredentialExpiresAt.IsZero() {
+		out.CredentialExpiresAt = p.CredentialExpiresAt.UTC().Format("2006-01-02T15:04:05Z")
 	}
 
 	return out

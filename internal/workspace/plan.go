@@ -34,7 +34,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	in.Probe = plan.Probe{Image: w.Config.Nodes.Probe.Image, Namespace: w.Config.Nodes.Probe.Namespace, ServiceAccount: w.Config.Nodes.Probe.ServiceAccount}
 
 	if !o.SkipProof {
-		if in.Probe.Image, err = w.Prove(ctx); err != nil {
+		if in.Probe.Image, in.CredentialExpires, err = w.Prove(ctx); err != nil {
 			return nil, fmt.Errorf("%w; nothing was planned", err)
 		}
 	}

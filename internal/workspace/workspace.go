@@ -247,17 +247,19 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 // Prove proves the credential against the registry's token flow for every prove target and
 // the runtime probe's image (which must be private: an image anyone can pull proves nothing
 // about a node's credential). It returns the probe image by its proved digest
-// (REGISTRY/repo@sha256:…; "" when there is no probe image).
-func (w *Workspace) Prove(ctx context.Context) (string, error) {
+// (REGISTRY/repo@sha256:…; "" when there is no probe image), and when the credential expires
+// where the registry reports it (zero when it does not). A credential the registry reports as
+// expired is an error, whatever the registry still accepted.
+func (w *Workspace) Prove(ctx context.Context) (string, time.Time, error) {
 	cred, err := w.Credential()
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 
 	cfg := w.Config.Credential
 
 	if len(cfg.Prove) == 0 {
-		return "", fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+		return "", time.Time{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
 	}
 
 	targets, probe := w.proveTargets()
@@ -265,12 +267,17 @@ func (w *Workspace) Prove(ctx context.Context) (string, error) {
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
-	digests, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, targets)
+	proof, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, targets)
 	if err != nil {
-		return "", fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+		return "", time.Time{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
-	return ByDigest(w.Config.Nodes.Probe.Image, digests[probe]), nil
+	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
+		return "", e, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
+			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
+	}
+
+	return ByDigest(w.Config.Nodes.Probe.Image, proof.Digests[probe]), proof.Expires, nil
 }
 
 // proveTargets are the images a credential is proved against: the prove targets and the

@@ -48,7 +48,17 @@ type Registry struct {
 	// public are repositories under PrivateOrg that anyone may pull (Publish), as a GHCR
 	// package's visibility is set on its own.
 	public map[string]bool
+	// expiry is when a user's token expires, sent as GitHub sends it
+	// (GitHub-Authentication-Token-Expiration) with every answer to that credential.
+	expiry map[string]time.Time
 }
+
+// ExpirationHeader is the response header GitHub reports a token's expiry in, formatted
+// ExpirationLayout (UTC).
+const (
+	ExpirationHeader = "GitHub-Authentication-Token-Expiration"
+	ExpirationLayout = "2006-01-02 15:04:05 MST"
+)
 
 type grant struct {
 	user    string // "" for an anonymous token
@@ -108,7 +118,7 @@ func Start() (*Registry, error) {
 		inner:  ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))),
 		users:  map[string]string{},
 		tokens: map[string]grant{},
-		denied: map[string]bool{},
+		denied: map[string]bool{}, expiry: map[string]time.Time{},
 		public: map[string]bool{},
 	}
 
@@ -224,6 +234,21 @@ func (r *Registry) AllowRepository(user, repository string) {
 	delete(r.denied, user+" "+repository)
 }
 
+// SetExpiry makes the registry report that user's credential expires at t (zero: it never
+// expires, no header). Past t the credential is refused, as GitHub refuses an expired token.
+func (r *Registry) SetExpiry(user string, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	if t.IsZero() {
+		delete(r.expiry, user)
+
+		return
+	}
+
+	r.expiry[user] = t
+}
+
 // SetRealm makes the auth challenge name another token realm ("" restores its own): a
 // registry, or whoever answers for it, sending the credential elsewhere.
 func (r *Registry) SetRealm(realm string) {
@@ -252,12 +277,17 @@ func (r *Registry) token(w http.ResponseWriter, req *http.Request) {
 
 	r.mu.Lock()
 	want, known := r.users[user]
+	expires, expiring := r.expiry[user]
 	r.mu.Unlock()
 
-	if hasBasic && (!known || want != pass) {
+	if hasBasic && (!known || want != pass || (expiring && time.Now().After(expires))) {
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: invalid username or password")
 
 		return
+	}
+
+	if hasBasic && expiring {
+		w.Header().Set(ExpirationHeader, expires.UTC().Format(ExpirationLayout))
 	}
 
 	if !hasBasic {
