@@ -167,10 +167,16 @@ func needs(n Node, in Input) (Action, Reason, string) {
 		return ActionDeselect, ReasonTalosUnreachable, ReasonTalosUnreachable.Sentence(detail)
 	}
 
-	live, err := LiveRegistryAuth(n.Talos.Version)
+	version, err := ParseTalosVersion(n.Talos.Version)
 	if err != nil {
 		return ActionDeselect, ReasonUnclassifiable, ReasonUnclassifiable.Sentence(err.Error())
 	}
+
+	if !version.AtLeast(TalosMinimum) {
+		return ActionDeselect, ReasonTalosUnsupported, ReasonTalosUnsupported.Sentence("Talos " + n.Talos.Version)
+	}
+
+	live := version.AtLeast(TalosLiveRegistryAuth)
 
 	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" {
 		if proof := runtimeProof(n, in, live); proof != "" {
@@ -212,24 +218,49 @@ func runtimeProof(n Node, in Input, live bool) string {
 	return ""
 }
 
-// LiveRegistryAuth reports whether a Talos version reloads registry auth without a reboot
-// (1.14 and later). An unparsable version is an error: the caller fails closed.
-func LiveRegistryAuth(version string) (bool, error) {
-	v := strings.TrimPrefix(version, "v")
-	parts := strings.SplitN(v, ".", 3)
+// TalosVersion is a Talos release line (major.minor).
+type TalosVersion struct{ Major, Minor int }
 
+// What Talos versions can do, stated once: the planner, the verdict and the docs use these.
+var (
+	// TalosMinimum is the first Talos with the RegistryAuthConfig document ghcrsync writes;
+	// an older node cannot take it, and is never claimed.
+	TalosMinimum = TalosVersion{1, 12}
+	// TalosLiveRegistryAuth is the first Talos that reloads registry auth without a reboot.
+	TalosLiveRegistryAuth = TalosVersion{1, 14}
+)
+
+func (v TalosVersion) String() string { return fmt.Sprintf("v%d.%d", v.Major, v.Minor) }
+
+// AtLeast reports whether v is o or later.
+func (v TalosVersion) AtLeast(o TalosVersion) bool {
+	return v.Major > o.Major || (v.Major == o.Major && v.Minor >= o.Minor)
+}
+
+// ParseTalosVersion reads "v1.13.9" (or "1.13", "v1.14.0-alpha.1"). An unparsable version is an
+// error: callers fail closed.
+func ParseTalosVersion(version string) (TalosVersion, error) {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
 	if len(parts) < 2 {
-		return false, fmt.Errorf("unknown Talos version %q", version)
+		return TalosVersion{}, fmt.Errorf("unknown Talos version %q", version)
 	}
 
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 
 	if err1 != nil || err2 != nil {
-		return false, fmt.Errorf("unknown Talos version %q", version)
+		return TalosVersion{}, fmt.Errorf("unknown Talos version %q", version)
 	}
 
-	return major > 1 || (major == 1 && minor >= 14), nil
+	return TalosVersion{major, minor}, nil
+}
+
+// LiveRegistryAuth reports whether a Talos version reloads registry auth without a reboot
+// (TalosLiveRegistryAuth and later). An unparsable version is an error: the caller fails closed.
+func LiveRegistryAuth(version string) (bool, error) {
+	v, err := ParseTalosVersion(version)
+
+	return v.AtLeast(TalosLiveRegistryAuth), err
 }
 
 func endpointOf(n Node, host string) bool {

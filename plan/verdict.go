@@ -144,6 +144,9 @@ func nodeUse(n Node, in Input, identity string) Use {
 	switch {
 	case action == ActionNoOp && reason == ReasonInSync:
 		u.State, u.Why = UseNew, sentence
+	case action == ActionDeselect && reason == ReasonTalosUnsupported:
+		u.Why = sentence // it keeps the credential it has
+		u.Next = "upgrade its Talos to " + TalosMinimum.String() + " or later, then run plan again"
 	case action == ActionDeselect:
 		u.State, u.Why = UseUnknown, sentence
 	default:

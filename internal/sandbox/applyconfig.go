@@ -97,6 +97,15 @@ func (m *Machine) validateConfig(ctx context.Context, data []byte) (config.Provi
 			"the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
 	}
 
+	// Talos before 1.12 has no RegistryAuthConfig document: its loader refuses the kind.
+	if talosMinor(m.TalosTag) < 12 {
+		for _, d := range provider.Documents() {
+			if d.Kind() == "RegistryAuthConfig" {
+				return nil, nil, nil, status.Error(codes.InvalidArgument, `error decoding document /RegistryAuthConfig: unknown document kind "RegistryAuthConfig"`)
+			}
+		}
+	}
+
 	warnings, err := provider.Validate(metalInstalled{})
 	if err != nil {
 		return nil, nil, nil, status.Error(codes.InvalidArgument, err.Error())

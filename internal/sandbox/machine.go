@@ -542,16 +542,20 @@ func talosTag(version string) (string, error) {
 	switch strings.Count(v, ".") {
 	case 1:
 		switch v {
+		case "1.11":
+			return "v1.11.6", nil // below ghcrsync's minimum: it refuses a RegistryAuthConfig document
+		case "1.12":
+			return "v1.12.6", nil
 		case "1.13":
 			return "v1.13.9", nil
 		case "1.14":
 			return "v1.14.0", nil
 		}
 	case 2:
-		if talosMinor(v) >= 13 {
+		if talosMinor(v) >= 11 {
 			return "v" + v, nil
 		}
 	}
 
-	return "", errors.New("sandbox: --talos-version must be 1.13 or 1.14 (or a full 1.13+/1.14+ tag), or a comma-separated list of them")
+	return "", errors.New("sandbox: --talos-version must be 1.11, 1.12, 1.13 or 1.14 (or a full 1.11+ tag), or a comma-separated list of them")
 }

@@ -155,6 +155,10 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: %d seed(s), %d failed %v, %s wall, %d apply process(es); faults %s; kills %s; unsafe writes %d, interleaved writes %d\n",
 		len(list), len(failed), failed, time.Since(begin).Round(time.Second), applies, counts(kinds), counts(kills),
 		sb.Fleet().Stats().UnsafeWrites, sb.Fleet().Stats().InterleavedWrites)
+
+	if calls := sb.HcloudCalls(); calls != nil {
+		fmt.Printf("chaos: the real cluster-autoscaler created %d and deleted %d server(s)\n", calls["POST /v1/servers"], calls["DELETE /v1/servers/{id}"])
+	}
 }
 
 func counts(m map[string]int) string {
