@@ -271,10 +271,10 @@ func (r *run) probe() cluster.Probe {
 	pr, cfg := r.p.Probe, r.ws.Config.Nodes.Probe
 
 	if pr.Image == "" {
-		pr = plan.Probe{Image: cfg.Image, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
+		pr = plan.Probe{Image: cfg.Image, Images: cfg.Images, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
 	}
 
-	return cluster.Probe{Image: pr.Image, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount}
+	return cluster.Probe{Image: pr.Image, Images: pr.Images, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount}
 }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).

@@ -143,9 +143,25 @@ type Input struct {
 // Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
 // proved against the registry), in Namespace, as ServiceAccount, with no pull secret.
 type Probe struct {
-	Image          string `json:"image"`
-	Namespace      string `json:"namespace"`
-	ServiceAccount string `json:"service_account"`
+	Image string `json:"image"`
+	// Images are every image the probe pulls, Image first, each by its proved digest (absent in
+	// plans of one image).
+	Images         []string `json:"images,omitempty"`
+	Namespace      string   `json:"namespace"`
+	ServiceAccount string   `json:"service_account"`
+}
+
+// Pulls are the images the probe pulls on each node.
+func (p Probe) Pulls() []string {
+	if len(p.Images) > 0 {
+		return p.Images
+	}
+
+	if p.Image != "" {
+		return []string{p.Image}
+	}
+
+	return nil
 }
 
 // StateRef binds a plan to the state it was made against.

@@ -39,6 +39,22 @@ const (
 // Probe is a runtime probe: Image (by digest) pulled in Namespace as ServiceAccount.
 type Probe struct {
 	Image, Namespace, ServiceAccount string
+	// Images are every image to pull, Image first ("": Image alone); each gets its own pod.
+	Images []string
+}
+
+// each is p once per image it pulls.
+func (p Probe) each() []Probe {
+	if len(p.Images) == 0 {
+		return []Probe{p}
+	}
+
+	out := make([]Probe, 0, len(p.Images))
+	for _, img := range p.Images {
+		out = append(out, Probe{Image: img, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount})
+	}
+
+	return out
 }
 
 // probeUID and probeGID run the probe as nobody in particular: PodSecurity "restricted" wants a
@@ -116,13 +132,19 @@ func admitted(pod *corev1.Pod, p Probe) error {
 // admission plugin and webhook runs, nothing is stored) and checks what admission made of it:
 // a denial (PodSecurity, a webhook, a policy, a quota, a missing namespace or service account)
 // or a mutation that would make the proof vacuous is found before any node is touched.
-func (c *Connection) ProbeAdmissible(ctx context.Context, node string, p Probe) error {
-	pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
+func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Probe) error {
+	for _, p := range probe.each() {
+		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
+		}
+
+		if err := admitted(pod, p); err != nil {
+			return err
+		}
 	}
 
-	return admitted(pod, p)
+	return nil
 }
 
 // ProveRuntime shows the node's container runtime pulls the probe image with its own
@@ -131,7 +153,18 @@ func (c *Connection) ProbeAdmissible(ctx context.Context, node string, p Probe) 
 // distroless image has no shell, its entrypoint may fail) proves nothing either way and is not
 // asked. ErrImagePull, or no pull before timeout, is a failed proof. The pod is deleted
 // afterwards.
-func (c *Connection) ProveRuntime(ctx context.Context, node string, p Probe, timeout time.Duration) error {
+func (c *Connection) ProveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration) error {
+	for _, p := range probe.each() {
+		if err := c.proveImage(ctx, node, p, timeout); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// proveImage is one image's proof on the node: one pod, one real pull.
+func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeout time.Duration) error {
 	namespace, image := p.Namespace, p.Image
 
 	if err := c.probeNamespace(ctx, namespace); err != nil {

@@ -132,7 +132,23 @@ type Probe struct {
 	// ServiceAccount the probe pods run as (DefaultProbeServiceAccount).
 	ServiceAccount string
 	Image          string
-	Namespace      string
+	// Images are every image the probe pulls on each node, Image first (runtime_probe.images:
+	// each private package the runtime needs, as GHCR grants them one by one).
+	Images    []string
+	Namespace string
+}
+
+// Pulls are the images the probe pulls: Images, or Image alone.
+func (p Probe) Pulls() []string {
+	if len(p.Images) > 0 {
+		return p.Images
+	}
+
+	if p.Image != "" {
+		return []string{p.Image}
+	}
+
+	return nil
 }
 
 // Consumer is a pull secret the credential is fanned out to, and the service accounts that
@@ -251,9 +267,10 @@ type nodesBlock struct {
 }
 
 type probeBlock struct {
-	Image          *string `hcl:"image,optional"`
-	Namespace      *string `hcl:"namespace,optional"`
-	ServiceAccount *string `hcl:"service_account,optional"`
+	Image          *string   `hcl:"image,optional"`
+	Images         *[]string `hcl:"images,optional"`
+	Namespace      *string   `hcl:"namespace,optional"`
+	ServiceAccount *string   `hcl:"service_account,optional"`
 }
 
 type consumerBlock struct {
@@ -876,6 +893,15 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 				n.Probe.Image = *p.Image
 			}
 
+			switch {
+			case p.Images != nil && p.Image != nil:
+				d.errorf(attrRange(body, "nodes", "runtime_probe"), "Conflicting probe images", "set nodes.runtime_probe.image or images, not both.")
+			case p.Images != nil && len(*p.Images) == 0:
+				d.errorf(attrRange(body, "nodes", "runtime_probe"), "No probe images", "nodes.runtime_probe.images lists no image.")
+			case p.Images != nil:
+				n.Probe.Image, n.Probe.Images = (*p.Images)[0], slices.Clone(*p.Images)
+			}
+
 			if p.Namespace != nil {
 				n.Probe.Namespace = *p.Namespace
 			}
@@ -886,10 +912,16 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		}
 	}
 
-	if n.Probe.Image != "" && !strings.HasPrefix(n.Probe.Image, cfg.Credential.Registry+"/") {
-		d.errorf(attrRange(body, "nodes", "runtime_probe"), "Invalid probe image",
-			"nodes.runtime_probe.image must be an image on the credential's registry (%s/…): it proves the node's credential for that registry, not %q.",
-			cfg.Credential.Registry, n.Probe.Image)
+	if n.Probe.Image != "" && len(n.Probe.Images) == 0 {
+		n.Probe.Images = []string{n.Probe.Image}
+	}
+
+	for _, img := range n.Probe.Images {
+		if !strings.HasPrefix(img, cfg.Credential.Registry+"/") {
+			d.errorf(attrRange(body, "nodes", "runtime_probe"), "Invalid probe image",
+				"nodes.runtime_probe.image must be an image on the credential's registry (%s/…): it proves the node's credential for that registry, not %q.",
+				cfg.Credential.Registry, img)
+		}
 	}
 
 	cfg.Nodes = n

@@ -34,8 +34,18 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	in.Probe = plan.Probe{Image: w.Config.Nodes.Probe.Image, Namespace: w.Config.Nodes.Probe.Namespace, ServiceAccount: w.Config.Nodes.Probe.ServiceAccount}
 
 	if !o.SkipProof {
-		if in.Probe.Image, in.CredentialExpires, err = w.Prove(ctx); err != nil {
+		var pinned []string
+		if pinned, in.CredentialExpires, err = w.Prove(ctx); err != nil {
 			return nil, fmt.Errorf("%w; nothing was planned", err)
+		}
+
+		in.Probe.Image, in.Probe.Images = "", nil
+		if len(pinned) > 0 {
+			in.Probe.Image = pinned[0]
+		}
+
+		if len(pinned) > 1 {
+			in.Probe.Images = pinned
 		}
 	}
 
@@ -280,7 +290,7 @@ func (w *Workspace) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 	pr := p.Probe
 	if pr.Image == "" {
 		cfg := w.Config.Nodes.Probe
-		pr = plan.Probe{Image: cfg.Image, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
+		pr = plan.Probe{Image: cfg.Image, Images: cfg.Images, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
 	}
 
 	if pr.Image == "" || len(p.Nodes) == 0 {
@@ -289,7 +299,7 @@ func (w *Workspace) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 
 	node := p.Nodes[0].Name // the plan's order: the first node acted on, if any
 
-	err := w.Kube.ProbeAdmissible(ctx, node, cluster.Probe{Image: pr.Image, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount})
+	err := w.Kube.ProbeAdmissible(ctx, node, cluster.Probe{Image: pr.Image, Images: pr.Images, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount})
 	if err != nil {
 		return fmt.Errorf("%w. Nothing was changed: fix the probe's namespace or the policy, or set nodes.runtime_probe (docs/apply.md)", err)
 	}

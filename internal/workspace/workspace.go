@@ -247,51 +247,60 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 // Prove proves the credential against the registry's token flow for every prove target and
 // the runtime probe's image (which must be private: an image anyone can pull proves nothing
 // about a node's credential). It returns the probe image by its proved digest
-// (REGISTRY/repo@sha256:…; "" when there is no probe image), and when the credential expires
+// (REGISTRY/repo@sha256:…; none when there is no probe image), each of them, and when the credential expires
 // where the registry reports it (zero when it does not). A credential the registry reports as
 // expired is an error, whatever the registry still accepted.
-func (w *Workspace) Prove(ctx context.Context) (string, time.Time, error) {
+func (w *Workspace) Prove(ctx context.Context) ([]string, time.Time, error) {
 	cred, err := w.Credential()
 	if err != nil {
-		return "", time.Time{}, err
+		return nil, time.Time{}, err
 	}
 
 	cfg := w.Config.Credential
 
 	if len(cfg.Prove) == 0 {
-		return "", time.Time{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+		return nil, time.Time{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
 	}
 
-	targets, probe := w.proveTargets()
+	targets, probes := w.proveTargets()
 
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
 	proof, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, targets)
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+		return nil, time.Time{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
 	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
-		return "", e, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
+		return nil, e, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
 			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
 	}
 
-	return ByDigest(w.Config.Nodes.Probe.Image, proof.Digests[probe]), proof.Expires, nil
+	pinned := make([]string, 0, len(probes))
+	for i, target := range probes {
+		pinned = append(pinned, ByDigest(w.Config.Nodes.Probe.Pulls()[i], proof.Digests[target]))
+	}
+
+	return pinned, proof.Expires, nil
 }
 
 // proveTargets are the images a credential is proved against: the prove targets and the
-// runtime probe's image (probe, "" when there is none), repository:tag on the registry.
-func (w *Workspace) proveTargets() (targets []string, probe string) {
+// runtime probe's images (probes, in their order), repository:tag on the registry.
+func (w *Workspace) proveTargets() (targets, probes []string) {
 	cfg := w.Config.Credential
 	targets = slices.Clone(cfg.Prove)
 
-	probe = strings.TrimPrefix(w.Config.Nodes.Probe.Image, cfg.Registry+"/")
-	if probe != "" && !slices.Contains(targets, probe) {
-		targets = append(targets, probe)
+	for _, img := range w.Config.Nodes.Probe.Pulls() {
+		probe := strings.TrimPrefix(img, cfg.Registry+"/")
+		probes = append(probes, probe)
+
+		if !slices.Contains(targets, probe) {
+			targets = append(targets, probe)
+		}
 	}
 
-	return targets, probe
+	return targets, probes
 }
 
 // ByDigest is image (REGISTRY/repo:tag or REGISTRY/repo@digest) pinned to digest: what is pulled
