@@ -100,6 +100,9 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Steering = steer(p, s, in.AllowPending)
 	p.Warnings = warnings(p, s, in)
 
+	predicted, holds := drainPredictions(p, s)
+	p.Warnings, p.DrainHolds = append(p.Warnings, predicted...), holds
+
 	v := Inventory(s, in)
 	p.Verdict = &v
 
@@ -336,6 +339,42 @@ func actsOnControlPlanes(p *Plan) bool {
 	}
 
 	return false
+}
+
+// drainPredictions says, for each node the plan fences, what its drain will meet, and how many
+// of those stop it: a budget that allows no disruption now and a pod with no controller hold it
+// (apply's drain waits, then fails after nodes.drain_timeout and restores the node); emptyDir
+// data is lost.
+func drainPredictions(p *Plan, s Snapshot) (out []string, holds int) {
+	byName := map[string]*Node{}
+	for i := range s.Nodes {
+		byName[s.Nodes[i].Name] = &s.Nodes[i]
+	}
+
+	for _, np := range p.Nodes {
+		n := byName[np.Name]
+		if np.Action != ActionFence || n == nil {
+			continue
+		}
+
+		for _, b := range n.Blockers {
+			if b.Holds() {
+				holds++
+			}
+
+			switch b.Kind {
+			case BlockerBudget:
+				out = append(out, fmt.Sprintf("%s's drain will wait: pod %s is held by PodDisruptionBudget %s, which allows 0 disruptions now; "+
+					"unless another replica becomes ready, the drain fails after nodes.drain_timeout and the node is restored", np.Name, b.Pod, b.Budget))
+			case BlockerBare:
+				out = append(out, fmt.Sprintf("%s's drain will refuse pod %s: it has no controller, so nothing would recreate it; move or delete it first", np.Name, b.Pod))
+			case BlockerEmptyDir:
+				out = append(out, fmt.Sprintf("%s's drain evicts pod %s, and its emptyDir data (%s) is lost", np.Name, b.Pod, strings.Join(b.Volumes, ", ")))
+			}
+		}
+	}
+
+	return out, holds
 }
 
 func warnings(p *Plan, s Snapshot, in Input) []string {

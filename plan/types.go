@@ -70,7 +70,35 @@ type Node struct {
 	TalosError       string      `json:"talos_error,omitempty"`
 	// Pods counts the pods a drain of the node would evict (not DaemonSet, mirror or finished).
 	Pods int `json:"pods,omitempty"`
+	// Blockers are what its drain would meet: pods a budget holds now, pods with no controller,
+	// pods whose emptyDir data an eviction loses.
+	Blockers []DrainBlocker `json:"drain_blockers,omitempty"`
 }
+
+// Drain blocker kinds.
+const (
+	// BlockerBudget: a PodDisruptionBudget selecting the pod allows no disruption now: the drain
+	// waits for it, up to nodes.drain_timeout, then fails and the node is restored.
+	BlockerBudget = "budget"
+	// BlockerBare: the pod has no controller: the drain refuses it (nothing would recreate it).
+	BlockerBare = "bare"
+	// BlockerEmptyDir: evicting the pod loses its emptyDir data (the drain goes on).
+	BlockerEmptyDir = "emptydir"
+)
+
+// DrainBlocker is one pod a drain of its node would meet.
+type DrainBlocker struct {
+	Kind string `json:"kind"`
+	Pod  string `json:"pod"` // namespace/name
+	// Budget is the PodDisruptionBudget (namespace/name) of a BlockerBudget; Volumes the
+	// emptyDir volumes of a BlockerEmptyDir.
+	Budget  string   `json:"budget,omitempty"`
+	Volumes []string `json:"volumes,omitempty"`
+}
+
+// Holds reports whether the blocker stops the drain (a budget's hold or a bare pod), rather
+// than only costing data.
+func (b DrainBlocker) Holds() bool { return b.Kind == BlockerBudget || b.Kind == BlockerBare }
 
 // Identity is what tells a Node's machine apart: its uid and InternalIPs.
 type Identity struct {
@@ -214,7 +242,10 @@ type Plan struct {
 	// the root Flux secret.
 	Templates []TemplatePlan `json:"templates,omitempty"`
 	Warnings  []string       `json:"warnings,omitempty"`
-	Summary   Summary        `json:"summary"`
+	// DrainHolds counts the warnings that predict a drain will be held (a budget allowing no
+	// disruption, a pod with no controller): plan --strict refuses on any.
+	DrainHolds int     `json:"drain_holds,omitempty"`
+	Summary    Summary `json:"summary"`
 	// Probe is the runtime proof apply makes (its image by the digest plan proved).
 	Probe Probe `json:"probe"`
 	// Steering is how the run keeps evicted pods off nodes not yet rotated.

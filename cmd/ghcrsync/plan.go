@@ -21,6 +21,7 @@ type planArgs struct {
 	detailedExit bool
 	skipProof    bool
 	allowPending bool
+	strict       bool
 	expiresIn    time.Duration
 }
 
@@ -56,6 +57,11 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 
 			if err := view.Plan(cmd.OutOrStdout(), view.FormatFor(a.json), p); err != nil {
 				return err
+			}
+
+			if a.strict && p.DrainHolds > 0 {
+				return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
+					"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
 			}
 
 			if a.out != "" {
@@ -109,6 +115,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.StringVar(&a.markdown, "markdown", "", "also write the plan as Markdown (a pull-request comment) to this file")
 	f.BoolVar(&a.verbose, "verbose", false, "also print the requests the plan made (Kubernetes by verb, Talos by method)")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes and nothing uses the old credential, 2 otherwise, 1 on error")
+	f.BoolVar(&a.strict, "strict", false, "refuse (exit 1, no plan saved) when a fenced node's drain would be held: a PodDisruptionBudget allowing no disruption, a pod with no controller")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "let evicted pods wait Pending for a rotated node rather than land on one that cannot pull or is drained later")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")

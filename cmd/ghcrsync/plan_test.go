@@ -51,7 +51,7 @@ func TestPlanRotationIsReadOnly(t *testing.T) {
 	jr := ghcrsync(t, "plan", "--config", cfg, "--json")
 	p := planJSON(t, jr)
 
-	if p.FormatVersion != "1.1" || p.Verdict == nil || p.Verdict.SafeToRevoke || p.EndpointNode != "prod-control-plane-1" || len(p.CredentialRevision) != 64 {
+	if p.FormatVersion != "1.2" || p.Verdict == nil || p.Verdict.SafeToRevoke || p.EndpointNode != "prod-control-plane-1" || len(p.CredentialRevision) != 64 {
 		t.Fatalf("json plan header: %+v", p)
 	}
 

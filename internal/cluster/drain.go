@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // Drain evicts the node's pods through the Eviction API (PodDisruptionBudgets honoured,
@@ -256,14 +257,19 @@ func (c *Connection) blockers(node string) string {
 
 // EvictableByNode counts, per node, the pods a drain would evict: one LIST of every pod, the
 // whole list or an error.
-func (c *Connection) EvictableByNode(ctx context.Context) (map[string]int, error) {
+func (c *Connection) EvictableByNode(ctx context.Context) (map[string]int, map[string][]plan.DrainBlocker, error) {
 	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, c.Unreachable("list pods", err)
+		return nil, nil, c.Unreachable("list pods", err)
 	}
 
 	if err := Whole("list pods", pods.ListMeta); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+
+	pdbs, err := c.Client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, c.Unreachable("list PodDisruptionBudgets", err)
 	}
 
 	out := map[string]int{}
@@ -274,7 +280,64 @@ func (c *Connection) EvictableByNode(ctx context.Context) (map[string]int, error
 		}
 	}
 
-	return out, nil
+	return out, DrainBlockers(pods.Items, pdbs.Items), nil
+}
+
+// DrainBlockers is, per node, what a drain of it would meet among its evictable pods: a
+// PodDisruptionBudget selecting the pod that allows no disruption now (the drain waits), no
+// controller (the drain refuses: nothing would recreate it), emptyDir volumes (their data is
+// lost). The same rules as the drain's own (drain.Helper without Force, DeleteEmptyDirData).
+func DrainBlockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget) map[string][]plan.DrainBlocker {
+	out := map[string][]plan.DrainBlocker{}
+
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName == "" || !Evictable(p) {
+			continue
+		}
+
+		name := p.Namespace + "/" + p.Name
+		add := func(b plan.DrainBlocker) { out[p.Spec.NodeName] = append(out[p.Spec.NodeName], b) }
+
+		for j := range pdbs {
+			if b := &pdbs[j]; b.Namespace == p.Namespace && b.Status.DisruptionsAllowed == 0 && selects(b, p) {
+				add(plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: name, Budget: b.Namespace + "/" + b.Name})
+			}
+		}
+
+		if metav1.GetControllerOf(p) == nil {
+			add(plan.DrainBlocker{Kind: plan.BlockerBare, Pod: name})
+		}
+
+		var dirs []string
+
+		for _, v := range p.Spec.Volumes {
+			if v.EmptyDir != nil {
+				dirs = append(dirs, v.Name)
+			}
+		}
+
+		if len(dirs) > 0 {
+			add(plan.DrainBlocker{Kind: plan.BlockerEmptyDir, Pod: name, Volumes: dirs})
+		}
+	}
+
+	return out
+}
+
+// selects reports whether the budget's selector selects the pod (policy/v1: an empty selector
+// selects every pod of its namespace, a nil one none).
+func selects(b *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
+	if b.Spec.Selector == nil {
+		return false
+	}
+
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+	if err != nil {
+		return false
+	}
+
+	return sel.Matches(labels.Set(p.Labels))
 }
 
 // Evictable reports whether a drain must evict the pod before its node may reboot: not

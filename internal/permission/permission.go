@@ -39,7 +39,7 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 	}
 
 	if command == CommandPlan { // the pods each drain would evict (the seed is the emptiest worker); apply lists pods to drain
-		needs = append(needs, access("list", "", "pods", "", ""))
+		needs = append(needs, access("list", "", "pods", "", ""), access("list", "policy", "poddisruptionbudgets", "", ""))
 	}
 
 	if command == CommandPlan && cfg.Nodes.Probe.Image != "" {

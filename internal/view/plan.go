@@ -321,10 +321,12 @@ type PlanJSON struct {
 	Templates           []TemplateJSON `json:"templates"`
 	// PullSecretEntries are the registries whose entry the pull secrets receive: only the
 	// configured one, never other entries of the SOPS file's dockerconfigjson.
-	PullSecretEntries []string     `json:"pull_secret_entries"`
-	Warnings          []string     `json:"warnings"`
-	Summary           plan.Summary `json:"summary"`
-	Changes           bool         `json:"changes"`
+	PullSecretEntries []string `json:"pull_secret_entries"`
+	Warnings          []string `json:"warnings"`
+	// DrainHolds counts the warnings predicting a held drain (plan --strict refuses on any; 1.2).
+	DrainHolds int          `json:"drain_holds"`
+	Summary    plan.Summary `json:"summary"`
+	Changes    bool         `json:"changes"`
 	// Verdict is who uses which credential as the plan found the cluster.
 	Verdict *VerdictJSON `json:"verdict,omitempty"`
 	// Emergency: a credential in use (not the new one) is refused by the registry;
@@ -371,14 +373,14 @@ type TemplateJSON struct {
 }
 
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
-// (1.1: the verdict; 1.2: the credential's expiry).
+// (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds).
 const PlanJSONFormatVersion = "1.2"
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
 	out := PlanJSON{
 		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
-		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, CredentialExpiring: p.CredentialExpiring(),
+		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),

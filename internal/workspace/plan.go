@@ -183,13 +183,13 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
-	pods, err := w.Kube.EvictableByNode(ctx)
+	pods, blockers, err := w.Kube.EvictableByNode(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
 
 	for i := range nodes {
-		nodes[i].Pods = pods[nodes[i].Name]
+		nodes[i].Pods, nodes[i].Blockers = pods[nodes[i].Name], blockers[nodes[i].Name]
 	}
 
 	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, held, nil
