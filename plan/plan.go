@@ -155,6 +155,10 @@ func classify(n Node, in Input, identity string) NodePlan {
 		np.Action, np.Reason, np.Sentence = ActionDeselect, v.Reason, v.Reason.Sentence(v.Detail)
 	}
 
+	if (np.Action == ActionFence || np.Action == ActionApplyLive) && n.Talos != nil {
+		np.TalosDryRun = n.Talos.DryRun
+	}
+
 	return np
 }
 
@@ -177,6 +181,10 @@ func needs(n Node, in Input) (Action, Reason, string) {
 
 	if !version.AtLeast(TalosMinimum) {
 		return ActionDeselect, ReasonTalosUnsupported, ReasonTalosUnsupported.Sentence("Talos " + n.Talos.Version)
+	}
+
+	if refused := n.Talos.DryRunRefused; refused != "" {
+		return ActionDeselect, ReasonTalosRefuses, ReasonTalosRefuses.Sentence(refused)
 	}
 
 	live := version.AtLeast(TalosLiveRegistryAuth)

@@ -29,6 +29,7 @@ const (
 	ReasonRunsGhcrsync        Reason = "runs-ghcrsync"
 	ReasonInvalidInventory    Reason = "invalid-inventory"
 	ReasonTalosUnsupported    Reason = "talos-unsupported"
+	ReasonTalosRefuses        Reason = "talos-refuses"
 )
 
 // Reasons lists every reason code.
@@ -37,7 +38,7 @@ var Reasons = []Reason{
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
 	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
-	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported,
+	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported, ReasonTalosRefuses,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -64,6 +65,7 @@ var clauses = map[Reason]string{
 	ReasonStagedConfig:        "it has a config staged for its next boot that differs from its active one (%s); ghcrsync never drops an operator's staged change",
 	ReasonRunsGhcrsync:        "ghcrsync itself runs on it (%s): fencing it would drain this very run; a run from another node rotates it",
 	ReasonInvalidInventory:    "its Node record does not name one machine (%s), so ghcrsync leaves it alone",
+	ReasonTalosRefuses:        "its Talos refuses the config ghcrsync would write (a dry run: %s), so ghcrsync leaves it alone",
 	ReasonTalosUnsupported:    "its Talos cannot take the RegistryAuthConfig document (%s; it needs " + TalosMinimum.String() + " or later), so ghcrsync leaves it alone",
 }
 

@@ -124,6 +124,10 @@ type TalosFacts struct {
 	StagedDiffers bool      `json:"staged_differs,omitempty"`
 	ConfigUpdated time.Time `json:"config_updated"`
 	CRIStarted    time.Time `json:"cri_started"`
+	// DryRun is what its Talos answered a dry run of exactly the change (the mode it would take);
+	// DryRunRefused its refusal of that config (plan deselects the node: never claimed).
+	DryRun        string `json:"dry_run,omitempty"`
+	DryRunRefused string `json:"dry_run_refused,omitempty"`
 }
 
 // Lease is the observed run Lease.
@@ -262,17 +266,19 @@ const FormatVersion = "1.0"
 
 // NodePlan is one node's action, why, and the invariants apply re-validates.
 type NodePlan struct {
-	Name       string     `json:"name"`
-	UID        string     `json:"uid,omitempty"`
-	Role       Role       `json:"role,omitempty"`
-	Action     Action     `json:"action"`
-	Reason     Reason     `json:"reason_code"`
-	Sentence   string     `json:"reason"`
-	Order      int        `json:"order,omitempty"` // 1.. for nodes that are acted on
-	Endpoint   bool       `json:"api_endpoint,omitempty"`
-	Talos      string     `json:"talos_version,omitempty"`
-	Pods       int        `json:"pods,omitempty"` // the pods its drain would evict, when planned
-	Invariants Invariants `json:"invariants"`
+	Name     string `json:"name"`
+	UID      string `json:"uid,omitempty"`
+	Role     Role   `json:"role,omitempty"`
+	Action   Action `json:"action"`
+	Reason   Reason `json:"reason_code"`
+	Sentence string `json:"reason"`
+	Order    int    `json:"order,omitempty"` // 1.. for nodes that are acted on
+	Endpoint bool   `json:"api_endpoint,omitempty"`
+	Talos    string `json:"talos_version,omitempty"`
+	// TalosDryRun is its Talos's answer to a dry run of the change (nodes acted on).
+	TalosDryRun string     `json:"talos_dry_run,omitempty"`
+	Pods        int        `json:"pods,omitempty"` // the pods its drain would evict, when planned
+	Invariants  Invariants `json:"invariants"`
 }
 
 // Invariants are the facts a plan snapshots and apply re-validates before it touches a node.

@@ -42,6 +42,22 @@ func TestTalosBelowTheMinimumIsNeverClaimed(t *testing.T) {
 		}
 	}
 
+	// Each node plan acts on was asked, with a dry run of exactly the change, what its Talos would
+	// do (1.12 and 1.13 stage it for the reboot); the plan wrote nothing to any Talos.
+	if n, _ := nodeByName(p, edge); !strings.HasPrefix(n.TalosDryRun, "STAGED: ") {
+		t.Fatalf("%s: talos_dry_run %q, want Talos's STAGED answer", edge, n.TalosDryRun)
+	}
+
+	if n, _ := nodeByName(p, old); n.TalosDryRun != "" {
+		t.Fatalf("%s was deselected, and still dry-run: %q", old, n.TalosDryRun)
+	}
+
+	for name, w := range sb.Fleet().Stats().TalosWrites {
+		if w != 0 {
+			t.Fatalf("plan wrote to %s's Talos (%d write(s))", name, w)
+		}
+	}
+
 	writes := sb.Fleet().Stats().TalosWrites[old]
 
 	r := ghcrsync(t, "apply", "--config", cfg, "--auto-approve")

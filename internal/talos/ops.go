@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -101,6 +103,61 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 	}
 
 	return nil
+}
+
+// DryRun asks the node's Talos what it would do with exactly the config Configure would write
+// (ApplyConfiguration with dry_run: the mode it would take, never a write). refused is Talos's
+// own refusal of the config; err is a call that did not get an answer (nothing is known).
+func (c *Client) DryRun(ctx context.Context, node, registry, username, password string, live bool) (mode, refused string, err error) {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	_, next, err := c.configs(nctx)
+	if err != nil {
+		return "", "", fmt.Errorf("read machine config of %s: %w", node, err)
+	}
+
+	data, err := WithRegistryAuth(next.Provider(), registry, username, password)
+	if err != nil {
+		return "", "", fmt.Errorf("build machine config for %s: %w", node, err)
+	}
+
+	m := machine.ApplyConfigurationRequest_STAGED
+	if live {
+		m = machine.ApplyConfigurationRequest_NO_REBOOT
+	}
+
+	resp, err := c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: m, DryRun: true})
+	if err != nil {
+		// Only Talos judging the config is a refusal; anything else (no answer, a role that may
+		// not apply, an older Talos without dry runs) leaves the question open.
+		if c := status.Code(err); c != codes.InvalidArgument && c != codes.FailedPrecondition {
+			return "", "", fmt.Errorf("dry run on %s: %w", node, err)
+		}
+
+		return "", redact.Error(err), nil
+	}
+
+	if msgs := resp.GetMessages(); len(msgs) > 0 {
+		return dryRunSummary(msgs[0].GetMode().String(), msgs[0].GetModeDetails()), "", nil
+	}
+
+	return m.String(), "", nil
+}
+
+// dryRunSummary is machined's dry-run answer in one line: the mode, and what it would have done
+// ("Dry run summary:\n<what> (skipped in dry-run).\nConfig diff: ...").
+func dryRunSummary(mode, details string) string {
+	for _, line := range strings.Split(details, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "Dry run summary:" {
+			continue
+		}
+
+		return mode + ": " + strings.TrimSuffix(strings.TrimSuffix(line, "."), " (skipped in dry-run)")
+	}
+
+	return mode
 }
 
 // Reboot asks the node to reboot.

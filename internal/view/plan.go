@@ -297,7 +297,13 @@ func Plan(w io.Writer, f Format, p *plan.Plan) error {
 
 func node(w io.Writer, n plan.NodePlan, prefix string) {
 	fmt.Fprintf(w, "  %s %s%s %s\n", symbol(n.Action), prefix, describe(n), verbs[n.Action])
-	fmt.Fprintf(w, "      # (because %s)\n\n", oneLine(n.Sentence))
+	fmt.Fprintf(w, "      # (because %s)\n", oneLine(n.Sentence))
+
+	if n.TalosDryRun != "" {
+		fmt.Fprintf(w, "      # (its Talos, asked with a dry run of the change: %s)\n", oneLine(n.TalosDryRun))
+	}
+
+	fmt.Fprintln(w)
 }
 
 // PlanJSON is the machine-readable plan (`--json`).
@@ -348,6 +354,8 @@ type NodeJSON struct {
 	Order        int    `json:"order"`
 	APIEndpoint  bool   `json:"api_endpoint"`
 	TalosVersion string `json:"talos_version,omitempty"`
+	// TalosDryRun is its Talos's answer to a dry run of the change (1.2).
+	TalosDryRun string `json:"talos_dry_run,omitempty"`
 }
 
 // SecretJSON is one pull secret of PlanJSON.
@@ -391,7 +399,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 	for _, n := range p.Nodes {
 		out.Nodes = append(out.Nodes, NodeJSON{
 			Name: n.Name, UID: n.UID, Role: string(n.Role), Action: string(n.Action), ReasonCode: string(n.Reason),
-			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos,
+			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos, TalosDryRun: n.TalosDryRun,
 		})
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -57,11 +58,73 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	snap.InUse = w.CheckInUse(ctx, held, in.AuthDigest, o.SkipProof)
 	p := plan.Make(snap, in)
 
+	if !o.SkipProof && w.dryRun(ctx, snap, p) > 0 {
+		p = plan.Make(snap, in) // with Talos's answers: a refused change is deselected
+	}
+
 	if err := w.ProbeAdmissible(ctx, p); err != nil {
 		return nil, err
 	}
 
 	return p, nil
+}
+
+// dryRun asks the Talos of every node the plan acts on what it would do with exactly the change
+// (ApplyConfiguration dry_run: no write), in parallel (talos.concurrency), and records each
+// answer in the node's facts. It returns how many answered; a node that did not answer keeps no
+// answer (its facts were read just before: apply meets what Talos says then).
+func (w *Workspace) dryRun(ctx context.Context, snap plan.Snapshot, p *plan.Plan) int {
+	cred, err := w.Credential()
+	if err != nil {
+		return 0
+	}
+
+	tc, err := w.Talos(ctx)
+	if err != nil {
+		return 0
+	}
+
+	byName := map[string]*plan.Node{}
+	for i := range snap.Nodes {
+		byName[snap.Nodes[i].Name] = &snap.Nodes[i]
+	}
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		answered int
+		slots    = make(chan struct{}, max(1, w.Config.Talos.Concurrency))
+	)
+
+	for _, np := range p.Nodes {
+		n := byName[np.Name]
+		if n == nil || n.Talos == nil || (np.Action != plan.ActionFence && np.Action != plan.ActionApplyLive) {
+			continue
+		}
+
+		wg.Add(1)
+
+		go func() {
+			defer wg.Done()
+
+			slots <- struct{}{}
+			defer func() { <-slots }()
+
+			mode, refused, err := tc.DryRun(ctx, n.InternalIP, w.Config.Credential.Registry, cred.Username, cred.Password(), np.Action == plan.ActionApplyLive)
+			if err != nil {
+				return
+			}
+
+			mu.Lock()
+			n.Talos.DryRun, n.Talos.DryRunRefused = mode, refused
+			answered++
+			mu.Unlock()
+		}()
+	}
+
+	wg.Wait()
+
+	return answered
 }
 
 // Input is what, besides a snapshot, decides a plan and a verdict: the desired credential's
