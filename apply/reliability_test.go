@@ -22,10 +22,10 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
-	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -463,7 +463,7 @@ func TestStagedConfigIsNeverDropped(t *testing.T) {
 
 		if cred != nil {
 			provider, _ := loadConfig(t, text)
-			b, err := talos.WithRegistryAuth(provider, sandbox.RegistryHost, cred.Username, cred.Password)
+			b, err := registryauth.With(provider, sandbox.RegistryHost, cred.Username, cred.Password)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package plan_test
 import (
 	"bufio"
 	"fmt"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func TestJudge(t *testing.T) {
 			v := plan.Judge(c.subject)
 			got := render(v, c.subject)
 
-			if !*update && got != c.want {
+			if !goldenfile.Updating() && got != c.want {
 				t.Errorf("%s: case %s:\n got: %s\nwant: %s", file, c.name, got, c.want)
 			}
 
@@ -62,7 +63,7 @@ func TestJudge(t *testing.T) {
 			fmt.Fprintf(&out, "%s\n=> %s\n\n", strings.Join(c.lines, "\n"), got)
 		}
 
-		if *update {
+		if goldenfile.Updating() {
 			if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}

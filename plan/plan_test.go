@@ -3,7 +3,7 @@ package plan_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,8 +14,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 type goldenInput struct {
 	Now                time.Time         `json:"now"`
@@ -64,23 +62,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 
 func golden(t *testing.T, path string, got []byte) {
 	t.Helper()
-
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-
-		return
-	}
-
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./plan -update to create it)", err)
-	}
-
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the output (go test ./plan -update rewrites it):\n--- got\n%s", path, got)
-	}
+	goldenfile.Check(t, path, got)
 }
 
 // Each case is a snapshot and its inputs under testdata/CASE; the expected human and JSON

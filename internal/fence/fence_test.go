@@ -3,7 +3,7 @@ package fence_test
 import (
 	"bytes"
 	"errors"
-	"flag"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +15,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/state"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
@@ -59,22 +57,7 @@ func observation() fence.Observation {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-
-	path := filepath.Join("testdata", name)
-	if *update {
-		_ = os.WriteFile(path, got, 0o644)
-
-		return
-	}
-
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./internal/fence -update creates it)", err)
-	}
-
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (-update rewrites it):\n%s", path, got)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }
 
 func TestFencesGolden(t *testing.T) {

@@ -31,7 +31,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
-	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 )
 
 // Formats of a template's Secret value.
@@ -365,7 +365,7 @@ func inspect(cfg []byte, registry string) (Pool, error) {
 		return Pool{}, err
 	}
 
-	return Pool{Digest: talos.RegistryAuthDigest(p, registry), Form: formOf(p, registry)}, nil
+	return Pool{Digest: registryauth.Digest(p, registry), Form: formOf(p, registry)}, nil
 }
 
 // formOf is how a config carries the registry's credential.
@@ -587,16 +587,16 @@ func sameButCredential(prev, next []byte, registry, want string) error {
 		return err
 	}
 
-	if got := talos.RegistryAuthDigest(b, registry); got != want {
+	if got := registryauth.Digest(b, registry); got != want {
 		return fmt.Errorf("it does not carry the new credential for %s", registry)
 	}
 
-	ea, err := withoutCredential(a, registry)
+	ea, err := registryauth.WithoutCredential(a, registry)
 	if err != nil {
 		return err
 	}
 
-	eb, err := withoutCredential(b, registry)
+	eb, err := registryauth.WithoutCredential(b, registry)
 	if err != nil {
 		return err
 	}
@@ -606,26 +606,4 @@ func sameButCredential(prev, next []byte, registry, want string) error {
 	}
 
 	return nil
-}
-
-// withoutCredential encodes a config without the registry's credential in either form.
-func withoutCredential(p config.Provider, registry string) ([]byte, error) {
-	var docs []configDocument
-
-	for _, d := range talos.OtherDocuments(p, registry) {
-		if c, ok := d.(*v1alpha1.Config); ok && c.MachineConfig != nil && c.MachineConfig.MachineRegistries.RegistryConfig[registry] != nil {
-			c = c.Clone().(*v1alpha1.Config) //nolint:forcetypeassert // Clone keeps the type
-			c.MachineConfig.MachineRegistries.RegistryConfig[registry].RegistryAuth = nil
-			d = c
-		}
-
-		docs = append(docs, d)
-	}
-
-	c, err := container.New(docs...)
-	if err != nil {
-		return nil, err
-	}
-
-	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 }

@@ -2,7 +2,7 @@ package permission
 
 import (
 	"bytes"
-	"flag"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,8 +15,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // fixture is a configuration with every kind of target: the Kubernetes state, a consumer
 // selector and an explicit consumer, the root with its OCIRepository, a node template with a
@@ -159,7 +157,7 @@ func TestShippedAdmissionPolicy(t *testing.T) {
 	}
 
 	path := filepath.Join("..", "..", "deploy", "rbac", "admission-policy.yaml")
-	if *update {
+	if goldenfile.Updating() {
 		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -178,20 +176,5 @@ const admissionHeader = `# The admission policy ` + "`ghcrsync rbac`" + ` render
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs (run with -update and review the diff)", path)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }

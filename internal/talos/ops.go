@@ -9,11 +9,6 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/config"
-	configconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/container"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/cri"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc/codes"
@@ -21,40 +16,9 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
-
-// WithRegistryAuth returns the machine config with the registry's credential replaced by a
-// RegistryAuthConfig document (Talos merges it over any legacy machine.registries.config auth).
-func WithRegistryAuth(cfg config.Provider, registry, username, password string) ([]byte, error) {
-	docs := OtherDocuments(cfg, registry)
-
-	auth := cri.NewRegistryAuthConfigV1Alpha1(registry)
-	auth.RegistryUsername, auth.RegistryPassword = username, password
-	docs = append(docs, auth)
-
-	c, err := container.New(docs...)
-	if err != nil {
-		return nil, err
-	}
-
-	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-}
-
-// OtherDocuments are a config's documents but the registry's RegistryAuthConfig.
-func OtherDocuments(cfg config.Provider, registry string) []configconfig.Document {
-	docs := make([]configconfig.Document, 0, len(cfg.Documents())+1)
-
-	for _, d := range cfg.Documents() {
-		if ra, ok := d.(*cri.RegistryAuthConfigV1Alpha1); ok && ra.Name() == registry {
-			continue
-		}
-
-		docs = append(docs, d)
-	}
-
-	return docs
-}
 
 // Configure writes the credential into the node's machine config. When live, the change is
 // applied without a reboot (Talos 1.14+); otherwise it is staged for the next boot: an older
@@ -70,7 +34,7 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 		return fmt.Errorf("read machine config of %s: %w", node, err)
 	}
 
-	data, err := WithRegistryAuth(next.Provider(), registry, username, password)
+	data, err := registryauth.With(next.Provider(), registry, username, password)
 	if err != nil {
 		return fmt.Errorf("build machine config for %s: %w", node, err)
 	}
@@ -117,7 +81,7 @@ func (c *Client) DryRun(ctx context.Context, node, registry, username, password 
 		return "", "", fmt.Errorf("read machine config of %s: %w", node, err)
 	}
 
-	data, err := WithRegistryAuth(next.Provider(), registry, username, password)
+	data, err := registryauth.With(next.Provider(), registry, username, password)
 	if err != nil {
 		return "", "", fmt.Errorf("build machine config for %s: %w", node, err)
 	}

@@ -17,18 +17,15 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
-	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/container"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -160,39 +157,12 @@ func (c *Client) configFactsAndCredential(nctx context.Context, registry string)
 	if next != active && !sameBytes(active, next) {
 		facts.StagedDigest = digest(next, registry)
 
-		a, errA := withoutRegistryAuth(active.Provider(), registry)
-		b, errB := withoutRegistryAuth(next.Provider(), registry)
+		a, errA := registryauth.WithoutDocument(active.Provider(), registry)
+		b, errB := registryauth.WithoutDocument(next.Provider(), registry)
 		facts.StagedDiffers = errA != nil || errB != nil || !bytes.Equal(a, b)
 	}
 
-	return facts, inUseCredential(active.Provider(), registry), nil
-}
-
-// inUseCredential is the registry's username and password in cfg (nil if none).
-func inUseCredential(cfg config.Config, registry string) *credential.Credential {
-	auth, ok := cfg.RegistryAuthConfigs()[registry]
-	if !ok || auth == nil {
-		return nil
-	}
-
-	c, err := credential.FromFields(registry, auth.Username(), auth.Password(), auth.Auth())
-	if err != nil {
-		return nil
-	}
-
-	return c
-}
-
-// withoutRegistryAuth encodes a config without the registry's RegistryAuthConfig document: two
-// configs equal this way differ at most in the credential ghcrsync manages (a staged config of a
-// ghcrsync run that stopped before its reboot is not an operator's change).
-func withoutRegistryAuth(cfg config.Provider, registry string) ([]byte, error) {
-	c, err := container.New(OtherDocuments(cfg, registry)...)
-	if err != nil {
-		return nil, err
-	}
-
-	return c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	return facts, registryauth.Credential(active.Provider(), registry), nil
 }
 
 // configs reads the active machine config and the next-boot one (the active one when nothing is
@@ -234,19 +204,7 @@ func sameBytes(a, b *talosconfig.MachineConfig) bool {
 }
 
 func digest(mc *talosconfig.MachineConfig, registry string) string {
-	return RegistryAuthDigest(mc.Config(), registry)
-}
-
-// RegistryAuthDigest is the digest (authdigest) of the credential a machine config gives the
-// registry, in either form Talos merges (RegistryAuthConfig documents over the legacy
-// machine.registries.config); "" when it gives none. The one rule for nodes and node templates.
-func RegistryAuthDigest(c config.Config, registry string) string {
-	auth, ok := c.RegistryAuthConfigs()[registry]
-	if !ok || auth == nil {
-		return ""
-	}
-
-	return authdigest.FromFields(auth.Username(), auth.Password(), auth.Auth())
+	return registryauth.Digest(mc.Config(), registry)
 }
 
 // CRIStarted is when the cri service last entered Running (zero if unknown).

@@ -3,8 +3,7 @@ package view_test
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"os"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,8 +16,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
-
 func golden(t *testing.T, name string, render func(*bytes.Buffer) error) {
 	t.Helper()
 
@@ -27,24 +24,7 @@ func golden(t *testing.T, name string, render func(*bytes.Buffer) error) {
 		t.Fatal(err)
 	}
 
-	path := filepath.Join("testdata", name)
-
-	if *update {
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-
-		return
-	}
-
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./internal/view -update writes it)", err)
-	}
-
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("%s differs (go test ./internal/view -update rewrites it):\n%s", path, b.String())
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), b.Bytes())
 }
 
 var changed = &plan.Plan{CredentialRevision: "9f8e7d6c5b4a39281706f5e4d3c2b1a0", Summary: plan.Summary{Fence: 3}}

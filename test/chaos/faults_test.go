@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
-	"github.com/ghcrsync/ghcrsync/internal/talos"
 )
 
 // A fault is one kind of trouble the campaign injects during an apply. inject blocks for the
@@ -358,7 +358,7 @@ func (r *seedRun) stageOperatorChange(ctx context.Context, name string, cred *sa
 			return err
 		}
 
-		if data, err = talos.WithRegistryAuth(provider, registry.RegistryHost, cred.Username, cred.Password); err != nil {
+		if data, err = registryauth.With(provider, registry.RegistryHost, cred.Username, cred.Password); err != nil {
 			return err
 		}
 	}
