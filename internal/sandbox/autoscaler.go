@@ -155,7 +155,7 @@ func (a *autoscaler) tick(ctx context.Context) {
 		case disabled:
 			continue
 		case candidate && roll < 0.75:
-			continue // still unneeded: the taint stays as it was added
+			action = "keep" // still unneeded: the taint stays as it was added, and ages
 		case candidate:
 			action = "remove"
 		case roll < 0.5:
@@ -164,10 +164,12 @@ func (a *autoscaler) tick(ctx context.Context) {
 			continue
 		}
 
-		if err := a.setCandidate(ctx, n.Name, action != "remove"); err != nil {
-			a.f.log.Debug("autoscaler taint", "node", n.Name, "error", err)
+		if action != "keep" {
+			if err := a.setCandidate(ctx, n.Name, action == "add"); err != nil {
+				a.f.log.Debug("autoscaler taint", "node", n.Name, "error", err)
 
-			continue
+				continue
+			}
 		}
 
 		a.mu.Lock()

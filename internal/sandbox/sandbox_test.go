@@ -927,3 +927,37 @@ func TestKubeletFollowsThePullPolicy(t *testing.T) {
 	run("denied-always", corev1.PullAlways)
 	await("denied-always", "ErrImagePull", "Failed to pull image")
 }
+
+// With a scale rate, the autoscaler's own loop scales down a node that stayed a candidate for
+// more than one loop (its taint kept, as the real one keeps it); a node annotated
+// scale-down-disabled is never its candidate, so never scaled down (the control).
+func TestAutoscalerLoopScalesDownALongStandingCandidate(t *testing.T) {
+	sb := sandboxtest.Start(t, sandbox.Options{
+		Dir: t.TempDir(), ControlPlanes: 1, Workers: 0, Autoscaled: 2, NoWorkloads: true, Seed: 21,
+		AutoscalerScaleRate: 1, AutoscalerInterval: 500 * time.Millisecond, Heartbeat: time.Second,
+	})
+	kube := sb.Kube()
+
+	var managed []string
+
+	for _, m := range sb.Fleet().Machines() {
+		if m.Autoscaled {
+			managed = append(managed, m.Name)
+		}
+	}
+
+	protected := managed[0]
+	sandboxtest.PatchNode(t, kube, protected, map[string]any{"metadata": map[string]any{"annotations": map[string]any{sandbox.ScaleDownDisabledAnnotation: "true"}}})
+
+	sandboxtest.Eventually(t, time.Minute, "the loop to scale down the unprotected node", func() error {
+		if _, ok := sb.Fleet().Machine(managed[1]); ok {
+			return fmt.Errorf("%s still there", managed[1])
+		}
+
+		return nil
+	})
+
+	if _, ok := sb.Fleet().Machine(protected); !ok {
+		t.Fatalf("the loop scaled down %s despite %s", protected, sandbox.ScaleDownDisabledAnnotation)
+	}
+}
