@@ -265,17 +265,8 @@ func (r *run) prove(ctx context.Context) error {
 	return nil
 }
 
-// probe is the runtime proof of the plan: its image by the digest plan proved (the
-// configuration's, for a plan made without a proof).
-func (r *run) probe() cluster.Probe {
-	pr, cfg := r.p.Probe, r.ws.Config.Nodes.Probe
-
-	if pr.Image == "" {
-		pr = plan.Probe{Image: cfg.Image, Images: cfg.Images, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
-	}
-
-	return cluster.Probe{Image: pr.Image, Images: pr.Images, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount}
-}
+// probe is the runtime proof of the plan (Workspace.Probe).
+func (r *run) probe() cluster.Probe { return r.ws.Probe(r.p) }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
 func (r *run) reclaim(ctx context.Context) error {

@@ -100,7 +100,7 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Steering = steer(p, s, in.AllowPending)
 	p.Warnings = warnings(p, s, in)
 
-	predicted, holds := drainPredictions(p, s)
+	predicted, holds := drainPredictions(p)
 	p.Warnings, p.DrainHolds = append(p.Warnings, predicted...), holds
 
 	v := Inventory(s, in)
@@ -157,6 +157,10 @@ func classify(n Node, in Input, identity string) NodePlan {
 
 	if (np.Action == ActionFence || np.Action == ActionApplyLive) && n.Talos != nil {
 		np.TalosDryRun = n.Talos.DryRun
+	}
+
+	if np.Action == ActionFence {
+		np.Blockers = n.Blockers // only a drain meets them
 	}
 
 	return np
@@ -266,14 +270,6 @@ func ParseTalosVersion(version string) (TalosVersion, error) {
 	return TalosVersion{major, minor}, nil
 }
 
-// LiveRegistryAuth reports whether a Talos version reloads registry auth without a reboot
-// (TalosLiveRegistryAuth and later). An unparsable version is an error: the caller fails closed.
-func LiveRegistryAuth(version string) (bool, error) {
-	v, err := ParseTalosVersion(version)
-
-	return v.AtLeast(TalosLiveRegistryAuth), err
-}
-
 func endpointOf(n Node, host string) bool {
 	return host != "" && slices.Contains(n.Addresses, host)
 }
@@ -353,19 +349,9 @@ func actsOnControlPlanes(p *Plan) bool {
 // of those stop it: a budget that allows no disruption now and a pod with no controller hold it
 // (apply's drain waits, then fails after nodes.drain_timeout and restores the node); emptyDir
 // data is lost.
-func drainPredictions(p *Plan, s Snapshot) (out []string, holds int) {
-	byName := map[string]*Node{}
-	for i := range s.Nodes {
-		byName[s.Nodes[i].Name] = &s.Nodes[i]
-	}
-
+func drainPredictions(p *Plan) (out []string, holds int) {
 	for _, np := range p.Nodes {
-		n := byName[np.Name]
-		if np.Action != ActionFence || n == nil {
-			continue
-		}
-
-		for _, b := range n.Blockers {
+		for _, b := range np.Blockers {
 			if b.Holds() {
 				holds++
 			}

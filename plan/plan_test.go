@@ -192,13 +192,13 @@ func TestInvariantsSnapshot(t *testing.T) {
 
 func TestLiveRegistryAuth(t *testing.T) {
 	for v, want := range map[string]bool{"v1.13.9": false, "v1.14.0": true, "1.14.2": true, "v2.0.0": true, "v1.9.5": false} {
-		if got, err := plan.LiveRegistryAuth(v); err != nil || got != want {
-			t.Errorf("%s: %t %v", v, got, err)
+		if got, err := plan.ParseTalosVersion(v); err != nil || got.AtLeast(plan.TalosLiveRegistryAuth) != want {
+			t.Errorf("%s: %+v %v", v, got, err)
 		}
 	}
 
 	for _, v := range []string{"", "banana", "v1"} {
-		if _, err := plan.LiveRegistryAuth(v); err == nil {
+		if _, err := plan.ParseTalosVersion(v); err == nil {
 			t.Errorf("%q accepted", v)
 		}
 	}

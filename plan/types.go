@@ -276,9 +276,11 @@ type NodePlan struct {
 	Endpoint bool   `json:"api_endpoint,omitempty"`
 	Talos    string `json:"talos_version,omitempty"`
 	// TalosDryRun is its Talos's answer to a dry run of the change (nodes acted on).
-	TalosDryRun string     `json:"talos_dry_run,omitempty"`
-	Pods        int        `json:"pods,omitempty"` // the pods its drain would evict, when planned
-	Invariants  Invariants `json:"invariants"`
+	TalosDryRun string `json:"talos_dry_run,omitempty"`
+	// Blockers are what its drain will meet (fenced nodes).
+	Blockers   []DrainBlocker `json:"drain_blockers,omitempty"`
+	Pods       int            `json:"pods,omitempty"` // the pods its drain would evict, when planned
+	Invariants Invariants     `json:"invariants"`
 }
 
 // Invariants are the facts a plan snapshots and apply re-validates before it touches a node.

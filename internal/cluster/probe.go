@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // pullFailure reports a waiting reason that means the image could not be pulled.
@@ -36,21 +37,16 @@ const (
 	ProbeAttemptLabel = "ghcrsync.dev/probe-attempt"
 )
 
-// Probe is a runtime probe: Image (by digest) pulled in Namespace as ServiceAccount.
-type Probe struct {
-	Image, Namespace, ServiceAccount string
-	// Images are every image to pull, Image first ("": Image alone); each gets its own pod.
-	Images []string
-}
+// Probe is a runtime probe: each of its images (by digest) pulled in Namespace as
+// ServiceAccount, one pod per image. The plan's own type: what the plan proved is what is pulled.
+type Probe = plan.Probe
 
 // each is p once per image it pulls.
-func (p Probe) each() []Probe {
-	if len(p.Images) == 0 {
-		return []Probe{p}
-	}
+func each(p Probe) []Probe {
+	pulls := p.Pulls()
+	out := make([]Probe, 0, len(pulls))
 
-	out := make([]Probe, 0, len(p.Images))
-	for _, img := range p.Images {
+	for _, img := range pulls {
 		out = append(out, Probe{Image: img, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount})
 	}
 
@@ -133,7 +129,7 @@ func admitted(pod *corev1.Pod, p Probe) error {
 // a denial (PodSecurity, a webhook, a policy, a quota, a missing namespace or service account)
 // or a mutation that would make the proof vacuous is found before any node is touched.
 func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Probe) error {
-	for _, p := range probe.each() {
+	for _, p := range each(probe) {
 		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
@@ -154,7 +150,7 @@ func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Pro
 // asked. ErrImagePull, or no pull before timeout, is a failed proof. The pod is deleted
 // afterwards.
 func (c *Connection) ProveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration) error {
-	for _, p := range probe.each() {
+	for _, p := range each(probe) {
 		if err := c.proveImage(ctx, node, p, timeout); err != nil {
 			return err
 		}

@@ -138,19 +138,6 @@ type Probe struct {
 	Namespace string
 }
 
-// Pulls are the images the probe pulls: Images, or Image alone.
-func (p Probe) Pulls() []string {
-	if len(p.Images) > 0 {
-		return p.Images
-	}
-
-	if p.Image != "" {
-		return []string{p.Image}
-	}
-
-	return nil
-}
-
 // Consumer is a pull secret the credential is fanned out to, and the service accounts that
 // should reference it.
 type Consumer struct {

@@ -345,24 +345,31 @@ const SelfNodeEnv = "GHCRSYNC_NODE_NAME"
 // SelfNode is the node this ghcrsync runs on, "" when it does not run in the cluster.
 func SelfNode() string { return os.Getenv(SelfNodeEnv) }
 
+// Probe is the plan's runtime proof: its images by the digests plan proved (the configuration's,
+// for a plan made without a proof).
+func (w *Workspace) Probe(p *plan.Plan) plan.Probe {
+	if p.Probe.Image != "" {
+		return p.Probe
+	}
+
+	cfg := w.Config.Nodes.Probe
+
+	return plan.Probe{Image: cfg.Image, Images: cfg.Images, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
+}
+
 // ProbeAdmissible checks, with a server-side dry run, that the plan's runtime probe pod is
 // admitted as it is on the first node the plan acts on (any node when it acts on none): a probe
 // that PodSecurity, a webhook or a policy would deny, or that admission would give a pull
 // secret, fails here, before any node is touched.
 func (w *Workspace) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
-	pr := p.Probe
-	if pr.Image == "" {
-		cfg := w.Config.Nodes.Probe
-		pr = plan.Probe{Image: cfg.Image, Images: cfg.Images, Namespace: cfg.Namespace, ServiceAccount: cfg.ServiceAccount}
-	}
-
+	pr := w.Probe(p)
 	if pr.Image == "" || len(p.Nodes) == 0 {
 		return nil
 	}
 
 	node := p.Nodes[0].Name // the plan's order: the first node acted on, if any
 
-	err := w.Kube.ProbeAdmissible(ctx, node, cluster.Probe{Image: pr.Image, Images: pr.Images, Namespace: pr.Namespace, ServiceAccount: pr.ServiceAccount})
+	err := w.Kube.ProbeAdmissible(ctx, node, pr)
 	if err != nil {
 		return fmt.Errorf("%w. Nothing was changed: fix the probe's namespace or the policy, or set nodes.runtime_probe (docs/apply.md)", err)
 	}

@@ -279,7 +279,7 @@ func (w *Workspace) Prove(ctx context.Context) ([]string, time.Time, error) {
 
 	pinned := make([]string, 0, len(probes))
 	for i, target := range probes {
-		pinned = append(pinned, ByDigest(w.Config.Nodes.Probe.Pulls()[i], proof.Digests[target]))
+		pinned = append(pinned, ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target]))
 	}
 
 	return pinned, proof.Expires, nil
@@ -291,7 +291,7 @@ func (w *Workspace) proveTargets() (targets, probes []string) {
 	cfg := w.Config.Credential
 	targets = slices.Clone(cfg.Prove)
 
-	for _, img := range w.Config.Nodes.Probe.Pulls() {
+	for _, img := range w.Config.Nodes.Probe.Images {
 		probe := strings.TrimPrefix(img, cfg.Registry+"/")
 		probes = append(probes, probe)
 
