@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 )
 
 // The fake Hetzner Cloud API the real cluster-autoscaler talks to (HCLOUD_ENDPOINT). It serves
@@ -141,13 +139,8 @@ func (h *hcloudAPI) authorized(next http.Handler) http.Handler {
 			return
 		}
 
-		key := r.Method + " " + r.URL.Path
-		if r.PathValue("id") != "" || strings.Count(r.URL.Path, "/") > 2 {
-			key = r.Method + " " + hcloudRoute(r.URL.Path)
-		}
-
 		h.mu.Lock()
-		h.calls[key]++
+		h.calls[r.Method+" "+hcloudRoute(r.URL.Path)]++
 		h.mu.Unlock()
 
 		next.ServeHTTP(w, r)
@@ -313,12 +306,17 @@ func (h *hcloudAPI) getImage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"image": h.image()})
 }
 
-func (h *hcloudAPI) action(command string, server int64) map[string]any {
+// newAction is a new action on the server, finished at once.
+func (h *hcloudAPI) newAction(command string, server int64) map[string]any {
 	h.mu.Lock()
 	h.actions++
 	id := h.actions
 	h.mu.Unlock()
 
+	return action(id, command, server)
+}
+
+func action(id int64, command string, server int64) map[string]any {
 	now := time.Now().UTC().Format(time.RFC3339)
 
 	return map[string]any{
@@ -333,9 +331,7 @@ func (h *hcloudAPI) listActions(w http.ResponseWriter, r *http.Request) {
 
 	for _, v := range r.URL.Query()["id"] {
 		id, _ := strconv.ParseInt(v, 10, 64)
-		a := h.action("", 0)
-		a["id"] = id
-		actions = append(actions, a)
+		actions = append(actions, action(id, "", 0))
 	}
 
 	writeJSON(w, http.StatusOK, map[string]any{"actions": actions, "meta": hcloudMeta(1, 50, len(actions))})
@@ -399,17 +395,12 @@ func (h *hcloudAPI) createServer(w http.ResponseWriter, r *http.Request) {
 
 	s.ServerType = cx43()
 	writeJSON(w, http.StatusCreated, map[string]any{
-		"server": s, "action": h.action("create_server", s.ID), "next_actions": []any{h.action("start_server", s.ID)}, "root_password": nil,
+		"server": s, "action": h.newAction("create_server", s.ID), "next_actions": []any{h.newAction("start_server", s.ID)}, "root_password": nil,
 	})
 }
 
 func (h *hcloudAPI) boot(ctx context.Context, name string, autoscaled bool, userData []byte) (*Machine, error) {
-	provider, err := configloader.NewFromBytes(userData)
-	if err != nil {
-		return nil, err
-	}
-
-	if _, err := provider.Validate(metalInstalled{}); err != nil {
+	if err := bootable(userData); err != nil {
 		return nil, err
 	}
 
@@ -439,7 +430,7 @@ func (h *hcloudAPI) deleteServer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	writeJSON(w, http.StatusOK, map[string]any{"action": h.action("delete_server", s.ID)})
+	writeJSON(w, http.StatusOK, map[string]any{"action": h.newAction("delete_server", s.ID)})
 }
 
 func (h *hcloudAPI) powerOn(w http.ResponseWriter, r *http.Request) {
@@ -450,5 +441,5 @@ func (h *hcloudAPI) powerOn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	writeJSON(w, http.StatusCreated, map[string]any{"action": h.action("start_server", s.ID)})
+	writeJSON(w, http.StatusCreated, map[string]any{"action": h.newAction("start_server", s.ID)})
 }

@@ -94,14 +94,24 @@ func (f *Fleet) templateConfig(ctx context.Context) ([]byte, error) {
 		return nil, errors.New("template has no nodeConfigs." + TemplatePool + ".cloudInit")
 	}
 
-	provider, err := configloader.NewFromBytes([]byte(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("the template's config does not load: %w", err)
-	}
-
-	if _, err := provider.Validate(metalInstalled{}); err != nil {
-		return nil, fmt.Errorf("a machine would not boot the template's config: %w", err)
+	if err := bootable([]byte(cfg)); err != nil {
+		return nil, fmt.Errorf("the template's config: %w", err)
 	}
 
 	return []byte(cfg), nil
+}
+
+// bootable is whether a new machine would boot user data: Talos's loader and its validation
+// for an installed metal machine.
+func bootable(userData []byte) error {
+	provider, err := configloader.NewFromBytes(userData)
+	if err != nil {
+		return fmt.Errorf("it does not load: %w", err)
+	}
+
+	if _, err := provider.Validate(metalInstalled{}); err != nil {
+		return fmt.Errorf("a machine would not boot it: %w", err)
+	}
+
+	return nil
 }
