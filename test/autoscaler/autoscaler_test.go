@@ -8,12 +8,9 @@
 package autoscaler
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -47,14 +44,10 @@ type result struct {
 func ghcrsync(t *testing.T, sb *sandbox.Sandbox, args ...string) result {
 	t.Helper()
 
-	cmd := exec.Command(sandboxtest.Binary(t), args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
+	var r result
+	r.code, r.stdout, r.stderr = sandboxtest.Run(t, sb, args...)
 
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run()
-
-	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errb.String()}
+	return r
 }
 
 // config is the sandbox's configuration for the workers (the one control plane is left out:

@@ -221,14 +221,10 @@ type result struct {
 func ghcrsync(t *testing.T, sb *sandbox.Sandbox, args ...string) result {
 	t.Helper()
 
-	cmd := exec.Command(sandboxtest.Binary(t), args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
+	var r result
+	r.code, r.stdout, r.stderr = sandboxtest.Run(t, sb, args...)
 
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run()
-
-	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errb.String()}
+	return r
 }
 
 // writes lists the writes user made (permission checks persist nothing and are left out).

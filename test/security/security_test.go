@@ -5,7 +5,6 @@
 package security
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -57,18 +56,14 @@ func env(sb *sandbox.Sandbox, home string) []string {
 func ghcrsync(t *testing.T, sb *sandbox.Sandbox, args ...string) result {
 	t.Helper()
 
-	cmd := exec.Command(sandboxtest.Binary(t), args...)
-	cmd.Env = env(sb, t.TempDir())
-
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run()
+	var r result
+	r.code, r.stdout, r.stderr = sandboxtest.Run(t, sb, args...)
 
 	outputsMu.Lock()
-	outputs = append(outputs, out.String(), errb.String())
+	outputs = append(outputs, r.stdout, r.stderr)
 	outputsMu.Unlock()
 
-	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errb.String()}
+	return r
 }
 
 // config writes the sandbox's ghcrsync.hcl into a folder of the test's with absolute paths,

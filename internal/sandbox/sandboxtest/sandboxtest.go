@@ -187,6 +187,21 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// Run runs the ghcrsync binary (Binary) with args in a bare environment: PATH, a fresh HOME,
+// and the sandbox's age key for SOPS. It returns the exit code and what it printed.
+func Run(t testing.TB, sb *sandbox.Sandbox, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
+
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
 // Kube is a client built from the sandbox's kubeconfig, as ghcrsync would build it: through
 // the API endpoint (and so affected when the endpoint node reboots).
 func Kube(t testing.TB) kubernetes.Interface {
