@@ -88,6 +88,8 @@ type Result struct {
 	// only when it is safe to revoke the old credential. VerdictErr is why it could not be had.
 	Verdict    *plan.Revocation
 	VerdictErr error
+	// Flux is what the run did with each Kustomization of the flux block.
+	Flux []FluxResult
 }
 
 // SafeToRevoke reports whether the run ended with the old credential used by nothing.
@@ -106,7 +108,8 @@ func (r *Result) Held() []string {
 	return out
 }
 
-// Failed counts failed nodes and pull secrets (a held-back root counts: the rotation is not done).
+// Failed counts failed nodes and pull secrets (a held-back root counts: the rotation is not done)
+// and Flux Kustomizations the run left suspended.
 func (r *Result) Failed() int {
 	n := 0
 
@@ -118,6 +121,12 @@ func (r *Result) Failed() int {
 
 	for _, s := range r.Secrets {
 		if s.Outcome == fanout.Failed || s.Outcome == fanout.HeldBack {
+			n++
+		}
+	}
+
+	for _, f := range r.Flux {
+		if f.Held() { // the delivery pipeline stays stopped until `ghcrsync release`
 			n++
 		}
 	}
@@ -166,6 +175,11 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 	}
 
 	defer r.releaseLease(ctx)
+	defer r.resume(ctx) // before the Lease goes: a suspension is never left by a finished run
+
+	if err := r.suspend(ctx); err != nil {
+		return nil, err
+	}
 
 	r.templates(ctx)
 

@@ -129,21 +129,31 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 	setTaints(t, sb, name, append(node(t, sb, name).Spec.Taints, operator))
 	t.Cleanup(func() { setTaints(t, sb, name, withoutTaint(node(t, sb, name).Spec.Taints, operator.Key)) })
 
-	for _, phase := range []state.Phase{"steering", state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
-		state.PhaseRebooting, state.PhaseProved, state.PhaseReleased} {
+	for _, phase := range []state.Phase{"suspending", "steering", state.PhaseClaimed, state.PhaseGuarded, state.PhaseDrained, state.PhaseConfigured,
+		state.PhaseRebooting, state.PhaseProved, state.PhaseReleased, "resuming"} {
 		t.Run(string(phase), func(t *testing.T) {
 			leaseName := "recover-" + string(phase)
 			r := newRotation(t, sb, shortLease(leaseName), name)
 			id := killRun(t, r, r.plan(), phase)
 
-			want := []string{fence.KindNode, fence.KindSteering, fence.KindLease}
-			if phase == "steering" { // killed before the node's taint and claim: the state's steering record remains
+			// The Flux Kustomization's suspension (the flux block), recorded before its write, is
+			// held from "suspending" (only the record) to "resuming" (the node long released).
+			want := []string{fence.KindNode, fence.KindSteering, fence.KindFlux, fence.KindLease}
+
+			switch phase {
+			case "suspending", "resuming":
+				want = want[2:]
+			case "steering": // killed before the node's taint and claim: the state's steering record remains
 				want = want[1:]
 			}
 
 			rep := fences(t, r.cfg, "")
-			if got := kinds(rep); !slices.Equal(got, want) || rep.Fences[0].Name != name {
+			if got := kinds(rep); !slices.Equal(got, want) || want[0] == fence.KindNode && rep.Fences[0].Name != name {
 				t.Fatalf("fences %v, want %v: %+v", got, want, rep.Fences)
+			}
+
+			if f := rep.Fences[len(want)-2]; f.Kind != fence.KindFlux || (phase == "suspending") != (f.Evidence == "state record only") {
+				t.Fatalf("the Flux fence killed at %s: %+v", phase, f)
 			}
 
 			if f := rep.Fences[0]; f.Kind == fence.KindNode && f.Phase != string(phase) {
@@ -174,12 +184,16 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				t.Fatalf("release took the operator's own %s taint: %v", operator.Effect, n.Spec.Taints)
 			}
 
-			if rec := r.readState().Record(name); phase != "steering" && rec.Outcome != state.OutcomeReleased {
+			if rec := r.readState().Record(name); want[0] == fence.KindNode && rec.Outcome != state.OutcomeReleased {
 				t.Fatalf("state record: %+v", rec)
 			}
 
-			if st := r.readState(); len(st.Steered) != 0 {
-				t.Fatalf("steering records after release: %+v", st.Steered)
+			if st := r.readState(); len(st.Steered) != 0 || len(st.Suspended) != 0 {
+				t.Fatalf("steering or suspension records after release: %+v %+v", st.Steered, st.Suspended)
+			}
+
+			if s, by := suspendedBy(kustomization(t, sb)); s || by != "" {
+				t.Fatalf("release left the Kustomization suspended (%v) or annotated (%q)", s, by)
 			}
 
 			if rep := fences(t, r.cfg, ""); len(rep.Fences) != 0 || rep.Summary != "No fence is held." {
@@ -253,8 +267,13 @@ func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 3 { // node, steering taint, Lease
+	// node, steering taint, the Flux suspension (found by its annotation), Lease
+	if res := release(t, r.cfg); res.Held() != 0 || len(res.Outcomes) != 4 {
 		t.Fatalf("release without a state file: %+v", res.Outcomes)
+	}
+
+	if s, by := suspendedBy(kustomization(t, sb)); s || by != "" {
+		t.Fatalf("release without a state file left the Kustomization suspended (%v) or annotated (%q)", s, by)
 	}
 
 	assertReleased(t, sb, name, true)
@@ -289,7 +308,7 @@ func TestReleaseWithKubernetesBackendElsewhere(t *testing.T) {
 	}
 
 	rep := fences(t, cfg, "")
-	if got := kinds(rep); !slices.Equal(got, []string{fence.KindNode, fence.KindSteering, fence.KindLease}) {
+	if got := kinds(rep); !slices.Equal(got, []string{fence.KindNode, fence.KindSteering, fence.KindFlux, fence.KindLease}) {
 		t.Fatalf("fences from elsewhere: %+v", rep.Fences)
 	}
 

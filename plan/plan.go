@@ -96,6 +96,8 @@ func Make(s Snapshot, in Input) *Plan {
 		}
 	}
 
+	p.Flux = planFlux(s.Kustomizations)
+	p.Owners = OtherOwners(s, p.Flux)
 	p.CredentialsInUse = inUse(s.InUse)
 	p.Steering = steer(p, s, in.AllowPending)
 	p.Warnings = warnings(p, s, in)

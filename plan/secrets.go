@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
 )
@@ -27,6 +28,15 @@ type SecretObs struct {
 	Digest           string   `json:"digest,omitempty"`  // hex SHA-256 of its .dockerconfigjson
 	Foreign          string   `json:"foreign,omitempty"` // why another controller owns it
 	MissingFrom      []string `json:"missing_from,omitempty"`
+	// Writers are the other field managers of its credential key.
+	Writers []Writer `json:"writers,omitempty"`
+}
+
+// Writer is a field manager other than ghcrsync that owns an object's credential field.
+type Writer struct {
+	Manager   string    `json:"manager"`
+	Operation string    `json:"operation,omitempty"` // Apply or Update
+	At        time.Time `json:"at,omitzero"`
 }
 
 // SecretAction is what the plan does to a pull secret.

@@ -25,6 +25,10 @@ type TemplateObs struct {
 	WrittenAt time.Time `json:"written_at,omitzero"`
 	// Reader is the Restart deployment as found (nil: none configured).
 	Reader *ReaderObs `json:"reader,omitempty"`
+	// Foreign is the controller that owns the Secret (a Flux or Helm label, an ownerReference);
+	// Writers the other field managers of its key.
+	Foreign string   `json:"foreign,omitempty"`
+	Writers []Writer `json:"writers,omitempty"`
 }
 
 // ReaderObs is the deployment that reads a template once, when its pods start.

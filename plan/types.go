@@ -22,6 +22,8 @@ type Snapshot struct {
 	Secrets    []SecretObs `json:"secrets,omitempty"`
 	// Templates are the configured node templates' configs (none: no node_template block).
 	Templates []TemplateObs `json:"templates,omitempty"`
+	// Kustomizations are the Flux Kustomizations the flux block names.
+	Kustomizations []KustomizationObs `json:"kustomizations,omitempty"`
 	// InUse are the distinct credentials the nodes and the managed secrets hold, as the
 	// registry judged each when the snapshot was taken.
 	InUse []CredentialInUse `json:"credentials_in_use,omitempty"`
@@ -245,7 +247,11 @@ type Plan struct {
 	// Templates are the node templates' configs, written after the consumer secrets and before
 	// the root Flux secret.
 	Templates []TemplatePlan `json:"templates,omitempty"`
-	Warnings  []string       `json:"warnings,omitempty"`
+	// Flux are the Kustomizations suspended for the run (the flux block).
+	Flux []FluxPlan `json:"flux,omitempty"`
+	// Owners are the other managers of the objects the run writes, and what each means for it.
+	Owners   []OtherOwner `json:"other_owners,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
 	// DrainHolds counts the warnings that predict a drain will be held (a budget allowing no
 	// disruption, a pod with no controller): plan --strict refuses on any.
 	DrainHolds int     `json:"drain_holds,omitempty"`
@@ -335,4 +341,16 @@ func (p *Plan) Node(name string) (NodePlan, bool) {
 	}
 
 	return NodePlan{}, false
+}
+
+// KustomizationObs is an observed Flux Kustomization the flux block names.
+type KustomizationObs struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Exists    bool   `json:"exists"`
+	UID       string `json:"uid,omitempty"`
+	Suspended bool   `json:"suspended,omitempty"`
+	// SuspendedBy is the run whose suspension it carries (ghcrsync's annotation; "": a person's,
+	// or none).
+	SuspendedBy string `json:"suspended_by,omitempty"`
 }

@@ -105,6 +105,32 @@ type State struct {
 	Secrets       []SecretRecord `json:"secrets,omitempty"`
 	// Steered are the nodes that may carry a run's steering taint (taints.Steering).
 	Steered []Steer `json:"steered,omitempty"`
+	// Suspended are the Flux Kustomizations a run may have suspended (the flux block).
+	Suspended []Suspension `json:"suspended,omitempty"`
+}
+
+// Suspension records a run's suspension of one Flux Kustomization: written before the
+// suspension, dropped once it is confirmed resumed (or found not to be the run's). A run killed
+// meanwhile leaves it to `ghcrsync release`, which resumes it.
+type Suspension struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid,omitempty"`
+	Owner     string    `json:"owner"`
+	Added     time.Time `json:"added"`
+}
+
+// PutSuspension records that owner may have suspended the Kustomization.
+func (s *State) PutSuspension(x Suspension) {
+	s.DropSuspension(x.Namespace, x.Name, x.Owner)
+	s.Suspended = append(s.Suspended, x)
+}
+
+// DropSuspension forgets owner's suspension of the Kustomization (it is confirmed lifted).
+func (s *State) DropSuspension(namespace, name, owner string) {
+	s.Suspended = slices.DeleteFunc(s.Suspended, func(x Suspension) bool {
+		return x.Namespace == namespace && x.Name == name && x.Owner == owner
+	})
 }
 
 // Steer records ghcrsync's steering taint on one node: written before the taint is put on, and
@@ -311,6 +337,12 @@ func Decode(data []byte) (*State, error) {
 	for i, x := range s.Steered {
 		if x.Node == "" || x.UID == "" || x.Owner == "" {
 			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (steering record %d lacks its node, uid or owner): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)}
+		}
+	}
+
+	for i, x := range s.Suspended {
+		if x.Namespace == "" || x.Name == "" || x.Owner == "" {
+			return nil, &UnreadableError{msg: fmt.Sprintf("is corrupt (Flux suspension record %d lacks its namespace, name or owner): restore it from a backup, or inspect the cluster with `ghcrsync fences`", i)}
 		}
 	}
 

@@ -68,6 +68,13 @@ flux_root {
   oci_repository = "flux-system"
 }
 
+# The Flux Kustomization that applies this cluster from Git: suspended for the run (a recorded
+# fence, resumed at the end and by `ghcrsync release`), so the SOPS file's merge cannot switch a
+# pull secret before the nodes hold the new credential.
+flux {
+  suspend = ["flux-system/flux-system"]
+}
+
 # The machine template the cluster autoscaler boots new workers from (the Hetzner autoscaler's
 # HCLOUD_CLUSTER_CONFIG): rewritten after the consumer secrets, before the root Flux secret, so
 # machines that join later carry the new credential too. The autoscaler reads it once, when it

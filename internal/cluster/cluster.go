@@ -45,6 +45,11 @@ type Connection struct {
 	clock *serverClock
 }
 
+// FieldManager is ghcrsync's name in the objects' managedFields (the client's user agent, which
+// the API server takes as the manager of every write without one): any other manager of an
+// object ghcrsync writes is another owner (plan.OtherOwners).
+const FieldManager = "ghcrsync"
+
 // Connect builds a client from a kubeconfig (path "" follows KUBECONFIG and ~/.kube/config)
 // and context ("" = current), every request bounded by timeout (0: 30 s). It does not contact
 // the cluster.
@@ -95,7 +100,7 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 	counter, clock := &requests.Counter{}, &serverClock{}
 	cfg.Wrap(counter.Transport)
 	cfg.Wrap(clock.wrap)
-	cfg.UserAgent = "ghcrsync"
+	cfg.UserAgent = FieldManager
 	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
 	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet
 	// heartbeat in between is a conflict. kubectl's limits.

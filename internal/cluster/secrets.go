@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -106,6 +107,7 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 		return obs, nil, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
+		obs.Writers = Writers(s.ObjectMeta, corev1.DockerConfigJsonKey)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
 			obs.Digest = authdigest.DockerConfig(data)
 			held, _ = credential.Parse(data, registry)
@@ -131,19 +133,57 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 }
 
 // TemplateValue reads one key of a node template's Secret.
-func (c *Connection) TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, time.Time, error) {
+func (c *Connection) TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, TemplateMeta, error) {
 	s, err := c.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, time.Time{}, fmt.Errorf("the Secret does not exist")
+		return nil, TemplateMeta{}, fmt.Errorf("the Secret does not exist")
 	case err != nil:
-		return nil, time.Time{}, c.Unreachable("read Secret "+namespace+"/"+name, err)
+		return nil, TemplateMeta{}, c.Unreachable("read Secret "+namespace+"/"+name, err)
 	}
 
 	v, err := keyOf(s, key)
 
-	return v, changedAt(s.ObjectMeta, "f:data"), err
+	return v, TemplateMeta{Written: changedAt(s.ObjectMeta, "f:data"), Foreign: Foreign(s), Writers: Writers(s.ObjectMeta, key)}, err
+}
+
+// TemplateMeta is what a template Secret says of who writes it: when its data last changed, the
+// controller that owns it (Foreign) and every other writer of its key.
+type TemplateMeta struct {
+	Written time.Time
+	Foreign string
+	Writers []plan.Writer
+}
+
+// Writers are the field managers other than ghcrsync that own the Secret's data key (its
+// managedFields): whoever else writes the credential — a controller, a script, kubectl.
+func Writers(m metav1.ObjectMeta, key string) []plan.Writer {
+	var out []plan.Writer
+
+	for _, e := range m.ManagedFields {
+		if e.Manager == FieldManager || e.FieldsV1 == nil {
+			continue
+		}
+
+		var fields map[string]map[string]any
+		if json.Unmarshal(e.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+
+		if _, ok := fields["f:data"]["f:"+key]; !ok {
+			continue
+		}
+
+		w := plan.Writer{Manager: e.Manager, Operation: string(e.Operation)}
+		if e.Time != nil {
+			w.At = e.Time.UTC()
+		}
+
+		out = append(out, w)
+	}
+
+	return out
 }
 
 // changedAt is when the object's field (a managedFields path element such as "f:data") last

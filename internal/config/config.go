@@ -20,6 +20,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
@@ -40,6 +41,9 @@ type Config struct {
 	// ConsumerSelector selects more consumer namespaces by label (the consumers block).
 	ConsumerSelector *ConsumerSelector
 	FluxRoot         *FluxRoot
+	// FluxSuspend are the Flux Kustomizations suspended for the run (the flux block): the
+	// GitOps controllers that would apply the credential from Git mid-rotation.
+	FluxSuspend []NamespacedName
 	// NodeTemplates are the machine templates new nodes boot from (the autoscaler's).
 	NodeTemplates []NodeTemplate
 	Lease         Lease
@@ -161,6 +165,11 @@ type FluxRoot struct {
 	OCIRepository string
 }
 
+// NamespacedName names a namespaced object.
+type NamespacedName struct{ Namespace, Name string }
+
+func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
+
 // NodeTemplate is a machine template kept in a Secret's key, which ghcrsync keeps on the
 // credential (see internal/nodetemplate for the formats).
 type NodeTemplate struct {
@@ -200,6 +209,7 @@ type file struct {
 	Consumers   []consumerBlock   `hcl:"consumer,block"`
 	Selected    *consumersBlock   `hcl:"consumers,block"`
 	FluxRoot    *fluxRootBlock    `hcl:"flux_root,block"`
+	Flux        *fluxBlock        `hcl:"flux,block"`
 	Templates   []templateBlock   `hcl:"node_template,block"`
 	Lease       *leaseBlock       `hcl:"lease,block"`
 	State       *stateBlock       `hcl:"state,block"`
@@ -277,6 +287,10 @@ type fluxRootBlock struct {
 	Namespace     string  `hcl:"namespace"`
 	Secret        string  `hcl:"secret"`
 	OCIRepository *string `hcl:"oci_repository,optional"`
+}
+
+type fluxBlock struct {
+	Suspend []string `hcl:"suspend"`
 }
 
 type templateBlock struct {
@@ -555,6 +569,7 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.credential(raw, body, cfg)
 	d.nodes(raw, body, cfg)
 	d.consumers(raw, body, cfg)
+	d.flux(raw, body, cfg)
 	d.templates(raw, body, cfg)
 	d.lease(raw, cfg)
 	d.state(raw, cfg)
@@ -636,6 +651,34 @@ func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
 		if raw.FluxRoot.OCIRepository != nil {
 			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
 		}
+	}
+}
+
+// flux decodes the flux block: each Kustomization to suspend for the run, as namespace/name,
+// named once.
+func (d *decoder) flux(raw *file, body hcl.Body, cfg *Config) {
+	if raw.Flux == nil {
+		return
+	}
+
+	rng := attrRange(body, "flux", "suspend")
+
+	for _, s := range raw.Flux.Suspend {
+		ns, name, ok := strings.Cut(s, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			d.errorf(rng, "Invalid Kustomization", "flux.suspend entries are namespace/name of a Flux Kustomization, like \"flux-system/apps\"; %q is not.", s)
+
+			continue
+		}
+
+		n := NamespacedName{Namespace: ns, Name: name}
+		if slices.Contains(cfg.FluxSuspend, n) {
+			d.errorf(rng, "Duplicate Kustomization", "flux.suspend names %s twice.", s)
+
+			continue
+		}
+
+		cfg.FluxSuspend = append(cfg.FluxSuspend, n)
 	}
 }
 

@@ -201,6 +201,14 @@ func TestLoadErrors(t *testing.T) {
 		{"trusted_host_with_a_scheme", func(s string) string {
 			return strings.Replace(s, `prove     = ["org/private:v1"]`, `prove     = ["org/private:v1"]`+"\n  trusted_hosts = [\"https://auth.example.com\"]", 1)
 		}, []string{"Invalid trusted host", "no scheme, port or path"}},
+		{"flux_suspend_not_namespaced", func(s string) string { return s + "\nflux {\n  suspend = [\"apps\"]\n}\n" },
+			[]string{"ghcrsync.hcl:", "Invalid Kustomization", `"apps" is not`}},
+		{"flux_suspend_twice", func(s string) string {
+			return s + "\nflux {\n  suspend = [\"flux-system/apps\", \"flux-system/apps\"]\n}\n"
+		},
+			[]string{"ghcrsync.hcl:", "Duplicate Kustomization", "flux-system/apps twice"}},
+		{"flux_without_suspend", func(s string) string { return s + "\nflux {\n}\n" },
+			[]string{"Missing required argument", "suspend"}},
 		{"registry_with_path", func(s string) string {
 			return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1)
 		},

@@ -91,6 +91,7 @@ type Observation struct {
 	ConfigPath string
 	Nodes      []NodeObs
 	Steered    []SteerObs
+	Flux       []FluxObs
 	Lease      *LeaseObs
 	Verdicts   map[string]Verdict // by holder
 	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
@@ -132,8 +133,8 @@ type Report struct {
 	Summary   string   `json:"summary"`
 }
 
-// Classify builds the report: node fences by name, the steering taints, then the Lease (released
-// last).
+// Classify builds the report: node fences by name, the steering taints, the Flux suspensions,
+// then the Lease (released last).
 func Classify(o Observation) Report {
 	rep := Report{Fences: []Fence{}}
 
@@ -202,6 +203,10 @@ func Classify(o Observation) Report {
 
 	for _, s := range o.Steered {
 		rep.Fences = append(rep.Fences, classifySteering(s, o))
+	}
+
+	for _, x := range o.Flux {
+		rep.Fences = append(rep.Fences, classifyFlux(x, o))
 	}
 
 	if l := o.Lease; l != nil && l.Holder != "" {

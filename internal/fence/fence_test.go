@@ -13,6 +13,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -156,5 +157,55 @@ func TestCommandsResistInjection(t *testing.T) {
 		if strings.HasPrefix(line, "next") {
 			t.Fatalf("a newline in a cluster value broke the output's lines:\n%s", human.String())
 		}
+	}
+}
+
+// A Flux suspension record is judged by what the Kustomization carries now: the run's own
+// suspension is a fence judged by its run's liveness; anything else (resumed, a person's, another
+// run's, a replaced object) leaves only the record, releasable at once.
+func TestFluxFences(t *testing.T) {
+	rec := state.Suspension{Namespace: "flux-system", Name: "flux-system", UID: "k1", Owner: dead}
+	held := func(by, uid string) plan.KustomizationObs {
+		return plan.KustomizationObs{Namespace: "flux-system", Name: "flux-system", Exists: true, UID: uid, Suspended: true, SuspendedBy: by}
+	}
+
+	for _, tc := range []struct {
+		name       string
+		record     state.Suspension
+		now        plan.KustomizationObs
+		releasable bool
+		live       bool
+		evidence   string
+	}{
+		{"suspended by a terminated run", rec, held(dead, "k1"), true, false, "completed"},
+		{"suspended by a live run", state.Suspension{Namespace: "flux-system", Name: "flux-system", Owner: alive}, held(alive, "k1"), false, true, "in_progress"},
+		{"resumed already", rec, plan.KustomizationObs{Exists: true, UID: "k1"}, true, false, "state record only"},
+		{"a person's suspension", rec, held("", "k1"), true, false, "state record only"},
+		{"another run's suspension", rec, held(alive, "k1"), true, false, "state record only"},
+		{"replaced by another object", rec, held(dead, "k2"), true, false, "state record only"},
+		{"deleted", rec, plan.KustomizationObs{}, true, false, "state record only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := observation()
+			o.Nodes, o.Lease = nil, nil
+			o.Flux = []fence.FluxObs{{Record: tc.record, Now: tc.now}}
+
+			rep := fence.Classify(o)
+			if len(rep.Fences) != 1 {
+				t.Fatalf("fences: %+v", rep.Fences)
+			}
+
+			f := rep.Fences[0]
+			if f.Kind != fence.KindFlux || f.Name != "flux-system/flux-system" || f.Releasable != tc.releasable || f.Live != tc.live || !strings.Contains(f.Evidence, tc.evidence) {
+				t.Fatalf("got %+v", f)
+			}
+
+			// The run's own suspension gets its exact release command (no --node: it is not a
+			// node's); a record alone is closed by any release.
+			if ours := tc.evidence != "state record only"; ours && f.Releasable && (strings.Contains(f.Command, "--node") || !strings.Contains(f.Command, "--holder")) ||
+				!ours && f.Command != "" {
+				t.Fatalf("release command %q", f.Command)
+			}
+		})
 	}
 }

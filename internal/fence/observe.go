@@ -10,16 +10,29 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
+// Targets are where a run's fences other than node fences are: the run Lease and the
+// Kustomizations the flux block suspends.
+type Targets struct {
+	LeaseNamespace, LeaseName string
+	Kustomizations            []config.NamespacedName
+}
+
+// TargetsOf are cfg's targets.
+func TargetsOf(cfg *config.Config) Targets {
+	return Targets{LeaseNamespace: cfg.Lease.Namespace, LeaseName: cfg.Lease.Name, Kustomizations: cfg.FluxSuspend}
+}
+
 // Observe reads the fences: every Node carrying ghcrsync's owner annotation, every state record
 // that may still hold one, and the Lease; then asks the liveness source about each holder that
 // no live Lease vouches for.
-func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, leaseNS, leaseName string, source liveness.Source, now time.Time) (Observation, error) {
+func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, where Targets, source liveness.Source, now time.Time) (Observation, error) {
 	o := Observation{Now: now, Verdicts: map[string]Verdict{}}
 
 	for _, sr := range st.Secrets {
@@ -37,7 +50,7 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 		return o, err
 	}
 
-	if o.Lease, err = observeLease(ctx, kube, leaseNS, leaseName); err != nil {
+	if o.Lease, err = observeLease(ctx, kube, where.LeaseNamespace, where.LeaseName); err != nil {
 		return o, err
 	}
 
@@ -47,6 +60,10 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, lea
 	}
 
 	o.Steered = observeSteering(list, st, leaseHolder)
+
+	if o.Flux, err = observeFlux(ctx, kube, st, where.Kustomizations); err != nil {
+		return o, err
+	}
 
 	// A Lease is judged by the API server's clock, not this machine's.
 	if server, ok := kube.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
@@ -134,6 +151,7 @@ func checkHolders(ctx context.Context, o Observation, source liveness.Source) ma
 	}
 
 	holders = append(holders, steeringHolders(o.Steered)...)
+	holders = append(holders, fluxHolders(o.Flux)...)
 
 	if o.Lease != nil {
 		holders = append(holders, o.Lease.Holder)

@@ -24,7 +24,7 @@ type InventoryOptions struct {
 func Inventory(ctx context.Context, ws *workspace.Workspace, o InventoryOptions) (Report, error) {
 	cfg := ws.Config
 
-	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, ws.Liveness(), ws.Now())
+	obs, err := Observe(ctx, ws.Kube, ws.State, TargetsOf(cfg), ws.Liveness(), ws.Now())
 	if err != nil {
 		return Report{}, err
 	}
@@ -125,7 +125,7 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) ([]Outcome, error) {
 	cfg := ws.Config
 
-	obs, err := Observe(ctx, ws.Kube, ws.State, cfg.Lease.Namespace, cfg.Lease.Name, ws.Liveness(), ws.Now())
+	obs, err := Observe(ctx, ws.Kube, ws.State, TargetsOf(cfg), ws.Liveness(), ws.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase
 const undoBound = 2 * time.Minute
 
 // Release undoes every releasable fence of the report: node fences first, then the steering
-// taints, the Lease last. A
+// taints and the Flux suspensions, the Lease last. A
 // fence whose phase crossed into Talos mutation is released only once its node is Ready with
 // lifecycle taints cleared. The state is written before each undo.
 func Release(ctx context.Context, kube *cluster.Connection, rep Report, store state.Store, st *state.State, o ReleaseOptions) []Outcome {
@@ -143,6 +143,21 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 	}
 
 	for _, f := range rep.Fences {
+		if f.Kind != KindFlux || o.Node != "" {
+			continue
+		}
+
+		// A suspension left on stops the delivery pipeline: the Lease stays until it is lifted.
+		r := Outcome{Fence: f, Message: "not resumed: " + f.Reason}
+		if f.Releasable {
+			r = releaseFlux(ctx, kube, f, store, st)
+		}
+
+		nodeFailed = nodeFailed || !r.Released
+		out = append(out, r)
+	}
+
+	for _, f := range rep.Fences {
 		if f.Kind == KindLease && o.Node == "" {
 			out = append(out, releaseLease(ctx, kube, f, nodeFailed))
 		}
@@ -156,7 +171,7 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 	case !f.Releasable:
 		return Outcome{Fence: f, Message: "not released: " + f.Reason}
 	case nodeFailed:
-		return Outcome{Fence: f, Message: "not released: a node fence of this run is still held, and the Lease goes last"}
+		return Outcome{Fence: f, Message: "not released: a node fence or Flux suspension of this run is still held, and the Lease goes last"}
 	}
 
 	ns, name, _ := strings.Cut(f.Name, "/")

@@ -34,6 +34,16 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		needs = append(needs, access("get", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 	}
 
+	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
+	// leaves), suspended and resumed by apply, resumed by release.
+	for _, k := range cfg.FluxSuspend {
+		needs = append(needs, access("get", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
+
+		if command == CommandApply || command == CommandRelease {
+			needs = append(needs, access("update", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
+		}
+	}
+
 	if command == CommandPlan || command == CommandApply {
 		needs = append(needs, readTargets(cfg, targets)...)
 	}

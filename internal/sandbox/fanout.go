@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,11 +21,14 @@ import (
 
 // What the sandbox's fan-out targets are called (config/examples/sandbox.hcl names them too).
 const (
-	ConsumerLabel    = "ghcrsync.dev/pull-secret"
-	ConsumerSecret   = "ghcr-pull"
-	RootNamespace    = "flux-system"
-	RootSecret       = "ghcr-auth"
-	OCIRepository    = "flux-system"
+	ConsumerLabel  = "ghcrsync.dev/pull-secret"
+	ConsumerSecret = "ghcr-pull"
+	RootNamespace  = "flux-system"
+	RootSecret     = "ghcr-auth"
+	OCIRepository  = "flux-system"
+	// Kustomization is the sandbox's Flux Kustomization (config/examples/sandbox.hcl suspends it
+	// for the run).
+	Kustomization    = "flux-system"
 	consumerSelector = ConsumerLabel + "=ghcr"
 )
 
@@ -37,6 +41,10 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // OCIRepositoryGVR is the sandbox's stand-in for Flux's OCIRepository.
 var OCIRepositoryGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"}
 
+// KustomizationGVR is Flux's Kustomization, as its CRD serves it (with the status subresource
+// kustomize-controller writes).
+var KustomizationGVR = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+
 // seedFanOut creates the Flux root secret and OCIRepository (with its CRD), and the consumer
 // namespaces with their pull secrets and workloads.
 func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cred Credential, workloads bool) error {
@@ -45,8 +53,26 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 		return err
 	}
 
-	if err := installOCIRepositoryCRD(ctx, dyn); err != nil {
-		return err
+	for _, crd := range []struct {
+		gvr    schema.GroupVersionResource
+		kind   string
+		status bool
+	}{{OCIRepositoryGVR, "OCIRepository", false}, {KustomizationGVR, "Kustomization", true}} {
+		if err := installCRD(ctx, dyn, crd.gvr, crd.kind, crd.status); err != nil {
+			return err
+		}
+	}
+
+	ks := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": Kustomization, "namespace": RootNamespace},
+		"spec": map[string]any{
+			"interval": "10m", "path": "./clusters/sandbox", "prune": true, "suspend": false,
+			"sourceRef": map[string]any{"kind": "OCIRepository", "name": OCIRepository},
+		},
+	}}
+	if _, err := dyn.Resource(KustomizationGVR).Namespace(RootNamespace).Create(ctx, ks, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("sandbox: create Kustomization: %w", err)
 	}
 
 	repo := &unstructured.Unstructured{Object: map[string]any{
@@ -95,33 +121,40 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 	return nil
 }
 
-func installOCIRepositoryCRD(ctx context.Context, dyn dynamic.Interface) error {
+// installCRD installs a Flux CRD (any fields; with the status subresource when status) and
+// waits until it is served.
+func installCRD(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, kind string, status bool) error {
+	version := map[string]any{
+		"name": gvr.Version, "served": true, "storage": true,
+		"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+	}
+	if status {
+		version["subresources"] = map[string]any{"status": map[string]any{}}
+	}
+
 	crd := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "ocirepositories.source.toolkit.fluxcd.io"},
+		"metadata": map[string]any{"name": gvr.Resource + "." + gvr.Group},
 		"spec": map[string]any{
-			"group": "source.toolkit.fluxcd.io", "scope": "Namespaced",
-			"names": map[string]any{"kind": "OCIRepository", "listKind": "OCIRepositoryList", "plural": "ocirepositories", "singular": "ocirepository"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-			}},
+			"group": gvr.Group, "scope": "Namespaced",
+			"names":    map[string]any{"kind": kind, "listKind": kind + "List", "plural": gvr.Resource, "singular": strings.ToLower(kind)},
+			"versions": []any{version},
 		},
 	}}
 
 	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("sandbox: install OCIRepository CRD: %w", err)
+		return fmt.Errorf("sandbox: install %s CRD: %w", kind, err)
 	}
 
 	deadline := time.Now().Add(30 * time.Second)
 
 	for {
-		if _, err := dyn.Resource(OCIRepositoryGVR).Namespace(RootNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		if _, err := dyn.Resource(gvr).Namespace(RootNamespace).List(ctx, metav1.ListOptions{}); err == nil {
 			return nil
 		}
 
 		if time.Now().After(deadline) {
-			return fmt.Errorf("sandbox: the OCIRepository CRD is not served after 30s")
+			return fmt.Errorf("sandbox: the %s CRD is not served after 30s", kind)
 		}
 
 		time.Sleep(200 * time.Millisecond)

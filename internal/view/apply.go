@@ -12,14 +12,15 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	leasepkg "github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version
-// (1.1: each node's timings; 1.2: the verdict, late nodes).
-const ApplyJSONFormatVersion = "1.2"
+// (1.1: each node's timings; 1.2: the verdict, late nodes; 1.3: the flux block's Kustomizations).
+const ApplyJSONFormatVersion = "1.3"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
@@ -40,6 +41,18 @@ type ApplyJSON struct {
 	MaxFailures        int               `json:"max_failures"`
 	// Verdict: is the old credential still used anywhere, as the cluster is at the end.
 	Verdict *VerdictJSON `json:"verdict"`
+	// Flux is what the run did with each Kustomization of the flux block.
+	Flux []ApplyFluxJSON `json:"flux"`
+}
+
+// ApplyFluxJSON is one Kustomization of the flux block: suspended by the run, and resumed (held
+// is true when the run left its suspension on: `ghcrsync release` lifts it).
+type ApplyFluxJSON struct {
+	Kustomization string `json:"kustomization"`
+	Suspended     bool   `json:"suspended"`
+	Resumed       bool   `json:"resumed"`
+	Held          bool   `json:"held"`
+	Message       string `json:"message"`
 }
 
 // ApplyEventJSON is one line of the `apply --json` stream: a step of the run, as recorded in
@@ -123,7 +136,11 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		Holder: res.Holder, Nodes: []ApplyNodeJSON{}, Secrets: []ApplySecretJSON{}, Reclaimed: outcomesJSON(res.Reclaimed),
 		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
 		Cancelled: res.Cancelled, Held: append([]string{}, res.Held()...), MaxFailures: res.MaxFailures,
-		Verdict: newVerdictJSON(res.Verdict, res.VerdictErr),
+		Verdict: newVerdictJSON(res.Verdict, res.VerdictErr), Flux: []ApplyFluxJSON{},
+	}
+
+	for _, f := range res.Flux {
+		out.Flux = append(out.Flux, ApplyFluxJSON{Kustomization: f.Kustomization, Suspended: f.Suspended, Resumed: f.Resumed, Held: f.Held(), Message: f.Message})
 	}
 
 	if res.ReleaseErr != nil {
@@ -162,7 +179,7 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		return nil
 	}
 
-	failed := applyNodes(w, res) + applySecrets(w, res.Secrets)
+	failed := applyNodes(w, res) + applySecrets(w, res.Secrets) + applyFlux(w, res.Flux)
 
 	if le := new(leasepkg.Error); errors.As(res.ReleaseErr, &le) && le.Class == leasepkg.Deleted {
 		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(le.Err.Error()))
@@ -265,6 +282,36 @@ func applyNodes(w io.Writer, res *apply.Result) int {
 	}
 
 	return counts[state.OutcomeFailed]
+}
+
+// applyFlux renders the flux block's Kustomizations; it returns how many the run left suspended.
+func applyFlux(w io.Writer, fs []apply.FluxResult) int {
+	if len(fs) == 0 {
+		return 0
+	}
+
+	fmt.Fprintln(w)
+
+	held := 0
+
+	for _, f := range fs {
+		mark := "="
+		switch {
+		case f.Held():
+			mark = "✗"
+			held++
+		case f.Resumed:
+			mark = "✓"
+		}
+
+		fmt.Fprintf(w, "  %s Flux Kustomization %s: %s\n", mark, Clean(f.Kustomization), oneLine(f.Message))
+	}
+
+	if held > 0 {
+		fmt.Fprintf(w, "%d Flux %s left suspended: GitOps stays stopped until `ghcrsync release` resumes it.\n", held, human.Plural(held, "Kustomization", "Kustomizations"))
+	}
+
+	return held
 }
 
 var secretMarks = map[fanout.Outcome]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}

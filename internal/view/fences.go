@@ -153,8 +153,14 @@ func releasePreview(w io.Writer, r fence.Report) {
 
 	for _, f := range r.Fences {
 		what := "remove owner, phase and record annotations and ghcrsync's scale-down guard; uncordon unless it was cordoned before the claim"
-		if f.Kind == fence.KindLease {
+
+		switch f.Kind {
+		case fence.KindLease:
 			what = "clear the holder (compare-and-swap on the holder)"
+		case fence.KindSteering:
+			what = "take the run's steering taint off (any other taint stays)"
+		case fence.KindFlux:
+			what = "resume the Flux Kustomization (spec.suspend=false) where it carries this run's suspension; a person's suspension stays"
 		}
 
 		fmt.Fprintf(w, "  %s %s %s: %s\n      # (%s)\n", mark(f.Releasable), f.Kind, fence.Display(f.Name), what, oneLine(f.Reason))

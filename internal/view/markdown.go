@@ -100,9 +100,19 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, human.Plural(n, one, many))
 }
 
-// PlanMarkdown renders a plan for a pull-request comment or a step summary. Every value from
-// outside ghcrsync goes through md, so none can break the tables or inject markup.
+// PlanMarkdown renders a plan for a pull-request comment or a step summary, in the human plan's
+// sections. Every value from outside ghcrsync goes through md, so none can break the tables or
+// inject markup.
 func PlanMarkdown(w io.Writer, p *plan.Plan) {
+	for _, section := range []func(io.Writer, *plan.Plan){
+		mdHeader, mdNodes, mdSecrets, mdTemplates, mdFlux, mdOwners, planVerdictMarkdown, mdWarnings, mdSummary,
+	} {
+		section(w, p)
+	}
+}
+
+// mdHeader is the marker, the headline, the plan's identity and any emergency or steering note.
+func mdHeader(w io.Writer, p *plan.Plan) {
 	fmt.Fprintln(w, MarkdownMarker)
 	fmt.Fprintf(w, "### ghcrsync plan: %s\n\n", Headline(p))
 	fmt.Fprintf(w, "Credential revision `%s` for %s · cluster `%s` · plan created %s, valid until %s.\n\n",
@@ -126,7 +136,10 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 	} else if st.Seed != "" {
 		fmt.Fprintf(w, "Evicted pods: %s.\n\n", md(st.Sentence))
 	}
+}
 
+// mdNodes is the table of the nodes acted on, the ones left alone (folded) and the unchanged count.
+func mdNodes(w io.Writer, p *plan.Plan) {
 	var acted, left []plan.NodePlan
 
 	for _, n := range p.Nodes {
@@ -165,45 +178,81 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 	if n := p.Summary.Unchanged; n > 0 {
 		fmt.Fprintf(w, "%s already on this credential.\n\n", plural(n, "node is", "nodes are"))
 	}
+}
 
-	if len(p.Secrets) > 0 {
-		fmt.Fprintf(w, "#### Pull secrets (each receives the %s entry only; the root Flux secret last)\n\n", md(p.Registry))
-		fmt.Fprintln(w, "| Secret | Role | Action | Why |")
-		fmt.Fprintln(w, "|---|---|---|---|")
-
-		for _, s := range p.Secrets {
-			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(s.Namespace+"/"+s.Secret), md(s.Role), md(string(s.Action)), md(s.Reason))
-		}
-
-		fmt.Fprintln(w)
+// mdTable writes a section: its title, a table's header and rows (nothing when there are none).
+func mdTable(w io.Writer, title string, header []string, rows [][]string) {
+	if len(rows) == 0 {
+		return
 	}
 
-	if len(p.Templates) > 0 {
-		fmt.Fprintln(w, "#### Node templates (machines created later boot from these)")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| Template | Secret key | Pool | Action | Why |")
-		fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintf(w, "#### %s\n\n| %s |\n|%s\n", title, strings.Join(header, " | "), strings.Repeat("---|", len(header)))
 
-		for _, t := range p.Templates {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", md(t.Name), md(t.Namespace+"/"+t.Secret+"["+t.Key+"]"), md(t.Pool), md(string(t.Action)), md(t.Reason))
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = md(c)
 		}
 
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 
-	planVerdictMarkdown(w, p)
+	fmt.Fprintln(w)
+}
 
-	if len(p.Warnings) > 0 {
-		fmt.Fprintln(w, "#### Warnings")
-		fmt.Fprintln(w)
-
-		for _, warning := range p.Warnings {
-			fmt.Fprintf(w, "- %s\n", md(warning))
-		}
-
-		fmt.Fprintln(w)
+func mdSecrets(w io.Writer, p *plan.Plan) {
+	var rows [][]string
+	for _, s := range p.Secrets {
+		rows = append(rows, []string{s.Namespace + "/" + s.Secret, s.Role, string(s.Action), s.Reason})
 	}
 
+	mdTable(w, "Pull secrets (each receives the "+md(p.Registry)+" entry only; the root Flux secret last)", []string{"Secret", "Role", "Action", "Why"}, rows)
+}
+
+func mdTemplates(w io.Writer, p *plan.Plan) {
+	var rows [][]string
+	for _, t := range p.Templates {
+		rows = append(rows, []string{t.Name, t.Namespace + "/" + t.Secret + "[" + t.Key + "]", t.Pool, string(t.Action), t.Reason})
+	}
+
+	mdTable(w, "Node templates (machines created later boot from these)", []string{"Template", "Secret key", "Pool", "Action", "Why"}, rows)
+}
+
+func mdFlux(w io.Writer, p *plan.Plan) {
+	var rows [][]string
+	for _, f := range p.Flux {
+		rows = append(rows, []string{f.Ref(), string(f.Action), f.Reason})
+	}
+
+	mdTable(w, "Flux Kustomizations (suspended for the run, resumed at its end)", []string{"Kustomization", "Action", "Why"}, rows)
+}
+
+func mdOwners(w io.Writer, p *plan.Plan) {
+	var rows [][]string
+	for _, o := range p.Owners {
+		rows = append(rows, []string{o.Object, o.Owner, o.Meaning})
+	}
+
+	mdTable(w, "Other owners of the objects this run writes", []string{"Object", "Owner", "What it means"}, rows)
+}
+
+func mdWarnings(w io.Writer, p *plan.Plan) {
+	if len(p.Warnings) == 0 {
+		return
+	}
+
+	fmt.Fprintln(w, "#### Warnings")
+	fmt.Fprintln(w)
+
+	for _, warning := range p.Warnings {
+		fmt.Fprintf(w, "- %s\n", md(warning))
+	}
+
+	fmt.Fprintln(w)
+}
+
+// mdSummary is the plan's counts and its labels.
+func mdSummary(w io.Writer, p *plan.Plan) {
 	s := p.Summary
 	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.",
 		s.Fence, s.ApplyLive, s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)

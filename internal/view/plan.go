@@ -83,6 +83,8 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 	steering(w, p)
 	secrets(w, p)
 	templates(w, p)
+	flux(w, p)
+	owners(w, p)
 
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", oneLine(warn))
@@ -253,6 +255,39 @@ func templates(w io.Writer, p *plan.Plan) {
 	}
 }
 
+// flux renders the flux block's Kustomizations: suspended for the run, or left as they are.
+func flux(w io.Writer, p *plan.Plan) {
+	if len(p.Flux) == 0 {
+		return
+	}
+
+	fmt.Fprintln(w, "Flux Kustomizations (suspended before the first write, resumed after the last; a recorded fence):")
+	fmt.Fprintln(w)
+
+	for _, f := range p.Flux {
+		verb := "will be suspended for the run"
+		if f.Action == plan.FluxLeave {
+			verb = "will be left as it is"
+		}
+
+		fmt.Fprintf(w, "  %s %s\n      # (because %s)\n\n", Clean(f.Ref()), verb, oneLine(f.Reason))
+	}
+}
+
+// owners renders who else manages the objects the run writes, and what it means.
+func owners(w io.Writer, p *plan.Plan) {
+	if len(p.Owners) == 0 {
+		return
+	}
+
+	fmt.Fprintln(w, "Other owners of the objects this run writes:")
+	fmt.Fprintln(w)
+
+	for _, o := range p.Owners {
+		fmt.Fprintf(w, "  ! %s: %s\n      # %s\n\n", Clean(o.Object), Clean(o.Owner), oneLine(o.Meaning))
+	}
+}
+
 // planSummary is the plan's last line(s): Terraform's "Plan: …" or "No changes.".
 func planSummary(w io.Writer, p *plan.Plan) {
 	s := p.Summary
@@ -341,6 +376,10 @@ type PlanJSON struct {
 	CredentialsInUse []plan.CredentialInUse `json:"credentials_in_use,omitempty"`
 	// Steering is where the drains' pods go (blocked: apply refuses the plan as it is).
 	Steering plan.Steering `json:"steering"`
+	// Flux is what the run does to each Kustomization of the flux block; OtherOwners are the
+	// other managers of the objects it writes (1.3).
+	Flux        []plan.FluxPlan   `json:"flux"`
+	OtherOwners []plan.OtherOwner `json:"other_owners"`
 }
 
 // NodeJSON is one node of PlanJSON.
@@ -381,8 +420,9 @@ type TemplateJSON struct {
 }
 
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
-// (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds).
-const PlanJSONFormatVersion = "1.2"
+// (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds; 1.3: the Flux
+// Kustomizations suspended for the run, the other owners).
+const PlanJSONFormatVersion = "1.3"
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
@@ -394,6 +434,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
 		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse, Steering: p.Steering,
+		Flux: append([]plan.FluxPlan{}, p.Flux...), OtherOwners: append([]plan.OtherOwner{}, p.Owners...),
 	}
 
 	for _, n := range p.Nodes {

@@ -83,6 +83,11 @@ func applyResult() *apply.Result {
 		},
 		Reclaimed: []fence.Outcome{{Fence: fence.Fence{Kind: fence.KindLease, Name: "flux-system/ghcr-auth-refresh", Holder: "dead-run"}, Released: true, Message: "Lease released"}},
 		Verdict:   verdictOf(true),
+		Flux: []apply.FluxResult{
+			{Kustomization: "flux-system/flux-system", Suspended: true, Resumed: true, Message: "suspended for the run, resumed: Flux applies Git again"},
+			{Kustomization: "flux-system/apps", Suspended: true, Left: true, Message: "LEFT SUSPENDED: the API is unreachable; `ghcrsync release` resumes it"},
+			{Kustomization: "flux-system/infra", Message: "suspended already, not by ghcrsync: left suspended, and not resumed at the end"},
+		},
 	}
 }
 

@@ -246,6 +246,11 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
+	kustomizations, err := w.Kustomizations(ctx)
+	if err != nil {
+		return plan.Snapshot{}, nil, err
+	}
+
 	pods, blockers, err := w.Kube.EvictableByNode(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
@@ -255,7 +260,31 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		nodes[i].Pods, nodes[i].Blockers = pods[nodes[i].Name], blockers[nodes[i].Name]
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates}, held, nil
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates,
+		Kustomizations: kustomizations}, held, nil
+}
+
+// Kustomizations reads every Flux Kustomization the flux block names. One that does not exist
+// is an error: the GitOps controller it was meant to hold would switch the credential mid-run.
+func (w *Workspace) Kustomizations(ctx context.Context) ([]plan.KustomizationObs, error) {
+	out := make([]plan.KustomizationObs, 0, len(w.Config.FluxSuspend))
+
+	for _, n := range w.Config.FluxSuspend {
+		k, err := w.Kube.Kustomization(ctx, n.Namespace, n.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		if !k.Exists {
+			return nil, fmt.Errorf("flux.suspend names the Kustomization %s, which does not exist (or Flux's Kustomization CRD, "+
+				"kustomize.toolkit.fluxcd.io/v1, is not installed); nothing was planned: fix the name (kubectl get kustomizations -A) "+
+				"or remove it from the flux block", n)
+		}
+
+		out = append(out, k)
+	}
+
+	return out, nil
 }
 
 // Templates reads every configured node template and the credential digest of each of its
@@ -264,7 +293,7 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 	var out []plan.TemplateObs
 
 	for _, t := range w.Config.NodeTemplates {
-		value, written, err := w.Kube.TemplateValue(ctx, t.Namespace, t.Secret, t.Key)
+		value, meta, err := w.Kube.TemplateValue(ctx, t.Namespace, t.Secret, t.Key)
 
 		var reader *plan.ReaderObs
 		if err == nil && t.RestartDeployment != "" {
@@ -277,7 +306,8 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 			pools, err = nodetemplate.Read(t.Format, value, t.Pools, w.Config.Credential.Registry)
 			for _, p := range pools {
 				out = append(out, plan.TemplateObs{Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format,
-					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment, WrittenAt: written, Reader: reader})
+					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment, WrittenAt: meta.Written, Reader: reader,
+					Foreign: meta.Foreign, Writers: meta.Writers})
 			}
 		}
 

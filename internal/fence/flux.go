@@ -1,0 +1,126 @@
+package fence
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
+)
+
+// KindFlux is a Flux Kustomization a run suspended (the flux block): the delivery pipeline stops
+// while it is on, so it is recorded, listed and released like a fence.
+const KindFlux = "flux-suspend"
+
+// FluxObs is a state record of a run's suspension, with the Kustomization as it is now.
+type FluxObs struct {
+	Record state.Suspension
+	Now    plan.KustomizationObs
+}
+
+// observeFlux reads the Kustomization of every suspension record in the state (the record is
+// written before the suspension, so a run killed at any point has one), and every configured
+// Kustomization carrying a run's suspension annotation with no record (the state was lost):
+// its run is the annotation's, judged like any other holder.
+func observeFlux(ctx context.Context, kube *cluster.Connection, st *state.State, configured []config.NamespacedName) ([]FluxObs, error) {
+	var out []FluxObs
+
+	seen := map[string]bool{}
+
+	for _, x := range st.Suspended {
+		k, err := kube.Kustomization(ctx, x.Namespace, x.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		out = append(out, FluxObs{Record: x, Now: k})
+		seen[x.Namespace+"/"+x.Name+"\x00"+x.Owner] = true
+	}
+
+	for _, n := range configured {
+		k, err := kube.Kustomization(ctx, n.Namespace, n.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		if k.SuspendedBy == "" || !k.Suspended || seen[n.String()+"\x00"+k.SuspendedBy] {
+			continue
+		}
+
+		out = append(out, FluxObs{Record: state.Suspension{Namespace: n.Namespace, Name: n.Name, UID: k.UID, Owner: k.SuspendedBy}, Now: k})
+	}
+
+	return out, nil
+}
+
+// ours reports whether the Kustomization carries the record's run's suspension.
+func (x FluxObs) ours() bool {
+	return x.Now.Exists && x.Now.Suspended && x.Now.SuspendedBy == x.Record.Owner &&
+		(x.Record.UID == "" || x.Record.UID == x.Now.UID)
+}
+
+// classifyFlux is the report's entry for one suspension record.
+func classifyFlux(x FluxObs, o Observation) Fence {
+	ref := x.Record.Namespace + "/" + x.Record.Name
+	f := Fence{Kind: KindFlux, Name: ref, Holder: x.Record.Owner, Exists: x.Now.Exists, UID: x.Now.UID,
+		Evidence: "spec.suspend=true, " + cluster.SuspendedByAnnotation + "=" + x.Now.SuspendedBy}
+
+	if !x.ours() {
+		f.Releasable = true
+		f.Evidence = "state record only"
+		f.Reason = "the Kustomization carries no suspension of this run (resumed already, by someone else, or gone): only the state record remains"
+
+		return f
+	}
+
+	assessLiveness(&f, o)
+	f.Reason = "Flux reconcile suspended (the delivery pipeline is stopped): " + f.Reason
+
+	return f
+}
+
+// releaseFlux resumes the run's suspension of a Kustomization (never a person's: Resume lifts
+// only one carrying this run's annotation) and drops its state record.
+func releaseFlux(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State) Outcome {
+	ns, name, _ := strings.Cut(f.Name, "/")
+
+	var gone bool
+
+	err := riding(ctx, undoBound, func() (err error) {
+		gone, err = kube.Resume(ctx, ns, name, f.Holder)
+
+		return err
+	})
+	if err != nil {
+		return Outcome{Fence: f, Message: "not resumed: " + redact.Error(err)}
+	}
+
+	st.DropSuspension(ns, name, f.Holder)
+
+	if werr := store.Write(st); werr != nil {
+		return Outcome{Fence: f, Released: true, Message: "resumed, but the state could not be written: " + redact.Error(werr)}
+	}
+
+	if gone {
+		return Outcome{Fence: f, Released: true, Message: "no suspension of this run on it (state record closed)"}
+	}
+
+	return Outcome{Fence: f, Released: true, Message: "Flux Kustomization resumed"}
+}
+
+// fluxHolders are the runs the suspension records name (for the liveness check).
+func fluxHolders(xs []FluxObs) []string {
+	var out []string
+
+	for _, x := range xs {
+		if !slices.Contains(out, x.Record.Owner) {
+			out = append(out, x.Record.Owner)
+		}
+	}
+
+	return out
+}
