@@ -75,6 +75,9 @@ type Hooks struct {
 	BeforeRoot func()
 	// BeforeRelist runs before each re-listing of the fleet for late nodes (round 1, 2, …).
 	BeforeRelist func(round int)
+	// BeforeFlux runs after a Flux Kustomization's suspension is recorded and before it is
+	// suspended ("suspending"), and before it is resumed ("resuming").
+	BeforeFlux func(kustomization string, phase state.Phase)
 }
 
 // execOptions configure the executor.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -470,5 +473,80 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 				t.Fatalf("the root after a concurrent write: %+v (annotation %q)", root, s.Annotations["example.com/concurrent"])
 			}
 		})
+	}
+}
+
+// plan makes every fan-out write as a server-side dry run: a write the API server's admission
+// refuses (a real ValidatingAdmissionPolicy) is predicted, by object, with the API's own reason,
+// and apply then meets exactly that refusal. Negative control: the other consumer's create,
+// admitted in the same dry run, is not flagged, and apply writes it. The dry runs write nothing
+// (the audit log).
+func TestPlanDryRunsTheFanOutWrites(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const (
+		frozen = "team-a"
+		name   = "prod-worker-2"
+	)
+
+	denyByPolicy(t, kube, "secrets", admissionregistrationv1.Update, frozen, sandbox.ConsumerSecret, "team-a's pull secret is frozen for an audit",
+		func() error { return dryRunUpdate(kube, frozen, sandbox.ConsumerSecret) })
+
+	// plan and apply as a user of their own, so the audit log tells plan's writes apart.
+	const user = "dry-run-plan-test"
+
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := sb.WriteKubeconfig(kc, user, "system:masters"); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newRotation(t, sb, func(s string) string { return strings.Replace(s, `"`+sb.Path("kubeconfig")+`"`, `"`+kc+`"`, 1) }, name)
+	path := r.plan()
+
+	var refused, admitted []string
+
+	for _, sp := range r.planned.Secrets {
+		if sp.WriteRefused != "" {
+			refused = append(refused, sp.Namespace+"/"+sp.Secret+": "+sp.WriteRefused)
+		} else if sp.Action == plan.SecretCreate || sp.Action == plan.SecretUpdate {
+			admitted = append(admitted, sp.Namespace+"/"+sp.Secret)
+		}
+	}
+
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], frozen+"/") || !strings.Contains(refused[0], "frozen for an audit") {
+		t.Fatalf("the plan's predicted refusals: %v", refused)
+	}
+
+	if !slices.Contains(admitted, "team-b/"+sandbox.ConsumerSecret) {
+		t.Fatalf("the admitted write is not planned clean: admitted %v", admitted)
+	}
+
+	if !strings.Contains(strings.Join(r.planned.Warnings, "\n"), "refused a dry run of apply's update of pull secret "+frozen) {
+		t.Fatalf("no warning names the refusal: %v", r.planned.Warnings)
+	}
+
+	time.Sleep(time.Second) // the audit log's last lines
+
+	if writes, err := sb.AuditedWrites(user); err != nil || len(writes) != 0 {
+		t.Fatalf("plan wrote to the cluster: %v %+v", err, writes)
+	}
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, s := range res.Secrets {
+		switch s.Namespace + "/" + s.Secret {
+		case frozen + "/" + sandbox.ConsumerSecret:
+			// The run names the API's answer by its class (its text is logged): the policy's 422.
+			if s.Outcome != fanout.Failed || !strings.Contains(s.Message, "422 Invalid") {
+				t.Fatalf("apply did not meet the predicted refusal: %+v", s)
+			}
+		case "team-b/" + sandbox.ConsumerSecret:
+			if s.Outcome != fanout.Written {
+				t.Fatalf("the admitted write: %+v", s)
+			}
+		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// What BeforeMutation is told (with the Kustomization's namespace/name for the node) before a
-// Flux Kustomization is suspended or resumed: not phases of a node's transaction.
+// What BeforeFlux is told before a Flux Kustomization is suspended or resumed (not phases of a
+// node's transaction).
 const (
 	phaseSuspending state.Phase = "suspending"
 	phaseResuming   state.Phase = "resuming"
@@ -72,7 +72,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 		return res, fmt.Errorf("Kustomization %s is not suspended: write state (%s) first: %w; no node or secret was changed", fp.Ref(), store.Describe(), err)
 	}
 
-	if h := r.o.Hooks.BeforeMutation; h != nil {
+	if h := r.o.Hooks.BeforeFlux; h != nil {
 		h(fp.Ref(), phaseSuspending)
 	}
 
@@ -117,7 +117,7 @@ func (r *run) resume(ctx context.Context) {
 
 		ref := x.Namespace + "/" + x.Name
 
-		if h := r.o.Hooks.BeforeMutation; h != nil {
+		if h := r.o.Hooks.BeforeFlux; h != nil {
 			h(ref, phaseResuming)
 		}
 

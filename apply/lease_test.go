@@ -173,14 +173,16 @@ func TestStalePlansAreRefused(t *testing.T) {
 func runKillHelper() bool {
 	target := state.Phase(os.Getenv("GHCRSYNC_KILL_AT"))
 
+	kill := func(_ string, phase state.Phase) {
+		if phase == target {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+
 	res, err := applyCfg(context.Background(), applyOptions{
 		ConfigPath: os.Getenv("GHCRSYNC_KILL_CONFIG"), PlanPath: os.Getenv("GHCRSYNC_KILL_PLAN"),
-		Hooks: apply.Hooks{BeforeMutation: func(_ string, phase state.Phase) {
-			if phase == target {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
-			}
-		}},
+		Hooks: apply.Hooks{BeforeMutation: kill, BeforeFlux: kill},
 	})
 	fmt.Fprintf(os.Stderr, "kill helper: phase %s never reached (%v)\n", target, err)
 

@@ -488,9 +488,24 @@ func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName 
 		st.Steered[i].Owner = moved
 	}
 
+	for i := range st.Suspended {
+		st.Suspended[i].Owner = moved
+	}
+
 	if err := os.WriteFile(r.state, mustJSON(t, st), 0o600); err != nil {
 		t.Fatal(err)
 	}
+
+	// The Flux suspension names the run by its annotation.
+	sandboxtest.Eventually(t, 10*time.Second, "the suspension's annotation moved", func() error {
+		k := kustomization(t, sb)
+		a := k.GetAnnotations()
+		a[cluster.SuspendedByAnnotation] = moved
+		k.SetAnnotations(a)
+		_, err := fluxClient(t, sb).Update(ctx, k, metav1.UpdateOptions{})
+
+		return err
+	})
 
 	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: moved}}})
 
@@ -557,7 +572,7 @@ func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
 				}
 			}
 
-			if res := release(t, r.cfg); res.Held() != 3 { // node, steering taint, Lease
+			if res := release(t, r.cfg); res.Held() != 4 { // node, steering taint, Flux suspension, Lease
 				t.Fatalf("release undid a live run's fence: %+v", res.Outcomes)
 			}
 

@@ -33,6 +33,40 @@ func Make(s Snapshot, in Input) *Plan {
 		Probe:               in.Probe,
 	}
 
+	p.Nodes, p.EndpointNode = planNodes(s, in)
+	order(p.Nodes)
+	p.Secrets = planSecrets(s.Secrets, in.PullSecretRevision)
+	p.Templates = planTemplates(s.Templates, in.AuthDigest)
+	p.Summary = summarize(p.Nodes, p.Secrets, p.Templates)
+
+	p.Flux = planFlux(s.Kustomizations)
+	p.Owners = OtherOwners(s, p.Flux)
+	p.CredentialsInUse = inUse(s.InUse)
+	p.Steering = steer(p, s, in.AllowPending)
+	p.Warnings = warnings(p, s, in)
+
+	var drift []string
+	p.Drifted, drift = configDrift(s, in)
+	p.Warnings = append(p.Warnings, drift...)
+	p.Warnings = append(p.Warnings, writeRefusals(p)...)
+
+	predicted, holds := drainPredictions(p)
+	p.Warnings, p.DrainHolds = append(p.Warnings, predicted...), holds
+
+	v := Inventory(s, in)
+	p.Verdict = &v
+
+	return p
+}
+
+// planNodes classifies every node of the snapshot, then deselects every node an earlier run
+// recorded that no longer exists; it names the node serving the API endpoint ("" if none).
+func planNodes(s Snapshot, in Input) ([]NodePlan, string) {
+	var (
+		out      []NodePlan
+		endpoint string
+	)
+
 	seen := map[string]bool{}
 	problems := IdentityProblems(s)
 
@@ -41,11 +75,10 @@ func Make(s Snapshot, in Input) *Plan {
 		np := classify(n, in, problems[n.Name])
 
 		if endpointOf(n, s.APIEndpoint) {
-			np.Endpoint = true
-			p.EndpointNode = n.Name
+			np.Endpoint, endpoint = true, n.Name
 		}
 
-		p.Nodes = append(p.Nodes, np)
+		out = append(out, np)
 	}
 
 	known := make([]string, 0, len(in.Known))
@@ -56,59 +89,16 @@ func Make(s Snapshot, in Input) *Plan {
 	sort.Strings(known)
 
 	for _, name := range known {
-		if seen[name] {
-			continue
-		}
-
-		p.Nodes = append(p.Nodes, NodePlan{
-			Name: name, UID: in.Known[name], Action: ActionDeselect, Reason: ReasonNotFound,
-			Sentence:   ReasonNotFound.Sentence("recorded by an earlier run, no Node of that name now"),
-			Invariants: Invariants{UID: in.Known[name]},
-		})
-	}
-
-	order(p.Nodes)
-	p.Secrets = planSecrets(s.Secrets, in.PullSecretRevision)
-	p.Summary = summarize(p.Nodes)
-
-	for _, sp := range p.Secrets {
-		switch sp.Action {
-		case SecretCreate:
-			p.Summary.SecretsCreate++
-		case SecretUpdate:
-			p.Summary.SecretsUpdate++
-		case SecretNoOp:
-			p.Summary.SecretsUnchanged++
-		case SecretSkip:
-			p.Summary.SecretsSkipped++
-		}
-	}
-	p.Templates = planTemplates(s.Templates, in.AuthDigest)
-
-	for _, tp := range p.Templates {
-		switch tp.Action {
-		case TemplateUpdate:
-			p.Summary.TemplatesUpdate++
-		case TemplateRestart:
-			p.Summary.TemplatesRestart++
-		default:
-			p.Summary.TemplatesUnchanged++
+		if !seen[name] {
+			out = append(out, NodePlan{
+				Name: name, UID: in.Known[name], Action: ActionDeselect, Reason: ReasonNotFound,
+				Sentence:   ReasonNotFound.Sentence("recorded by an earlier run, no Node of that name now"),
+				Invariants: Invariants{UID: in.Known[name]},
+			})
 		}
 	}
 
-	p.Flux = planFlux(s.Kustomizations)
-	p.Owners = OtherOwners(s, p.Flux)
-	p.CredentialsInUse = inUse(s.InUse)
-	p.Steering = steer(p, s, in.AllowPending)
-	p.Warnings = warnings(p, s, in)
-
-	predicted, holds := drainPredictions(p)
-	p.Warnings, p.DrainHolds = append(p.Warnings, predicted...), holds
-
-	v := Inventory(s, in)
-	p.Verdict = &v
-
-	return p
+	return out, endpoint
 }
 
 func classify(n Node, in Input, identity string) NodePlan {
@@ -318,7 +308,8 @@ func order(nodes []NodePlan) {
 	}
 }
 
-func summarize(nodes []NodePlan) Summary {
+// summarize counts the plan's actions on nodes, pull secrets and node templates.
+func summarize(nodes []NodePlan, secrets []SecretPlan, templates []TemplatePlan) Summary {
 	var s Summary
 
 	for _, n := range nodes {
@@ -331,6 +322,30 @@ func summarize(nodes []NodePlan) Summary {
 			s.Unchanged++
 		case ActionDeselect:
 			s.Deselected++
+		}
+	}
+
+	for _, sp := range secrets {
+		switch sp.Action {
+		case SecretCreate:
+			s.SecretsCreate++
+		case SecretUpdate:
+			s.SecretsUpdate++
+		case SecretNoOp:
+			s.SecretsUnchanged++
+		case SecretSkip:
+			s.SecretsSkipped++
+		}
+	}
+
+	for _, tp := range templates {
+		switch tp.Action {
+		case TemplateUpdate:
+			s.TemplatesUpdate++
+		case TemplateRestart:
+			s.TemplatesRestart++
+		default:
+			s.TemplatesUnchanged++
 		}
 	}
 

@@ -30,6 +30,9 @@ type SecretObs struct {
 	MissingFrom      []string `json:"missing_from,omitempty"`
 	// Writers are the other field managers of its credential key.
 	Writers []Writer `json:"writers,omitempty"`
+	// WriteRefused is the API server's refusal of a server-side dry run of apply's write of it
+	// (admission or validation), "" when admitted or not tried.
+	WriteRefused string `json:"write_refused,omitempty"`
 }
 
 // Writer is a field manager other than ghcrsync that owns an object's credential field.
@@ -58,6 +61,9 @@ type SecretPlan struct {
 	Reason          string       `json:"reason"`
 	ServiceAccounts []string     `json:"service_accounts,omitempty"` // to reference it
 	Digest          string       `json:"current_digest,omitempty"`
+	// WriteRefused is the API server's refusal of a dry run of exactly this write: apply's
+	// write will fail (and the root is held back).
+	WriteRefused string `json:"write_refused,omitempty"`
 }
 
 // planSecrets decides every pull secret's action: consumers by namespace and name, the root
@@ -67,7 +73,7 @@ func planSecrets(obs []SecretObs, revision string) []SecretPlan {
 	out := make([]SecretPlan, 0, len(obs))
 
 	for _, s := range obs {
-		sp := SecretPlan{Namespace: s.Namespace, Secret: s.Name, Role: s.Role, Digest: s.Digest, ServiceAccounts: s.MissingFrom}
+		sp := SecretPlan{Namespace: s.Namespace, Secret: s.Name, Role: s.Role, Digest: s.Digest, ServiceAccounts: s.MissingFrom, WriteRefused: s.WriteRefused}
 		where := s.Namespace + "/" + s.Name
 
 		switch {

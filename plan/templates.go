@@ -29,6 +29,8 @@ type TemplateObs struct {
 	// Writers the other field managers of its key.
 	Foreign string   `json:"foreign,omitempty"`
 	Writers []Writer `json:"writers,omitempty"`
+	// WriteRefused is the API server's refusal of a dry run of apply's rewrite of its key.
+	WriteRefused string `json:"write_refused,omitempty"`
 }
 
 // ReaderObs is the deployment that reads a template once, when its pods start.

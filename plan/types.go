@@ -254,8 +254,11 @@ type Plan struct {
 	Warnings []string     `json:"warnings,omitempty"`
 	// DrainHolds counts the warnings that predict a drain will be held (a budget allowing no
 	// disruption, a pod with no controller): plan --strict refuses on any.
-	DrainHolds int     `json:"drain_holds,omitempty"`
-	Summary    Summary `json:"summary"`
+	DrainHolds int `json:"drain_holds,omitempty"`
+	// Drifted are the nodes whose active machine config lost the credential ghcrsync rotated
+	// them to (configDrift): re-applied by whatever else owns the machine config.
+	Drifted []string `json:"drifted,omitempty"`
+	Summary Summary  `json:"summary"`
 	// Probe is the runtime proof apply makes (its image by the digest plan proved).
 	Probe Probe `json:"probe"`
 	// Steering is how the run keeps evicted pods off nodes not yet rotated.

@@ -42,79 +42,7 @@ runs under the configured Lease and writes the state before every mutation.`,
   ghcrsync apply --auto-approve           # plan and apply in one go
   ghcrsync apply --json plan.out | jq .   # each step as a JSON line, then the outcome`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			planPath := ""
-			if len(args) == 1 {
-				planPath = args[0]
-			} else if !a.autoApprove {
-				return errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
-			}
-
-			logger, err := newLogger(cmd.ErrOrStderr(), a.logLevel, a.logFormat)
-			if err != nil {
-				return err
-			}
-
-			if _, err := githubOutput(cmd); err != nil {
-				return err
-			}
-
-			// What apply reads is checked before the state is read; its writes once the plan stands.
-			ws, err := workspace.Open(workspace.Options{ConfigPath: a.config, Lock: true, Preflight: workspace.CommandApply, PreflightReads: true,
-				Context: cmd.Context(), Overrides: overrides(cmd)})
-			if err != nil {
-				return err
-			}
-			defer ws.Close()
-
-			p, err := applyPlan(cmd, ws, planPath, a)
-			if err != nil {
-				return err
-			}
-
-			o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger}
-			if a.json { // JSON Lines: each step as it happens, then the summary
-				o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
-			}
-
-			res, err := apply.Run(cmd.Context(), ws, p, o)
-			if err != nil {
-				return err
-			}
-
-			if a.json {
-				err = view.ApplySummaryLine(cmd.OutOrStdout(), res)
-			} else {
-				err = view.Apply(cmd.OutOrStdout(), view.Human, res)
-			}
-
-			if a.verbose && err == nil {
-				view.ApplyTimings(cmd.ErrOrStderr(), res)
-
-				kube, talos := ws.Requests()
-				view.Requests(cmd.ErrOrStderr(), kube, talos)
-			}
-
-			if err != nil {
-				return err
-			}
-
-			if gh, _ := githubOutput(cmd); gh {
-				view.PlanAnnotations(annotations(cmd), res.Plan)
-				view.ApplyAnnotations(annotations(cmd), res)
-
-				if err := view.AppendSummary(func(w io.Writer) { view.ApplyMarkdown(w, res) }); err != nil {
-					view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync apply", err.Error())
-				}
-			}
-
-			// 0 only when the old credential is no longer used anywhere: safe to revoke.
-			if res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke() {
-				return exitError{code: exitPartial}
-			}
-
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return a.run(cmd, args) },
 	}
 
 	f := cmd.Flags()
@@ -163,4 +91,92 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, path string, a apply
 	}
 
 	return p, nil
+}
+
+// run executes the saved plan (or, with --auto-approve, a fresh one) and exits 0 only when the
+// old credential is safe to revoke.
+func (a applyArgs) run(cmd *cobra.Command, args []string) error {
+	planPath := ""
+	if len(args) == 1 {
+		planPath = args[0]
+	} else if !a.autoApprove {
+		return errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
+	}
+
+	logger, err := newLogger(cmd.ErrOrStderr(), a.logLevel, a.logFormat)
+	if err != nil {
+		return err
+	}
+
+	if _, err := githubOutput(cmd); err != nil {
+		return err
+	}
+
+	// What apply reads is checked before the state is read; its writes once the plan stands.
+	ws, err := workspace.Open(workspace.Options{ConfigPath: a.config, Lock: true, Preflight: workspace.CommandApply, PreflightReads: true,
+		Context: cmd.Context(), Overrides: overrides(cmd)})
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+
+	p, err := applyPlan(cmd, ws, planPath, a)
+	if err != nil {
+		return err
+	}
+
+	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger}
+	if a.json { // JSON Lines: each step as it happens, then the summary
+		o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
+	}
+
+	res, err := apply.Run(cmd.Context(), ws, p, o)
+	if err != nil {
+		return err
+	}
+
+	if err := a.report(cmd, ws, res); err != nil {
+		return err
+	}
+
+	// 0 only when the old credential is no longer used anywhere: safe to revoke.
+	if res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke() {
+		return exitError{code: exitPartial}
+	}
+
+	return nil
+}
+
+// report prints the run's outcome (human or the JSON summary line), its timings and requests
+// (--verbose), and publishes it to GitHub.
+func (a applyArgs) report(cmd *cobra.Command, ws *workspace.Workspace, res *apply.Result) error {
+	var err error
+
+	if a.json {
+		err = view.ApplySummaryLine(cmd.OutOrStdout(), res)
+	} else {
+		err = view.Apply(cmd.OutOrStdout(), view.Human, res)
+	}
+
+	if a.verbose && err == nil {
+		view.ApplyTimings(cmd.ErrOrStderr(), res)
+
+		kube, talos := ws.Requests()
+		view.Requests(cmd.ErrOrStderr(), kube, talos)
+	}
+
+	if err != nil {
+		return err
+	}
+
+	if gh, _ := githubOutput(cmd); gh {
+		view.PlanAnnotations(annotations(cmd), res.Plan)
+		view.ApplyAnnotations(annotations(cmd), res)
+
+		if err := view.AppendSummary(func(w io.Writer) { view.ApplyMarkdown(w, res) }); err != nil {
+			view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync apply", err.Error())
+		}
+	}
+
+	return nil
 }

@@ -38,74 +38,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
   ghcrsync plan --out plan.out --markdown plan.md # save it for apply, and for a PR comment
   ghcrsync plan --detailed-exitcode               # exit 2 when there are changes`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			gh, err := githubOutput(cmd)
-			if err != nil {
-				return err
-			}
-
-			ws, err := openAs(cmd, workspace.CommandPlan, a.config, false)
-			if err != nil {
-				return err
-			}
-			defer ws.Close()
-
-			p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending})
-			if err != nil {
-				return err
-			}
-
-			if err := view.Plan(cmd.OutOrStdout(), view.FormatFor(a.json), p); err != nil {
-				return err
-			}
-
-			if a.strict && p.DrainHolds > 0 {
-				return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
-					"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
-			}
-
-			if a.out != "" {
-				cred, err := ws.Credential()
-				if err != nil {
-					return err
-				}
-
-				if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
-					return fmt.Errorf("save plan to %s: %w", a.out, err)
-				}
-
-				if !a.json {
-					view.PlanSaved(cmd.OutOrStdout(), a.out)
-				}
-			}
-
-			if a.markdown != "" {
-				if err := writeMarkdown(a.markdown, func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
-					return err
-				}
-			}
-
-			if gh {
-				view.PlanAnnotations(annotations(cmd), p)
-
-				if err := view.AppendSummary(func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
-					view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync plan", err.Error())
-				}
-			}
-
-			if a.verbose {
-				kube, talos := ws.Requests()
-				view.Requests(cmd.ErrOrStderr(), kube, talos)
-			}
-
-			// "No changes" (0) only when nothing uses the old credential either: a scheduled plan
-			// then says when revoking has become safe.
-			if a.detailedExit && (p.Changes() || !p.SafeToRevoke()) {
-				return exitError{code: exitChanges}
-			}
-
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
 
 	f := cmd.Flags()
@@ -152,4 +85,84 @@ func newShow() *cobra.Command {
 	cmd.MarkFlagsMutuallyExclusive("json", "markdown")
 
 	return cmd
+}
+
+// run plans, prints the plan, saves it (--out) and publishes it (--markdown, GitHub).
+func (a planArgs) run(cmd *cobra.Command) error {
+	gh, err := githubOutput(cmd)
+	if err != nil {
+		return err
+	}
+
+	ws, err := openAs(cmd, workspace.CommandPlan, a.config, false)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+
+	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending})
+	if err != nil {
+		return err
+	}
+
+	if err := view.Plan(cmd.OutOrStdout(), view.FormatFor(a.json), p); err != nil {
+		return err
+	}
+
+	if a.strict && p.DrainHolds > 0 {
+		return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
+			"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
+	}
+
+	if a.out != "" {
+		cred, err := ws.Credential()
+		if err != nil {
+			return err
+		}
+
+		if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
+			return fmt.Errorf("save plan to %s: %w", a.out, err)
+		}
+
+		if !a.json {
+			view.PlanSaved(cmd.OutOrStdout(), a.out)
+		}
+	}
+
+	if err := a.publish(cmd, ws, p, gh); err != nil {
+		return err
+	}
+
+	// "No changes" (0) only when nothing uses the old credential either: a scheduled plan
+	// then says when revoking has become safe.
+	if a.detailedExit && (p.Changes() || !p.SafeToRevoke()) {
+		return exitError{code: exitChanges}
+	}
+
+	return nil
+}
+
+// publish writes the plan where else it was asked for: a Markdown file, the GitHub step summary
+// and annotations, the requests made (--verbose).
+func (a planArgs) publish(cmd *cobra.Command, ws *workspace.Workspace, p *plan.Plan, gh bool) error {
+	if a.markdown != "" {
+		if err := writeMarkdown(a.markdown, func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
+			return err
+		}
+	}
+
+	if gh {
+		view.PlanAnnotations(annotations(cmd), p)
+
+		if err := view.AppendSummary(func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
+			view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync plan", err.Error())
+		}
+	}
+
+	if a.verbose {
+		kube, talos := ws.Requests()
+		view.Requests(cmd.ErrOrStderr(), kube, talos)
+	}
+
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 )
 
 // A fleet on the old credential plans a fence for every node (Talos 1.13), workers first and
@@ -51,7 +52,7 @@ func TestPlanRotationIsReadOnly(t *testing.T) {
 	jr := ghcrsync(t, "plan", "--config", cfg, "--json")
 	p := planJSON(t, jr)
 
-	if p.FormatVersion != "1.2" || p.Verdict == nil || p.Verdict.SafeToRevoke || p.EndpointNode != "prod-control-plane-1" || len(p.CredentialRevision) != 64 {
+	if p.FormatVersion != view.PlanJSONFormatVersion || p.Verdict == nil || p.Verdict.SafeToRevoke || p.EndpointNode != "prod-control-plane-1" || len(p.CredentialRevision) != 64 {
 		t.Fatalf("json plan header: %+v", p)
 	}
 

@@ -39,3 +39,27 @@ func Lost(err error) bool {
 	return errors.As(err, &urlErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// Refused reports whether the server answered a write with a refusal of the write itself —
+// admission (a policy, a webhook) or validation denied it — and its message. An authorization
+// refusal (RBAC: the identity may not make the request) is not: it says nothing about whether
+// the write would be admitted for another identity.
+func Refused(err error) (string, bool) {
+	var status apierrors.APIStatus
+	if err == nil || !errors.As(err, &status) {
+		return "", false
+	}
+
+	msg := status.Status().Message
+
+	switch {
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
+		return msg, true
+	case apierrors.IsForbidden(err):
+		rbac := strings.Contains(msg, " cannot ") && strings.Contains(msg, "resource ")
+
+		return msg, !rbac
+	}
+
+	return "", false
+}

@@ -92,6 +92,17 @@ type Options struct {
 	Hooks  Hooks
 	// Log receives the full text of an API answer a result names only by class (redact.Logged).
 	Log hclog.Logger
+
+	dryRun bool // every write is a server-side dry run (DryRun)
+}
+
+// writeMode is the write's dryRun option: All in a dry run, none otherwise.
+func (o Options) writeMode() []string {
+	if o.dryRun {
+		return []string{metav1.DryRunAll}
+	}
+
+	return nil
 }
 
 // Consumers writes every consumer pull secret of the plan.
@@ -239,7 +250,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
 				Type: corev1.SecretTypeDockerConfigJson,
 				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
-			}, metav1.CreateOptions{})
+			}, metav1.CreateOptions{DryRun: o.writeMode()})
 		case err != nil:
 			return fmt.Errorf("read %s: %w", where, err)
 		case cluster.Foreign(cur) != "":
@@ -261,7 +272,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			}
 
 			next.Data[corev1.DockerConfigJsonKey] = o.Data
-			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{DryRun: o.writeMode()})
 		}
 
 		if err != nil {

@@ -161,7 +161,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 		upd := cur.DeepCopy()
 		upd.Data[t.Key] = next
 
-		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{DryRun: o.writeMode()}); err != nil {
 			return fmt.Errorf("write %s: %w", where, err)
 		}
 

@@ -142,60 +142,9 @@ func Classify(o Observation) Report {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 
 	for _, n := range nodes {
-		holder := n.holder()
-
-		f := Fence{
-			Kind: KindNode, Name: n.Name, Holder: holder, Phase: n.Phase, Exists: n.Exists,
-			Cordoned: n.Cordoned, ScaleDownGuard: n.ScaleDownGuard, UID: n.UID, Record: n.Record,
-		}
-
-		// The state is written before each mutation and the annotation after it: when both belong
-		// to this holder, the state's phase is the furthest the run may have gone.
-		if n.StateRecord != nil && (f.Phase == "" || n.StateRecord.Owner == holder) {
-			f.Phase = string(n.StateRecord.Phase)
-		}
-
-		if n.Record == nil && n.StateRecord != nil {
-			rec := n.StateRecord.Fence
-			f.Record = &rec
-		}
-
-		if f.Record != nil {
-			wc := f.Record.WasCordoned
-			f.WasCordoned = &wc
-		}
-
-		if n.RecordErr != "" {
-			f.Reason = "NOT releasable: its recovery record annotation (" + cluster.RecordAnnotation + ") is malformed: " + n.RecordErr +
-				"; a damaged or tampered record says nothing true about what to restore, so no fence is released while it is there: " +
-				"check the node's cordon and taints, then fix or remove the annotation"
-			f.Evidence = "malformed recovery record"
+		f, malformed := classifyNode(n, o)
+		if malformed {
 			rep.Malformed = append(rep.Malformed, n.Name)
-			rep.Fences = append(rep.Fences, f)
-
-			continue
-		}
-
-		if holder == "" { // an owner annotation with no value, and no state record naming one
-			f.Reason = "NOT releasable: the node's " + cluster.OwnerAnnotation + " annotation is empty, so whose fence it is cannot be told; " +
-				"check its cordon and taints, then remove ghcrsync's annotations by hand"
-			f.Evidence = "empty owner annotation"
-			rep.Fences = append(rep.Fences, f)
-
-			continue
-		}
-
-		assessLiveness(&f, o)
-
-		switch {
-		case !n.Exists && !f.Live:
-			f.Releasable, f.Command = true, ""
-			f.Reason = "the node no longer exists: nothing is held on the cluster (only the state record remains)"
-		case n.Owner == "" && !f.Live:
-			f.Releasable, f.Command = true, ""
-			f.Reason = "no ghcrsync annotation on the node: only the state record remains"
-		case f.Releasable && phaseMutated(f.Phase) && (!n.Ready || n.Lifecycle):
-			f.Reason += "; its Talos config was written, so release waits until it is Ready with its lifecycle taints cleared"
 		}
 
 		rep.Fences = append(rep.Fences, f)
@@ -230,6 +179,65 @@ func Classify(o Observation) Report {
 	rep.Summary = summary(rep.Fences)
 
 	return rep
+}
+
+// classifyNode is the report's entry for one node fence; malformed is true when its recovery
+// record cannot be trusted (release then releases nothing).
+func classifyNode(n NodeObs, o Observation) (Fence, bool) {
+	holder := n.holder()
+
+	f := Fence{
+		Kind: KindNode, Name: n.Name, Holder: holder, Phase: n.Phase, Exists: n.Exists,
+		Cordoned: n.Cordoned, ScaleDownGuard: n.ScaleDownGuard, UID: n.UID, Record: n.Record,
+	}
+
+	// The state is written before each mutation and the annotation after it: when both belong
+	// to this holder, the state's phase is the furthest the run may have gone.
+	if n.StateRecord != nil && (f.Phase == "" || n.StateRecord.Owner == holder) {
+		f.Phase = string(n.StateRecord.Phase)
+	}
+
+	if n.Record == nil && n.StateRecord != nil {
+		rec := n.StateRecord.Fence
+		f.Record = &rec
+	}
+
+	if f.Record != nil {
+		wc := f.Record.WasCordoned
+		f.WasCordoned = &wc
+	}
+
+	if n.RecordErr != "" {
+		f.Reason = "NOT releasable: its recovery record annotation (" + cluster.RecordAnnotation + ") is malformed: " + n.RecordErr +
+			"; a damaged or tampered record says nothing true about what to restore, so no fence is released while it is there: " +
+			"check the node's cordon and taints, then fix or remove the annotation"
+		f.Evidence = "malformed recovery record"
+
+		return f, true
+	}
+
+	if holder == "" { // an owner annotation with no value, and no state record naming one
+		f.Reason = "NOT releasable: the node's " + cluster.OwnerAnnotation + " annotation is empty, so whose fence it is cannot be told; " +
+			"check its cordon and taints, then remove ghcrsync's annotations by hand"
+		f.Evidence = "empty owner annotation"
+
+		return f, false
+	}
+
+	assessLiveness(&f, o)
+
+	switch {
+	case !n.Exists && !f.Live:
+		f.Releasable, f.Command = true, ""
+		f.Reason = "the node no longer exists: nothing is held on the cluster (only the state record remains)"
+	case n.Owner == "" && !f.Live:
+		f.Releasable, f.Command = true, ""
+		f.Reason = "no ghcrsync annotation on the node: only the state record remains"
+	case f.Releasable && phaseMutated(f.Phase) && (!n.Ready || n.Lifecycle):
+		f.Reason += "; its Talos config was written, so release waits until it is Ready with its lifecycle taints cleared"
+	}
+
+	return f, false
 }
 
 func phaseMutated(p string) bool { return state.Phase(p).TalosWritten() }

@@ -34,22 +34,18 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		needs = append(needs, access("get", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 	}
 
-	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
-	// leaves), suspended and resumed by apply, resumed by release.
-	for _, k := range cfg.FluxSuspend {
-		needs = append(needs, access("get", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
-
-		if command == CommandApply || command == CommandRelease {
-			needs = append(needs, access("update", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
-		}
-	}
-
 	if command == CommandPlan || command == CommandApply {
 		needs = append(needs, readTargets(cfg, targets)...)
 	}
 
 	if command == CommandPlan { // the pods each drain would evict (the seed is the emptiest worker); apply lists pods to drain
 		needs = append(needs, access("list", "", "pods", "", ""), access("list", "policy", "poddisruptionbudgets", "", ""))
+	}
+
+	if command == CommandPlan {
+		// The server-side dry runs of the fan-out's writes (fanout.DryRun): the admission policy
+		// lets the plan identity make dry runs only (PlanDryRunPolicy).
+		needs = append(needs, dryRunWrites(cfg, targets)...)
 	}
 
 	if command == CommandPlan && cfg.Nodes.Probe.Image != "" {
@@ -69,6 +65,16 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 
 		if kubeState {
 			needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+		}
+	}
+
+	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
+	// leaves), suspended and resumed by apply, resumed by release.
+	for _, k := range cfg.FluxSuspend {
+		needs = append(needs, access("get", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
+
+		if command == CommandApply || command == CommandRelease {
+			needs = append(needs, access("update", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
 		}
 	}
 
@@ -100,6 +106,21 @@ func readTargets(cfg *config.Config, targets []cluster.SecretTarget) []cluster.A
 		for _, sa := range t.ServiceAccounts {
 			needs = append(needs, access("get", "", "serviceaccounts", t.Namespace, sa))
 		}
+	}
+
+	return needs
+}
+
+// dryRunWrites are the pull secret and template writes plan makes as server-side dry runs.
+func dryRunWrites(cfg *config.Config, targets []cluster.SecretTarget) []cluster.Access {
+	var needs []cluster.Access
+
+	for _, t := range targets {
+		needs = append(needs, access("create", "", "secrets", t.Namespace, ""), access("update", "", "secrets", t.Namespace, t.Name))
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		needs = append(needs, access("update", "", "secrets", t.Namespace, t.Secret))
 	}
 
 	return needs

@@ -62,8 +62,9 @@ func ProbeAccount(namespace, name string) runtime.Object {
 		AutomountServiceAccountToken: ptr.To(false)}
 }
 
-// PlanDryRunPolicy lets the plan identity write nothing: its one create right (the runtime probe
-// pod, to learn what admission makes of it) is accepted as a server-side dry run only.
+// PlanDryRunPolicy lets the plan identity write nothing: its write rights (the runtime probe
+// pod, to learn what admission makes of it; the fan-out's pull secret and template writes, to
+// learn whether admission refuses them) are accepted as server-side dry runs only.
 func PlanDryRunPolicy(namespace string) []runtime.Object {
 	name := "ghcrsync-plan-dry-run"
 

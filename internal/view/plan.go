@@ -365,9 +365,12 @@ type PlanJSON struct {
 	PullSecretEntries []string `json:"pull_secret_entries"`
 	Warnings          []string `json:"warnings"`
 	// DrainHolds counts the warnings predicting a held drain (plan --strict refuses on any; 1.2).
-	DrainHolds int          `json:"drain_holds"`
-	Summary    plan.Summary `json:"summary"`
-	Changes    bool         `json:"changes"`
+	DrainHolds int `json:"drain_holds"`
+	// ConfigDrift are the nodes whose active machine config lost the credential ghcrsync
+	// rotated them to (1.3).
+	ConfigDrift []string     `json:"config_drift"`
+	Summary     plan.Summary `json:"summary"`
+	Changes     bool         `json:"changes"`
 	// Verdict is who uses which credential as the plan found the cluster.
 	Verdict *VerdictJSON `json:"verdict,omitempty"`
 	// Emergency: a credential in use (not the new one) is refused by the registry;
@@ -421,7 +424,7 @@ type TemplateJSON struct {
 
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
 // (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds; 1.3: the Flux
-// Kustomizations suspended for the run, the other owners).
+// Kustomizations suspended for the run, the other owners, the machine-config drift).
 const PlanJSONFormatVersion = "1.3"
 
 // NewPlanJSON converts a plan to its JSON view.
@@ -434,7 +437,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
 		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse, Steering: p.Steering,
-		Flux: append([]plan.FluxPlan{}, p.Flux...), OtherOwners: append([]plan.OtherOwner{}, p.Owners...),
+		Flux: append([]plan.FluxPlan{}, p.Flux...), OtherOwners: append([]plan.OtherOwner{}, p.Owners...), ConfigDrift: append([]string{}, p.Drifted...),
 	}
 
 	for _, n := range p.Nodes {

@@ -2,15 +2,19 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -62,11 +66,57 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		p = plan.Make(snap, in) // with Talos's answers: a refused change is deselected
 	}
 
+	if w.dryRunWrites(ctx, &snap, p) > 0 {
+		p = plan.Make(snap, in) // with the API server's refusals: warned of, by object
+	}
+
 	if err := w.ProbeAdmissible(ctx, p); err != nil {
 		return nil, err
 	}
 
 	return p, nil
+}
+
+// dryRunWrites makes every fan-out write of the plan as a server-side dry run (fanout.DryRun)
+// and records, in the snapshot, each one admission or validation refused. It returns how many
+// were refused. A dry run that could not be made (the plan identity may not, the API did not
+// answer) says nothing about apply's write: it is logged, not recorded as a refusal.
+func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *plan.Plan) int {
+	cred, err := w.Credential()
+	if err != nil {
+		return 0
+	}
+
+	answers := fanout.DryRun(ctx, w.Kube.Client, p, fanout.Options{
+		Data: cred.PullSecretJSON(), Registry: w.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
+		Templates: w.Config.NodeTemplates,
+	})
+
+	refused := 0
+
+	for key, err := range answers {
+		why, ok := answer.Refused(err)
+		if !ok {
+			continue
+		}
+
+		refused++
+		why = redact.Error(errors.New(why))
+
+		for i := range snap.Secrets {
+			if x := &snap.Secrets[i]; x.Namespace+"/"+x.Name == key {
+				x.WriteRefused = why
+			}
+		}
+
+		for i := range snap.Templates {
+			if x := &snap.Templates[i]; x.Namespace+"/"+x.Secret+"["+x.Key+"]" == key {
+				x.WriteRefused = why
+			}
+		}
+	}
+
+	return refused
 }
 
 // dryRun asks the Talos of every node the plan acts on what it would do with exactly the change

@@ -736,3 +736,52 @@ func assertClusterAdminToken(t *testing.T, sb *sandbox.Sandbox, ns, name string)
 		t.Fatalf("the control token is not cluster-admin: %v %+v", err, r)
 	}
 }
+
+// The plan identity's write rights on Secrets exist for plan's server-side dry runs of the
+// fan-out (fanout.DryRun): the admission policy lets them be dry runs only, so the escalation
+// apply is refused (a token Secret under a managed name, read back) is refused to plan too.
+// Negative control: its dry run of the pull secret it would create is admitted.
+func TestPlanIdentityWritesOnlyDryRuns(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+	ns := sandbox.ConsumerNamespaces[1]
+
+	_ = kube.CoreV1().Secrets(ns).Delete(ctx, sandbox.ConsumerSecret, metav1.DeleteOptions{}) // as if apply had never run
+
+	create(t, kube, manifests(t, "namespace.yaml")...)
+	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+
+	planner := newIdentity(t, sb, "ghcrsync-plan")
+	as := sandboxtest.KubeFrom(t, filepath.Join(filepath.Dir(planner.cfg), "kubeconfig"))
+
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns,
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken}
+
+	sandboxtest.Eventually(t, 30*time.Second, "the admission policy refuses the plan identity's real write", func() error {
+		_, err := as.CoreV1().Secrets(ns).Create(ctx, token, metav1.CreateOptions{})
+		if err == nil {
+			_ = kube.CoreV1().Secrets(ns).Delete(ctx, sandbox.ConsumerSecret, metav1.DeleteOptions{})
+
+			return errors.New("created")
+		}
+
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ghcrsync-") || strings.Contains(err.Error(), "cannot create resource") {
+			return fmt.Errorf("refused, but not by an admission policy: %v", err)
+		}
+
+		return nil
+	})
+
+	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
+
+	if _, err := as.CoreV1().Secrets(ns).Create(ctx, pull, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the plan identity's dry run of the pull secret it would create: %v", err)
+	}
+
+	if _, err := kube.CoreV1().Secrets(ns).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a dry run stored the Secret: %v", err)
+	}
+}

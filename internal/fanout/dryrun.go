@@ -1,0 +1,41 @@
+package fanout
+
+import (
+	"context"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// DryRun makes every write the plan's fan-out would make — each pull secret to create or update,
+// each node template to rewrite — as a server-side dry run (dryRun=All: authorized, admitted and
+// validated as apply's write will be, persisted nowhere), through the very compare-and-swap code
+// apply runs. It returns each write's error by object ("ns/name"; a template "ns/name[key]"),
+// nil for one the server admitted.
+func DryRun(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) map[string]error {
+	o.dryRun, o.Hooks = true, Hooks{}
+	o.Assert = func(context.Context) error { return nil } // no Lease: nothing is written
+
+	out := map[string]error{}
+
+	for _, sp := range p.Secrets {
+		if sp.Action == plan.SecretCreate || sp.Action == plan.SecretUpdate {
+			_, err := put(ctx, kube.CoreV1().Secrets(sp.Namespace), sp, o)
+			out[sp.Namespace+"/"+sp.Secret] = err
+		}
+	}
+
+	for _, t := range o.Templates {
+		for _, tp := range p.Templates {
+			if tp.Name == t.Name && tp.Action == plan.TemplateUpdate {
+				_, err := putTemplate(ctx, kube, t, o)
+				out[t.Namespace+"/"+t.Secret+"["+t.Key+"]"] = err
+
+				break
+			}
+		}
+	}
+
+	return out
+}
