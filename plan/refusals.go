@@ -24,3 +24,23 @@ func writeRefusals(p *Plan) []string {
 
 	return out
 }
+
+// RefusedWrites counts the writes the API server refused in the plan's dry runs (plan --strict
+// refuses a plan with any).
+func (p *Plan) RefusedWrites() int {
+	n := 0
+
+	for _, sp := range p.Secrets {
+		if sp.WriteRefused != "" && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {
+			n++
+		}
+	}
+
+	for _, t := range p.Templates {
+		if t.WriteRefused != "" && t.Action == TemplateUpdate {
+			n++
+		}
+	}
+
+	return n
+}

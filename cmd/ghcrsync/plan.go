@@ -48,7 +48,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.StringVar(&a.markdown, "markdown", "", "also write the plan as Markdown (a pull-request comment) to this file")
 	f.BoolVar(&a.verbose, "verbose", false, "also print the requests the plan made (Kubernetes by verb, Talos by method)")
 	f.BoolVar(&a.detailedExit, "detailed-exitcode", false, "exit 0 when there are no changes and nothing uses the old credential, 2 otherwise, 1 on error")
-	f.BoolVar(&a.strict, "strict", false, "refuse (exit 1, no plan saved) when a fenced node's drain would be held: a PodDisruptionBudget allowing no disruption, a pod with no controller")
+	f.BoolVar(&a.strict, "strict", false, "refuse (exit 1, no plan saved) when a fenced node's drain would be held (a PodDisruptionBudget allowing no disruption, a pod with no controller) or the API server refuses a dry run of a write")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "let evicted pods wait Pending for a rotated node rather than land on one that cannot pull or is drained later")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
@@ -112,6 +112,11 @@ func (a planArgs) run(cmd *cobra.Command) error {
 	if a.strict && p.DrainHolds > 0 {
 		return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
 			"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
+	}
+
+	if a.strict && p.RefusedWrites() > 0 {
+		return fmt.Errorf("plan --strict: the API server refused a dry run of %d write(s) apply would make (the warnings above name each and why); no plan was saved. "+
+			"Fix the policy that refuses them, or plan without --strict", p.RefusedWrites())
 	}
 
 	if a.out != "" {

@@ -203,7 +203,12 @@ func mdTable(w io.Writer, title string, header []string, rows [][]string) {
 func mdSecrets(w io.Writer, p *plan.Plan) {
 	var rows [][]string
 	for _, s := range p.Secrets {
-		rows = append(rows, []string{s.Namespace + "/" + s.Secret, s.Role, string(s.Action), s.Reason})
+		why := s.Reason
+		if s.WriteRefused != "" {
+			why += "; REFUSED by the API server in a dry run: " + s.WriteRefused
+		}
+
+		rows = append(rows, []string{s.Namespace + "/" + s.Secret, s.Role, string(s.Action), why})
 	}
 
 	mdTable(w, "Pull secrets (each receives the "+md(p.Registry)+" entry only; the root Flux secret last)", []string{"Secret", "Role", "Action", "Why"}, rows)

@@ -219,6 +219,10 @@ func secrets(w io.Writer, p *plan.Plan) {
 			fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
 		}
 
+		if sp.WriteRefused != "" {
+			fmt.Fprintf(w, "      # REFUSED by the API server in a dry run of this write: %s\n", oneLine(sp.WriteRefused))
+		}
+
 		fmt.Fprintln(w)
 	}
 }
