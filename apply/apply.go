@@ -108,31 +108,49 @@ func (r *Result) Held() []string {
 	return out
 }
 
-// Failed counts failed nodes and pull secrets (a held-back root counts: the rotation is not done)
-// and Flux Kustomizations the run left suspended.
-func (r *Result) Failed() int {
-	n := 0
+// Counts are a run's outcomes counted once: the human view, the Markdown summary and the exit
+// code all read them.
+type Counts struct {
+	Nodes     map[state.Outcome]int
+	Secrets   map[fanout.Outcome]int // consumer and root pull secrets
+	Templates map[fanout.Outcome]int // node templates
+	FluxLeft  int                    // Flux Kustomizations left suspended
+}
 
-	for _, x := range r.Nodes {
-		if x.Failed() {
-			n++
-		}
+// Counts counts the run's outcomes.
+func (r *Result) Counts() Counts {
+	c := Counts{Nodes: map[state.Outcome]int{}, Secrets: map[fanout.Outcome]int{}, Templates: map[fanout.Outcome]int{}}
+
+	for _, n := range r.Nodes {
+		c.Nodes[n.Outcome]++
 	}
 
 	for _, s := range r.Secrets {
-		if s.Outcome == fanout.Failed || s.Outcome == fanout.HeldBack {
-			n++
+		if s.Role == plan.RoleTemplate {
+			c.Templates[s.Outcome]++
+		} else {
+			c.Secrets[s.Outcome]++
 		}
 	}
 
 	for _, f := range r.Flux {
-		if f.Held() { // the delivery pipeline stays stopped until `ghcrsync release`
-			n++
+		if f.Held() {
+			c.FluxLeft++
 		}
 	}
 
-	return n
+	return c
 }
+
+// Failed counts the parts of the run that failed: nodes, pull secrets and node templates, a
+// held-back root (the rotation is not done), Flux Kustomizations left suspended.
+func (c Counts) Failed() int {
+	return c.Nodes[state.OutcomeFailed] + c.Secrets[fanout.Failed] + c.Secrets[fanout.HeldBack] +
+		c.Templates[fanout.Failed] + c.Templates[fanout.HeldBack] + c.FluxLeft
+}
+
+// Failed counts the parts of the run that failed (Counts.Failed).
+func (r *Result) Failed() int { return r.Counts().Failed() }
 
 // run is one execution of a plan.
 type run struct {

@@ -179,7 +179,9 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		return nil
 	}
 
-	failed := applyNodes(w, res) + applySecrets(w, res.Secrets) + applyFlux(w, res.Flux)
+	applyNodes(w, res)
+	applySecrets(w, res)
+	applyFlux(w, res)
 
 	if le := new(leasepkg.Error); errors.As(res.ReleaseErr, &le) && le.Class == leasepkg.Deleted {
 		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(le.Err.Error()))
@@ -189,7 +191,7 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		fmt.Fprintf(w, "Lease released (holder %s).\n", Clean(res.Holder))
 	}
 
-	if failed > 0 && !res.Cancelled {
+	if res.Counts().Nodes[state.OutcomeFailed] > 0 && !res.Cancelled {
 		fmt.Fprintln(w, "Failed nodes keep their fence where it is needed: inspect with `ghcrsync fences`, undo with `ghcrsync release`.")
 	}
 
@@ -252,8 +254,8 @@ var outcomeMarks = map[state.Outcome]string{
 	state.OutcomeCancelled: "!", state.OutcomeSkipped: " ",
 }
 
-// applyNodes renders one line per node and the summary; it returns the failed count.
-func applyNodes(w io.Writer, res *apply.Result) int {
+// applyNodes renders one line per node and the summary.
+func applyNodes(w io.Writer, res *apply.Result) {
 	counts := map[state.Outcome]int{}
 
 	fmt.Fprintln(w)
@@ -280,26 +282,21 @@ func applyNodes(w io.Writer, res *apply.Result) int {
 	if n := counts[state.OutcomeCancelled] + counts[state.OutcomeSkipped]; n > 0 && res.Cancelled {
 		fmt.Fprintf(w, "The run was cancelled: %d node(s) stopped or not started.\n", n)
 	}
-
-	return counts[state.OutcomeFailed]
 }
 
-// applyFlux renders the flux block's Kustomizations; it returns how many the run left suspended.
-func applyFlux(w io.Writer, fs []apply.FluxResult) int {
-	if len(fs) == 0 {
-		return 0
+// applyFlux renders the flux block's Kustomizations.
+func applyFlux(w io.Writer, res *apply.Result) {
+	if len(res.Flux) == 0 {
+		return
 	}
 
 	fmt.Fprintln(w)
 
-	held := 0
-
-	for _, f := range fs {
+	for _, f := range res.Flux {
 		mark := "="
 		switch {
 		case f.Held():
 			mark = "✗"
-			held++
 		case f.Resumed:
 			mark = "✓"
 		}
@@ -307,33 +304,29 @@ func applyFlux(w io.Writer, fs []apply.FluxResult) int {
 		fmt.Fprintf(w, "  %s Flux Kustomization %s: %s\n", mark, Clean(f.Kustomization), oneLine(f.Message))
 	}
 
-	if held > 0 {
-		fmt.Fprintf(w, "%d Flux %s left suspended: GitOps stays stopped until `ghcrsync release` resumes it.\n", held, human.Plural(held, "Kustomization", "Kustomizations"))
+	if left := res.Counts().FluxLeft; left > 0 {
+		fmt.Fprintf(w, "%d Flux %s left suspended: GitOps stays stopped until `ghcrsync release` resumes it.\n", left, human.Plural(left, "Kustomization", "Kustomizations"))
 	}
-
-	return held
 }
 
 var secretMarks = map[fanout.Outcome]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}
 
-// applySecrets renders the fan-out; it returns the failed count.
-func applySecrets(w io.Writer, secrets []fanout.Result) int {
-	if len(secrets) == 0 {
-		return 0
+// applySecrets renders the fan-out.
+func applySecrets(w io.Writer, res *apply.Result) {
+	if len(res.Secrets) == 0 {
+		return
 	}
 
 	fmt.Fprintln(w)
 
-	counts, templates := map[fanout.Outcome]int{}, map[fanout.Outcome]int{}
+	c := res.Counts()
+	counts, templates := c.Secrets, c.Templates
 
-	for _, s := range secrets {
+	for _, s := range res.Secrets {
 		name := s.Namespace + "/" + s.Secret
 
 		if s.Role == plan.RoleTemplate {
-			templates[s.Outcome]++
 			name += "[" + s.Key + "]"
-		} else {
-			counts[s.Outcome]++
 		}
 
 		fmt.Fprintf(w, "  %s %s (%s): %s\n", secretMarks[s.Outcome], Clean(name), s.Role, oneLine(s.Message))
@@ -349,6 +342,4 @@ func applySecrets(w io.Writer, secrets []fanout.Result) int {
 	if counts[fanout.HeldBack] > 0 {
 		fmt.Fprintln(w, "The root Flux secret still holds the old credential: see the verdict; fix what it names and run plan and apply again.")
 	}
-
-	return counts[fanout.Failed] + templates[fanout.Failed]
 }

@@ -111,21 +111,18 @@ func ApplyAnnotations(w io.Writer, res *apply.Result) {
 // ApplyMarkdown renders a run's outcome for the step summary.
 func ApplyMarkdown(w io.Writer, res *apply.Result) {
 	p := res.Plan
-	failed := 0
-
-	for _, n := range res.Nodes {
-		if n.Failed() {
-			failed++
-		}
-	}
+	c := res.Counts()
+	nodes := c.Nodes[state.OutcomeFailed]
 
 	head := "done, safe to revoke the old credential"
 
 	switch {
 	case res.Cancelled:
 		head = "cancelled"
-	case failed > 0:
-		head = plural(failed, "node failed", "nodes failed")
+	case nodes > 0:
+		head = plural(nodes, "node failed", "nodes failed")
+	case c.Failed() > 0:
+		head = plural(c.Failed(), "part failed", "parts failed") + " (pull secrets, node templates, Flux)"
 	case !res.SafeToRevoke():
 		head = "the old credential is still in use"
 	case !p.Changes():

@@ -126,6 +126,16 @@ func TestApplyView(t *testing.T) {
 	// The step summary and the annotations carry the verdict too.
 	golden(t, "apply.md", func(b *bytes.Buffer) error { view.ApplyMarkdown(b, applyResult()); return nil })
 	golden(t, "apply_safe.md", func(b *bytes.Buffer) error { view.ApplyMarkdown(b, none); return nil })
+
+	// Only a pull secret failed (the root held back): the summary's head says so, as the exit
+	// code does (Result.Counts, once).
+	secretOnly := applyResult()
+	secretOnly.Nodes, secretOnly.Flux = secretOnly.Nodes[:1], nil
+	golden(t, "apply_secret_failed.md", func(b *bytes.Buffer) error { view.ApplyMarkdown(b, secretOnly); return nil })
+
+	if secretOnly.Failed() != 1 {
+		t.Fatalf("a run whose only failure is its held-back root counts %d failures", secretOnly.Failed())
+	}
 	golden(t, "apply.github", func(b *bytes.Buffer) error { view.ApplyAnnotations(b, applyResult()); return nil })
 	golden(t, "apply_safe.github", func(b *bytes.Buffer) error { view.ApplyAnnotations(b, none); return nil })
 }
