@@ -17,7 +17,8 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
-// talosctl runs the real talosctl (make talosctl) against the sandbox's Talos API.
+// talosctl runs the real talosctl (make talosctl) against the sandbox's Talos API, as the
+// operator (its own identity: its writes are no ghcrsync writes without the Lease).
 func talosctl(t *testing.T, sb *sandbox.Sandbox, args ...string) string {
 	t.Helper()
 
@@ -31,7 +32,7 @@ func talosctl(t *testing.T, sb *sandbox.Sandbox, args ...string) string {
 
 	var out bytes.Buffer
 
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--talosconfig", sb.Path(sandbox.TalosconfigFile)}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--talosconfig", sb.Path(sandbox.TalosconfigOperatorFile)}, args...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 
 	if err := cmd.Run(); err != nil {
@@ -81,7 +82,14 @@ func TestPlanReportsConfigDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	talosctl(t, sb, "-n", m.IP, "apply-config", "--file", file, "--mode=reboot")
+	// Staged, then the machine restarts out of band (a maintenance reboot): the sandbox's safety
+	// witness judges only reboots asked through the Talos API, and this one is nobody's drain.
+	talosctl(t, sb, "-n", m.IP, "apply-config", "--file", file, "--mode=staged")
+
+	if _, err := sb.Do(context.Background(), "reboot", sandbox.Request{Node: name}); err != nil {
+		t.Fatal(err)
+	}
+
 	waitReady(t, sb, name)
 
 	sandboxtest.Eventually(t, 60*time.Second, "plan reports the drift", func() error {

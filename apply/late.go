@@ -25,18 +25,7 @@ func (r *run) lateNodes(ctx context.Context) {
 		return
 	}
 
-	if r.done == nil { // name/uid: rotated, failed or cancelled in this run
-		r.done = map[string]bool{}
-
-		for _, np := range r.p.Nodes {
-			if np.Order > 0 && !deselected(r.res.Nodes, np.Name) {
-				r.done[np.Name+"/"+np.UID] = true
-			}
-		}
-	}
-
-	done := r.done
-
+	done := r.actedOn()
 	deadline := r.ws.Now().Add(r.ws.Config.Nodes.ReadyTimeout)
 	previous, worked := "", 0
 
@@ -69,21 +58,7 @@ func (r *run) lateNodes(ctx context.Context) {
 		switch {
 		case len(todo) > 0 && worked < lateRounds:
 			worked++
-			r.log.Warn("late nodes: the fleet changed since the plan; rotating them under the same Lease", "round", worked, "nodes", names(todo))
-
-			for _, np := range todo {
-				done[np.Name+"/"+np.UID] = true
-			}
-
-			sub := *fresh
-			sub.Nodes = todo
-			results := r.exec.run(ctx, &sub)
-
-			for i := range results {
-				results[i].Late = true
-			}
-
-			r.res.Nodes = append(r.res.Nodes, results...)
+			r.rotateLate(ctx, fresh, todo, worked)
 		case len(todo) > 0:
 			r.log.Warn("late nodes remain after the last round; the verdict names them", "nodes", names(todo))
 
@@ -100,6 +75,40 @@ func (r *run) lateNodes(ctx context.Context) {
 
 		previous = fleet
 	}
+}
+
+// actedOn are the nodes (name/uid) the run rotated, failed or cancelled, kept across rounds.
+func (r *run) actedOn() map[string]bool {
+	if r.done == nil {
+		r.done = map[string]bool{}
+
+		for _, np := range r.p.Nodes {
+			if np.Order > 0 && !deselected(r.res.Nodes, np.Name) {
+				r.done[np.Name+"/"+np.UID] = true
+			}
+		}
+	}
+
+	return r.done
+}
+
+// rotateLate runs the transactions of one round's late nodes under the same Lease.
+func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.NodePlan, round int) {
+	r.log.Warn("late nodes: the fleet changed since the plan; rotating them under the same Lease", "round", round, "nodes", names(todo))
+
+	for _, np := range todo {
+		r.done[np.Name+"/"+np.UID] = true
+	}
+
+	sub := *fresh
+	sub.Nodes = todo
+	results := r.exec.run(ctx, &sub)
+
+	for i := range results {
+		results[i].Late = true
+	}
+
+	r.res.Nodes = append(r.res.Nodes, results...)
 }
 
 // replan lists the fleet again and plans it with the plan's own rules.

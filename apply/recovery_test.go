@@ -348,7 +348,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res := release(t, r.cfg); res.Held() != 3 || !strings.Contains(res.Outcomes[0].Message, "has not completed") { // node, steering taint, Lease
+	if res := release(t, r.cfg); res.Held() != 4 || !strings.Contains(res.Outcomes[0].Message, "has not completed") { // node, steering taint, Flux suspension, Lease
 		t.Fatalf("release while the run is in progress: %+v", res.Outcomes)
 	}
 
@@ -361,7 +361,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 	_ = os.WriteFile(unreachable, []byte(strings.Replace(string(b), sb.CIURL(), "http://127.0.0.1:1", 1)), 0o600)
 
 	res := release(t, unreachable)
-	if res.Held() != 3 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
+	if res.Held() != 4 || !strings.Contains(res.Outcomes[0].Message, "cannot be checked") {
 		t.Fatalf("release with the liveness API unreachable: %+v", res.Outcomes)
 	}
 
@@ -386,7 +386,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if len(res2.Reclaimed) != 3 { // the node fence, its steering taint, the Lease
+	if len(res2.Reclaimed) != 4 { // the node fence, its steering taint, the Flux suspension, the Lease
 		t.Fatalf("reclaimed: %+v", res2.Reclaimed)
 	}
 

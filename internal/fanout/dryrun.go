@@ -27,13 +27,9 @@ func DryRun(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Opti
 	}
 
 	for _, t := range o.Templates {
-		for _, tp := range p.Templates {
-			if tp.Name == t.Name && tp.Action == plan.TemplateUpdate {
-				_, err := putTemplate(ctx, kube, t, o)
-				out[t.Namespace+"/"+t.Secret+"["+t.Key+"]"] = err
-
-				break
-			}
+		if _, update, _ := templateActions(p, t); update {
+			_, err := putTemplate(ctx, kube, t, o)
+			out[t.Namespace+"/"+t.Secret+"["+t.Key+"]"] = err
 		}
 	}
 

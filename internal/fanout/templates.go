@@ -27,16 +27,18 @@ import (
 // optional rollout restart of the autoscaler that reads it.
 func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, p *plan.Plan, o Options) Result {
 	res := Result{Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Role: plan.RoleTemplate}
-	fail := func(err error) Result {
-		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
+	pools, update, restartOnly := templateActions(p, t)
 
-		return res
+	if !update {
+		return leaveTemplate(ctx, kube, t, o, res, restartOnly)
 	}
 
-	var pools []string
+	return rewriteTemplate(ctx, kube, t, o, res, pools)
+}
 
-	update, restartOnly := false, false
-
+// templateActions are the plan's entries for the template: its pools, whether any needs the
+// credential written, whether its reader only needs a restart.
+func templateActions(p *plan.Plan, t config.NodeTemplate) (pools []string, update, restartOnly bool) {
 	for _, tp := range p.Templates {
 		if tp.Name == t.Name {
 			pools = append(pools, tp.Pool)
@@ -45,39 +47,59 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		}
 	}
 
+	return pools, update, restartOnly
+}
+
+// leaveTemplate is a template that carries the credential already: unchanged, its reader
+// restarted when it had not read it since it changed.
+func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options, res Result, restartOnly bool) Result {
 	unchanged := "already carries the credential (auth digest " + human.Short(authdigest.Of(o.Username, o.Password)) + ")"
+	res.Outcome, res.Message = Unchanged, unchanged
 
-	switch {
-	case !update && restartOnly && t.RestartDeployment != "":
-		if err := o.Assert(ctx); err != nil {
-			return fail(fmt.Errorf("its reader not restarted: %w", err))
-		}
-
-		if err := restart(ctx, kube, t.RestartDeployment); err != nil {
-			return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
-				unchanged, t.RestartDeployment, err))
-		}
-
-		res.Outcome, res.Message = Unchanged, unchanged+"; deployment "+t.RestartDeployment+", which had not restarted since it changed, restarted to read it"
-
+	if !restartOnly || t.RestartDeployment == "" {
 		return res
-	case !update:
-		res.Outcome, res.Message = Unchanged, unchanged
+	}
+
+	fail := func(err error) Result {
+		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
 
 		return res
 	}
 
 	if err := o.Assert(ctx); err != nil {
-		return fail(fmt.Errorf("not written: %w", err))
+		return fail(fmt.Errorf("its reader not restarted: %w", err))
 	}
 
-	if err := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, state.SecretWriting); err != nil {
-		return fail(err)
+	if err := restart(ctx, kube, t.RestartDeployment); err != nil {
+		return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
+			unchanged, t.RestartDeployment, err))
+	}
+
+	res.Message = unchanged + "; deployment " + t.RestartDeployment + ", which had not restarted since it changed, restarted to read it"
+
+	return res
+}
+
+// rewriteTemplate writes the credential into the template's pools (recorded before and after),
+// reads it back and restarts its reader.
+func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options, res Result, pools []string) Result {
+	if err := o.Assert(ctx); err != nil {
+		res.Outcome, res.Message = Failed, redact.Logged(o.Log, fmt.Errorf("not written: %w", err))
+
+		return res
+	}
+
+	record := recordName(t.Secret, t.Key)
+
+	if err := o.Record(t.Namespace, record, plan.RoleTemplate, state.SecretWriting); err != nil {
+		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
+
+		return res
 	}
 
 	// From here a failure is recorded as such: the state must not say a write is in flight.
-	fail = func(err error) Result {
-		if rerr := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, string(Failed)); rerr != nil {
+	fail := func(err error) Result {
+		if rerr := o.Record(t.Namespace, record, plan.RoleTemplate, string(Failed)); rerr != nil {
 			err = fmt.Errorf("%w (and recording the failure in the state failed: %w)", err, rerr)
 		}
 
@@ -109,7 +131,7 @@ func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		msg += "; deployment " + t.RestartDeployment + " restarted to read it"
 	}
 
-	if err := o.Record(t.Namespace, recordName(t.Secret, t.Key), plan.RoleTemplate, string(Written)); err != nil {
+	if err := o.Record(t.Namespace, record, plan.RoleTemplate, string(Written)); err != nil {
 		return fail(err)
 	}
 
