@@ -15,7 +15,6 @@ package apply
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,6 +28,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -40,7 +40,7 @@ type Options struct {
 	PlanPath    string // where the plan came from ("" when planned in this command), for messages
 	RunRef      string
 	Logger      hclog.Logger
-	Progress    io.Writer // drain progress
+	Progress    progress.Func // what long steps report as they go (view.Progress words it)
 	Hooks       Hooks
 	SecretHooks fanout.Hooks
 	// Observe, if set, sees every Event the run records (apply --json streams them).

@@ -3,7 +3,6 @@ package apply_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -62,7 +61,7 @@ func TestCancelledDrainFinishesTheEvictionInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err = conn.Drain(runCtx, node, time.Minute, io.Discard, nil)
+	err = conn.Drain(runCtx, node, time.Minute, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Fatalf("a cancelled drain returned %v", err)
 	}

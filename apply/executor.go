@@ -3,7 +3,6 @@ package apply
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -23,7 +23,7 @@ type Nodes interface {
 	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
 	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-	Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer, check cluster.DrainCheck) error
+	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error
 	// Destinations are every Node as an evicted pod's scheduler sees it.
 	Destinations(ctx context.Context) ([]plan.Destination, error)
 	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
@@ -93,7 +93,7 @@ type execOptions struct {
 	AllowQuorumLoss    bool // control planes may be taken down with fewer than plan.MinOtherVoters others
 	Probe              cluster.Probe
 	Logger             hclog.Logger
-	Progress           io.Writer // drain progress
+	Progress           progress.Func // what long steps report as they go
 	Hooks              Hooks
 	// Poll is how often waits re-read (default 500 ms).
 	Poll time.Duration
@@ -163,7 +163,7 @@ func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.S
 	}
 
 	if o.Progress == nil {
-		o.Progress = io.Discard
+		o.Progress = func(progress.Event) {}
 	}
 
 	if o.Poll == 0 {

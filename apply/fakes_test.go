@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -241,7 +241,7 @@ func hasKey(m map[string]any, k string) bool {
 	return ok
 }
 
-func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ io.Writer, check cluster.DrainCheck) error {
+func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ progress.Func, check cluster.DrainCheck) error {
 	if check != nil {
 		if err := check(ctx, 0); err != nil {
 			return err

@@ -2,6 +2,7 @@ package apply_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -513,8 +514,14 @@ func TestPlanDryRunsTheFanOutWrites(t *testing.T) {
 		}
 	}
 
-	if len(refused) != 1 || !strings.HasPrefix(refused[0], frozen+"/") || !strings.Contains(refused[0], "frozen for an audit") {
+	// By the answer's class: its text (the policy's message) is the API's, and a plan is read by
+	// others.
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], frozen+"/") || !strings.Contains(refused[0], "422 Invalid") {
 		t.Fatalf("the plan's predicted refusals: %v", refused)
+	}
+
+	if b, _ := json.Marshal(r.planned); strings.Contains(string(b), "frozen for an audit") {
+		t.Fatal("the plan holds the API answer's own text")
 	}
 
 	if !slices.Contains(admitted, "team-b/"+sandbox.ConsumerSecret) {

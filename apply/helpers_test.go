@@ -26,6 +26,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -280,7 +281,7 @@ func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
 		return nil, err
 	}
 
-	return apply.Run(ctx, ws, p, apply.Options{PlanPath: o.PlanPath, Logger: o.Logger, Progress: o.Progress, Hooks: o.Hooks, SecretHooks: o.SecretHooks})
+	return apply.Run(ctx, ws, p, apply.Options{PlanPath: o.PlanPath, Logger: o.Logger, Progress: view.Progress(o.Progress), Hooks: o.Hooks, SecretHooks: o.SecretHooks})
 }
 
 // fencesCfg is `ghcrsync fences [--holder]`.

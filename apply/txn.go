@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -358,8 +359,8 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 
 		if now := t.e.now(); now.Sub(lastSaid) >= progressEvery {
 			lastSaid = now
-			fmt.Fprintf(t.e.o.Progress, "%s: rebooting, %s elapsed of ready_timeout %s: waiting for %s\n", t.np.Name,
-				now.Sub(start).Round(time.Second), t.e.o.ReadyTimeout, awaited(boot != "" && boot != t.rec.BootBefore, ready, lifecycle))
+			t.e.o.Progress.Emit(progress.WaitingReady{Node: t.np.Name, Elapsed: now.Sub(start), Timeout: t.e.o.ReadyTimeout,
+				Awaited: awaited(boot != "" && boot != t.rec.BootBefore, ready, lifecycle)})
 		}
 
 		if err := t.e.sleepOr(ctx, changed); err != nil {

@@ -8,7 +8,8 @@ func writeRefusals(p *Plan) []string {
 	for _, sp := range p.Secrets {
 		if sp.WriteRefused != "" && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {
 			out = append(out, "The API server refused a dry run of apply's "+string(sp.Action)+" of pull secret "+sp.Namespace+"/"+sp.Secret+" ("+sp.Role+"): "+
-				sp.WriteRefused+"; apply will fail that write and hold the root back: fix the policy that refuses it, or leave the namespace out of the consumers")
+				sp.WriteRefused+"; apply will fail that write and hold the root back: read the answer with a server-side dry run of your own (kubectl apply --dry-run=server), "+
+				"then fix the policy that refuses it, or leave the namespace out of the consumers")
 		}
 	}
 

@@ -125,7 +125,7 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 
-	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: cmd.ErrOrStderr(), Hooks: testHooks, Logger: logger}
+	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: view.Progress(cmd.ErrOrStderr()), Hooks: testHooks, Logger: logger}
 	if a.json { // JSON Lines: each step as it happens, then the summary
 		o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
 	}

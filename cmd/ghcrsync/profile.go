@@ -1,10 +1,11 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
+
+	"github.com/ghcrsync/ghcrsync/internal/view"
 )
 
 // profileEnv names the file a CPU profile of the whole command is written to (`go tool pprof
@@ -24,7 +25,7 @@ func startProfile(stderr io.Writer) (stop func()) {
 	}
 
 	if err != nil {
-		fmt.Fprintf(stderr, "Warning: %s: no CPU profile: %v\n", profileEnv, err)
+		view.Warning(stderr, profileEnv+": no CPU profile: "+err.Error())
 
 		if f != nil {
 			f.Close()

@@ -89,7 +89,7 @@ name the holder with --holder. --force releases a holder that may be alive.`,
   ghcrsync release --holder HOLDER --force   # a run that may be alive (see ghcrsync fences)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = cmd.ErrOrStderr()
+			o.Progress = view.Progress(cmd.ErrOrStderr())
 
 			if o.Force {
 				view.ForceWarning(cmd.ErrOrStderr(), o.Holder)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -34,8 +35,8 @@ import (
 //
 // check, if set, is asked before every eviction request (with how many pods are left to evict):
 // a refusal stops the drain, a transient error is asked again.
-func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, out io.Writer, check DrainCheck) error {
-	prefixed := &linePrefixer{w: out, prefix: node + ": "}
+func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check DrainCheck) error {
+	prefixed := progress.Lines(report, node)
 	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
 	dctx, cancel := context.WithTimeout(ctx, timeout)
@@ -67,7 +68,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 			return nil
 		}
 
-		if err := c.evictAll(ctx, dctx, node, timeout, pods, prefixed, check); err != nil {
+		if err := c.evictAll(ctx, dctx, node, timeout, pods, report, check); err != nil {
 			return err
 		}
 	}
@@ -87,12 +88,12 @@ func allTransient(errs []error) bool {
 }
 
 // evictAll evicts pods concurrently, each until it is gone or the drain's deadline passes.
-func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, prefixed io.Writer, check DrainCheck) error {
+func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, report progress.Func, check DrainCheck) error {
 	results := make(chan error, len(pods))
 
 	for i := range pods {
 		go func(p *corev1.Pod) {
-			results <- c.evict(dctx, p, prefixed, func(ctx context.Context) error { return check.ask(ctx, len(pods)) })
+			results <- c.evict(dctx, node, p, report, func(ctx context.Context) error { return check.ask(ctx, len(pods)) })
 		}(&pods[i])
 	}
 
@@ -143,7 +144,7 @@ const evictRetry = 2 * time.Second
 // evict asks for the pod's eviction until its budget allows it, then waits for the pod to go.
 // Each request runs to its answer (bounded by the client's request timeout) whatever ctx says;
 // ctx is checked between requests.
-func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, check func(context.Context) error) error {
+func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, report progress.Func, check func(context.Context) error) error {
 	name := p.Namespace + "/" + p.Name
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -161,7 +162,7 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, ch
 				return refused
 			}
 
-			fmt.Fprintf(out, "pod %s not evicted yet: its destinations could not be read (asking again in %s): %v\n", name, evictRetry, err)
+			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: evictRetry, Why: redact.Error(err), Destinations: true})
 
 			select {
 			case <-ctx.Done():
@@ -171,7 +172,7 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, ch
 			continue
 		}
 
-		fmt.Fprintf(out, "evicting pod %s\n", name)
+		report.Emit(progress.Evicting{Node: node, Pod: name})
 
 		err := c.Client.PolicyV1().Evictions(p.Namespace).Evict(context.WithoutCancel(ctx), ev)
 
@@ -184,7 +185,7 @@ func (c *Connection) evict(ctx context.Context, p *corev1.Pod, out io.Writer, ch
 			Transient(err):
 			// A budget holds it, or the API did not answer (the answer may be lost: asking
 			// again finds the pod gone, or evicts it).
-			fmt.Fprintf(out, "pod %s not evicted yet (asking again in %s): %v\n", name, evictRetry, err)
+			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: evictRetry, Why: redact.Error(err)})
 
 			select {
 			case <-ctx.Done():
@@ -360,19 +361,3 @@ func Evictable(p *corev1.Pod) bool {
 	return true
 }
 
-type linePrefixer struct {
-	w      io.Writer
-	prefix string
-}
-
-func (l *linePrefixer) Write(b []byte) (int, error) {
-	for _, line := range strings.SplitAfter(string(b), "\n") {
-		if line != "" {
-			if _, err := io.WriteString(l.w, l.prefix+line); err != nil {
-				return 0, err
-			}
-		}
-	}
-
-	return len(b), nil
-}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
@@ -39,7 +39,7 @@ type RecoveryOptions struct {
 	InventoryOptions
 	Node     string
 	DryRun   bool
-	Progress io.Writer
+	Progress progress.Func
 }
 
 // RecoveryResult is what release found and did.
@@ -122,7 +122,7 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 
 // Reclaim releases, before an apply, the fences whose holder's run is provably over (its process
 // on this host has exited, or a liveness source says so; mere expiry is never enough).
-func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) ([]Outcome, error) {
+func Reclaim(ctx context.Context, ws *workspace.Workspace, report progress.Func) ([]Outcome, error) {
 	cfg := ws.Config
 
 	obs, err := Observe(ctx, ws.Kube, ws.State, TargetsOf(cfg), ws.Liveness(), ws.Now())
@@ -157,7 +157,7 @@ func Reclaim(ctx context.Context, ws *workspace.Workspace, progress io.Writer) (
 		return nil, nil
 	}
 
-	out := Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: progress})
+	out := Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: report})
 	recordReleases(ctx, ws, out, "ghcrsync apply (reclaim of a run that is over)")
 
 	return out, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -29,7 +29,7 @@ type Outcome struct {
 type ReleaseOptions struct {
 	Node         string // only this node's fence ("" = all, and the Lease)
 	ReadyTimeout time.Duration
-	Progress     io.Writer
+	Progress     progress.Func
 }
 
 // Undo takes holder's fence off the named node: a compare-and-swap judged (plan.Judge, StepUndo)
@@ -244,14 +244,10 @@ func markReleased(st *state.State, f Fence) {
 	r.Phase, r.Outcome, r.Finished, r.Updated = state.PhaseReleased, state.OutcomeReleased, &now, now
 }
 
-// waitSettled waits until the node is Ready with no lifecycle taints, printing progress.
+// waitSettled waits until the node is Ready with no lifecycle taints, reporting each change of
+// what it waits for.
 func waitSettled(ctx context.Context, kube *cluster.Connection, name string, o ReleaseOptions) error {
-	progress := o.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
-
-	last := ""
+	var last *progress.WaitingSettled
 
 	return cluster.WaitFor(ctx, o.ReadyTimeout, time.Second, func() (bool, error) {
 		n, err := kube.Get(ctx, name)
@@ -264,9 +260,9 @@ func waitSettled(ctx context.Context, kube *cluster.Connection, name string, o R
 			return true, nil
 		}
 
-		if msg := fmt.Sprintf("%s: waiting before release: Ready=%t, lifecycle taints=%t", name, ready, lifecycle); msg != last {
-			fmt.Fprintln(progress, msg)
-			last = msg
+		if e := (progress.WaitingSettled{Node: name, Ready: ready, Lifecycle: lifecycle}); last == nil || e != *last {
+			o.Progress.Emit(e)
+			last = &e
 		}
 
 		return false, fmt.Errorf("%s is not Ready with its lifecycle taints cleared (Ready=%t, lifecycle taints=%t)", name, ready, lifecycle)

@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -80,7 +79,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 // dryRunWrites makes every fan-out write of the plan as a server-side dry run (fanout.DryRun)
 // and records, in the snapshot, each one admission or validation refused. It returns how many
 // were refused. A dry run that could not be made (the plan identity may not, the API did not
-// answer) says nothing about apply's write: it is logged, not recorded as a refusal.
+// answer) says nothing about apply's write: it is not recorded as a refusal.
 func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *plan.Plan) int {
 	cred, err := w.Credential()
 	if err != nil {
@@ -95,13 +94,14 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 	refused := 0
 
 	for key, err := range answers {
-		why, ok := answer.Refused(err)
-		if !ok {
+		if _, ok := answer.Refused(err); !ok {
 			continue
 		}
 
+		// The answer's class only: its text is the API's (a policy's message can quote the
+		// object, credential included), and the plan is read by others.
+		why := redact.Class(err)
 		refused++
-		why = redact.Error(errors.New(why))
 
 		for i := range snap.Secrets {
 			if x := &snap.Secrets[i]; x.Namespace+"/"+x.Name == key {
