@@ -360,4 +360,3 @@ func Evictable(p *corev1.Pod) bool {
 
 	return true
 }
-
