@@ -24,7 +24,7 @@ func (f FluxPlan) Ref() string { return f.Namespace + "/" + f.Name }
 
 // planFlux decides each named Kustomization's action (the observer refuses one that does not
 // exist: a GitOps controller under another name would switch the credential mid-run).
-func planFlux(obs []KustomizationObs) []FluxPlan {
+func planFlux(obs []KustomizationObs, changes bool) []FluxPlan {
 	out := make([]FluxPlan, 0, len(obs))
 
 	for _, k := range obs {
@@ -32,6 +32,8 @@ func planFlux(obs []KustomizationObs) []FluxPlan {
 			Reason: "kustomize-controller does not apply it from Git while the run goes on: suspended at the start, resumed at the end (also by `ghcrsync release`)"}
 
 		switch {
+		case !changes:
+			fp.Action, fp.Reason = FluxLeave, "the plan writes nothing, so apply suspends nothing"
 		case k.Suspended && k.SuspendedBy == "":
 			fp.Action, fp.Reason = FluxLeave, "suspended already, not by ghcrsync: left suspended, and not resumed at the end"
 		case k.Suspended:

@@ -82,8 +82,11 @@ func controllerMeaning(owner, role, where string, flux []FluxPlan) string {
 // namespace is the Kustomization's own, usually flux-system).
 func suspension(name string, flux []FluxPlan) string {
 	for _, f := range flux {
-		if f.Name == name && f.Action == FluxSuspend {
+		switch {
+		case f.Name == name && f.Action == FluxSuspend:
 			return "; Kustomization " + f.Ref() + " is suspended for the run (flux block)"
+		case f.Name == name:
+			return "; Kustomization " + f.Ref() + " is in the flux block, not suspended: " + f.Reason
 		}
 	}
 

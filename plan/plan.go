@@ -39,7 +39,7 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Templates = planTemplates(s.Templates, in.AuthDigest)
 	p.Summary = summarize(p.Nodes, p.Secrets, p.Templates)
 
-	p.Flux = planFlux(s.Kustomizations)
+	p.Flux = planFlux(s.Kustomizations, p.Changes())
 	p.Owners = OtherOwners(s, p.Flux)
 	p.CredentialsInUse = inUse(s.InUse)
 	p.Steering = steer(p, s, in.AllowPending)
