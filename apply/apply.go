@@ -19,7 +19,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
@@ -470,7 +469,7 @@ func (r *run) root(ctx context.Context) {
 		held = "the old credential is still used by " + v.Except(plan.UseRoot).StillUsedBy()
 	}
 
-	dyn, err := dynamic.NewForConfig(r.ws.Kube.Config)
+	dyn, err := r.ws.Kube.Dynamic()
 	if err != nil {
 		held = "dynamic client: " + redact.Error(err)
 	}

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -133,6 +134,10 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 
 	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events, clock: clock}, nil
 }
+
+// Dynamic is a client for the resources client-go has no types for (Flux's), on the connection's
+// configuration as it is now (with any transport Wrap put around it).
+func (c *Connection) Dynamic() (dynamic.Interface, error) { return dynamic.NewForConfig(c.Config) }
 
 // LeaseClient is a client of its own for the run Lease: its own client-side rate limit, so a
 // renewal never queues behind a drain's evictions or a fan-out's writes.

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -32,7 +31,7 @@ const casTries = 10
 func (c *Connection) Kustomization(ctx context.Context, ns, name string) (plan.KustomizationObs, error) {
 	obs := plan.KustomizationObs{Namespace: ns, Name: name}
 
-	dyn, err := dynamic.NewForConfig(c.Config)
+	dyn, err := c.Dynamic()
 	if err != nil {
 		return obs, err
 	}
@@ -104,7 +103,7 @@ func (c *Connection) Resume(ctx context.Context, ns, name, holder string) (gone 
 // the caller's (ok) and whether it changed the object (write); a write that conflicts, or whose
 // answer is lost, is decided again from a fresh read.
 func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit func(*unstructured.Unstructured) (ok, write bool)) (bool, error) {
-	dyn, err := dynamic.NewForConfig(c.Config)
+	dyn, err := c.Dynamic()
 	if err != nil {
 		return false, err
 	}

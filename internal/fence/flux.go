@@ -27,12 +27,26 @@ type FluxObs struct {
 // Kustomization carrying a run's suspension annotation with no record (the state was lost):
 // its run is the annotation's, judged like any other holder.
 func observeFlux(ctx context.Context, kube *cluster.Connection, st *state.State, configured []config.NamespacedName) ([]FluxObs, error) {
+	read := map[string]plan.KustomizationObs{} // each Kustomization is read once
+	get := func(ns, name string) (plan.KustomizationObs, error) {
+		if k, ok := read[ns+"/"+name]; ok {
+			return k, nil
+		}
+
+		k, err := kube.Kustomization(ctx, ns, name)
+		if err == nil {
+			read[ns+"/"+name] = k
+		}
+
+		return k, err
+	}
+
 	var out []FluxObs
 
 	seen := map[string]bool{}
 
 	for _, x := range st.Suspended {
-		k, err := kube.Kustomization(ctx, x.Namespace, x.Name)
+		k, err := get(x.Namespace, x.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -42,7 +56,7 @@ func observeFlux(ctx context.Context, kube *cluster.Connection, st *state.State,
 	}
 
 	for _, n := range configured {
-		k, err := kube.Kustomization(ctx, n.Namespace, n.Name)
+		k, err := get(n.Namespace, n.Name)
 		if err != nil {
 			return nil, err
 		}

@@ -179,9 +179,11 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		return nil
 	}
 
-	applyNodes(w, res)
-	applySecrets(w, res)
-	applyFlux(w, res)
+	c := res.Counts()
+
+	applyNodes(w, res, c)
+	applySecrets(w, res, c)
+	applyFlux(w, res, c)
 
 	if le := new(leasepkg.Error); errors.As(res.ReleaseErr, &le) && le.Class == leasepkg.Deleted {
 		fmt.Fprintf(w, "The run's Lease was gone before its release: %s\n", oneLine(le.Err.Error()))
@@ -191,7 +193,7 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 		fmt.Fprintf(w, "Lease released (holder %s).\n", Clean(res.Holder))
 	}
 
-	if res.Counts().Nodes[state.OutcomeFailed] > 0 && !res.Cancelled {
+	if c.Nodes[state.OutcomeFailed] > 0 && !res.Cancelled {
 		fmt.Fprintln(w, "Failed nodes keep their fence where it is needed: inspect with `ghcrsync fences`, undo with `ghcrsync release`.")
 	}
 
@@ -255,14 +257,12 @@ var outcomeMarks = map[state.Outcome]string{
 }
 
 // applyNodes renders one line per node and the summary.
-func applyNodes(w io.Writer, res *apply.Result) {
-	counts := map[state.Outcome]int{}
+func applyNodes(w io.Writer, res *apply.Result, c apply.Counts) {
+	counts := c.Nodes
 
 	fmt.Fprintln(w)
 
 	for _, r := range res.Nodes {
-		counts[r.Outcome]++
-
 		late := ""
 		if r.Late {
 			late = ", joined or changed during the run"
@@ -285,7 +285,7 @@ func applyNodes(w io.Writer, res *apply.Result) {
 }
 
 // applyFlux renders the flux block's Kustomizations.
-func applyFlux(w io.Writer, res *apply.Result) {
+func applyFlux(w io.Writer, res *apply.Result, c apply.Counts) {
 	if len(res.Flux) == 0 {
 		return
 	}
@@ -304,7 +304,7 @@ func applyFlux(w io.Writer, res *apply.Result) {
 		fmt.Fprintf(w, "  %s Flux Kustomization %s: %s\n", mark, Clean(f.Kustomization), oneLine(f.Message))
 	}
 
-	if left := res.Counts().FluxLeft; left > 0 {
+	if left := c.FluxLeft; left > 0 {
 		fmt.Fprintf(w, "%d Flux %s left suspended: GitOps stays stopped until `ghcrsync release` resumes it.\n", left, human.Plural(left, "Kustomization", "Kustomizations"))
 	}
 }
@@ -312,14 +312,13 @@ func applyFlux(w io.Writer, res *apply.Result) {
 var secretMarks = map[fanout.Outcome]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}
 
 // applySecrets renders the fan-out.
-func applySecrets(w io.Writer, res *apply.Result) {
+func applySecrets(w io.Writer, res *apply.Result, c apply.Counts) {
 	if len(res.Secrets) == 0 {
 		return
 	}
 
 	fmt.Fprintln(w)
 
-	c := res.Counts()
 	counts, templates := c.Secrets, c.Templates
 
 	for _, s := range res.Secrets {
