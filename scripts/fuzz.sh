@@ -24,7 +24,7 @@ targets=(
   ./internal/credential:FuzzDecrypt
   ./internal/credential:FuzzFromDocument
   ./internal/credential:FuzzParse
-  ./internal/credential:FuzzParseChallenge
+  ./internal/credential:FuzzProveAgainstAHostileRegistry
   ./internal/cluster:FuzzParseRecord
   ./internal/holder:FuzzParse
   ./internal/nodetemplate:FuzzRead

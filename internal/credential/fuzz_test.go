@@ -1,8 +1,15 @@
 package credential
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // FromDocument (the decrypted SOPS document, walked by the key path, then the dockerconfigjson)
@@ -57,19 +64,76 @@ func FuzzDecrypt(f *testing.F) {
 	})
 }
 
-// parseChallenge never panics on a registry's WWW-Authenticate header; a realm it returns is
-// never empty.
-func FuzzParseChallenge(f *testing.F) {
-	f.Add(`Bearer realm="https://ghcr.io/token",service="ghcr.io",scope="repository:org/x:pull"`)
-	f.Add(`Bearer realm=https://r/token,service=r`)
-	f.Add(`Basic realm="x"`)
-	f.Add(`Bearer realm="`)
-	f.Add(`Bearer ,,,=,"`)
+// A proof against a hostile registry — any challenge header, token answer, manifest and
+// expiry header — never panics, never succeeds without a manifest digest, never quotes the
+// password, and never sends it anywhere but the registry's own host (a second server, on a host
+// the proof does not trust, counts every request that carries it).
+func FuzzProveAgainstAHostileRegistry(f *testing.F) {
+	f.Add(`Bearer realm="{{self}}/token",service="r"`, []byte(`{"token":"t"}`), []byte(`{"schemaVersion":2}`), "2026-12-31 12:00:00 UTC")
+	f.Add(`Bearer realm="{{elsewhere}}/token"`, []byte(`{"access_token":"t"}`), []byte(`{}`), "")
+	f.Add(`Basic realm="x"`, []byte(`{}`), []byte(``), "garbage")
+	f.Add(`Bearer realm="`, []byte(`{"token":""}`), []byte(`not json`), "")
+	f.Add(`Bearer ,,,=,"`, []byte(`{"token":"{{password}}"}`), []byte(`{{password}}`), "{{password}}")
 
-	f.Fuzz(func(t *testing.T, h string) {
-		realm, params, err := parseChallenge(h)
-		if err == nil && (realm == "" || params["realm"] != realm) {
-			t.Fatalf("parseChallenge(%q) = %q, %v", h, realm, params)
+	var leaked atomic.Int32
+
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, p, ok := r.BasicAuth(); ok && p == pass {
+			leaked.Add(1)
+		}
+
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"token":"t"}`))
+	}))
+	f.Cleanup(elsewhere.Close)
+
+	var (
+		mu                  sync.Mutex
+		challenge, expiry   string
+		tokenBody, manifest []byte
+	)
+
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+
+		switch {
+		case r.URL.Path == "/token":
+			w.Header().Set(ExpirationHeader, expiry)
+			_, _ = w.Write(tokenBody)
+		case r.Header.Get("Authorization") == "":
+			w.Header().Set("WWW-Authenticate", challenge)
+			w.WriteHeader(http.StatusUnauthorized)
+		default:
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			_, _ = w.Write(manifest)
+		}
+	}))
+	f.Cleanup(reg.Close)
+
+	c, err := Parse([]byte(fmt.Sprintf(`{"auths":{"ghcr.io":{"username":%q,"password":%q}}}`, user, pass)), "ghcr.io")
+	if err != nil {
+		f.Fatal(err)
+	}
+
+	fill := strings.NewReplacer("{{self}}", reg.URL, "{{elsewhere}}", strings.Replace(elsewhere.URL, "127.0.0.1", "localhost", 1), "{{password}}", pass)
+
+	f.Fuzz(func(t *testing.T, ch string, tok, man []byte, exp string) {
+		mu.Lock()
+		challenge, tokenBody, manifest, expiry = fill.Replace(ch), []byte(fill.Replace(string(tok))), []byte(fill.Replace(string(man))), fill.Replace(exp)
+		mu.Unlock()
+
+		proof, err := Prove(context.Background(), Registry{Endpoint: reg.URL, Timeout: 2 * time.Second}, c, []string{"org/x:v1"})
+		if err == nil && !strings.HasPrefix(proof.Digests["org/x:v1"], "sha256:") {
+			t.Fatalf("proved without a digest: %+v", proof)
+		}
+
+		if err != nil && strings.Contains(err.Error(), pass) {
+			t.Fatalf("the error quotes the password: %v", err)
+		}
+
+		if n := leaked.Load(); n != 0 {
+			t.Fatalf("the password was sent to an untrusted host %d time(s)", n)
 		}
 	})
 }

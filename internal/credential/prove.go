@@ -2,17 +2,19 @@ package credential
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
 	"github.com/ghcrsync/ghcrsync/internal/pin"
-	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // ProofError says which target failed at which step of the registry's token flow.
@@ -56,40 +58,224 @@ func (r Registry) realmHosts(c *Credential) []string {
 	return append([]string{pin.Host(r.Endpoint), strings.ToLower(c.Registry)}, r.TrustedHosts...)
 }
 
-// Prove shows the registry accepts the credential for each target (repository:tag): the Docker
-// token flow — an anonymous request for the manifest to learn the auth challenge, a token
-// request with Basic credentials, then the manifest with the bearer token. Every step must
-// succeed. The password goes only to a token realm on a pinned host (https, the registry's own
-// host or a trusted one), and no request follows a redirect elsewhere.
+// name is the registry as go-containerregistry addresses it: the endpoint's host, over plain
+// http only where the endpoint says so (pin allows that for a loopback host alone).
+func (r Registry) name() (name.Registry, []name.Option, error) {
+	u, err := url.Parse(r.Endpoint)
+	if err != nil || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		return name.Registry{}, nil, fmt.Errorf("credential.endpoint must be scheme://host[:port]: a registry's API is at its host's root (/v2/)")
+	}
+
+	var opts []name.Option
+	if u.Scheme == "http" {
+		opts = append(opts, name.Insecure)
+	}
+
+	reg, err := name.NewRegistry(u.Host, opts...)
+	if err != nil {
+		return name.Registry{}, nil, fmt.Errorf("credential.endpoint's host is not a registry name: %w", err)
+	}
+
+	return reg, opts, nil
+}
+
+// Prove shows the registry accepts the credential for each target (repository:tag or
+// repository@digest), through go-containerregistry's Docker token flow: the auth challenge
+// (GET /v2/), a token for the repository's pull scope in exchange for the credential, then the
+// manifest with that token. Every step must succeed, and the image must not be readable
+// anonymously (a public image proves nothing).
 //
-// It returns each target's manifest digest ("sha256:…", as the registry answered it), so a proof
-// made later can pull exactly the image proved here, and the credential's expiry where the
+// The credential goes only to a token realm on a pinned host (https, the registry's own host or
+// a trusted one): the realm is checked before it is asked, and every request of the proof —
+// redirects included — passes through a transport that refuses any other destination.
+//
+// It returns each target's manifest digest ("sha256:…", verified against the manifest), so a
+// proof made later can pull exactly the image proved here, and the credential's expiry where the
 // registry reports it.
 func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Proof, error) {
-	hosts := r.realmHosts(c)
+	reg, opts, err := r.name()
+	if err != nil {
+		return Proof{}, &ProofError{Target: r.Endpoint, Step: "challenge", Err: err}
+	}
 
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 
-	client := &http.Client{Timeout: timeout, CheckRedirect: pin.Redirects(hosts)}
-
+	rt := newPinned(r.realmHosts(c), timeout)
 	proof := Proof{Digests: map[string]string{}}
 
 	for _, t := range targets {
-		d, expires, err := proveOne(ctx, client, r.Endpoint, hosts, c, t)
+		p := &prover{ctx: ctx, rt: rt, reg: reg, target: t,
+			auth: authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})}
+
+		d, err := p.prove(opts)
 		if err != nil {
 			return Proof{}, err
 		}
 
 		proof.Digests[t] = d
-		if !expires.IsZero() && (proof.Expires.IsZero() || expires.Before(proof.Expires)) {
-			proof.Expires = expires
-		}
 	}
 
+	proof.Expires = rt.expiry()
+
 	return proof, nil
+}
+
+// prover is one target's token flow.
+type prover struct {
+	ctx    context.Context
+	rt     *pinned
+	reg    name.Registry
+	auth   authn.Authenticator
+	target string
+	// realm is the token realm the registry's challenge named.
+	realm string
+}
+
+func (p *prover) prove(opts []name.Option) (string, error) {
+	ref, err := p.reference(opts)
+	if err != nil {
+		return "", err
+	}
+
+	ch, err := transport.Ping(p.ctx, p.reg, p.rt)
+	if err != nil {
+		return "", p.fail("challenge", err)
+	}
+
+	if err := p.bearer(ch); err != nil {
+		return "", err
+	}
+
+	scopes := []string{ref.Scope(transport.PullScope)}
+
+	if p.anonymous(ref, ch, scopes) {
+		return "", p.say("challenge", "%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target)
+	}
+
+	tok, err := transport.Exchange(p.ctx, p.reg, p.auth, p.rt, scopes, ch)
+	if err != nil {
+		return "", p.fail("token", err)
+	}
+
+	desc, err := p.get(ref, ch, p.auth, tok)
+	if err != nil {
+		return "", p.fail("manifest", err)
+	}
+
+	return desc.Digest.String(), nil
+}
+
+// reference is the target on this registry.
+func (p *prover) reference(opts []name.Option) (name.Reference, error) {
+	ref, err := name.ParseReference(p.reg.RegistryStr()+"/"+p.target, append([]name.Option{name.StrictValidation}, opts...)...)
+	if err != nil || ref.Context().RegistryStr() != p.reg.RegistryStr() {
+		return nil, p.say("challenge", "%q is not repository:tag or repository@digest", p.target)
+	}
+
+	return ref, nil
+}
+
+// bearer checks the challenge is Docker token auth whose realm the credential may go to.
+func (p *prover) bearer(ch *transport.Challenge) error {
+	switch {
+	case ch.Scheme == "":
+		return p.say("challenge", "the registry asks for no credentials, so a pull proves nothing: prove a private image on a registry that requires them")
+	case !strings.EqualFold(ch.Scheme, "bearer"):
+		return p.say("challenge", "registry did not offer bearer token auth (it asked for %q)", clip(ch.Scheme))
+	}
+
+	p.realm = ch.Parameters["realm"]
+	if p.realm == "" {
+		return p.say("challenge", "the registry's WWW-Authenticate challenge has no realm")
+	}
+
+	if err := pin.URL(p.realm, p.rt.hosts); err != nil {
+		return p.say("token", "the registry names a token realm the credential may not be sent to (%w; credential.trusted_hosts); the credential was not sent", err)
+	}
+
+	return nil
+}
+
+// anonymous reports whether anyone can pull the target: a registry that hands out anonymous
+// tokens (GHCR does, for public packages) answers the manifest to one.
+func (p *prover) anonymous(ref name.Reference, ch *transport.Challenge, scopes []string) bool {
+	tok, err := transport.Exchange(p.ctx, p.reg, authn.Anonymous, p.rt, scopes, ch)
+	if err != nil {
+		return false // no anonymous token: private
+	}
+
+	_, err = p.get(ref, ch, authn.Anonymous, tok)
+
+	return err == nil
+}
+
+// get reads the target's manifest with a token (remote verifies its digest).
+func (p *prover) get(ref name.Reference, ch *transport.Challenge, auth authn.Authenticator, tok *transport.Token) (*remote.Descriptor, error) {
+	rt, err := transport.FromToken(p.reg, auth, p.rt, ch, tok)
+	if err != nil {
+		return nil, err
+	}
+
+	return remote.Get(ref, remote.WithTransport(rt), remote.WithContext(p.ctx))
+}
+
+// fail is the step's error from go-containerregistry. A registry's answer is named by its status, never quoted: its
+// body is hostile data and may echo what was sent. A failed answer from the token realm is the
+// token step's, whichever step asked for it (a token refreshed while reading the manifest).
+func (p *prover) fail(step string, err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		if te.Request != nil && p.realm != "" && sameEndpoint(te.Request.URL, p.realm) {
+			step = "token"
+		}
+
+		return &ProofError{Target: p.target, Step: step, Status: te.StatusCode}
+	}
+
+	var refused *refusal
+	if errors.As(err, &refused) {
+		return &ProofError{Target: p.target, Step: step, Err: refused}
+	}
+
+	return &ProofError{Target: p.target, Step: step, Err: plain(err)}
+}
+
+// say is a step's error in ghcrsync's own words.
+func (p *prover) say(step, format string, args ...any) error {
+	return &ProofError{Target: p.target, Step: step, Err: fmt.Errorf(format, args...)}
+}
+
+// plain keeps what an error says of the network, and drops what it quotes of a registry's
+// answer (go-containerregistry quotes a malformed token answer whole).
+func plain(err error) error {
+	var ue *url.Error
+
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &ue):
+		return fmt.Errorf("%s to %s: %w", ue.Op, pin.Host(ue.URL), ue.Err)
+	}
+
+	return errors.New("the registry's answer could not be read as a token or a manifest (malformed, or its digest does not match); it is not repeated here")
+}
+
+// sameEndpoint reports whether u is the realm (scheme, host and path; the query differs).
+func sameEndpoint(u *url.URL, realm string) bool {
+	r, err := url.Parse(realm)
+
+	return err == nil && u != nil && strings.EqualFold(u.Scheme, r.Scheme) && strings.EqualFold(u.Host, r.Host) && u.Path == r.Path
+}
+
+func clip(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "…"
+	}
+
+	return s
 }
 
 // Proof is what proving a credential found.
@@ -119,241 +305,4 @@ func parseExpiration(v string) time.Time {
 	}
 
 	return time.Time{}
-}
-
-// prover is one target's token flow.
-type prover struct {
-	ctx    context.Context
-	client *http.Client
-	c      *Credential
-	target string
-	repo   string
-	// manifest is the manifest's URL.
-	manifest string
-	// realmHosts are the hosts a token realm may be on.
-	realmHosts []string
-	// expires is the credential's expiry as the token realm reported it.
-	expires time.Time
-}
-
-func proveOne(ctx context.Context, client *http.Client, endpoint string, realmHosts []string, c *Credential, target string) (string, time.Time, error) {
-	repo, ref, ok := strings.Cut(target, "@")
-	if !ok {
-		i := strings.LastIndex(target, ":")
-		if i < 0 || strings.Contains(target[i:], "/") {
-			return "", time.Time{}, &ProofError{Target: target, Step: "challenge", Err: fmt.Errorf("%q is not repository:tag or repository@digest", target)}
-		}
-
-		repo, ref = target[:i], target[i+1:]
-	}
-
-	p := &prover{ctx: ctx, client: client, c: c, target: target, repo: repo, realmHosts: realmHosts,
-		manifest: fmt.Sprintf("%s/v2/%s/manifests/%s", endpoint, repo, ref)}
-
-	realm, params, err := p.challenge()
-	if err != nil {
-		return "", time.Time{}, err
-	}
-
-	if err := p.private(realm, params); err != nil {
-		return "", time.Time{}, err
-	}
-
-	bearer, err := p.token(realm, params)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-
-	digest, err := p.pull(bearer)
-
-	return digest, p.expires, err
-}
-
-func (p *prover) fail(step string, status int, err error) error {
-	return &ProofError{Target: p.target, Step: step, Status: status, Err: err}
-}
-
-func (p *prover) get(u, bearer string, basic bool) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(p.ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-
-	req.Header.Set("Accept", strings.Join([]string{
-		"application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-		"application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-	}, ", "))
-
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-
-	if basic {
-		req.SetBasicAuth(p.c.Username, p.c.password)
-	}
-
-	return p.client.Do(req)
-}
-
-// challenge asks for the manifest anonymously and reads the auth challenge.
-func (p *prover) challenge() (string, map[string]string, error) {
-	resp, err := p.get(p.manifest, "", false)
-	if err != nil {
-		return "", nil, p.fail("challenge", 0, err)
-	}
-
-	drain(resp)
-
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return "", nil, p.fail("challenge", 0, fmt.Errorf("%s is readable without credentials, so it proves nothing: prove a private image", p.target))
-	case http.StatusUnauthorized:
-	default:
-		return "", nil, p.fail("challenge", resp.StatusCode, nil)
-	}
-
-	realm, params, err := parseChallenge(resp.Header.Get("WWW-Authenticate"))
-	if err != nil {
-		return "", nil, p.fail("challenge", resp.StatusCode, err)
-	}
-
-	return realm, params, nil
-}
-
-// private refuses an image anyone can pull: a registry that hands out anonymous tokens (GHCR
-// does, for public packages) answers the manifest to one. A pull of such an image proves
-// nothing about a credential.
-func (p *prover) private(realm string, params map[string]string) error {
-	bearer, err := p.tokenAs(realm, params, false)
-	if err != nil {
-		return nil // no anonymous token: private
-	}
-
-	resp, err := p.get(p.manifest, bearer, false)
-	if err != nil {
-		return p.fail("challenge", 0, err)
-	}
-
-	drain(resp)
-
-	if resp.StatusCode == http.StatusOK {
-		return p.fail("challenge", 0, fmt.Errorf("%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target))
-	}
-
-	return nil
-}
-
-// token trades the credential for a pull token at the realm, if the realm is pinned.
-func (p *prover) token(realm string, params map[string]string) (string, error) {
-	return p.tokenAs(realm, params, true)
-}
-
-// tokenAs asks the realm for a pull token, with the credential (basic) or anonymously.
-func (p *prover) tokenAs(realm string, params map[string]string, basic bool) (string, error) {
-	if err := pin.URL(realm, p.realmHosts); err != nil {
-		return "", p.fail("token", 0, fmt.Errorf("the registry names a token realm the credential may not be sent to (%w; credential.trusted_hosts); the credential was not sent", err))
-	}
-
-	q := url.Values{}
-	if s := params["service"]; s != "" {
-		q.Set("service", s)
-	}
-
-	q.Set("scope", "repository:"+p.repo+":pull")
-
-	resp, err := p.get(realm+"?"+q.Encode(), "", basic)
-	if err != nil {
-		return "", p.fail("token", 0, err)
-	}
-
-	defer drain(resp)
-
-	if resp.StatusCode != http.StatusOK {
-		return "", p.fail("token", resp.StatusCode, nil)
-	}
-
-	if basic {
-		p.expires = parseExpiration(resp.Header.Get(ExpirationHeader))
-	}
-
-	var tok struct {
-		Token       string `json:"token"`
-		AccessToken string `json:"access_token"`
-	}
-
-	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&tok); err != nil {
-		return "", p.fail("token", 0, fmt.Errorf("token response is not JSON"))
-	}
-
-	if tok.Token != "" {
-		return tok.Token, nil
-	}
-
-	return tok.AccessToken, nil
-}
-
-// pull reads the manifest with the token, and its digest.
-func (p *prover) pull(bearer string) (string, error) {
-	resp, err := p.get(p.manifest, bearer, false)
-	if err != nil {
-		return "", p.fail("manifest", 0, err)
-	}
-
-	drain(resp)
-
-	if resp.StatusCode != http.StatusOK {
-		return "", p.fail("manifest", resp.StatusCode, nil)
-	}
-
-	digest := resp.Header.Get("Docker-Content-Digest")
-	if digest != "" && !digestRef.MatchString(digest) {
-		return "", p.fail("manifest", 0, fmt.Errorf("the registry answered a malformed manifest digest"))
-	}
-
-	return digest, nil
-}
-
-// digestRef is a manifest digest as registries name it.
-var digestRef = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-func drain(r *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, readlimit.Body))
-	r.Body.Close()
-}
-
-// parseChallenge reads `Bearer realm="…",service="…",scope="…"`.
-func parseChallenge(h string) (string, map[string]string, error) {
-	scheme, rest, _ := strings.Cut(h, " ")
-	if !strings.EqualFold(scheme, "Bearer") {
-		return "", nil, fmt.Errorf("registry did not offer bearer token auth (WWW-Authenticate %q)", h)
-	}
-
-	params := map[string]string{}
-
-	for rest != "" {
-		rest = strings.TrimLeft(rest, " ,")
-
-		k, v, ok := strings.Cut(rest, "=")
-		if !ok {
-			break
-		}
-
-		if strings.HasPrefix(v, `"`) {
-			end := strings.Index(v[1:], `"`)
-			if end < 0 {
-				return "", nil, fmt.Errorf("malformed WWW-Authenticate %q", h)
-			}
-
-			params[strings.ToLower(k)], rest = v[1:end+1], v[end+2:]
-		} else {
-			val, after, _ := strings.Cut(v, ",")
-			params[strings.ToLower(k)], rest = val, after
-		}
-	}
-
-	if params["realm"] == "" {
-		return "", nil, fmt.Errorf("WWW-Authenticate has no realm: %q", h)
-	}
-
-	return params["realm"], params, nil
 }

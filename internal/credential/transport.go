@@ -1,0 +1,105 @@
+package credential
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/pin"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+)
+
+// pinned is the transport under every request of a proof. It sends a request only to a pinned
+// destination (pin's rule: https, or plain http to a loopback host, on the registry's host or a
+// trusted one) — whatever go-containerregistry was told by a challenge or a redirect — reads at
+// most readlimit.Body of any answer, and keeps the earliest expiry a token realm reported for
+// the credential.
+type pinned struct {
+	inner http.RoundTripper
+	hosts []string
+
+	mu      sync.Mutex
+	expires time.Time
+}
+
+func newPinned(hosts []string, timeout time.Duration) *pinned {
+	dialer := &net.Dialer{Timeout: timeout}
+
+	return &pinned{hosts: hosts, inner: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       30 * time.Second,
+	}}
+}
+
+// refusal is a request the transport did not send.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("refused to send a request (%v); nothing was sent", r.err)
+}
+
+func (p *pinned) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := pin.URL(req.URL.String(), p.hosts); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+
+		return nil, &refusal{err}
+	}
+
+	resp, err := p.inner.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+
+	if _, _, basic := req.BasicAuth(); basic && resp.StatusCode == http.StatusOK {
+		p.saw(parseExpiration(resp.Header.Get(ExpirationHeader)))
+	}
+
+	resp.Body = &capped{r: io.LimitReader(resp.Body, readlimit.Body+1), c: resp.Body}
+
+	return resp, nil
+}
+
+func (p *pinned) saw(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	if !t.IsZero() && (p.expires.IsZero() || t.Before(p.expires)) {
+		p.expires = t
+	}
+}
+
+func (p *pinned) expiry() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	return p.expires
+}
+
+// capped is an answer's body read to readlimit.Body at most: past it, reading fails.
+type capped struct {
+	r io.Reader
+	c io.Closer
+	n int64
+}
+
+func (b *capped) Read(buf []byte) (int, error) {
+	n, err := b.r.Read(buf)
+	b.n += int64(n)
+
+	if b.n > readlimit.Body {
+		return n, &readlimit.TooLargeError{What: "the registry's answer", Limit: readlimit.Body}
+	}
+
+	return n, err
+}
+
+func (b *capped) Close() error { return b.c.Close() }
