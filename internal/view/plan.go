@@ -402,6 +402,9 @@ type NodeJSON struct {
 	TalosVersion string `json:"talos_version,omitempty"`
 	// TalosDryRun is its Talos's answer to a dry run of the change (1.2).
 	TalosDryRun string `json:"talos_dry_run,omitempty"`
+	// DrainBlockers are the pods its drain will meet: held by a budget, refused (no
+	// controller), or losing emptyDir data (1.4).
+	DrainBlockers []plan.DrainBlocker `json:"drain_blockers,omitempty"`
 }
 
 // SecretJSON is one pull secret of PlanJSON.
@@ -428,8 +431,9 @@ type TemplateJSON struct {
 
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
 // (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds; 1.3: the Flux
-// Kustomizations suspended for the run, the other owners, the machine-config drift).
-const PlanJSONFormatVersion = "1.3"
+// Kustomizations suspended for the run, the other owners, the machine-config drift; 1.4: each
+// node's drain blockers).
+const PlanJSONFormatVersion = "1.4"
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
@@ -448,6 +452,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		out.Nodes = append(out.Nodes, NodeJSON{
 			Name: n.Name, UID: n.UID, Role: string(n.Role), Action: string(n.Action), ReasonCode: string(n.Reason),
 			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos, TalosDryRun: n.TalosDryRun,
+			DrainBlockers: n.Blockers,
 		})
 	}
 
