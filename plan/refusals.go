@@ -16,7 +16,7 @@ func writeRefusals(p *Plan) []string {
 	seen := map[string]bool{}
 
 	for _, t := range p.Templates {
-		if key := t.Namespace + "/" + t.Secret + "[" + t.Key + "]"; t.WriteRefused != "" && t.Action == TemplateUpdate && !seen[key] {
+		if key := TemplateRef(t.Namespace, t.Secret, t.Key); t.WriteRefused != "" && t.Action == TemplateUpdate && !seen[key] {
 			seen[key] = true
 			out = append(out, "The API server refused a dry run of apply's rewrite of node template "+key+": "+t.WriteRefused+
 				"; apply will fail that write, and machines created later keep the old credential: fix the policy that refuses it")

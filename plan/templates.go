@@ -67,9 +67,15 @@ func (t TemplateObs) StaleReader() string {
 	return ""
 }
 
+// TemplateRef names a node template's Secret key, "namespace/secret[key]": in messages, and as
+// the key a dry run's answer is filed under.
+func TemplateRef(namespace, secret, key string) string {
+	return namespace + "/" + secret + "[" + key + "]"
+}
+
 // Where names the template's Secret key (and pool) for messages.
 func (t TemplateObs) Where() string {
-	w := t.Namespace + "/" + t.Secret + "[" + t.Key + "]"
+	w := TemplateRef(t.Namespace, t.Secret, t.Key)
 	if t.Pool != "" {
 		w += " pool " + t.Pool
 	}

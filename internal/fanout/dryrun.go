@@ -29,7 +29,7 @@ func DryRun(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Opti
 	for _, t := range o.Templates {
 		if _, update, _ := templateActions(p, t); update {
 			_, err := putTemplate(ctx, kube, t, o)
-			out[t.Namespace+"/"+t.Secret+"["+t.Key+"]"] = err
+			out[plan.TemplateRef(t.Namespace, t.Secret, t.Key)] = err
 		}
 	}
 

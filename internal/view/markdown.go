@@ -217,7 +217,7 @@ func mdSecrets(w io.Writer, p *plan.Plan) {
 func mdTemplates(w io.Writer, p *plan.Plan) {
 	var rows [][]string
 	for _, t := range p.Templates {
-		rows = append(rows, []string{t.Name, t.Namespace + "/" + t.Secret + "[" + t.Key + "]", t.Pool, string(t.Action), t.Reason})
+		rows = append(rows, []string{t.Name, plan.TemplateRef(t.Namespace, t.Secret, t.Key), t.Pool, string(t.Action), t.Reason})
 	}
 
 	mdTable(w, "Node templates (machines created later boot from these)", []string{"Template", "Secret key", "Pool", "Action", "Why"}, rows)

@@ -110,7 +110,7 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 		}
 
 		for i := range snap.Templates {
-			if x := &snap.Templates[i]; x.Namespace+"/"+x.Secret+"["+x.Key+"]" == key {
+			if x := &snap.Templates[i]; plan.TemplateRef(x.Namespace, x.Secret, x.Key) == key {
 				x.WriteRefused = why
 			}
 		}
