@@ -31,18 +31,13 @@ const casTries = 10
 func (c *Connection) Kustomization(ctx context.Context, ns, name string) (plan.KustomizationObs, error) {
 	obs := plan.KustomizationObs{Namespace: ns, Name: name}
 
-	dyn, err := c.Dynamic()
-	if err != nil {
-		return obs, err
-	}
-
-	k, err := dyn.Resource(Kustomizations).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	k, err := c.getKustomization(ctx, ns, name)
 
 	switch {
-	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+	case errors.Is(err, ErrGone):
 		return obs, nil
 	case err != nil:
-		return obs, c.Unreachable("read Kustomization "+ns+"/"+name, err)
+		return obs, err
 	}
 
 	obs.Exists, obs.UID = true, string(k.GetUID())
@@ -50,6 +45,26 @@ func (c *Connection) Kustomization(ctx context.Context, ns, name string) (plan.K
 	obs.SuspendedBy = k.GetAnnotations()[SuspendedByAnnotation]
 
 	return obs, nil
+}
+
+// getKustomization is the one read of a Kustomization: ErrGone when it, or Flux's CRD, is not
+// there.
+func (c *Connection) getKustomization(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
+	dyn, err := c.Dynamic()
+	if err != nil {
+		return nil, err
+	}
+
+	k, err := dyn.Resource(Kustomizations).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+
+	switch {
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return nil, fmt.Errorf("Kustomization %s/%s: %w", ns, name, ErrGone)
+	case err != nil:
+		return nil, c.Unreachable("read Kustomization "+ns+"/"+name, err)
+	}
+
+	return k, nil
 }
 
 // ErrGone is a Kustomization that no longer exists.
@@ -111,13 +126,9 @@ func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit
 	res := dyn.Resource(Kustomizations).Namespace(ns)
 
 	for range casTries {
-		k, err := res.Get(ctx, name, metav1.GetOptions{})
-
-		switch {
-		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
-			return false, fmt.Errorf("Kustomization %s/%s: %w", ns, name, ErrGone)
-		case err != nil:
-			return false, c.Unreachable("read Kustomization "+ns+"/"+name, err)
+		k, err := c.getKustomization(ctx, ns, name)
+		if err != nil {
+			return false, err
 		}
 
 		ok, write := edit(k)
