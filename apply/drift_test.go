@@ -1,11 +1,9 @@
 package apply_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,36 +15,12 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
-// talosctl runs the real talosctl (make talosctl) against the sandbox's Talos API, as the
-// operator (its own identity: its writes are no ghcrsync writes without the Lease).
-func talosctl(t *testing.T, sb *sandbox.Sandbox, args ...string) string {
-	t.Helper()
-
-	bin := os.Getenv("GHCRSYNC_TALOSCTL")
-	if bin == "" {
-		t.Skip("GHCRSYNC_TALOSCTL is not set (make test sets it: make talosctl builds it)")
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	var out bytes.Buffer
-
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--talosconfig", sb.Path(sandbox.TalosconfigOperatorFile)}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("talosctl %s: %v\n%s", args[0], err, out.String()) // the output may hold the config: never the args' file content
-	}
-
-	return out.String()
-}
-
 // A node ghcrsync rotated whose machine config an operator then re-applies with the real
 // talosctl, without the RegistryAuthConfig document, is reported as drift by the next plan,
 // and rotated again. Negative control: the same node, rotated and untouched, is not.
 func TestPlanReportsConfigDrift(t *testing.T) {
 	sb := sandboxtest.Get(t)
+	operator := sandboxtest.NewTalosctl(t, sb.Path(sandbox.TalosconfigOperatorFile))
 	const name = "prod-worker-3"
 
 	r := newRotation(t, sb, nil, name)
@@ -70,7 +44,7 @@ func TestPlanReportsConfigDrift(t *testing.T) {
 	}
 
 	// The operator's source of truth knows nothing of the credential: its config, re-applied.
-	current := talosctl(t, sb, "-n", m.IP, "get", "mc", "v1alpha1", "-o", "jsonpath={.spec}")
+	current := operator.Must("-n", m.IP, "get", "mc", "v1alpha1", "-o", "jsonpath={.spec}")
 	docs := slices.DeleteFunc(strings.Split(current, "\n---\n"), func(d string) bool { return strings.Contains(d, "kind: RegistryAuthConfig") })
 
 	if len(docs) == len(strings.Split(current, "\n---\n")) {
@@ -84,7 +58,7 @@ func TestPlanReportsConfigDrift(t *testing.T) {
 
 	// Staged, then the machine restarts out of band (a maintenance reboot): the sandbox's safety
 	// witness judges only reboots asked through the Talos API, and this one is nobody's drain.
-	talosctl(t, sb, "-n", m.IP, "apply-config", "--file", file, "--mode=staged")
+	operator.Must("-n", m.IP, "apply-config", "--file", file, "--mode=staged")
 
 	if _, err := sb.Do(context.Background(), "reboot", sandbox.Request{Node: name}); err != nil {
 		t.Fatal(err)

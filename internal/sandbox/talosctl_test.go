@@ -1,7 +1,6 @@
 package sandbox_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -17,78 +16,28 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
-// talosctlPath is the real talosctl (scripts/build-talosctl.sh, `make talosctl`), or "".
-func talosctlPath() string {
-	if p := os.Getenv("GHCRSYNC_TALOSCTL"); p != "" {
-		return p
-	}
-
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-
-	return filepath.Join(cache, "ghcrsync", "talosctl", "v1.13.9", "talosctl")
-}
-
-type talosctl struct {
-	t    *testing.T
-	bin  string
-	conf string
-}
-
-func (c talosctl) run(args ...string) (string, error) {
-	c.t.Helper()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	cmd := exec.CommandContext(ctx, c.bin, append([]string{"--talosconfig", c.conf}, args...)...)
-
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-
-	return out.String(), err
-}
-
-func (c talosctl) must(args ...string) string {
-	c.t.Helper()
-
-	out, err := c.run(args...)
-	if err != nil {
-		c.t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-
-	return out
-}
-
 // The real talosctl v1.13.9 — a client nobody here wrote — drives the simulated machines as an
 // operator would: get mc -o yaml, get rd, patch mc --mode=staged with a merge patch adding
 // registry auth, apply-config --dry-run with Talos's diff, an invalid config refused with
 // InvalidArgument, reboot with its default wait seeing the boot ID change, and health
 // --server=false with the node list.
 func TestRealTalosctl(t *testing.T) {
-	bin := talosctlPath()
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no talosctl at %s (build it with `make talosctl`): %v", bin, err)
-	}
+	c := sandboxtest.NewTalosctl(t, "") // skips at once when it is not built
 
 	sb := sandboxtest.Start(t, sandbox.Options{
 		ControlPlanes: 1, Workers: 1, NoWorkloads: true, AutoscalerPaused: true,
 		Heartbeat: time.Second, Reboot: 2 * time.Second, AutoscalerInterval: time.Second,
 	})
 
-	c := talosctl{t: t, bin: bin, conf: sb.Path(sandbox.TalosconfigFile)}
+	c.Conf = sb.Path(sandbox.TalosconfigFile)
 	cp, worker := sb.Fleet().Machines()[0], sb.Fleet().Machines()[1]
 	dir := t.TempDir()
 
-	if out := c.must("-n", worker.IP, "get", "mc", "v1alpha1", "-o", "yaml"); !strings.Contains(out, "kind: RegistryAuthConfig") || !strings.Contains(out, "type: MachineConfigs.config.talos.dev") {
+	if out := c.Must("-n", worker.IP, "get", "mc", "v1alpha1", "-o", "yaml"); !strings.Contains(out, "kind: RegistryAuthConfig") || !strings.Contains(out, "type: MachineConfigs.config.talos.dev") {
 		t.Fatalf("get mc -o yaml:\n%s", out)
 	}
 
-	if out := c.must("-n", worker.IP, "get", "rd"); !strings.Contains(out, "machineconfigs.config.talos.dev") || !strings.Contains(out, " mc ") {
+	if out := c.Must("-n", worker.IP, "get", "rd"); !strings.Contains(out, "machineconfigs.config.talos.dev") || !strings.Contains(out, " mc ") {
 		t.Fatalf("get rd:\n%s", out)
 	}
 
@@ -96,7 +45,7 @@ func TestRealTalosctl(t *testing.T) {
 	wctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 
-	watch, _ := exec.CommandContext(wctx, c.bin, "--talosconfig", c.conf, "-n", worker.IP, "get", "machinestatus", "-w").CombinedOutput()
+	watch, _ := exec.CommandContext(wctx, c.Bin, "--talosconfig", c.Conf, "-n", worker.IP, "get", "machinestatus", "-w").CombinedOutput()
 	if !strings.Contains(string(watch), "MachineStatus") || !strings.Contains(string(watch), "running") {
 		t.Fatalf("get machinestatus -w:\n%s", watch)
 	}
@@ -104,7 +53,7 @@ func TestRealTalosctl(t *testing.T) {
 	patch := filepath.Join(dir, "auth.yaml")
 	_ = os.WriteFile(patch, []byte("apiVersion: v1alpha1\nkind: RegistryAuthConfig\nname: ghcr.io\nusername: patched-user\npassword: patched-secret\n"), 0o600)
 
-	if out := c.must("-n", worker.IP, "patch", "mc", "--mode=staged", "--patch", "@"+patch); !strings.Contains(out, "Staged configuration to be applied after the next reboot") {
+	if out := c.Must("-n", worker.IP, "patch", "mc", "--mode=staged", "--patch", "@"+patch); !strings.Contains(out, "Staged configuration to be applied after the next reboot") {
 		t.Fatalf("patch mc --mode=staged:\n%s", out)
 	}
 
@@ -114,11 +63,11 @@ func TestRealTalosctl(t *testing.T) {
 		t.Fatalf("the patch did not stage the credential: %v", err)
 	}
 
-	current := c.must("-n", worker.IP, "get", "mc", "persistent", "-o", "jsonpath={.spec}")
+	current := c.Must("-n", worker.IP, "get", "mc", "persistent", "-o", "jsonpath={.spec}")
 	changed := filepath.Join(dir, "changed.yaml")
 	_ = os.WriteFile(changed, []byte(strings.Replace(current, "username: patched-user", "username: dry-run-user", 1)), 0o600)
 
-	if out := c.must("-n", worker.IP, "apply-config", "--dry-run", "--file", changed); !strings.Contains(out, "Dry run summary:") ||
+	if out := c.Must("-n", worker.IP, "apply-config", "--dry-run", "--file", changed); !strings.Contains(out, "Dry run summary:") ||
 		!strings.Contains(out, "Config diff:") || !strings.Contains(out, "+username: dry-run-user") {
 		t.Fatalf("apply-config --dry-run:\n%s", out)
 	}
@@ -126,7 +75,7 @@ func TestRealTalosctl(t *testing.T) {
 	bad := filepath.Join(dir, "bad.yaml")
 	_ = os.WriteFile(bad, []byte(replaceEndpoint(current)), 0o600)
 
-	if out, err := c.run("-n", worker.IP, "apply-config", "--file", bad); err == nil ||
+	if out, err := c.Run("-n", worker.IP, "apply-config", "--file", bad); err == nil ||
 		!strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "hostname must not be blank") {
 		t.Fatalf("apply-config of an invalid config: %v\n%s", err, out)
 	}
@@ -135,7 +84,7 @@ func TestRealTalosctl(t *testing.T) {
 	unfence := fence(t, sb.Kube(), worker.Name)
 	before := worker.BootID()
 
-	if out := c.must("-n", worker.IP, "reboot"); !strings.Contains(out, "post check passed") {
+	if out := c.Must("-n", worker.IP, "reboot"); !strings.Contains(out, "post check passed") {
 		t.Fatalf("reboot:\n%s", out)
 	}
 
@@ -145,7 +94,7 @@ func TestRealTalosctl(t *testing.T) {
 
 	unfence()
 
-	out := c.must("-n", cp.IP, "health", "--server=false", "--control-plane-nodes", cp.IP, "--worker-nodes", worker.IP, "--wait-timeout", "2m")
+	out := c.Must("-n", cp.IP, "health", "--server=false", "--control-plane-nodes", cp.IP, "--worker-nodes", worker.IP, "--wait-timeout", "2m")
 	for _, want := range []string{"etcd members to be control plane nodes: OK", "all nodes memory sizes: OK", "all nodes to finish boot sequence: OK",
 		"all control plane static pods to be running: OK", "all k8s nodes to report schedulable: OK"} {
 		if !strings.Contains(out, want) {
@@ -157,7 +106,7 @@ func TestRealTalosctl(t *testing.T) {
 		t.Fatalf("unsafe writes: %+v", sb.Fleet().Stats().Unsafe)
 	}
 
-	t.Logf("talosctl %s drove the sandbox", bin)
+	t.Logf("talosctl %s drove the sandbox", c.Bin)
 }
 
 // replaceEndpoint blanks the control-plane endpoint of a config (what `talosctl validate`

@@ -472,3 +472,61 @@ func PinnedDeployment(t testing.TB, kube kubernetes.Interface, ns, name, node st
 
 	return labels
 }
+
+// Talosctl is the real talosctl (scripts/build-talosctl.sh, `make talosctl`) run with one
+// talosconfig, as an operator runs it against the sandbox's machines.
+type Talosctl struct {
+	t testing.TB
+	// Bin and Conf are the binary and the talosconfig it is run with.
+	Bin, Conf string
+}
+
+// NewTalosctl finds the real talosctl (GHCRSYNC_TALOSCTL, else the build cache) and skips the
+// test when it is not built.
+func NewTalosctl(t testing.TB, talosconfig string) Talosctl {
+	t.Helper()
+
+	bin := os.Getenv("GHCRSYNC_TALOSCTL")
+	if bin == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+
+		bin = filepath.Join(cache, "ghcrsync", "talosctl", "v1.13.9", "talosctl")
+	}
+
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no talosctl at %s (build it with `make talosctl`): %v", bin, err)
+	}
+
+	return Talosctl{t: t, Bin: bin, Conf: talosconfig}
+}
+
+// Run runs talosctl with args (3 minutes at most) and returns its output.
+func (c Talosctl) Run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, c.Bin, append([]string{"--talosconfig", c.Conf}, args...)...)
+
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+
+	return out.String(), err
+}
+
+// Must is Run, failing the test on an error (naming the subcommand and its output, never a
+// file's content passed in args).
+func (c Talosctl) Must(args ...string) string {
+	c.t.Helper()
+
+	out, err := c.Run(args...)
+	if err != nil {
+		c.t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+
+	return out
+}
