@@ -9,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -438,58 +435,18 @@ func TestNodeDeletedAfterConfigured(t *testing.T) {
 // restored (no fence left) — with the cordon an operator put on it before the run kept
 // (TestPDBBlockedDrainPreservesPreExistingCordon of the predecessor).
 func TestDrainBlockedByPDB(t *testing.T) {
-	ctx := context.Background()
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
 	const name, ns = "prod-worker-3", "pdb-block"
 
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-
-	labels := map[string]string{"app": "pinned"}
-	_, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{"kubernetes.io/hostname": name},
-					TerminationGracePeriodSeconds: ptr.To(int64(0)),
-					Containers:                    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	sandboxtest.Eventually(t, 60*time.Second, "budget computed", func() error {
-		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "pinned", metav1.GetOptions{})
-		if err != nil || pdb.Status.CurrentHealthy != 1 || pdb.Status.ObservedGeneration != pdb.Generation {
-			return fmt.Errorf("%v %+v", err, pdb)
-		}
-
-		return nil
-	})
+	labels := sandboxtest.PinnedDeployment(t, kube, ns, "pinned", name)
+	sandboxtest.Budget(t, kube, ns, "pinned", labels, sandboxtest.MinAvailable(1), 1)
 
 	// The same blocked drain on a node an operator cordoned before the run: the restore keeps
 	// that cordon (F6).
 	for _, cordoned := range []bool{false, true} {
 		if cordoned {
-			sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+			sandboxtest.Cordon(t, kube, name)
 			t.Cleanup(func() {
 				sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
 			})
@@ -527,7 +484,7 @@ func TestAdminCordonStays(t *testing.T) {
 	kube := sb.Kube()
 	const name = "prod-worker-2"
 
-	sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	sandboxtest.Cordon(t, kube, name)
 	t.Cleanup(func() {
 		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
 	})

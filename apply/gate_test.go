@@ -52,7 +52,7 @@ func TestEtcdGateBeforeTheClaim(t *testing.T) {
 			func() { do("etcd-voter", sandbox.Request{Node: other}) }, other + " are learners"},
 		{"another control plane cordoned by an operator",
 			func() {
-				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"spec": map[string]any{"unschedulable": true}})
+				sandboxtest.Cordon(t, sb.Kube(), other)
 			},
 			func() {
 				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"spec": map[string]any{"unschedulable": false}})

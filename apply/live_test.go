@@ -82,7 +82,7 @@ func liveNeverHoldsAFence(t *testing.T, sb *sandbox.Sandbox) {
 
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
 		if node == name && phase == state.PhaseConfigured {
-			sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+			sandboxtest.Cordon(t, kube, name)
 		}
 	}})
 	if err != nil {

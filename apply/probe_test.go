@@ -187,7 +187,7 @@ func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
 
 			if tc.cordoned {
 				for _, n := range nodes {
-					sandboxtest.PatchNode(t, kube, n, map[string]any{"spec": map[string]any{"unschedulable": true}})
+					sandboxtest.Cordon(t, kube, n)
 					t.Cleanup(func() {
 						sandboxtest.PatchNode(t, kube, n, map[string]any{"spec": map[string]any{"unschedulable": false}})
 					})

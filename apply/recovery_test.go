@@ -249,7 +249,7 @@ func TestReleaseFromNodeAnnotationsAlone(t *testing.T) {
 	kube := sb.Kube()
 	const name = "prod-worker-2"
 
-	sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	sandboxtest.Cordon(t, kube, name)
 	t.Cleanup(func() {
 		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
 	})

@@ -41,7 +41,7 @@ func TestOperatorCordonIsNeverUndone(t *testing.T) {
 	r := newRotation(t, sb, nil, name)
 	path := r.plan()
 
-	sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	sandboxtest.Cordon(t, kube, name)
 	t.Cleanup(func() {
 		sandboxtest.PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": false}})
 	})

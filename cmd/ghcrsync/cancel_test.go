@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -280,27 +277,12 @@ func TestSIGINTThenSIGKILL(t *testing.T) {
 func blockDrain(t *testing.T, sb *sandbox.Sandbox, name string) {
 	t.Helper()
 
-	ctx := context.Background()
 	kube := sb.Kube()
 	ns := "pdb-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 
 	labels := sandboxtest.PinnedDeployment(t, kube, ns, "pinned", name)
 
-	if _, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "pinned"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	sandboxtest.Eventually(t, 60*time.Second, "budget computed", func() error {
-		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "pinned", metav1.GetOptions{})
-		if err != nil || pdb.Status.CurrentHealthy != 1 || pdb.Status.ObservedGeneration != pdb.Generation {
-			return fmt.Errorf("%v %+v", err, pdb)
-		}
-
-		return nil
-	})
+	sandboxtest.Budget(t, kube, ns, "pinned", labels, sandboxtest.MinAvailable(1), 1)
 }
 
 // A state that cannot be read — corrupt, or written by a newer ghcrsync — never wedges the

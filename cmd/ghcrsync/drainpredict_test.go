@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -38,25 +35,10 @@ func TestPlanPredictsTheDrainHold(t *testing.T) {
 		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "5s"`, 1)
 	})
 
-	budget := func(maxUnavailable int) {
-		pdbs := kube.PolicyV1().PodDisruptionBudgets("shop")
-		_ = pdbs.Delete(ctx, "web", metav1.DeleteOptions{})
-
-		if _, err := pdbs.Create(ctx, &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Name: "web"},
-			Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptrIntOrString(maxUnavailable), Selector: &metav1.LabelSelector{MatchLabels: labels}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+	budget := func(maxUnavailable int32) {
+		if got := sandboxtest.Budget(t, kube, "shop", "web", labels, sandboxtest.MaxUnavailable(maxUnavailable), 1); got.DisruptionsAllowed != maxUnavailable {
+			t.Fatalf("the disruption controller allows %d, want %d", got.DisruptionsAllowed, maxUnavailable)
 		}
-
-		sandboxtest.Eventually(t, time.Minute, "the disruption controller's count", func() error {
-			b, err := pdbs.Get(ctx, "web", metav1.GetOptions{})
-			if err != nil || b.Status.ObservedGeneration < b.Generation || b.Status.CurrentHealthy != 1 || b.Status.DisruptionsAllowed != int32(maxUnavailable) {
-				return fmt.Errorf("status %+v (%v)", b.Status, err)
-			}
-
-			return nil
-		})
 	}
 
 	predicted := "prod-worker-1's drain will wait: pod shop/"
@@ -93,10 +75,4 @@ func TestPlanPredictsTheDrainHold(t *testing.T) {
 	if n, err := kube.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
 		t.Fatalf("%s after the held drain (%v): cordoned %t", worker, err, n.Spec.Unschedulable)
 	}
-}
-
-func ptrIntOrString(n int) *intstr.IntOrString {
-	v := intstr.FromInt32(int32(n))
-
-	return &v
 }

@@ -22,8 +22,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -529,4 +531,57 @@ func (c Talosctl) Must(args ...string) string {
 	}
 
 	return out
+}
+
+// Cordon cordons the node as an operator does (`kubectl cordon`: spec.unschedulable).
+func Cordon(t testing.TB, kube kubernetes.Interface, name string) {
+	t.Helper()
+	PatchNode(t, kube, name, map[string]any{"spec": map[string]any{"unschedulable": true}})
+}
+
+// Limit is what a budget allows: MinAvailable or MaxUnavailable.
+type Limit func(*policyv1.PodDisruptionBudgetSpec)
+
+// MinAvailable keeps n pods available.
+func MinAvailable(n int32) Limit {
+	return func(s *policyv1.PodDisruptionBudgetSpec) { s.MinAvailable = ptr.To(intstr.FromInt32(n)) }
+}
+
+// MaxUnavailable lets n pods be unavailable.
+func MaxUnavailable(n int32) Limit {
+	return func(s *policyv1.PodDisruptionBudgetSpec) { s.MaxUnavailable = ptr.To(intstr.FromInt32(n)) }
+}
+
+// Budget replaces the PodDisruptionBudget ns/name with one selecting the pods labelled labels
+// under limit, and waits until the controller-manager's disruption controller has judged it
+// (observed its generation and counted healthy pods), so a drain or a plan meets it as written.
+// It returns that judgement.
+func Budget(t testing.TB, kube kubernetes.Interface, ns, name string, labels map[string]string, limit Limit, healthy int32) policyv1.PodDisruptionBudgetStatus {
+	t.Helper()
+
+	ctx := context.Background()
+	pdbs := kube.PolicyV1().PodDisruptionBudgets(ns)
+	_ = pdbs.Delete(ctx, name, metav1.DeleteOptions{})
+
+	spec := policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}}
+	limit(&spec)
+
+	if _, err := pdbs.Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var status policyv1.PodDisruptionBudgetStatus
+
+	Eventually(t, time.Minute, "the disruption controller judges budget "+ns+"/"+name, func() error {
+		b, err := pdbs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || b.Status.ObservedGeneration < b.Generation || b.Status.CurrentHealthy != healthy {
+			return fmt.Errorf("status %+v (%v)", b.Status, err)
+		}
+
+		status = b.Status
+
+		return nil
+	})
+
+	return status
 }
