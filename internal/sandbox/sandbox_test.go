@@ -25,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
@@ -210,26 +209,7 @@ func TestEvictionBlockedByPDBIs429(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	sandboxtest.Eventually(t, 60*time.Second, "disruption controller computes the budget", func() error {
-		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guarded", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-
-		if pdb.Status.ObservedGeneration != pdb.Generation || pdb.Status.CurrentHealthy != 1 {
-			return fmt.Errorf("status %+v", pdb.Status)
-		}
-
-		return nil
-	})
+	sandboxtest.Budget(t, kube, ns, "guarded", labels, sandboxtest.MinAvailable(1), 1)
 
 	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
 	if err != nil || len(pods.Items) != 1 {
