@@ -49,22 +49,37 @@ type Verdict struct {
 // Check asks whether the holder's GitHub Actions run attempt is completed. An error means the
 // evidence could not be had: the caller treats the run as alive.
 func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error) {
-	runRef := id.RunRef
-
-	m := ghRef.FindStringSubmatch(runRef)
+	m := ghRef.FindStringSubmatch(id.RunRef)
 	if m == nil {
-		return Verdict{Evidence: fmt.Sprintf("run ref %q is not a GitHub Actions run (gh<run id>.<attempt>)", runRef)}, nil
+		return Verdict{Evidence: fmt.Sprintf("run ref %q is not a GitHub Actions run (gh<run id>.<attempt>)", id.RunRef)}, nil
 	}
 
-	url := fmt.Sprintf("%s/repos/%s/actions/runs/%s/attempts/%s", g.APIURL, g.Repository, m[1], m[2])
+	a, err := g.attempt(ctx, m[1], m[2])
+	if err != nil {
+		return Verdict{}, err
+	}
+
+	return g.assess(a, m[1], m[2])
+}
+
+// attemptAnswer is what the run-attempt API says of one attempt.
+type attemptAnswer struct {
+	ID         int64  `json:"id"`
+	RunAttempt int    `json:"run_attempt"`
+	Status     string `json:"status"`
+}
+
+// attempt reads the run attempt from the API: the token goes only to a pinned host.
+func (g *GitHubActions) attempt(ctx context.Context, run, attempt string) (attemptAnswer, error) {
+	url := fmt.Sprintf("%s/repos/%s/actions/runs/%s/attempts/%s", g.APIURL, g.Repository, run, attempt)
 
 	if err := pin.URL(url, g.TrustedHosts); err != nil {
-		return Verdict{}, fmt.Errorf("GitHub Actions API: %w; the token was not sent", err)
+		return attemptAnswer{}, fmt.Errorf("GitHub Actions API: %w; the token was not sent", err)
 	}
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return Verdict{}, err
+		return attemptAnswer{}, err
 	}
 
 	req.Header.Set("Accept", "application/vnd.github+json")
@@ -80,35 +95,34 @@ func (g *GitHubActions) Check(ctx context.Context, id holder.ID) (Verdict, error
 
 	resp, err := client.Do(req)
 	if err != nil {
-		return Verdict{}, fmt.Errorf("GitHub Actions API %s unreachable: %w", g.APIURL, err)
+		return attemptAnswer{}, fmt.Errorf("GitHub Actions API %s unreachable: %w", g.APIURL, err)
 	}
 	defer resp.Body.Close()
 
 	if resp.StatusCode != http.StatusOK {
-		return Verdict{}, fmt.Errorf("GitHub Actions API answered %d for run %s attempt %s of %s", resp.StatusCode, m[1], m[2], g.Repository)
+		return attemptAnswer{}, fmt.Errorf("GitHub Actions API answered %d for run %s attempt %s of %s", resp.StatusCode, run, attempt, g.Repository)
 	}
 
-	var body struct {
-		ID         int64  `json:"id"`
-		RunAttempt int    `json:"run_attempt"`
-		Status     string `json:"status"`
+	var a attemptAnswer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&a); err != nil {
+		return attemptAnswer{}, fmt.Errorf("GitHub Actions API: unreadable answer: %w", err)
 	}
 
-	if err := json.NewDecoder(io.LimitReader(resp.Body, readlimit.Body)).Decode(&body); err != nil {
-		return Verdict{}, fmt.Errorf("GitHub Actions API: unreadable answer: %w", err)
-	}
+	return a, nil
+}
 
-	// An answer that does not say which run it is about, or what state it is in, proves
-	// nothing: the holder counts as alive.
+// assess judges an answer about run's attempt. One that does not say which run it is about, or
+// what state it is in, proves nothing: the holder counts as alive. Only "completed" ends it.
+func (g *GitHubActions) assess(a attemptAnswer, run, attempt string) (Verdict, error) {
 	switch {
-	case body.Status == "":
-		return Verdict{}, fmt.Errorf("GitHub Actions API answered for run %s attempt %s of %s without a status: whether it ended cannot be told", m[1], m[2], g.Repository)
-	case fmt.Sprint(body.ID) != m[1] || fmt.Sprint(body.RunAttempt) != m[2]:
+	case a.Status == "":
+		return Verdict{}, fmt.Errorf("GitHub Actions API answered for run %s attempt %s of %s without a status: whether it ended cannot be told", run, attempt, g.Repository)
+	case fmt.Sprint(a.ID) != run || fmt.Sprint(a.RunAttempt) != attempt:
 		return Verdict{}, fmt.Errorf("GitHub Actions API answered for run %d attempt %d, not run %s attempt %s of %s: whether it ended cannot be told",
-			body.ID, body.RunAttempt, m[1], m[2], g.Repository)
+			a.ID, a.RunAttempt, run, attempt, g.Repository)
 	}
 
-	ev := fmt.Sprintf("GitHub Actions run %s attempt %s of %s is %s", m[1], m[2], g.Repository, body.Status)
+	ev := fmt.Sprintf("GitHub Actions run %s attempt %s of %s is %s", run, attempt, g.Repository, a.Status)
 
-	return Verdict{Applicable: true, Terminal: body.Status == "completed", Evidence: ev}, nil
+	return Verdict{Applicable: true, Terminal: a.Status == "completed", Evidence: ev}, nil
 }

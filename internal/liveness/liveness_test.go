@@ -59,3 +59,43 @@ func TestGitHubActionsAnswers(t *testing.T) {
 		})
 	}
 }
+
+// assess, the decision alone: every status GitHub documents for a run, and answers about
+// another run or attempt. Only "completed" about this very attempt ends the run.
+func TestAssess(t *testing.T) {
+	g := &GitHubActions{Repository: "org/repo"}
+
+	for _, tc := range []struct {
+		name     string
+		answer   attemptAnswer
+		terminal bool
+		err      string
+	}{
+		{"completed", attemptAnswer{ID: 42, RunAttempt: 1, Status: "completed"}, true, ""},
+		{"queued", attemptAnswer{ID: 42, RunAttempt: 1, Status: "queued"}, false, ""},
+		{"in progress", attemptAnswer{ID: 42, RunAttempt: 1, Status: "in_progress"}, false, ""},
+		{"waiting for an approval", attemptAnswer{ID: 42, RunAttempt: 1, Status: "waiting"}, false, ""},
+		{"requested", attemptAnswer{ID: 42, RunAttempt: 1, Status: "requested"}, false, ""},
+		{"pending", attemptAnswer{ID: 42, RunAttempt: 1, Status: "pending"}, false, ""},
+		{"a status GitHub may add later", attemptAnswer{ID: 42, RunAttempt: 1, Status: "Completed "}, false, ""},
+		{"no status", attemptAnswer{ID: 42, RunAttempt: 1}, false, "without a status"},
+		{"another run, completed", attemptAnswer{ID: 7, RunAttempt: 1, Status: "completed"}, false, "not run 42 attempt 1"},
+		{"a later attempt, completed", attemptAnswer{ID: 42, RunAttempt: 2, Status: "completed"}, false, "not run 42 attempt 1"},
+		{"no id", attemptAnswer{RunAttempt: 1, Status: "completed"}, false, "not run 42 attempt 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := g.assess(tc.answer, "42", "1")
+
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want %q", err, tc.err)
+			case v.Terminal != tc.terminal:
+				t.Fatalf("terminal %t, want %t (%+v)", v.Terminal, tc.terminal, v)
+			case err == nil && !v.Applicable:
+				t.Fatalf("a judged answer is not applicable: %+v", v)
+			}
+		})
+	}
+}
