@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,10 +99,12 @@ type Disruption struct {
 	PullFailurePodSecs float64       `json:"pull_failure_pod_seconds"`
 }
 
-// Eviction is one eviction the apiserver granted.
+// Eviction is one eviction request the apiserver answered (granted, or refused by a budget).
 type Eviction struct {
 	Pod  string    `json:"pod"`
 	Time time.Time `json:"time"`
+	// UserAgent is the asking client's ("ghcrsync" for ghcrsync's own requests).
+	UserAgent string `json:"user_agent,omitempty"`
 	// Owner and Started are the pod's controller and when a kubelet first ran it.
 	Owner   string    `json:"owner,omitempty"`
 	Started time.Time `json:"started"`
@@ -206,6 +209,18 @@ func lines(evs []Eviction, lives map[string]podLife) (maxN int, mean float64) {
 
 // evictions reads the granted evictions of pods in namespaces since since from the audit log.
 func (s *Sandbox) evictions(since time.Time, namespaces []string) ([]Eviction, error) {
+	return s.evictionAnswers(since, namespaces, func(code int) bool { return code/100 == 2 })
+}
+
+// RefusedEvictions reads, from the apiserver's audit log, the eviction requests for pods in
+// namespaces since since that a PodDisruptionBudget refused (429 Too Many Requests): each time
+// a drain was held by a budget, as the apiserver answered it.
+func (s *Sandbox) RefusedEvictions(since time.Time, namespaces []string) ([]Eviction, error) {
+	return s.evictionAnswers(since, namespaces, func(code int) bool { return code == http.StatusTooManyRequests })
+}
+
+// evictionAnswers reads the eviction requests whose answer's status code answered says.
+func (s *Sandbox) evictionAnswers(since time.Time, namespaces []string, answered func(code int) bool) ([]Eviction, error) {
 	b, err := os.ReadFile(filepath.Join(s.opts.Dir, "logs", AuditLogFile))
 	if err != nil {
 		return nil, err
@@ -236,15 +251,16 @@ func (s *Sandbox) evictions(since time.Time, namespaces []string) ([]Eviction, e
 				Code int `json:"code"`
 			} `json:"responseStatus"`
 			StageTimestamp time.Time `json:"stageTimestamp"`
+			UserAgent      string    `json:"userAgent"`
 		}
 
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			return nil, fmt.Errorf("audit log: %w", err)
 		}
 
-		ok := ev.Verb == "create" && ev.Stage == "ResponseComplete" && ev.ObjectRef.Subresource == "eviction" && ev.ResponseStatus.Code/100 == 2
+		ok := ev.Verb == "create" && ev.Stage == "ResponseComplete" && ev.ObjectRef.Subresource == "eviction" && answered(ev.ResponseStatus.Code)
 		if ok && slices.Contains(namespaces, ev.ObjectRef.Namespace) && ev.StageTimestamp.After(since) {
-			out = append(out, Eviction{Pod: ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name, Time: ev.StageTimestamp})
+			out = append(out, Eviction{Pod: ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name, Time: ev.StageTimestamp, UserAgent: ev.UserAgent})
 		}
 	}
 

@@ -77,6 +77,10 @@ type campaign struct {
 
 	pullOnce sync.Once
 	pullErr  error
+
+	// held and predicted count the pods whose eviction by a first apply a budget refused while
+	// it allowed no disruption at plan time, and how many of them the plan had named.
+	held, predicted int
 }
 
 func TestChaos(t *testing.T) {
@@ -155,6 +159,8 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: %d seed(s), %d failed %v, %s wall, %d apply process(es); faults %s; kills %s; unsafe writes %d, interleaved writes %d\n",
 		len(list), len(failed), failed, time.Since(begin).Round(time.Second), applies, counts(kinds), counts(kills),
 		sb.Fleet().Stats().UnsafeWrites, sb.Fleet().Stats().InterleavedWrites)
+
+	fmt.Printf("chaos: drain holds by a budget that allowed no disruption at plan time: %d pod(s) held, %d predicted by the plan\n", c.held, c.predicted)
 
 	if calls := sb.HcloudCalls(); calls != nil {
 		fmt.Printf("chaos: the real cluster-autoscaler created %d and deleted %d server(s)\n", calls["POST /v1/servers"], calls["DELETE /v1/servers/{id}"])

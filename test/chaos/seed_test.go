@@ -61,6 +61,8 @@ type seedRun struct {
 	// rotation); started is when the seed's rotation began (the availability witness's start).
 	revokedFirst bool
 	started      time.Time
+
+	holds holds // the drains the first plan predicted a budget would hold, and what happened
 }
 
 func (r *seedRun) onHeal(f func()) {
@@ -266,12 +268,20 @@ func (r *seedRun) note(k, v string) {
 // (maybe) stops it with a signal. It returns the first apply.
 func (r *seedRun) chaos(ctx context.Context) *proc {
 	planFile := filepath.Join(r.dir, "first.plan")
-	if _, ok := r.planApplicable(planFile); !ok {
+
+	r.beforePlan(ctx)
+
+	pj, ok := r.planApplicable(planFile)
+	if !ok {
 		return nil
 	}
 
+	r.afterPlan(ctx, pj)
+
 	faults := r.drawFaults()
 	kill, killAt := r.drawKill()
+
+	applyStart := time.Now()
 
 	first, err := r.c.cli.start("apply", "--config", r.cfg, planFile)
 	if err != nil {
@@ -285,6 +295,8 @@ func (r *seedRun) chaos(ctx context.Context) *proc {
 	fctx, stopFaults := context.WithCancel(ctx)
 
 	var wg sync.WaitGroup
+
+	wg.Go(func() { r.liftPlanHold(fctx) })
 
 	for _, sf := range faults {
 		wg.Add(1)
@@ -313,6 +325,7 @@ func (r *seedRun) chaos(ctx context.Context) *proc {
 
 	stopFaults()
 	wg.Wait()
+	r.checkHolds(applyStart)
 
 	code, _ := first.exit()
 	r.outcome = fmt.Sprintf("exit %d", code)
