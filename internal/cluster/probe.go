@@ -190,34 +190,10 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 	judge := func(p *corev1.Pod) bool {
 		seen = p
 
-		for _, cs := range p.Status.ContainerStatuses {
-			if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
-				verdict = fmt.Errorf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", node, image, w.Reason, w.Message)
+		var done bool
+		done, verdict = probeVerdict(p, node, image)
 
-				return true
-			}
-
-			if cs.ImageID != "" {
-				return true // pulled: proved
-			}
-		}
-
-		switch {
-		case p.Status.Phase == corev1.PodFailed && p.Status.Reason != "":
-			// The kubelet refused to run it at all (OutOfmemory, OutOfcpu, NodeAffinity, ...):
-			// nothing was pulled, and waiting longer changes nothing.
-			verdict = fmt.Errorf("the kubelet of %s rejected runtime probe %s/%s before pulling anything (%s: %s); "+
-				"make room for the probe on the node (its requests come from the namespace's LimitRange, if any), then run plan and apply again",
-				node, namespace, p.Name, p.Status.Reason, p.Status.Message)
-
-			return true
-		case p.Status.Phase == corev1.PodFailed:
-			verdict = fmt.Errorf("runtime probe %s/%s on %s failed before its image was pulled: %s", namespace, p.Name, node, p.Status.Message)
-
-			return true
-		}
-
-		return false
+		return done
 	}
 
 	if err := c.awaitPod(ctx, pod, timeout, judge); err != nil {
@@ -229,6 +205,33 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 	}
 
 	return c.pulled(ctx, node, pod, image, min(timeout, pulledEventWait))
+}
+
+// probeVerdict judges one sight of a probe pod on node: done when it pulled image (verdict nil),
+// could not pull it, or failed before pulling (the verdict says which); not done while it waits.
+func probeVerdict(p *corev1.Pod, node, image string) (done bool, verdict error) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
+			return true, fmt.Errorf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", node, image, w.Reason, w.Message)
+		}
+
+		if cs.ImageID != "" {
+			return true, nil // pulled: proved
+		}
+	}
+
+	switch {
+	case p.Status.Phase == corev1.PodFailed && p.Status.Reason != "":
+		// The kubelet refused to run it at all (OutOfmemory, OutOfcpu, NodeAffinity, ...):
+		// nothing was pulled, and waiting longer changes nothing.
+		return true, fmt.Errorf("the kubelet of %s rejected runtime probe %s/%s before pulling anything (%s: %s); "+
+			"make room for the probe on the node (its requests come from the namespace's LimitRange, if any), then run plan and apply again",
+			node, p.Namespace, p.Name, p.Status.Reason, p.Status.Message)
+	case p.Status.Phase == corev1.PodFailed:
+		return true, fmt.Errorf("runtime probe %s/%s on %s failed before its image was pulled: %s", p.Namespace, p.Name, node, p.Status.Message)
+	}
+
+	return false, nil
 }
 
 // pulledEventWait bounds the wait for the kubelet's Pulled event after the pod's status named

@@ -295,3 +295,47 @@ func TestPullEvidence(t *testing.T) {
 		})
 	}
 }
+
+// One sight of the probe pod: pulled proves, a pull failure refuses, a kubelet's rejection or a
+// failure before the pull ends the wait with its reason; a pod still waiting (creating, an
+// unrelated waiting reason) is not judged yet.
+func TestProbeVerdict(t *testing.T) {
+	pod := func(phase corev1.PodPhase, reason string, cs ...corev1.ContainerStatus) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ghcrsync-system", Name: "probe-x"},
+			Status:     corev1.PodStatus{Phase: phase, Reason: reason, ContainerStatuses: cs},
+		}
+	}
+
+	waiting := func(reason string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "m"}}}
+	}
+
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		done bool
+		err  string
+	}{
+		{"pulled", pod(corev1.PodRunning, "", corev1.ContainerStatus{ImageID: "sha256:abc"}), true, ""},
+		{"pull refused", pod(corev1.PodPending, "", waiting("ErrImagePull")), true, "cannot pull ghcr.io/org/img:v1 with its own credential (ErrImagePull: m)"},
+		{"backing off", pod(corev1.PodPending, "", waiting("ImagePullBackOff")), true, "ImagePullBackOff"},
+		{"still creating", pod(corev1.PodPending, "", waiting("ContainerCreating")), false, ""},
+		{"no status yet", pod(corev1.PodPending, ""), false, ""},
+		{"rejected by the kubelet", pod(corev1.PodFailed, "OutOfcpu"), true, "rejected runtime probe ghcrsync-system/probe-x before pulling anything (OutOfcpu"},
+		{"failed before the pull", pod(corev1.PodFailed, ""), true, "failed before its image was pulled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done, err := probeVerdict(tc.pod, "worker-1", "ghcr.io/org/img:v1")
+
+			switch {
+			case done != tc.done:
+				t.Fatalf("done %t, want %t", done, tc.done)
+			case tc.err == "" && err != nil:
+				t.Fatalf("unexpected verdict: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("verdict %v, want %q", err, tc.err)
+			}
+		})
+	}
+}

@@ -918,28 +918,7 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 			n.AllowQuorumLoss = *b.AllowQuorumLoss
 		}
 
-		if p := b.RuntimeProbe; p != nil {
-			if p.Image != nil {
-				n.Probe.Image = *p.Image
-			}
-
-			switch {
-			case p.Images != nil && p.Image != nil:
-				d.errorf(attrRange(body, "nodes", "runtime_probe"), "Conflicting probe images", "set nodes.runtime_probe.image or images, not both.")
-			case p.Images != nil && len(*p.Images) == 0:
-				d.errorf(attrRange(body, "nodes", "runtime_probe"), "No probe images", "nodes.runtime_probe.images lists no image.")
-			case p.Images != nil:
-				n.Probe.Image, n.Probe.Images = (*p.Images)[0], slices.Clone(*p.Images)
-			}
-
-			if p.Namespace != nil {
-				n.Probe.Namespace = *p.Namespace
-			}
-
-			if p.ServiceAccount != nil {
-				n.Probe.ServiceAccount = *p.ServiceAccount
-			}
-		}
+		d.probe(b.RuntimeProbe, body, &n.Probe)
 	}
 
 	if n.Probe.Image != "" && len(n.Probe.Images) == 0 {
@@ -955,6 +934,34 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 	}
 
 	cfg.Nodes = n
+}
+
+// probe reads nodes.runtime_probe over the defaults in pr.
+func (d *decoder) probe(p *probeBlock, body hcl.Body, pr *Probe) {
+	if p == nil {
+		return
+	}
+
+	if p.Image != nil {
+		pr.Image = *p.Image
+	}
+
+	switch {
+	case p.Images != nil && p.Image != nil:
+		d.errorf(attrRange(body, "nodes", "runtime_probe"), "Conflicting probe images", "set nodes.runtime_probe.image or images, not both.")
+	case p.Images != nil && len(*p.Images) == 0:
+		d.errorf(attrRange(body, "nodes", "runtime_probe"), "No probe images", "nodes.runtime_probe.images lists no image.")
+	case p.Images != nil:
+		pr.Image, pr.Images = (*p.Images)[0], slices.Clone(*p.Images)
+	}
+
+	if p.Namespace != nil {
+		pr.Namespace = *p.Namespace
+	}
+
+	if p.ServiceAccount != nil {
+		pr.ServiceAccount = *p.ServiceAccount
+	}
 }
 
 // Overrides are the command line's connection flags (--kubeconfig, --context, --talosconfig,

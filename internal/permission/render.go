@@ -142,48 +142,7 @@ func roles(namespace string, id Identity) []runtime.Object {
 // rules turns permissions into policy rules: the verbs on one object together, then the objects
 // with the same verbs together. A permission on any object ("" name) stays a rule of its own.
 func rules(needs []cluster.Access) []rbacv1.PolicyRule {
-	type object struct{ group, resource, name string }
-
-	verbs := map[object][]string{}
-
-	var order []object
-
-	for _, a := range needs {
-		o := object{a.Group, a.Resource, a.Name}
-		if _, ok := verbs[o]; !ok {
-			order = append(order, o)
-		}
-
-		if !slices.Contains(verbs[o], a.Verb) {
-			verbs[o] = append(verbs[o], a.Verb)
-		}
-	}
-
-	type ruleKey struct{ group, resource, verbs string }
-
-	names := map[ruleKey][]string{}
-
-	var keys []ruleKey
-
-	for _, o := range order {
-		v := slices.Clone(verbs[o])
-		sort.Strings(v)
-
-		k := ruleKey{o.group, o.resource, strings.Join(v, ",")}
-		if o.name == "" {
-			k.verbs += ",*" // any object: never merged with a rule by name
-		}
-
-		if _, ok := names[k]; !ok {
-			keys = append(keys, k)
-		}
-
-		if o.name != "" {
-			names[k] = append(names[k], o.name)
-		} else {
-			names[k] = names[k][:0:0]
-		}
-	}
+	names, keys := byVerbs(verbsByObject(needs))
 
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
@@ -212,6 +171,62 @@ func rules(needs []cluster.Access) []rbacv1.PolicyRule {
 	}
 
 	return out
+}
+
+// object is one object (or, with no name, every object) of a resource.
+type object struct{ group, resource, name string }
+
+// ruleKey is a rule before its names: a resource and its verbs (sorted, joined; ",*" marks a
+// rule on any object).
+type ruleKey struct{ group, resource, verbs string }
+
+// verbsByObject gathers the verbs needed on each object, objects in the order first needed.
+func verbsByObject(needs []cluster.Access) (map[object][]string, []object) {
+	verbs := map[object][]string{}
+
+	var order []object
+
+	for _, a := range needs {
+		o := object{a.Group, a.Resource, a.Name}
+		if _, ok := verbs[o]; !ok {
+			order = append(order, o)
+		}
+
+		if !slices.Contains(verbs[o], a.Verb) {
+			verbs[o] = append(verbs[o], a.Verb)
+		}
+	}
+
+	return verbs, order
+}
+
+// byVerbs gathers the objects of a resource needing the same verbs into one rule's names.
+func byVerbs(verbs map[object][]string, order []object) (map[ruleKey][]string, []ruleKey) {
+	names := map[ruleKey][]string{}
+
+	var keys []ruleKey
+
+	for _, o := range order {
+		v := slices.Clone(verbs[o])
+		sort.Strings(v)
+
+		k := ruleKey{o.group, o.resource, strings.Join(v, ",")}
+		if o.name == "" {
+			k.verbs += ",*" // any object: never merged with a rule by name
+		}
+
+		if _, ok := names[k]; !ok {
+			keys = append(keys, k)
+		}
+
+		if o.name != "" {
+			names[k] = append(names[k], o.name)
+		} else {
+			names[k] = names[k][:0:0]
+		}
+	}
+
+	return names, keys
 }
 
 // SecretsAdmissionPolicy bounds what every identity of namespace (ghcrsync's service

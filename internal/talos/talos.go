@@ -350,17 +350,40 @@ func (c *Client) fleetFacts(ctx context.Context, batch []*plan.Node) error {
 		return err
 	}
 
-	type reply struct {
-		version, err string
-		cri          time.Time
-		seen, listed bool
+	replies := fleetReplies(ver, svc)
+
+	for _, n := range batch {
+		r := replies[n.InternalIP]
+
+		switch {
+		case r == nil || !r.seen || !r.listed:
+			n.TalosError = "its Talos API sent no reply in the one-to-many call for " + n.InternalIP
+		case r.err != "":
+			n.TalosError = r.err
+		case r.version == "":
+			n.TalosError = "version: the node's Talos API answered with no version"
+		default:
+			n.Talos = &plan.TalosFacts{Version: r.version, CRIStarted: r.cri}
+		}
 	}
 
-	replies := map[string]*reply{}
-	at := func(md interface{ GetHostname() string }) *reply {
+	return nil
+}
+
+// fleetReply is what a one-to-many call's two answers say of one node (by its address).
+type fleetReply struct {
+	version, err string
+	cri          time.Time
+	seen, listed bool
+}
+
+// fleetReplies sorts the version and service-list answers of a one-to-many call by node.
+func fleetReplies(ver *machine.VersionResponse, svc *machine.ServiceListResponse) map[string]*fleetReply {
+	replies := map[string]*fleetReply{}
+	at := func(md interface{ GetHostname() string }) *fleetReply {
 		r := replies[md.GetHostname()]
 		if r == nil {
-			r = &reply{}
+			r = &fleetReply{}
 			replies[md.GetHostname()] = r
 		}
 
@@ -385,22 +408,7 @@ func (c *Client) fleetFacts(ctx context.Context, batch []*plan.Node) error {
 		}
 	}
 
-	for _, n := range batch {
-		r := replies[n.InternalIP]
-
-		switch {
-		case r == nil || !r.seen || !r.listed:
-			n.TalosError = "its Talos API sent no reply in the one-to-many call for " + n.InternalIP
-		case r.err != "":
-			n.TalosError = r.err
-		case r.version == "":
-			n.TalosError = "version: the node's Talos API answered with no version"
-		default:
-			n.Talos = &plan.TalosFacts{Version: r.version, CRIStarted: r.cri}
-		}
-	}
-
-	return nil
+	return replies
 }
 
 // nodeFacts reads one node's version and service list (the one-to-one fallback).

@@ -271,25 +271,12 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		}
 	}
 
-	targets, err := w.SecretTargets(ctx)
+	secrets, heldBySecrets, err := w.secrets(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
 
-	secrets := make([]plan.SecretObs, 0, len(targets))
-
-	for _, t := range targets {
-		obs, cred, err := w.Kube.ObserveSecret(ctx, t, cfg.Credential.Registry)
-		if err != nil {
-			return plan.Snapshot{}, nil, err
-		}
-
-		if cred != nil {
-			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Cred: cred})
-		}
-
-		secrets = append(secrets, obs)
-	}
+	held = append(held, heldBySecrets...)
 
 	templates, err := w.Templates(ctx)
 	if err != nil {
@@ -312,6 +299,33 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 
 	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates,
 		Kustomizations: kustomizations}, held, nil
+}
+
+// secrets observes every pull secret the run writes, and the credentials they hold.
+func (w *Workspace) secrets(ctx context.Context) ([]plan.SecretObs, []Held, error) {
+	targets, err := w.SecretTargets(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	secrets := make([]plan.SecretObs, 0, len(targets))
+
+	var held []Held
+
+	for _, t := range targets {
+		obs, cred, err := w.Kube.ObserveSecret(ctx, t, w.Config.Credential.Registry)
+		if err != nil {
+			return nil, nil, err
+		}
+
+		if cred != nil {
+			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Cred: cred})
+		}
+
+		secrets = append(secrets, obs)
+	}
+
+	return secrets, held, nil
 }
 
 // Kustomizations reads every Flux Kustomization the flux block names. One that does not exist

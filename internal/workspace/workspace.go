@@ -103,20 +103,8 @@ func Open(o Options) (*Workspace, error) {
 		w.now = time.Now
 	}
 
-	if o.Preflight != "" {
-		ctx := o.Context
-		if ctx == nil {
-			ctx = context.Background()
-		}
-
-		check := w.Preflight
-		if o.PreflightReads {
-			check = w.PreflightReads
-		}
-
-		if err := check(ctx, o.Preflight); err != nil {
-			return nil, err
-		}
+	if err := w.checkAccess(o); err != nil {
+		return nil, err
 	}
 
 	if o.Lock {
@@ -127,27 +115,56 @@ func Open(o Options) (*Workspace, error) {
 		w.locked = true
 	}
 
-	if w.State, err = w.Store.Read(); err != nil {
-		u, unreadable := state.Unreadable(err)
-		if !unreadable || o.UnreadableState == nil {
-			w.Close()
+	if err := w.readState(o); err != nil {
+		w.Close()
 
-			return nil, err
-		}
-
-		// A command that repairs a wedge carries on from the cluster's own records (the
-		// nodes' annotations) and never writes over what it could not read.
-		if err := o.UnreadableState(err, u); err != nil {
-			w.Close()
-
-			return nil, err
-		}
-
-		w.State, w.Unreadable = &state.State{FormatVersion: state.FormatVersion}, err
-		w.Store = keepOut{w.Store}
+		return nil, err
 	}
 
 	return w, nil
+}
+
+// checkAccess checks the command's permissions, if asked: the first contact with the cluster.
+func (w *Workspace) checkAccess(o Options) error {
+	if o.Preflight == "" {
+		return nil
+	}
+
+	ctx := o.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+
+	check := w.Preflight
+	if o.PreflightReads {
+		check = w.PreflightReads
+	}
+
+	return check(ctx, o.Preflight)
+}
+
+// readState reads the state from its backend. A command that repairs a wedge
+// (o.UnreadableState) carries on from the cluster's own records when it cannot be read (the
+// nodes' annotations), and never writes over what it could not read.
+func (w *Workspace) readState(o Options) error {
+	var err error
+	if w.State, err = w.Store.Read(); err == nil {
+		return nil
+	}
+
+	u, unreadable := state.Unreadable(err)
+	if !unreadable || o.UnreadableState == nil {
+		return err
+	}
+
+	if err := o.UnreadableState(err, u); err != nil {
+		return err
+	}
+
+	w.State, w.Unreadable = &state.State{FormatVersion: state.FormatVersion}, err
+	w.Store = keepOut{w.Store}
+
+	return nil
 }
 
 // keepOut is a store whose state could not be read: reads give nothing, writes are dropped, so
