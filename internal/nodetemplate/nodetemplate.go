@@ -284,22 +284,11 @@ func cloudInits(js []byte) (map[string][2]int, error) {
 		return nil, fmt.Errorf("the decoded value is not the hcloud cluster config's JSON: %w", err)
 	}
 
-	type frame struct {
-		obj, wantKey bool
-		key          string
-	}
-
-	var stack []*frame
+	var path jsonPath
 
 	spans := map[string][2]int{}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
-
-	consumed := func() {
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].wantKey = true
-		}
-	}
 
 	for {
 		before := dec.InputOffset()
@@ -313,37 +302,78 @@ func cloudInits(js []byte) (map[string][2]int, error) {
 			return nil, fmt.Errorf("the decoded value is not JSON: %w", err)
 		}
 
-		if d, ok := tok.(json.Delim); ok {
-			switch d {
-			case '{', '[':
-				consumed()
-				stack = append(stack, &frame{obj: d == '{', wantKey: d == '{'})
-			default:
-				stack = stack[:len(stack)-1]
-			}
-
+		if path.step(tok) {
 			continue
 		}
 
-		if len(stack) == 0 {
-			continue // a scalar at the top (JSON null): no pools
-		}
-
-		if top := stack[len(stack)-1]; top.obj && top.wantKey {
-			top.key, top.wantKey = tok.(string), false
-
-			continue
-		}
-
-		if s, ok := tok.(string); ok && len(stack) == 3 && stack[0].key == "nodeConfigs" && stack[2].key == "cloudInit" && s != "" {
+		if s, ok := tok.(string); ok && path.at("nodeConfigs", "", "cloudInit") && s != "" {
 			start := before + int64(bytes.IndexByte(js[before:], '"'))
-			spans[stack[1].key] = [2]int{int(start), int(dec.InputOffset())}
+			spans[path.stack[1].key] = [2]int{int(start), int(dec.InputOffset())}
 		}
 
-		consumed()
+		path.consumed()
 	}
 
 	return spans, nil
+}
+
+// jsonPath follows where a JSON token stream is: the open objects and arrays, and in each
+// object the key being read.
+type jsonPath struct{ stack []*jsonFrame }
+
+type jsonFrame struct {
+	obj, wantKey bool
+	key          string
+}
+
+// step takes a delimiter or an object's key and reports true; a value (false) is the caller's,
+// who then calls consumed.
+func (p *jsonPath) step(tok json.Token) bool {
+	if d, ok := tok.(json.Delim); ok {
+		switch d {
+		case '{', '[':
+			p.consumed()
+			p.stack = append(p.stack, &jsonFrame{obj: d == '{', wantKey: d == '{'})
+		default:
+			p.stack = p.stack[:len(p.stack)-1]
+		}
+
+		return true
+	}
+
+	if len(p.stack) == 0 {
+		return true // a scalar at the top (JSON null): nothing to find
+	}
+
+	if top := p.stack[len(p.stack)-1]; top.obj && top.wantKey {
+		top.key, top.wantKey = tok.(string), false
+
+		return true
+	}
+
+	return false
+}
+
+// consumed ends a value: the object it was in wants its next key.
+func (p *jsonPath) consumed() {
+	if n := len(p.stack); n > 0 && p.stack[n-1].obj {
+		p.stack[n-1].wantKey = true
+	}
+}
+
+// at reports whether the value read now is at keys ("" matches any key), from the top.
+func (p *jsonPath) at(keys ...string) bool {
+	if len(p.stack) != len(keys) {
+		return false
+	}
+
+	for i, k := range keys {
+		if k != "" && p.stack[i].key != k {
+			return false
+		}
+	}
+
+	return true
 }
 
 type configDocument = configconfig.Document
