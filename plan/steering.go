@@ -135,21 +135,7 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 		st.Effect = taints.NoSchedule
 	}
 
-	var seed *NodePlan
-
-	fenced := map[string]bool{}
-
-	for i := range p.Nodes {
-		n := &p.Nodes[i]
-		if n.Order > 0 && n.Action == ActionFence {
-			fenced[n.Name] = true
-
-			if seed == nil && n.Role == RoleWorker {
-				seed = n
-			}
-		}
-	}
-
+	seed, fenced := firstDrained(p)
 	if seed == nil {
 		st.Sentence = "no worker is drained: nothing is evicted"
 
@@ -157,23 +143,7 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 	}
 
 	st.Seed, st.SeedPods = seed.Name, seed.Pods
-
-	var able []string
-
-	for _, n := range s.Nodes {
-		np, _ := p.Node(n.Name)
-		d := DestinationOf(n)
-
-		switch {
-		case fenced[n.Name] || !d.Takes():
-		case np.Action == ActionApplyLive && np.Role == RoleWorker: // rotated live before any drain
-			able = append(able, n.Name)
-		default:
-			if ok, _ := p.CanPull(d); ok {
-				able = append(able, n.Name)
-			}
-		}
-	}
+	able := destinations(p, s, fenced)
 
 	pods := fmt.Sprintf("%d %s", seed.Pods, human.Plural(seed.Pods, "pod", "pods"))
 
@@ -196,6 +166,50 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 	}
 
 	return st
+}
+
+// firstDrained is the first worker the plan fences (the seed of the roll), and every node it
+// fences.
+func firstDrained(p *Plan) (*NodePlan, map[string]bool) {
+	var seed *NodePlan
+
+	fenced := map[string]bool{}
+
+	for i := range p.Nodes {
+		n := &p.Nodes[i]
+		if n.Order > 0 && n.Action == ActionFence {
+			fenced[n.Name] = true
+
+			if seed == nil && n.Role == RoleWorker {
+				seed = n
+			}
+		}
+	}
+
+	return seed, fenced
+}
+
+// destinations are the nodes the seed's pods can go to: not fenced, taking pods, and able to
+// pull (rotated live before any drain, or holding a credential the registry accepts).
+func destinations(p *Plan, s Snapshot, fenced map[string]bool) []string {
+	var able []string
+
+	for _, n := range s.Nodes {
+		np, _ := p.Node(n.Name)
+		d := DestinationOf(n)
+
+		switch {
+		case fenced[n.Name] || !d.Takes():
+		case np.Action == ActionApplyLive && np.Role == RoleWorker: // rotated live before any drain
+			able = append(able, n.Name)
+		default:
+			if ok, _ := p.CanPull(d); ok {
+				able = append(able, n.Name)
+			}
+		}
+	}
+
+	return able
 }
 
 func describeNames(names []string) string {
