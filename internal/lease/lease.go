@@ -122,65 +122,79 @@ func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease,
 		l.logf = func(string, ...any) {}
 	}
 
-	leases := kube.CoordinationV1().Leases(o.Namespace)
-
 	for attempt := 0; attempt < 5; attempt++ {
-		now := metav1.NewMicroTime(time.Now())
+		taken, err := l.take(ctx, o)
+		if err != nil {
+			return nil, err
+		}
 
-		cur, err := leases.Get(ctx, o.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = leases.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-				Spec: coordinationv1.LeaseSpec{
-					HolderIdentity: ptr.To(o.Holder), LeaseDurationSeconds: ptr.To(int32(o.Duration.Seconds())),
-					AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To(int32(0)),
-				},
-			}, metav1.CreateOptions{})
-			// Taken meanwhile, or our create's answer was lost: the next read tells (ours is
-			// adopted as ours).
-			if apierrors.IsAlreadyExists(err) || answer.Lost(err) {
-				continue
-			}
-
-			if err != nil {
-				return nil, fmt.Errorf("create lease %s/%s: %w", o.Namespace, o.Name, err)
-			}
-
-			l.lastRenew = now.Time
-
+		if taken {
 			return l, nil
 		}
+	}
 
-		if err != nil {
-			return nil, fmt.Errorf("read lease %s/%s: %w", o.Namespace, o.Name, err)
-		}
+	return nil, fmt.Errorf("acquire lease %s/%s: it kept changing under us; try again", o.Namespace, o.Name)
+}
 
-		holder := ptr.Deref(cur.Spec.HolderIdentity, "")
-		if holder != "" && holder != o.Holder {
-			return nil, l.errorFrom(HeldByAnother, cur, errors.New("ghcrsync never takes over a held Lease, even an expired one; inspect it with `ghcrsync fences`"))
-		}
+// take is one attempt at the Lease: create it, or take it when it has no holder or is ours.
+// taken is false when the attempt must be made again from a fresh read (taken meanwhile, a
+// conflict, or a lost answer: the next read tells, and ours is adopted as ours).
+func (l *Lease) take(ctx context.Context, o Options) (taken bool, err error) {
+	leases := l.kube.CoordinationV1().Leases(o.Namespace)
+	now := metav1.NewMicroTime(time.Now())
 
-		if holder == "" {
-			cur.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
-			cur.Spec.AcquireTime = &now
-		}
+	cur, err := leases.Get(ctx, o.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(o.Holder), LeaseDurationSeconds: ptr.To(int32(o.Duration.Seconds())),
+				AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To(int32(0)),
+			},
+		}, metav1.CreateOptions{})
 
-		cur.Spec.HolderIdentity = ptr.To(o.Holder)
-		cur.Spec.RenewTime = &now
-		cur.Spec.LeaseDurationSeconds = ptr.To(int32(o.Duration.Seconds()))
-
-		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) || answer.Lost(err) {
-			continue
-		} else if err != nil {
-			return nil, fmt.Errorf("acquire lease %s/%s: %w", o.Namespace, o.Name, err)
+		switch {
+		case apierrors.IsAlreadyExists(err) || answer.Lost(err):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("create lease %s/%s: %w", o.Namespace, o.Name, err)
 		}
 
 		l.lastRenew = now.Time
 
-		return l, nil
+		return true, nil
 	}
 
-	return nil, fmt.Errorf("acquire lease %s/%s: it kept changing under us; try again", o.Namespace, o.Name)
+	if err != nil {
+		return false, fmt.Errorf("read lease %s/%s: %w", o.Namespace, o.Name, err)
+	}
+
+	holder := ptr.Deref(cur.Spec.HolderIdentity, "")
+	if holder != "" && holder != o.Holder {
+		return false, l.errorFrom(HeldByAnother, cur, errors.New("ghcrsync never takes over a held Lease, even an expired one; inspect it with `ghcrsync fences`"))
+	}
+
+	if holder == "" {
+		cur.Spec.LeaseTransitions = ptr.To(ptr.Deref(cur.Spec.LeaseTransitions, 0) + 1)
+		cur.Spec.AcquireTime = &now
+	}
+
+	cur.Spec.HolderIdentity = ptr.To(o.Holder)
+	cur.Spec.RenewTime = &now
+	cur.Spec.LeaseDurationSeconds = ptr.To(int32(o.Duration.Seconds()))
+
+	_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+
+	switch {
+	case apierrors.IsConflict(err) || answer.Lost(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("acquire lease %s/%s: %w", o.Namespace, o.Name, err)
+	}
+
+	l.lastRenew = now.Time
+
+	return true, nil
 }
 
 func (l *Lease) errorFrom(class string, cur *coordinationv1.Lease, err error) *Error {
