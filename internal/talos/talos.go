@@ -56,29 +56,9 @@ func (c *Client) bounded(ctx context.Context, node string) (context.Context, con
 //
 // extra are more gRPC dial options: a test's interceptor, say.
 func Connect(ctx context.Context, path, contextName string, endpoints []string, timeout time.Duration, extra ...grpc.DialOption) (*Client, error) {
-	cfgPath := path
-	if cfgPath == "" {
-		cfgPath = os.Getenv("TALOSCONFIG")
-	}
-
-	if cfgPath == "" {
-		// The default locations, without clientconfig.Open: it creates a missing file.
-		paths, err := clientconfig.GetDefaultPaths()
-		if err != nil {
-			return nil, fmt.Errorf("talosconfig: %w (set talos.talosconfig in the configuration, or TALOSCONFIG)", err)
-		}
-
-		for _, p := range paths {
-			if _, err := os.Stat(p.Path); err == nil {
-				cfgPath = p.Path
-
-				break
-			}
-		}
-
-		if cfgPath == "" {
-			return nil, fmt.Errorf("talosconfig: none found (set talos.talosconfig in the configuration, or TALOSCONFIG)")
-		}
+	cfgPath, err := talosconfigPath(path)
+	if err != nil {
+		return nil, err
 	}
 
 	data, err := readlimit.File(cfgPath, readlimit.Talosconf)
@@ -123,6 +103,31 @@ func Connect(ctx context.Context, path, contextName string, endpoints []string, 
 	}
 
 	return &Client{c: c, timeout: timeout, Requests: counter}, nil
+}
+
+// talosconfigPath is path, else TALOSCONFIG, else the first default location that exists
+// (found without clientconfig.Open: it creates a missing file).
+func talosconfigPath(path string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+
+	if p := os.Getenv("TALOSCONFIG"); p != "" {
+		return p, nil
+	}
+
+	paths, err := clientconfig.GetDefaultPaths()
+	if err != nil {
+		return "", fmt.Errorf("talosconfig: %w (set talos.talosconfig in the configuration, or TALOSCONFIG)", err)
+	}
+
+	for _, p := range paths {
+		if _, err := os.Stat(p.Path); err == nil {
+			return p.Path, nil
+		}
+	}
+
+	return "", fmt.Errorf("talosconfig: none found (set talos.talosconfig in the configuration, or TALOSCONFIG)")
 }
 
 // Close closes the connection.
