@@ -68,12 +68,15 @@ func newDestroy() *cobra.Command {
 	return cmd
 }
 
+// releaseArgs are release's flags.
+type releaseArgs struct {
+	cfgPath string
+	o       fence.RecoveryOptions
+	asJSON  bool
+}
+
 func newRelease() *cobra.Command {
-	var (
-		cfgPath string
-		o       fence.RecoveryOptions
-		asJSON  bool
-	)
+	a := &releaseArgs{}
 
 	cmd := &cobra.Command{
 		Use:   "release",
@@ -88,50 +91,54 @@ name the holder with --holder. --force releases a holder that may be alive.`,
   ghcrsync release --node prod-worker-3
   ghcrsync release --holder HOLDER --force   # a run that may be alive (see ghcrsync fences)`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = view.Progress(cmd.ErrOrStderr())
-
-			if o.Force {
-				view.ForceWarning(cmd.ErrOrStderr(), o.Holder)
-			}
-
-			class := workspace.CommandRelease
-			if o.DryRun {
-				class = workspace.CommandFences
-			}
-
-			ws, err := openRepair(cmd, class, cfgPath, !o.DryRun)
-			if err != nil {
-				return err
-			}
-			defer ws.Close()
-
-			res, err := fence.Recover(cmd.Context(), ws, o)
-			if err != nil {
-				return err
-			}
-
-			if err := view.Release(cmd.OutOrStdout(), view.FormatFor(asJSON), res); err != nil {
-				return err
-			}
-
-			if res.Held() > 0 {
-				return exitError{code: exitPartial}
-			}
-
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
 
 	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", defaultConfig(), "configuration file")
-	f.StringVar(&o.Node, "node", "", "release only this node's fence")
-	f.StringVar(&o.Holder, "holder", "", "the holder id whose fences to release (see ghcrsync fences)")
-	f.BoolVar(&o.Force, "force", false, "release even if the holder's run may be alive (needs --holder)")
-	f.BoolVar(&o.DryRun, "dry-run", false, "print what would be undone, and change nothing")
-	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	f.StringVar(&a.cfgPath, "config", defaultConfig(), "configuration file")
+	f.StringVar(&a.o.Node, "node", "", "release only this node's fence")
+	f.StringVar(&a.o.Holder, "holder", "", "the holder id whose fences to release (see ghcrsync fences)")
+	f.BoolVar(&a.o.Force, "force", false, "release even if the holder's run may be alive (needs --holder)")
+	f.BoolVar(&a.o.DryRun, "dry-run", false, "print what would be undone, and change nothing")
+	f.BoolVar(&a.asJSON, "json", false, "print the outcome as JSON")
 	_ = cmd.RegisterFlagCompletionFunc("node", completeFromState("config", false))
 	_ = cmd.RegisterFlagCompletionFunc("holder", completeFromState("config", true))
 
 	return cmd
+}
+
+// run releases: the fences of runs that are over (or the named holder's, with --force).
+func (a *releaseArgs) run(cmd *cobra.Command) error {
+	o := a.o
+	o.Progress = view.Progress(cmd.ErrOrStderr())
+
+	if o.Force {
+		view.ForceWarning(cmd.ErrOrStderr(), o.Holder)
+	}
+
+	class := workspace.CommandRelease
+	if o.DryRun {
+		class = workspace.CommandFences
+	}
+
+	ws, err := openRepair(cmd, class, a.cfgPath, !o.DryRun)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+
+	res, err := fence.Recover(cmd.Context(), ws, o)
+	if err != nil {
+		return err
+	}
+
+	if err := view.Release(cmd.OutOrStdout(), view.FormatFor(a.asJSON), res); err != nil {
+		return err
+	}
+
+	if res.Held() > 0 {
+		return exitError{code: exitPartial}
+	}
+
+	return nil
 }
