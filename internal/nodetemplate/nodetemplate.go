@@ -16,9 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -200,17 +200,9 @@ func rewriteHcloud(js []byte, pools []string, visit func(pool string, cfg []byte
 		return nil, false, err
 	}
 
-	selected := pools
-	if len(selected) == 0 {
-		for p := range spans {
-			selected = append(selected, p)
-		}
-
-		sort.Strings(selected)
-
-		if len(selected) == 0 {
-			return nil, false, errors.New("the cluster config has no nodeConfigs.<pool>.cloudInit: no machine config to manage")
-		}
+	selected, err := selectPools(spans, pools)
+	if err != nil {
+		return nil, false, err
 	}
 
 	type edit struct {
@@ -221,17 +213,7 @@ func rewriteHcloud(js []byte, pools []string, visit func(pool string, cfg []byte
 	var edits []edit
 
 	for _, p := range selected {
-		span, ok := spans[p]
-		if !ok {
-			known := make([]string, 0, len(spans))
-			for k := range spans {
-				known = append(known, k)
-			}
-
-			sort.Strings(known)
-
-			return nil, false, fmt.Errorf("no pool %q with a cloudInit in nodeConfigs (pools with one: %s)", p, strings.Join(known, ", "))
-		}
+		span := spans[p]
 
 		var cfg string
 		if err := json.Unmarshal(js[span[0]:span[1]], &cfg); err != nil {
@@ -260,6 +242,28 @@ func rewriteHcloud(js []byte, pools []string, visit func(pool string, cfg []byte
 	}
 
 	return out, true, nil
+}
+
+// selectPools is pools (every one of them with a cloudInit), or when none is named every pool
+// with a cloudInit, sorted.
+func selectPools(spans map[string][2]int, pools []string) ([]string, error) {
+	known := slices.Sorted(maps.Keys(spans))
+
+	if len(pools) == 0 {
+		if len(known) == 0 {
+			return nil, errors.New("the cluster config has no nodeConfigs.<pool>.cloudInit: no machine config to manage")
+		}
+
+		return known, nil
+	}
+
+	for _, p := range pools {
+		if _, ok := spans[p]; !ok {
+			return nil, fmt.Errorf("no pool %q with a cloudInit in nodeConfigs (pools with one: %s)", p, strings.Join(known, ", "))
+		}
+	}
+
+	return pools, nil
 }
 
 // quote encodes s as a JSON string without escaping <, > and &.
@@ -441,14 +445,7 @@ func rewriteConfig(cfg []byte, registry, username, password string) ([]byte, err
 		return nil, err
 	}
 
-	// Chunks: [start, end) of each document, separators included in the chunk that follows.
-	var bounds []int
-	for _, m := range separator.FindAllIndex(cfg, -1) {
-		bounds = append(bounds, m[0])
-	}
-
-	bounds = append(append([]int{0}, bounds...), len(cfg))
-
+	bounds := documentBounds(cfg)
 	form := formOf(p, registry)
 
 	for i := 0; i+1 < len(bounds); i++ {
@@ -499,6 +496,17 @@ func rewriteConfig(cfg []byte, registry, username, password string) ([]byte, err
 	}
 
 	return slices.Concat(out, []byte("---\n"), doc), nil
+}
+
+// documentBounds are the offsets between a multi-document config's documents: document i is
+// [bounds[i], bounds[i+1]), the separator before it included.
+func documentBounds(cfg []byte) []int {
+	bounds := []int{0}
+	for _, m := range separator.FindAllIndex(cfg, -1) {
+		bounds = append(bounds, m[0])
+	}
+
+	return append(bounds, len(cfg))
 }
 
 // authDocument encodes the registry's RegistryAuthConfig document.
