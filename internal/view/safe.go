@@ -140,6 +140,40 @@ func withoutLegacyCommands(s string) string {
 	return strings.ReplaceAll(s, legacyCommand, legacyEscape)
 }
 
+// put appends one rune (raw, its bytes; rest, what follows it) as the guard shows it, and keeps
+// the guard's place: at a line's start, after how many '#'.
+func (g *guard) put(out []byte, r rune, raw, rest []byte) []byte {
+	hashes := g.hashes
+	g.hashes = 0
+	lineStart := g.lineStart
+	g.lineStart = false
+
+	switch {
+	case r == '\n':
+		g.lineStart = true
+
+		return append(out, '\n')
+	case r == '#':
+		g.hashes = hashes + 1
+
+		return append(out, '#')
+	case r == '[' && hashes >= 2:
+		return append(out, legacyEscape[2:]...)
+	case r == ' ' || r == '\t':
+		g.lineStart = lineStart // blanks keep a line's start
+
+		return append(out, byte(r))
+	case unsafeRune(r):
+		return append(out, escapeRune(r)...)
+	case r == ':' && lineStart && g.directives && directive(rest):
+		return append(out, ':')
+	case r == ':' && lineStart:
+		return append(out, `\x3a`...)
+	}
+
+	return append(out, raw...)
+}
+
 func (g *guard) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -165,36 +199,7 @@ func (g *guard) Write(p []byte) (int, error) {
 			continue
 		}
 
-		hashes := g.hashes
-		g.hashes = 0
-
-		switch {
-		case r == '\n':
-			out = append(out, '\n')
-			g.lineStart = true
-		case r == '#':
-			out = append(out, '#')
-			g.lineStart = false
-			g.hashes = hashes + 1
-		case r == '[' && hashes >= 2:
-			out = append(out, legacyEscape[2:]...)
-			g.lineStart = false
-		case r == ' ' || r == '\t':
-			out = append(out, byte(r))
-		case unsafeRune(r):
-			out = append(out, escapeRune(r)...)
-			g.lineStart = false
-		case r == ':' && g.lineStart && g.directives && directive(buf[i+1:]):
-			out = append(out, ':')
-			g.lineStart = false
-		case r == ':' && g.lineStart:
-			out = append(out, `\x3a`...)
-			g.lineStart = false
-		default:
-			out = append(out, buf[i:i+size]...)
-			g.lineStart = false
-		}
-
+		out = g.put(out, r, buf[i:i+size], buf[i+size:])
 		i += size
 	}
 
