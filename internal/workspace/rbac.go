@@ -38,25 +38,9 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		return nil, nil, err
 	}
 
-	selected := o.Selected
-
-	var existing []string
-
-	if !o.Offline {
-		kube, err := connect(cfg)
-		if err != nil {
-			return nil, nil, err
-		}
-
-		if existing, err = kube.SelectedNamespaces(ctx, ""); err != nil {
-			return nil, nil, fmt.Errorf("%w: or render offline with --consumer-namespaces", err)
-		}
-
-		if cs := cfg.ConsumerSelector; cs != nil {
-			if selected, err = kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
-				return nil, nil, err
-			}
-		}
+	selected, existing, err := rbacNamespaces(ctx, cfg, o)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	ns := o.Namespace
@@ -67,22 +51,8 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 	ids := permission.Identities(cfg, Targets(cfg, selected))
 
 	if !o.Offline {
-		for i := range ids {
-			ids[i].Needs = slices.DeleteFunc(ids[i].Needs, func(a cluster.Access) bool {
-				if a.Namespace == "" || a.Namespace == ns || slices.Contains(existing, a.Namespace) {
-					return false
-				}
-
-				if !slices.Contains(skipped, a.Namespace) {
-					skipped = append(skipped, a.Namespace)
-				}
-
-				return true
-			})
-		}
+		skipped = withoutAbsent(ids, ns, existing)
 	}
-
-	slices.Sort(skipped)
 
 	objs = permission.Render(ns, ids)
 
@@ -91,6 +61,56 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 	}
 
 	return objs, skipped, nil
+}
+
+// rbacNamespaces are the consumer namespaces to render for (the selector's, listed now, or
+// offline o.Selected) and, connected, every namespace that exists.
+func rbacNamespaces(ctx context.Context, cfg *config.Config, o RBACOptions) (selected, existing []string, err error) {
+	selected = o.Selected
+	if o.Offline {
+		return selected, nil, nil
+	}
+
+	kube, err := connect(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	if existing, err = kube.SelectedNamespaces(ctx, ""); err != nil {
+		return nil, nil, fmt.Errorf("%w: or render offline with --consumer-namespaces", err)
+	}
+
+	if cs := cfg.ConsumerSelector; cs != nil {
+		if selected, err = kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	return selected, existing, nil
+}
+
+// withoutAbsent drops the identities' needs in a namespace that does not exist (besides ns,
+// where the roles go), and names those namespaces, sorted.
+func withoutAbsent(ids []permission.Identity, ns string, existing []string) []string {
+	var skipped []string
+
+	for i := range ids {
+		ids[i].Needs = slices.DeleteFunc(ids[i].Needs, func(a cluster.Access) bool {
+			if a.Namespace == "" || a.Namespace == ns || slices.Contains(existing, a.Namespace) {
+				return false
+			}
+
+			if !slices.Contains(skipped, a.Namespace) {
+				skipped = append(skipped, a.Namespace)
+			}
+
+			return true
+		})
+	}
+
+	slices.Sort(skipped)
+
+	return skipped
 }
 
 // connect builds the configuration's Kubernetes client.
