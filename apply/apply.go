@@ -198,28 +198,8 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 		return nil, err
 	}
 
-	r.templates(ctx)
-
-	// In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
-	// the pods using them can pull again at once, before any node is drained. (Ordinarily they
-	// follow the nodes.) The root stays last, after the verdict.
-	if p.Emergency() {
-		r.consumers(ctx)
-	}
-
-	if err := r.nodes(ctx); err != nil {
+	if err := r.write(ctx); err != nil {
 		return nil, err
-	}
-
-	r.lateNodes(ctx)
-
-	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
-		if !p.Emergency() {
-			r.consumers(ctx)
-			r.lateNodes(ctx) // a node that joined while the consumers were written
-		}
-
-		r.root(ctx)
 	}
 
 	r.settleSecrets()
@@ -227,6 +207,36 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 	r.record()
 
 	return r.res, nil
+}
+
+// write makes the run's writes, in their order: the node templates, the nodes (and those that
+// joined meanwhile), the consumer pull secrets, then — unless the run was cancelled — the root.
+// In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
+// the pods using them can pull again at once, before any node is drained. (Ordinarily they
+// follow the nodes.) The root stays last, after the verdict.
+func (r *run) write(ctx context.Context) error {
+	r.templates(ctx)
+
+	if r.p.Emergency() {
+		r.consumers(ctx)
+	}
+
+	if err := r.nodes(ctx); err != nil {
+		return err
+	}
+
+	r.lateNodes(ctx)
+
+	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
+		if !r.p.Emergency() {
+			r.consumers(ctx)
+			r.lateNodes(ctx) // a node that joined while the consumers were written
+		}
+
+		r.root(ctx)
+	}
+
+	return nil
 }
 
 // checkPlan refuses a plan that no longer matches the world, or was made for another cluster.
