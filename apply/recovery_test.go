@@ -156,7 +156,7 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 				t.Fatalf("the Flux fence killed at %s: %+v", phase, f)
 			}
 
-			if f := rep.Fences[0]; f.Kind == fence.KindNode && f.Phase != string(phase) {
+			if f := rep.Fences[0]; f.Kind == fence.KindNode && f.Phase != phase {
 				t.Errorf("node fence phase %q, want %q (the state's, written before the mutation)", f.Phase, phase)
 			}
 

@@ -113,7 +113,7 @@ func judgePlanning(s Subject) Verdict {
 	if n.Owner != "" {
 		detail := "owner " + n.Owner
 		if n.Phase != "" {
-			detail += ", phase " + n.Phase
+			detail += ", phase " + string(n.Phase)
 		}
 
 		return verdict(Deselect, ReasonFencedByOther, detail)

@@ -207,7 +207,7 @@ func parseJudgeLine(c *judgeCase, text string) error {
 			case "owner":
 				n.Owner = v
 			case "phase":
-				n.Phase = v
+				n.Phase = state.Phase(v)
 			case "taint":
 				n.Taints = append(n.Taints, parseTaint(v))
 			case "active":

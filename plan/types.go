@@ -62,7 +62,7 @@ type Node struct {
 	// Owner and Phase are ghcrsync's fence on the node (its owner and phase annotations);
 	// VerifiedRevision and VerifiedBoot its verified marker.
 	Owner            string      `json:"owner,omitempty"`
-	Phase            string      `json:"phase,omitempty"`
+	Phase            state.Phase `json:"phase,omitempty"`
 	VerifiedRevision string      `json:"verified_revision,omitempty"`
 	VerifiedBoot     string      `json:"verified_boot,omitempty"`
 	Deleting         *time.Time  `json:"deleting,omitempty"`

@@ -26,6 +26,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // Connection is a Kubernetes client and the API endpoint host it talks to.
@@ -252,7 +253,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		Ready:            Ready(n),
 		InternalIP:       InternalIP(n),
 		Owner:            n.Annotations[OwnerAnnotation],
-		Phase:            n.Annotations[PhaseAnnotation],
+		Phase:            state.Phase(n.Annotations[PhaseAnnotation]),
 		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
 		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
 	}

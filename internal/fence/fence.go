@@ -28,7 +28,7 @@ type NodeObs struct {
 	Exists bool
 	UID    string
 	Owner  string
-	Phase  string
+	Phase  state.Phase
 	Record *state.Fence // from the node's annotation
 	// RecordErr is why the node's recovery record annotation, present, is not one ghcrsync
 	// can trust ("" when valid or absent).
@@ -103,14 +103,14 @@ type Observation struct {
 
 // Fence is one held fence, with the evidence and what to do about it.
 type Fence struct {
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
-	Holder     string `json:"holder"`
-	Phase      string `json:"phase,omitempty"`
-	Live       bool   `json:"live"`
-	Releasable bool   `json:"releasable"`
-	Reason     string `json:"reason"`
-	Command    string `json:"command,omitempty"`
+	Kind       string      `json:"kind"`
+	Name       string      `json:"name"`
+	Holder     string      `json:"holder"`
+	Phase      state.Phase `json:"phase,omitempty"`
+	Live       bool        `json:"live"`
+	Releasable bool        `json:"releasable"`
+	Reason     string      `json:"reason"`
+	Command    string      `json:"command,omitempty"`
 
 	Exists         bool   `json:"exists"`
 	Cordoned       bool   `json:"cordoned,omitempty"`
@@ -194,7 +194,7 @@ func classifyNode(n NodeObs, o Observation) (Fence, bool) {
 	// The state is written before each mutation and the annotation after it: when both belong
 	// to this holder, the state's phase is the furthest the run may have gone.
 	if n.StateRecord != nil && (f.Phase == "" || n.StateRecord.Owner == holder) {
-		f.Phase = string(n.StateRecord.Phase)
+		f.Phase = n.StateRecord.Phase
 	}
 
 	if n.Record == nil && n.StateRecord != nil {
@@ -240,7 +240,7 @@ func classifyNode(n NodeObs, o Observation) (Fence, bool) {
 	return f, false
 }
 
-func phaseMutated(p string) bool { return state.Phase(p).TalosWritten() }
+func phaseMutated(p state.Phase) bool { return p.TalosWritten() }
 
 // assessLiveness sets liveness, releasability, reason and command for f's holder.
 func assessLiveness(f *Fence, o Observation) {

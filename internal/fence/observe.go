@@ -112,7 +112,7 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 			continue
 		}
 
-		obs := NodeObs{Name: r.Node, StateRecord: r, UID: r.UID, Phase: string(r.Phase)}
+		obs := NodeObs{Name: r.Node, StateRecord: r, UID: r.UID, Phase: r.Phase}
 
 		n, err := kube.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
 		switch {
@@ -206,7 +206,7 @@ func carriesFence(n *corev1.Node) bool {
 func FromNode(n *corev1.Node) NodeObs {
 	obs := NodeObs{
 		Name: n.Name, Exists: true, UID: string(n.UID),
-		Owner: n.Annotations[cluster.OwnerAnnotation], Phase: n.Annotations[cluster.PhaseAnnotation],
+		Owner: n.Annotations[cluster.OwnerAnnotation], Phase: state.Phase(n.Annotations[cluster.PhaseAnnotation]),
 		Cordoned: n.Spec.Unschedulable, Ready: cluster.Ready(n),
 		ScaleDownGuard: n.Annotations[cluster.ScaleDownGuardByAnnotation] != "",
 		Lifecycle:      taints.HasLifecycle(cluster.Taints(n.Spec.Taints)),

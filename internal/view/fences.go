@@ -40,7 +40,7 @@ func FencesHuman(w io.Writer, r fence.Report) {
 	for _, f := range r.Fences {
 		var attrs []string
 		if f.Phase != "" {
-			attrs = append(attrs, "phase "+f.Phase)
+			attrs = append(attrs, "phase "+string(f.Phase))
 		}
 
 		if f.Kind == fence.KindNode {
