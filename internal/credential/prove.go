@@ -104,13 +104,25 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 	}
 
 	rt := newPinned(r.realmHosts(c), timeout)
+	defer rt.close()
+
 	proof := Proof{Digests: map[string]string{}}
+	auth := authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})
+
+	// The challenge is the registry's, not a target's: asked once (failing, it is named by the
+	// first target).
+	var ch *transport.Challenge
 
 	for _, t := range targets {
-		p := &prover{ctx: ctx, rt: rt, reg: reg, target: t,
-			auth: authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})}
+		p := &prover{ctx: ctx, rt: rt, reg: reg, target: t, auth: auth}
 
-		d, err := p.prove(opts)
+		if ch == nil {
+			if ch, err = p.challenge(); err != nil {
+				return Proof{}, err
+			}
+		}
+
+		d, err := p.prove(opts, ch)
 		if err != nil {
 			return Proof{}, err
 		}
@@ -134,18 +146,26 @@ type prover struct {
 	realm string
 }
 
-func (p *prover) prove(opts []name.Option) (string, error) {
-	ref, err := p.reference(opts)
-	if err != nil {
-		return "", err
-	}
-
+// challenge asks the registry how it wants to be authenticated (GET /v2/), and checks the
+// answer is Docker token auth whose realm the credential may go to.
+func (p *prover) challenge() (*transport.Challenge, error) {
 	ch, err := transport.Ping(p.ctx, p.reg, p.rt)
 	if err != nil {
-		return "", p.fail("challenge", err)
+		return nil, p.fail("challenge", err)
 	}
 
 	if err := p.bearer(ch); err != nil {
+		return nil, err
+	}
+
+	return ch, nil
+}
+
+func (p *prover) prove(opts []name.Option, ch *transport.Challenge) (string, error) {
+	p.realm = ch.Parameters["realm"]
+
+	ref, err := p.reference(opts)
+	if err != nil {
 		return "", err
 	}
 
@@ -187,12 +207,12 @@ func (p *prover) bearer(ch *transport.Challenge) error {
 		return p.say("challenge", "registry did not offer bearer token auth (it asked for %q)", clip(ch.Scheme))
 	}
 
-	p.realm = ch.Parameters["realm"]
-	if p.realm == "" {
+	realm := ch.Parameters["realm"]
+	if realm == "" {
 		return p.say("challenge", "the registry's WWW-Authenticate challenge has no realm")
 	}
 
-	if err := pin.URL(p.realm, p.rt.hosts); err != nil {
+	if err := pin.URL(realm, p.rt.hosts); err != nil {
 		return p.say("token", "the registry names a token realm the credential may not be sent to (%w; credential.trusted_hosts); the credential was not sent", err)
 	}
 

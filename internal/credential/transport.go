@@ -1,6 +1,7 @@
 package credential
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,8 +19,9 @@ import (
 // most readlimit.Body of any answer, and keeps the earliest expiry a token realm reported for
 // the credential.
 type pinned struct {
-	inner http.RoundTripper
-	hosts []string
+	inner   *http.Transport
+	hosts   []string
+	timeout time.Duration // per request, its answer's body included
 
 	mu      sync.Mutex
 	expires time.Time
@@ -28,7 +30,7 @@ type pinned struct {
 func newPinned(hosts []string, timeout time.Duration) *pinned {
 	dialer := &net.Dialer{Timeout: timeout}
 
-	return &pinned{hosts: hosts, inner: &http.Transport{
+	return &pinned{hosts: hosts, timeout: timeout, inner: &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
 		TLSHandshakeTimeout:   timeout,
@@ -54,8 +56,14 @@ func (p *pinned) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &refusal{err}
 	}
 
-	resp, err := p.inner.RoundTrip(req)
+	// The request's deadline bounds its answer's body too: a registry that sends headers and
+	// then drips the body is cut off, not waited for.
+	ctx, cancel := context.WithTimeout(req.Context(), p.timeout)
+
+	resp, err := p.inner.RoundTrip(req.WithContext(ctx))
 	if err != nil {
+		cancel()
+
 		return nil, err
 	}
 
@@ -63,10 +71,13 @@ func (p *pinned) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.saw(parseExpiration(resp.Header.Get(ExpirationHeader)))
 	}
 
-	resp.Body = &capped{r: io.LimitReader(resp.Body, readlimit.Body+1), c: resp.Body}
+	resp.Body = &capped{r: io.LimitReader(resp.Body, readlimit.Body+1), c: resp.Body, done: cancel}
 
 	return resp, nil
 }
+
+// close lets go of the proof's idle connections.
+func (p *pinned) close() { p.inner.CloseIdleConnections() }
 
 func (p *pinned) saw(t time.Time) {
 	p.mu.Lock()
@@ -86,9 +97,10 @@ func (p *pinned) expiry() time.Time {
 
 // capped is an answer's body read to readlimit.Body at most: past it, reading fails.
 type capped struct {
-	r io.Reader
-	c io.Closer
-	n int64
+	r    io.Reader
+	c    io.Closer
+	n    int64
+	done context.CancelFunc // ends the request's deadline
 }
 
 func (b *capped) Read(buf []byte) (int, error) {
@@ -102,4 +114,8 @@ func (b *capped) Read(buf []byte) (int, error) {
 	return n, err
 }
 
-func (b *capped) Close() error { return b.c.Close() }
+func (b *capped) Close() error {
+	defer b.done()
+
+	return b.c.Close()
+}

@@ -26,6 +26,11 @@ func TestPinnedTransport(t *testing.T) {
 		switch r.URL.Path {
 		case "/big":
 			_, _ = w.Write([]byte(strings.Repeat("x", readlimit.Body+10)))
+		case "/drip":
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			time.Sleep(2 * time.Second)
+			_, _ = w.Write([]byte("late"))
 		case "/redirect":
 			http.Redirect(w, r, strings.Replace("http://"+r.Host, "127.0.0.1", "localhost", 1)+"/elsewhere", http.StatusTemporaryRedirect)
 		default:
@@ -47,11 +52,12 @@ func TestPinnedTransport(t *testing.T) {
 		{name: "untrusted_host", url: strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/token", hosts: []string{"127.0.0.1"}, basic: true, wantErr: "its host localhost is not trusted"},
 		{name: "plain_http_to_a_remote_host", url: "http://ghcr.io/token", hosts: []string{"ghcr.io"}, basic: true, wantErr: "must be https"},
 		{name: "redirect_to_an_untrusted_host", url: srv.URL + "/redirect", hosts: []string{"127.0.0.1"}, basic: true, wantErr: "its host localhost is not trusted", wantAsked: 1},
+		{name: "a_body_dripped_past_the_deadline", url: srv.URL + "/drip", hosts: []string{"127.0.0.1"}, wantErr: "deadline exceeded", wantAsked: 1},
 		{name: "answer_over_the_cap", url: srv.URL + "/big", hosts: []string{"127.0.0.1"}, wantErr: "larger than", wantAsked: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked = 0
-			p := newPinned(tc.hosts, 5*time.Second)
+			p := newPinned(tc.hosts, 500*time.Millisecond)
 
 			req, _ := http.NewRequest(http.MethodGet, tc.url, nil)
 			if tc.basic {
