@@ -863,7 +863,12 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 
 	if c.Endpoint != nil {
 		cfg.Credential.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
-		if err := pin.URL(cfg.Credential.Endpoint, nil); err != nil {
+		err := pin.URL(cfg.Credential.Endpoint, nil)
+		if err == nil {
+			err = pin.Base(cfg.Credential.Endpoint)
+		}
+
+		if err != nil {
 			d.errorf(attrRange(body, "credential", "endpoint"), "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
 		}
 	}

@@ -192,6 +192,9 @@ func TestLoadErrors(t *testing.T) {
 		{"endpoint_over_plain_http", func(s string) string {
 			return strings.Replace(s, `"http://127.0.0.1:5000"`, `"http://registry.example.com"`, 1)
 		}, []string{"ghcrsync.hcl:", "Invalid endpoint", "receives the credential", "must be https", "loopback host only"}},
+		{"endpoint_with_a_path", func(s string) string {
+			return strings.Replace(s, `"http://127.0.0.1:5000"`, `"https://registry.example.com/v2/org"`, 1)
+		}, []string{"ghcrsync.hcl:", "Invalid endpoint", "must be scheme://host[:port]"}},
 		{"liveness_api_url_untrusted", func(s string) string {
 			return strings.Replace(s, `repository = "org/fleet"`, `repository = "org/fleet"`+"\n  api_url = \"https://collector.example.com/api\"", 1)
 		}, []string{"ghcrsync.hcl:", "Untrusted api_url", "receives the GitHub token (GH_TOKEN)", "collector.example.com is not trusted", "trusted_hosts"}},

@@ -61,10 +61,11 @@ func (r Registry) realmHosts(c *Credential) []string {
 // name is the registry as go-containerregistry addresses it: the endpoint's host, over plain
 // http only where the endpoint says so (pin allows that for a loopback host alone).
 func (r Registry) name() (name.Registry, []name.Option, error) {
-	u, err := url.Parse(r.Endpoint)
-	if err != nil || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
-		return name.Registry{}, nil, fmt.Errorf("credential.endpoint must be scheme://host[:port]: a registry's API is at its host's root (/v2/)")
+	if err := pin.Base(r.Endpoint); err != nil {
+		return name.Registry{}, nil, fmt.Errorf("credential.endpoint: %w", err)
 	}
+
+	u, _ := url.Parse(r.Endpoint)
 
 	var opts []name.Option
 	if u.Scheme == "http" {

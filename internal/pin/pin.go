@@ -38,6 +38,17 @@ func check(u *url.URL, hosts []string) error {
 	return nil
 }
 
+// Base checks a registry endpoint is a base URL, scheme://host[:port]: a registry's API is at
+// its host's root (/v2/), so a path or a query would be dropped, not used.
+func Base(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		return fmt.Errorf("it must be scheme://host[:port]: a registry's API is at its host's root (/v2/)")
+	}
+
+	return nil
+}
+
 // Host is the lower-case host of a URL ("" when it has none).
 func Host(raw string) string {
 	u, err := url.Parse(raw)
