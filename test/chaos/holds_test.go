@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -37,8 +37,8 @@ type holds struct {
 	// placed: the seed put planHoldPDB in place before the plan; lifted is when it went.
 	placed bool
 	lifted time.Time
-	// pods are the apps pods when the plan was made; zero the budgets that allowed no
-	// disruption then (read before and after the plan).
+	// pods are the pods of holdNamespaces when the plan was made; zero the budgets that
+	// allowed no disruption then (read before the plan).
 	pods map[string]bool
 	zero []string
 	// predicted are the pods the plan named as held by a budget.
@@ -123,7 +123,7 @@ func (r *seedRun) afterPlan(ctx context.Context, pj view.PlanJSON) {
 
 	// A budget that allowed a disruption before and after the plan is not flagged (the
 	// negative control: the demo's apps/web allows one).
-	if zero := append(r.holds.zero, r.zeroBudgets(ctx)...); len(zero) == 0 && len(r.holds.predicted) > 0 {
+	if zero := slices.Concat(r.holds.zero, r.zeroBudgets(ctx)); len(zero) == 0 && len(r.holds.predicted) > 0 {
 		r.problem("the plan predicted budget holds on %v, but every PodDisruptionBudget allowed a disruption before and after it", keys(r.holds.predicted))
 	}
 }
@@ -197,22 +197,7 @@ func (r *seedRun) placeHold(ctx context.Context, node string) error {
 		return err
 	}
 
-	labels := map[string]string{"app": "held"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: heldNS},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
-					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-				},
-			},
-		},
-	}
-
-	if _, err := r.kube.AppsV1().Deployments(heldNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := r.kube.AppsV1().Deployments(heldNS).Create(ctx, sandboxtest.PinnedDeploymentObject(heldNS, "held", node), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 
@@ -220,7 +205,7 @@ func (r *seedRun) placeHold(ctx context.Context, node string) error {
 		ObjectMeta: metav1.ObjectMeta{Name: planHoldPDB, Namespace: heldNS},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			Selector:       &metav1.LabelSelector{MatchLabels: labels},
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held"}},
 		},
 	}
 
@@ -229,14 +214,9 @@ func (r *seedRun) placeHold(ctx context.Context, node string) error {
 	}
 
 	// The controller-manager's disruption controller counts the running pod.
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		got, err := r.kube.PolicyV1().PodDisruptionBudgets(heldNS).Get(ctx, planHoldPDB, metav1.GetOptions{})
-		if err == nil && got.Status.ObservedGeneration >= got.Generation && got.Status.CurrentHealthy == 1 {
-			return nil
-		}
-	}
+	_, err := sandboxtest.JudgedBudget(ctx, r.kube, heldNS, planHoldPDB, 1)
 
-	return fmt.Errorf("the pod did not run on %s, or the disruption controller did not count it, within a minute", node)
+	return err
 }
 
 // deletePlanHold lifts the hold: the budget goes (the workload stays until heal).

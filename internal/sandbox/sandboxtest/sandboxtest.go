@@ -426,6 +426,26 @@ func CopyConfig(t testing.TB, sb *sandbox.Sandbox, dir string, edit func(string)
 	return path
 }
 
+// PinnedDeploymentObject is a one-replica Deployment ns/name of a pause pod pinned to node,
+// labelled app=name.
+func PinnedDeploymentObject(ns, name, node string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}
+}
+
 // PinnedDeployment creates namespace ns (deleted at the end of the test) holding a one-replica
 // Deployment, name, of a pause pod pinned to node (labels app=name), and returns its labels.
 func PinnedDeployment(t testing.TB, kube kubernetes.Interface, ns, name, node string) map[string]string {
@@ -440,19 +460,7 @@ func PinnedDeployment(t testing.TB, kube kubernetes.Interface, ns, name, node st
 	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 
 	labels := map[string]string{"app": name}
-	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
-					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-				},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, PinnedDeploymentObject(ns, name, node), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -570,18 +578,27 @@ func Budget(t testing.TB, kube kubernetes.Interface, ns, name string, labels map
 		t.Fatal(err)
 	}
 
-	var status policyv1.PodDisruptionBudgetStatus
-
-	Eventually(t, time.Minute, "the disruption controller judges budget "+ns+"/"+name, func() error {
-		b, err := pdbs.Get(ctx, name, metav1.GetOptions{})
-		if err != nil || b.Status.ObservedGeneration < b.Generation || b.Status.CurrentHealthy != healthy {
-			return fmt.Errorf("status %+v (%v)", b.Status, err)
-		}
-
-		status = b.Status
-
-		return nil
-	})
+	status, err := JudgedBudget(ctx, kube, ns, name, healthy)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	return status
+}
+
+// JudgedBudget waits, a minute at most, until the disruption controller has judged the budget
+// ns/name (observed its generation, counted healthy pods) and returns its judgement.
+func JudgedBudget(ctx context.Context, kube kubernetes.Interface, ns, name string, healthy int32) (policyv1.PodDisruptionBudgetStatus, error) {
+	var last string
+
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		b, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && b.Status.ObservedGeneration >= b.Generation && b.Status.CurrentHealthy == healthy {
+			return b.Status, nil
+		}
+
+		last = fmt.Sprintf("status %+v (%v)", b.Status, err)
+	}
+
+	return policyv1.PodDisruptionBudgetStatus{}, fmt.Errorf("the disruption controller did not judge budget %s/%s with %d healthy pod(s) within a minute: %s", ns, name, healthy, last)
 }
