@@ -29,12 +29,40 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// Options are a run's inputs besides the workspace and the plan.
+// Inputs are what a run works with, opened once by the command (workspace.Apply): the fence
+// commands' inputs (configuration, Kubernetes connection, state and its store, liveness, clock),
+// the credential decrypted once, the node this apply runs on ("" outside the cluster), and the
+// cluster reads and proofs the run asks for as it goes.
+type Inputs struct {
+	fence.Inputs // the fences' reclaim is handed them as they are
+
+	Credential *credential.Credential
+	Self       string
+	Cluster    Cluster
+}
+
+// Cluster is what a run asks of the cluster beyond its plain inputs (the workspace answers).
+type Cluster interface {
+	// Preflight checks apply's permissions (its writes) once the plan stands.
+	Preflight(ctx context.Context) error
+	// Prove proves the credential against the registry.
+	Prove(ctx context.Context) error
+	// ProbeAdmissible dry-runs the plan's runtime probe pod; Probe is that proof.
+	ProbeAdmissible(ctx context.Context, p *plan.Plan) error
+	Probe(p *plan.Plan) plan.Probe
+	// Talos connects the Talos client (once).
+	Talos(ctx context.Context) (Talos, error)
+	// HeldByNodes reads the credentials the nodes hold, for the drains to ask again.
+	HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error)
+	// Observe reads the fleet as plan does: the snapshot and the planner's input.
+	Observe(ctx context.Context) (plan.Snapshot, plan.Input, error)
+}
+
+// Options are a run's choices besides its inputs and the plan.
 type Options struct {
 	PlanPath    string // where the plan came from ("" when planned in this command), for messages
 	RunRef      string
@@ -153,7 +181,7 @@ func (r *Result) Failed() int { return r.Counts().Failed() }
 
 // run is one execution of a plan.
 type run struct {
-	ws    *workspace.Workspace
+	in    Inputs
 	p     *plan.Plan
 	o     Options
 	log   hclog.Logger
@@ -165,8 +193,8 @@ type run struct {
 }
 
 // Run executes the plan under the Lease, writing the state before every mutation.
-func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) (*Result, error) {
-	r := &run{ws: ws, p: p, o: o, log: o.Logger, res: &Result{Plan: p, MaxFailures: ws.Config.Nodes.MaxFailures, ConfigPath: ws.Config.Path}}
+func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, error) {
+	r := &run{in: in, p: p, o: o, log: o.Logger, cred: in.Credential, res: &Result{Plan: p, MaxFailures: in.Config.Nodes.MaxFailures, ConfigPath: in.Config.Path}}
 	if r.log == nil {
 		r.log = hclog.NewNullLogger()
 	}
@@ -181,7 +209,7 @@ func Run(ctx context.Context, ws *workspace.Workspace, p *plan.Plan, o Options) 
 		return r.res, nil
 	}
 
-	if err := ws.Preflight(ctx, workspace.CommandApply); err != nil {
+	if err := in.Cluster.Preflight(ctx); err != nil {
 		return nil, err
 	}
 
@@ -241,23 +269,16 @@ func (r *run) write(ctx context.Context) error {
 
 // checkPlan refuses a plan that no longer matches the world, or was made for another cluster.
 func (r *run) checkPlan(ctx context.Context) error {
-	cred, err := r.ws.Credential()
-	if err != nil {
-		return err
-	}
-
-	r.cred = cred
-
-	uid, err := r.ws.Kube.ClusterUID(ctx)
+	uid, err := r.in.Kube.ClusterUID(ctx)
 	if err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
-	if err := checkStale(r.p, r.o.PlanPath, r.ws.Config, cred, r.ws.State, clusterRef{uid, r.ws.Kube.Server}, r.ws.Now()); err != nil {
+	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Kube.Server}, r.in.Now()); err != nil {
 		return err
 	}
 
-	if err := checkSelf(r.p, r.o.PlanPath, workspace.SelfNode()); err != nil {
+	if err := checkSelf(r.p, r.o.PlanPath, r.in.Self); err != nil {
 		return err
 	}
 
@@ -283,7 +304,7 @@ func checkSelf(p *plan.Plan, path, self string) error {
 		}
 
 		return &StaleError{PlanPath: path, Why: fmt.Sprintf("it fences %s, the node this apply runs on (%s): its drain would evict this very run; "+
-			"a plan made here leaves that node for a run from another node", self, workspace.SelfNodeEnv)}
+			"a plan made here leaves that node for a run from another node", self, plan.SelfNodeEnv)}
 	}
 
 	return nil
@@ -293,25 +314,25 @@ func checkSelf(p *plan.Plan, path, self string) error {
 // that the runtime probe pod is admitted as it is (a server-side dry run) before any node is
 // touched.
 func (r *run) prove(ctx context.Context) error {
-	if len(r.ws.Config.Credential.Prove) > 0 {
-		if _, _, err := r.ws.Prove(ctx); err != nil {
+	if len(r.in.Config.Credential.Prove) > 0 {
+		if err := r.in.Cluster.Prove(ctx); err != nil {
 			return fmt.Errorf("%w; nothing was changed", err)
 		}
 	}
 
-	if err := r.ws.ProbeAdmissible(ctx, r.p); err != nil {
+	if err := r.in.Cluster.ProbeAdmissible(ctx, r.p); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
 	return nil
 }
 
-// probe is the runtime proof of the plan (Workspace.Probe).
-func (r *run) probe() cluster.Probe { return r.ws.Probe(r.p) }
+// probe is the runtime proof of the plan (Cluster.Probe).
+func (r *run) probe() cluster.Probe { return r.in.Cluster.Probe(r.p) }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
 func (r *run) reclaim(ctx context.Context) error {
-	reclaimed, err := fence.Reclaim(ctx, r.ws, r.o.Progress)
+	reclaimed, err := fence.Reclaim(ctx, r.in.Inputs, r.o.Progress)
 	if err != nil {
 		return fmt.Errorf("reclaim fences of terminated runs: %w; nothing was changed", err)
 	}
@@ -328,10 +349,10 @@ func (r *run) reclaim(ctx context.Context) error {
 
 // acquire takes the Lease (never over another holder) and records the run in the state.
 func (r *run) acquire(ctx context.Context) error {
-	cfg := r.ws.Config
+	cfg := r.in.Config
 	r.res.Holder = holder.New(r.cred.Revision(), r.o.RunRef).String()
 
-	leaseClient, err := r.ws.Kube.LeaseClient()
+	leaseClient, err := r.in.Kube.LeaseClient()
 	if err != nil {
 		return err
 	}
@@ -351,11 +372,11 @@ func (r *run) acquire(ctx context.Context) error {
 	r.event(ctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
 		"run "+r.res.Holder+" rotates the registry credential to revision "+human.Short(r.p.CredentialRevision), false)
 
-	r.ws.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.ws.Now().UTC()}
-	if err := r.ws.Store.Write(r.ws.State); err != nil {
+	r.in.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.in.Now().UTC()}
+	if err := r.in.Store.Write(r.in.State); err != nil {
 		r.releaseLease(ctx)
 
-		return fmt.Errorf("write state (%s): %w; nothing was changed", r.ws.Store.Describe(), err)
+		return fmt.Errorf("write state (%s): %w; nothing was changed", r.in.Store.Describe(), err)
 	}
 
 	return nil
@@ -363,16 +384,16 @@ func (r *run) acquire(ctx context.Context) error {
 
 // nodes runs every node's transaction.
 func (r *run) nodes(ctx context.Context) error {
-	cfg := r.ws.Config
+	cfg := r.in.Config
 
-	tc, err := r.ws.Talos(ctx)
+	tc, err := r.in.Cluster.Talos(ctx)
 	if err != nil {
 		return err
 	}
 
 	if n, ok := r.p.Node(r.p.EndpointNode); ok && n.Action == plan.ActionFence {
 		r.log.Warn("the node serving the kubeconfig's API endpoint is fenced last; the API is unreachable while it reboots and ghcrsync waits for it",
-			"node", n.Name, "endpoint", r.ws.Kube.Server)
+			"node", n.Name, "endpoint", r.in.Kube.Server)
 	}
 
 	for _, n := range r.p.Nodes {
@@ -387,7 +408,7 @@ func (r *run) nodes(ctx context.Context) error {
 		return err
 	}
 
-	r.exec = newExecutor(r.ws.Kube, tc, r.lease, r.ws.Store, r.ws.State, execOptions{
+	r.exec = newExecutor(r.in.Kube, tc, r.lease, r.in.Store, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
@@ -403,7 +424,7 @@ func (r *run) nodes(ctx context.Context) error {
 }
 
 // recheck is how the drains ask the registry again about the credentials the nodes hold
-// (workspace.HeldByNodes): read once, when the plan drains a worker and was proved (a plan made
+// (Cluster.HeldByNodes): read once, when the plan drains a worker and was proved (a plan made
 // with --skip-proof asks the registry nothing).
 func (r *run) recheck(ctx context.Context) (func(context.Context) []plan.CredentialInUse, error) {
 	drains := false
@@ -416,7 +437,7 @@ func (r *run) recheck(ctx context.Context) (func(context.Context) []plan.Credent
 		return nil, nil
 	}
 
-	recheck, err := r.ws.HeldByNodes(ctx, r.p.AuthDigest)
+	recheck, err := r.in.Cluster.HeldByNodes(ctx, r.p.AuthDigest)
 	if err != nil {
 		return nil, fmt.Errorf("read the credentials the nodes hold: %w; nothing was changed on the nodes", err)
 	}
@@ -427,17 +448,17 @@ func (r *run) recheck(ctx context.Context) (func(context.Context) []plan.Credent
 // fanoutOptions are the fan-out's inputs: what it writes, and the state write before each write.
 func (r *run) fanoutOptions() fanout.Options {
 	root := ""
-	if fr := r.ws.Config.FluxRoot; fr != nil {
+	if fr := r.in.Config.FluxRoot; fr != nil {
 		root = fr.OCIRepository
 	}
 
-	st, store := r.ws.State, r.ws.Store
+	st, store := r.in.State, r.in.Store
 
 	return fanout.Options{
 		Data: r.cred.PullSecretJSON(), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
-		Registry: r.ws.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.ws.Config.NodeTemplates,
+		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
-			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.ws.Now().UTC()})
+			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.in.Now().UTC()})
 
 			return store.Write(st)
 		},
@@ -447,7 +468,7 @@ func (r *run) fanoutOptions() fanout.Options {
 // templates writes the node templates before any node is fenced: a machine the autoscaler
 // creates while the run goes on boots with the new credential.
 func (r *run) templates(ctx context.Context) {
-	for _, s := range fanout.Templates(ctx, r.ws.Kube.Client, r.p, r.fanoutOptions()) {
+	for _, s := range fanout.Templates(ctx, r.in.Kube.Client, r.p, r.fanoutOptions()) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.templateOutcome(ctx, s)
 	}
@@ -455,7 +476,7 @@ func (r *run) templates(ctx context.Context) {
 
 // consumers writes the consumer pull secrets.
 func (r *run) consumers(ctx context.Context) {
-	for _, s := range fanout.Consumers(ctx, r.ws.Kube.Client, r.p, r.fanoutOptions()) {
+	for _, s := range fanout.Consumers(ctx, r.in.Kube.Client, r.p, r.fanoutOptions()) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.secretOutcome(ctx, s)
 	}
@@ -479,12 +500,12 @@ func (r *run) root(ctx context.Context) {
 		held = "the old credential is still used by " + v.Except(plan.UseRoot).StillUsedBy()
 	}
 
-	dyn, err := r.ws.Kube.Dynamic()
+	dyn, err := r.in.Kube.Dynamic()
 	if err != nil {
 		held = "dynamic client: " + redact.Error(err)
 	}
 
-	for _, s := range fanout.Root(ctx, r.ws.Kube.Client, dyn, r.p, r.fanoutOptions(), held) {
+	for _, s := range fanout.Root(ctx, r.in.Kube.Client, dyn, r.p, r.fanoutOptions(), held) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.secretOutcome(ctx, s)
 	}
@@ -497,7 +518,7 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 	switch s.Outcome {
 	case fanout.Written:
 		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten",
-			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.ws.Config.Credential.Registry+" entry only)", false)
+			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.in.Config.Credential.Registry+" entry only)", false)
 	case fanout.Failed:
 		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
@@ -505,12 +526,7 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 
 // inventory reads the cluster as it is now and judges who uses which credential.
 func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
-	in, err := r.ws.Input(workspace.PlanOptions{})
-	if err != nil {
-		return plan.Revocation{}, err
-	}
-
-	snap, err := r.ws.Snapshot(ctx)
+	snap, in, err := r.in.Cluster.Observe(ctx)
 	if err != nil {
 		return plan.Revocation{}, err
 	}
@@ -558,7 +574,7 @@ func (r *run) templateOutcome(ctx context.Context, s fanout.Result) {
 // that write became, nothing is in flight and the target holds the credential. One state write
 // for all of them.
 func (r *run) settleSecrets() {
-	st, settled := r.ws.State, 0
+	st, settled := r.in.State, 0
 
 	for _, res := range r.res.Secrets {
 		if res.Outcome != fanout.Unchanged {
@@ -568,7 +584,7 @@ func (r *run) settleSecrets() {
 		for _, rec := range st.Secrets {
 			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(fanout.Failed)
 			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && unsettled {
-				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.ws.Now().UTC()
+				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.in.Now().UTC()
 				st.PutSecret(rec)
 				settled++
 			}
@@ -579,14 +595,14 @@ func (r *run) settleSecrets() {
 		return
 	}
 
-	if err := r.ws.Store.Write(st); err != nil {
+	if err := r.in.Store.Write(st); err != nil {
 		r.log.Warn("could not record that in-flight pull secret writes are settled", "error", err)
 	}
 }
 
 // events is where the run records its Events: the cluster, and Options.Observe.
 func (r *run) events() Recorder {
-	return recorder{kube: r.ws.Kube, observe: r.o.Observe, now: r.ws.Now}
+	return recorder{kube: r.in.Kube, observe: r.o.Observe, now: r.in.Now}
 }
 
 // event records an Event on the run's objects (the Lease, the pull secrets); best effort.
@@ -598,8 +614,8 @@ func (r *run) event(ctx context.Context, ref cluster.Ref, reason, msg string, wa
 
 // record writes the run's outcome into the state.
 func (r *run) record() {
-	st := r.ws.State
-	finished := r.ws.Now().UTC()
+	st := r.in.State
+	finished := r.in.Now().UTC()
 	st.Run.Finished = &finished
 
 	switch {
@@ -611,7 +627,7 @@ func (r *run) record() {
 		st.Run.Outcome = "succeeded"
 	}
 
-	if err := r.ws.Store.Write(st); err != nil {
+	if err := r.in.Store.Write(st); err != nil {
 		r.log.Error("write final state", "error", err)
 	}
 }
@@ -623,7 +639,7 @@ func (r *run) releaseLease(ctx context.Context) {
 
 	r.res.ReleaseErr = r.lease.Release(rctx)
 	if r.res.ReleaseErr == nil {
-		cfg := r.ws.Config
+		cfg := r.in.Config
 		r.event(rctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased", "run "+r.res.Holder+" released the Lease", false)
 	}
 }

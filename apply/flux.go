@@ -61,9 +61,9 @@ func (r *run) suspend(ctx context.Context) error {
 
 func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, error) {
 	res := FluxResult{Kustomization: fp.Ref()}
-	st, store := r.ws.State, r.ws.Store
+	st, store := r.in.State, r.in.Store
 
-	st.PutSuspension(state.Suspension{Namespace: fp.Namespace, Name: fp.Name, UID: fp.UID, Owner: r.res.Holder, Added: r.ws.Now().UTC()})
+	st.PutSuspension(state.Suspension{Namespace: fp.Namespace, Name: fp.Name, UID: fp.UID, Owner: r.res.Holder, Added: r.in.Now().UTC()})
 
 	if err := store.Write(st); err != nil {
 		st.DropSuspension(fp.Namespace, fp.Name, r.res.Holder)
@@ -76,7 +76,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 		h(fp.Ref(), phaseSuspending)
 	}
 
-	ours, err := r.ws.Kube.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder)
+	ours, err := r.in.Kube.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder)
 	if err != nil {
 		// The write may have landed: the record stays until the resume at the end confirms.
 		res.Suspended, res.Message = true, "suspension not confirmed: "+redact.Error(err)
@@ -95,7 +95,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 
 	res.Suspended, res.Message = true, "suspended for the run"
 	r.log.Info("Flux Kustomization suspended for the run", "kustomization", fp.Ref())
-	r.event(ctx, cluster.LeaseRef(r.ws.Config.Lease.Namespace, r.ws.Config.Lease.Name), "GhcrsyncFluxSuspended",
+	r.event(ctx, cluster.LeaseRef(r.in.Config.Lease.Namespace, r.in.Config.Lease.Name), "GhcrsyncFluxSuspended",
 		"run "+r.res.Holder+" suspended Flux Kustomization "+fp.Ref()+" for the rotation", false)
 
 	return res, nil
@@ -108,7 +108,7 @@ func (r *run) resume(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resumeBound)
 	defer cancel()
 
-	st, store := r.ws.State, r.ws.Store
+	st, store := r.in.State, r.in.Store
 
 	for _, x := range append([]state.Suspension(nil), st.Suspended...) {
 		if x.Owner != r.res.Holder {
@@ -121,7 +121,7 @@ func (r *run) resume(ctx context.Context) {
 			h(ref, phaseResuming)
 		}
 
-		gone, err := r.ws.Kube.Resume(rctx, x.Namespace, x.Name, r.res.Holder)
+		gone, err := r.in.Kube.Resume(rctx, x.Namespace, x.Name, r.res.Holder)
 		r.noteResumed(ref, gone, err)
 
 		if err != nil {

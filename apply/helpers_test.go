@@ -281,7 +281,12 @@ func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
 		return nil, err
 	}
 
-	return apply.Run(ctx, ws, p, apply.Options{PlanPath: o.PlanPath, Logger: o.Logger, Progress: view.Progress(o.Progress), Hooks: o.Hooks, SecretHooks: o.SecretHooks})
+	in, err := ws.Apply()
+	if err != nil {
+		return nil, err
+	}
+
+	return apply.Run(ctx, in, p, apply.Options{PlanPath: o.PlanPath, Logger: o.Logger, Progress: view.Progress(o.Progress), Hooks: o.Hooks, SecretHooks: o.SecretHooks})
 }
 
 // fencesCfg is `ghcrsync fences [--holder]`.
@@ -292,7 +297,7 @@ func fencesCfg(ctx context.Context, cfg, holder string) (fence.Report, error) {
 	}
 	defer ws.Close()
 
-	return fence.Inventory(ctx, ws, fence.InventoryOptions{Holder: holder})
+	return fence.Inventory(ctx, ws.Fences(), fence.InventoryOptions{Holder: holder})
 }
 
 // recoverCfg is `ghcrsync release`.
@@ -307,7 +312,7 @@ func recoverWith(ctx context.Context, cfg string, o fence.RecoveryOptions) (*fen
 	}
 	defer ws.Close()
 
-	return fence.Recover(ctx, ws, o)
+	return fence.Recover(ctx, ws.Fences(), o)
 }
 
 // releaseHolder is `ghcrsync release --holder HOLDER`.

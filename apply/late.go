@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -26,7 +25,7 @@ func (r *run) lateNodes(ctx context.Context) {
 	}
 
 	done := r.actedOn()
-	deadline := r.ws.Now().Add(r.ws.Config.Nodes.ReadyTimeout)
+	deadline := r.in.Now().Add(r.in.Config.Nodes.ReadyTimeout)
 	previous, worked := "", 0
 
 	for list := 1; ; list++ {
@@ -63,7 +62,7 @@ func (r *run) lateNodes(ctx context.Context) {
 			r.log.Warn("late nodes remain after the last round; the verdict names them", "nodes", names(todo))
 
 			return
-		case deleting(fresh) && r.ws.Now().Before(deadline):
+		case deleting(fresh) && r.in.Now().Before(deadline):
 			r.log.Info("waiting for nodes the cluster is deleting to go", "nodes", deletingNames(fresh))
 
 			if err := r.exec.sleep(ctx); err != nil {
@@ -113,12 +112,7 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 
 // replan lists the fleet again and plans it with the plan's own rules.
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	in, err := r.ws.Input(workspace.PlanOptions{})
-	if err != nil {
-		return nil, err
-	}
-
-	snap, err := r.ws.Snapshot(ctx)
+	snap, in, err := r.in.Cluster.Observe(ctx)
 	if err != nil {
 		return nil, err
 	}

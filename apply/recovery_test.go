@@ -653,7 +653,7 @@ func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		res, err := fence.Recover(ctx, ws, fence.RecoveryOptions{})
+		res, err := fence.Recover(ctx, ws.Fences(), fence.RecoveryOptions{})
 		ws.Close()
 
 		if err == nil || !strings.Contains(err.Error(), "list nodes") {
@@ -812,7 +812,7 @@ func TestFenceReportNodeFeedSurvivesEmptyFields(t *testing.T) {
 		}
 		defer ws.Close()
 
-		return fence.Inventory(ctx, ws, fence.InventoryOptions{})
+		return fence.Inventory(ctx, ws.Fences(), fence.InventoryOptions{})
 	}
 
 	for _, tc := range []struct {

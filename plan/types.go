@@ -145,6 +145,10 @@ type Lease struct {
 	Transitions     int        `json:"transitions,omitempty"`
 }
 
+// SelfNodeEnv names the environment variable that gives the node ghcrsync's own pod runs on
+// (the Job manifest sets it from the downward API's spec.nodeName); unset outside a cluster.
+const SelfNodeEnv = "GHCRSYNC_NODE_NAME"
+
 // Input is everything besides the snapshot that decides the plan.
 type Input struct {
 	Now                time.Time
@@ -160,7 +164,7 @@ type Input struct {
 	CredentialExpires time.Time
 	ConfigDigest      string
 	Exclude           []string
-	// SelfNode is the node this ghcrsync runs on, in a cluster (GHCRSYNC_NODE_NAME): never fenced.
+	// SelfNode is the node this ghcrsync runs on, in a cluster (SelfNodeEnv): never fenced.
 	SelfNode         string
 	AutoscalerPolicy string // "deselect" or "include"
 	AllowQuorumLoss  bool   // nodes.allow_quorum_loss

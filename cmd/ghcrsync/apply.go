@@ -130,7 +130,12 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
 	}
 
-	res, err := apply.Run(cmd.Context(), ws, p, o)
+	in, err := ws.Apply()
+	if err != nil {
+		return err
+	}
+
+	res, err := apply.Run(cmd.Context(), in, p, o)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func newFences() *cobra.Command {
 			}
 			defer ws.Close()
 
-			rep, err := fence.Inventory(cmd.Context(), ws, o)
+			rep, err := fence.Inventory(cmd.Context(), ws.Fences(), o)
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ func (a *releaseArgs) run(cmd *cobra.Command) error {
 	}
 	defer ws.Close()
 
-	res, err := fence.Recover(cmd.Context(), ws, o)
+	res, err := fence.Recover(cmd.Context(), ws.Fences(), o)
 	if err != nil {
 		return err
 	}

@@ -6,13 +6,36 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/state"
 )
+
+// Inputs are what the fence commands (fences, release, an apply's reclaim) read and write,
+// opened once by the command (workspace.Fences): the configuration, the Kubernetes connection,
+// the state and its store, where a holder's liveness is asked, and the clock.
+type Inputs struct {
+	Config   *config.Config
+	Kube     *cluster.Connection
+	Store    state.Store
+	State    *state.State
+	Liveness liveness.Source
+	Now      func() time.Time
+}
+
+// observe reads every fence and its holder's liveness.
+func (in Inputs) observe(ctx context.Context) (Observation, error) {
+	obs, err := Observe(ctx, in.Kube, in.State, TargetsOf(in.Config), in.Liveness, in.Now())
+	obs.ConfigPath = in.Config.Path
+
+	return obs, err
+}
 
 // InventoryOptions are `ghcrsync fences`' and `ghcrsync release`'s common inputs.
 type InventoryOptions struct {
@@ -21,15 +44,13 @@ type InventoryOptions struct {
 }
 
 // Inventory reports every fence ghcrsync holds, with liveness evidence. It writes nothing.
-func Inventory(ctx context.Context, ws *workspace.Workspace, o InventoryOptions) (Report, error) {
-	cfg := ws.Config
-
-	obs, err := Observe(ctx, ws.Kube, ws.State, TargetsOf(cfg), ws.Liveness(), ws.Now())
+func Inventory(ctx context.Context, in Inputs, o InventoryOptions) (Report, error) {
+	obs, err := in.observe(ctx)
 	if err != nil {
 		return Report{}, err
 	}
 
-	obs.ConfigPath, obs.Holder, obs.Force = cfg.Path, o.Holder, o.Force
+	obs.Holder, obs.Force = o.Holder, o.Force
 
 	return Classify(obs), nil
 }
@@ -67,12 +88,12 @@ var ErrForceNeedsHolder = errors.New("--force needs the holder id to release (--
 
 // Recover undoes the fences held by a run that is provably over (or named with --holder), in a
 // workspace whose state is locked (unless DryRun).
-func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*RecoveryResult, error) {
+func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult, error) {
 	if o.Force && o.Holder == "" {
 		return nil, ErrForceNeedsHolder
 	}
 
-	rep, err := Inventory(ctx, ws, o.InventoryOptions)
+	rep, err := Inventory(ctx, in, o.InventoryOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -103,16 +124,16 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 			"check their cordon and taints, fix or remove the %s annotation, then run release again", strings.Join(rep.Malformed, ", "), cluster.RecordAnnotation)
 	}
 
-	res.Outcomes = Release(ctx, ws.Kube, rep, ws.Store, ws.State, ReleaseOptions{
-		Node: o.Node, ReadyTimeout: ws.Config.Nodes.ReadyTimeout, Progress: o.Progress,
+	res.Outcomes = Release(ctx, in.Kube, rep, in.Store, in.State, ReleaseOptions{
+		Node: o.Node, ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: o.Progress,
 	})
-	recordReleases(ctx, ws, res.Outcomes, "ghcrsync release")
+	in.recordReleases(ctx, res.Outcomes, "ghcrsync release")
 
-	if run := ws.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
-		now := ws.Now().UTC()
+	if run := in.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
+		now := in.Now().UTC()
 		run.Finished, run.Outcome = &now, "terminated; its fences were released by ghcrsync release"
 
-		if err := ws.Store.Write(ws.State); err != nil {
+		if err := in.Store.Write(in.State); err != nil {
 			return res, err
 		}
 	}
@@ -122,15 +143,12 @@ func Recover(ctx context.Context, ws *workspace.Workspace, o RecoveryOptions) (*
 
 // Reclaim releases, before an apply, the fences whose holder's run is provably over (its process
 // on this host has exited, or a liveness source says so; mere expiry is never enough).
-func Reclaim(ctx context.Context, ws *workspace.Workspace, report progress.Func) ([]Outcome, error) {
-	cfg := ws.Config
-
-	obs, err := Observe(ctx, ws.Kube, ws.State, TargetsOf(cfg), ws.Liveness(), ws.Now())
+func Reclaim(ctx context.Context, in Inputs, report progress.Func) ([]Outcome, error) {
+	obs, err := in.observe(ctx)
 	if err != nil {
 		return nil, err
 	}
 
-	obs.ConfigPath = cfg.Path
 	rep := Classify(obs)
 
 	if len(rep.Malformed) > 0 { // all or nothing, as release: nothing is reclaimed, and the run says why
@@ -157,25 +175,25 @@ func Reclaim(ctx context.Context, ws *workspace.Workspace, report progress.Func)
 		return nil, nil
 	}
 
-	out := Release(ctx, ws.Kube, proven, ws.Store, ws.State, ReleaseOptions{ReadyTimeout: cfg.Nodes.ReadyTimeout, Progress: report})
-	recordReleases(ctx, ws, out, "ghcrsync apply (reclaim of a run that is over)")
+	out := Release(ctx, in.Kube, proven, in.Store, in.State, ReleaseOptions{ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: report})
+	in.recordReleases(ctx, out, "ghcrsync apply (reclaim of a run that is over)")
 
 	return out, nil
 }
 
 // recordReleases writes an Event on every node and Lease whose fence was released (best
 // effort: the cluster's audit trail of who undid what).
-func recordReleases(ctx context.Context, ws *workspace.Workspace, outcomes []Outcome, by string) {
+func (in Inputs) recordReleases(ctx context.Context, outcomes []Outcome, by string) {
 	for _, o := range outcomes {
 		if !o.Released {
 			continue
 		}
 
-		ref := cluster.LeaseRef(ws.Config.Lease.Namespace, ws.Config.Lease.Name)
+		ref := cluster.LeaseRef(in.Config.Lease.Namespace, in.Config.Lease.Name)
 		if o.Fence.Kind == KindNode || o.Fence.Kind == KindSteering {
 			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
 		}
 
-		_ = ws.Kube.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)
+		_ = in.Kube.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)
 	}
 }

@@ -432,12 +432,9 @@ func Targets(cfg *config.Config, selected []string) []cluster.SecretTarget {
 	return targets
 }
 
-// SelfNodeEnv names the node ghcrsync's own pod runs on (the Job manifest sets it from the
-// downward API's spec.nodeName); unset outside a cluster.
-const SelfNodeEnv = "GHCRSYNC_NODE_NAME"
-
-// SelfNode is the node this ghcrsync runs on, "" when it does not run in the cluster.
-func SelfNode() string { return os.Getenv(SelfNodeEnv) }
+// SelfNode is the node this ghcrsync runs on (plan.SelfNodeEnv), "" when it does not run in
+// the cluster.
+func SelfNode() string { return os.Getenv(plan.SelfNodeEnv) }
 
 // Probe is the plan's runtime proof: its images by the digests plan proved (the configuration's,
 // for a plan made without a proof).

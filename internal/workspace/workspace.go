@@ -1,7 +1,9 @@
 // Package workspace opens what a command works with, once each: the configuration, the
 // Kubernetes connection, the state (locked when the command writes it), the decrypted
 // credential and the Talos client; and it observes the fleet into the planner's snapshot. It
-// wires inputs; it never sequences a run (that is apply's) or decides anything (that is plan's).
+// wires inputs — apply and the fence commands are handed theirs as plain structs (Apply,
+// Fences) and never see the workspace; it never sequences a run (that is apply's) or decides
+// anything (that is plan's).
 package workspace
 
 import (

@@ -1,0 +1,69 @@
+package workspace
+
+import (
+	"context"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// Fences are the fence commands' inputs: what `fences`, `release` and an apply's reclaim read
+// and write.
+func (w *Workspace) Fences() fence.Inputs {
+	return fence.Inputs{Config: w.Config, Kube: w.Kube, Store: w.Store, State: w.State, Liveness: w.Liveness(), Now: w.now}
+}
+
+// Apply is a run's inputs: the fence commands', the credential decrypted once, the node this
+// apply runs on, and the workspace as the run asks it (connecting Talos once, when a node is
+// rotated).
+func (w *Workspace) Apply() (apply.Inputs, error) {
+	cred, err := w.Credential()
+	if err != nil {
+		return apply.Inputs{}, err
+	}
+
+	return apply.Inputs{Inputs: w.Fences(), Credential: cred, Self: SelfNode(), Cluster: applyCluster{w}}, nil
+}
+
+// applyCluster is the workspace as a run asks it (apply.Cluster).
+type applyCluster struct{ w *Workspace }
+
+func (a applyCluster) Preflight(ctx context.Context) error { return a.w.Preflight(ctx, CommandApply) }
+
+func (a applyCluster) Prove(ctx context.Context) error {
+	_, _, err := a.w.Prove(ctx)
+
+	return err
+}
+
+func (a applyCluster) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
+	return a.w.ProbeAdmissible(ctx, p)
+}
+
+func (a applyCluster) Probe(p *plan.Plan) plan.Probe { return a.w.Probe(p) }
+
+func (a applyCluster) Talos(ctx context.Context) (apply.Talos, error) {
+	tc, err := a.w.Talos(ctx)
+	if err != nil {
+		return nil, err // not a nil *talos.Client in a non-nil interface
+	}
+
+	return tc, nil
+}
+
+func (a applyCluster) HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error) {
+	return a.w.HeldByNodes(ctx, desired)
+}
+
+// Observe reads the fleet into a snapshot and the planner's input, as plan does.
+func (a applyCluster) Observe(ctx context.Context) (plan.Snapshot, plan.Input, error) {
+	in, err := a.w.Input(PlanOptions{})
+	if err != nil {
+		return plan.Snapshot{}, plan.Input{}, err
+	}
+
+	snap, err := a.w.Snapshot(ctx)
+
+	return snap, in, err
+}
