@@ -138,6 +138,10 @@ func (f fakeNodes) ControlPlanes(context.Context) ([]corev1.Node, error) {
 func (f fakeNodes) CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 	build func(*corev1.Node) map[string]any, between func(int)) (*corev1.Node, error) {
 	for attempt := range attempts {
+		if err := ctx.Err(); err != nil { // a cancelled request is never sent, as client-go's
+			return nil, err
+		}
+
 		n, err := f.Get(ctx, name)
 		if err != nil {
 			return nil, err
@@ -242,6 +246,10 @@ func hasKey(m map[string]any, k string) bool {
 }
 
 func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ progress.Func, check cluster.DrainCheck) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
 	if check != nil {
 		if err := check(ctx, 0); err != nil {
 			return err
@@ -270,7 +278,11 @@ func (f fakeNodes) Destinations(context.Context) ([]plan.Destination, error) {
 
 func (f fakeNodes) StaticPodsReady(context.Context, string) error { return nil }
 
-func (f fakeNodes) ProveRuntime(_ context.Context, node string, _ cluster.Probe, _ time.Duration) error {
+func (f fakeNodes) ProveRuntime(ctx context.Context, node string, _ cluster.Probe, _ time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
@@ -316,7 +328,11 @@ func (f fakeTalos) ConfigFacts(_ context.Context, ip, _ string) (*plan.TalosFact
 	return &plan.TalosFacts{ConfiguredDigest: digestOf(f.w.active, node), StagedDigest: digestOf(f.w.staged, node)}, nil
 }
 
-func (f fakeTalos) Configure(_ context.Context, ip, _, _, _ string, live bool) error {
+func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool) error {
+	if err := ctx.Err(); err != nil { // a cancelled call is never sent, as gRPC's
+		return err
+	}
+
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
@@ -335,7 +351,11 @@ func (f fakeTalos) Configure(_ context.Context, ip, _, _, _ string, live bool) e
 	return nil
 }
 
-func (f fakeTalos) Reboot(_ context.Context, ip string) error {
+func (f fakeTalos) Reboot(ctx context.Context, ip string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 

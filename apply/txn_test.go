@@ -1,10 +1,14 @@
 package apply
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -67,389 +72,406 @@ func (h *harness) ops(node string, withJudge bool) []string {
 	return out
 }
 
-// The fence transaction's phases, in order: every mutation is preceded by the state write of its
-// phase, and the state's phases are exactly the transaction's.
-func TestFencePhaseOrderStateBeforeMutation(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))
+// txnScript is one block of testdata/txn/*.txt: a fleet of in-memory fakes, a plan, the faults
+// and the events that land during the run, and — after "=>" — everything the transaction did,
+// in order, and what it left (rewritten by -update):
+//
+//	case NAME
+//	fleet w1 cp1                 nodes (cp… are control planes)
+//	plan fence w1 cp1            the action (fence | apply-live) and the nodes, in order
+//	parallelism 2                workers at a time (default 1)
+//	max-failures 2               the failure budget (default 1)
+//	refuse STEP                  the judgement refuses at STEP, as if a genuine change landed
+//	conflicts w1 2               w1's next 2 patches lose to a heartbeat
+//	foreign-owner w1 H           another run's claim lands on w1 before ghcrsync's first patch
+//	drain-fails w1 MESSAGE       (also probe-fails NODE MESSAGE, state-fails MESSAGE)
+//	at w1 PHASE EVENT            before w1's PHASE mutation: delete | lose-lease | cancel |
+//	                             taint KEY=VALUE:EFFECT
+//	=>
+//	judge w1 claim               the log: judgements, state writes, mutations
+//	…
+//	result w1: OUTCOME [REASON]: MESSAGE
+//	phases w1: PHASE …          the phases the state recorded, in order
+//	record w1: PHASE OUTCOME holds|free
+//	node w1: cordoned|schedulable owner=H
+type txnScript struct {
+	name  string
+	file  string
+	line  int
+	input []string // the block's input lines, for -update
+	want  []string
 
-	if len(res) != 1 || res[0].Outcome != state.OutcomeDone {
-		t.Fatalf("result: %+v", res)
+	fleet, nodes []string
+	action       plan.Action
+	parallelism  int
+	maxFailures  int
+	refuseAt     plan.Step
+	faults       []string // conflicts, foreign-owner, drain-fails, probe-fails, state-fails lines
+	events       []string // "at" lines
+}
+
+// Every transaction script: the phase order with the state write before each mutation, the
+// refusal at each step, the faults and the events that land mid-run. Every script's log is also
+// checked for a judgement before each mutation, and together they refuse at every step.
+func TestTxnScripts(t *testing.T) {
+	files, _ := filepath.Glob("testdata/txn/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no testdata/txn/*.txt")
 	}
 
-	want := []string{
-		"state w1 claimed in-progress", "patch w1 claim",
-		"state w1 claimed in-progress", // scale_down_guard_ours, known from the claim's own read
-		"state w1 guarded in-progress", "patch w1 phase=guarded",
-		"state w1 drained in-progress", "drain w1", "patch w1 phase=drained",
-		"state w1 configured in-progress", "talos configure w1 live=false", "patch w1 phase=configured",
-		"state w1 rebooting in-progress", "patch w1 phase=rebooting", "talos reboot w1",
-		"state w1 ready in-progress", "patch w1 phase=ready",
-		"state w1 proved in-progress", "probe w1", "patch w1 mark",
-		"state w1 released in-progress", "patch w1 release",
-		"state w1 released done",
-	}
+	refused := map[plan.Step]bool{}
+	fullOrder := false
 
-	if got := h.ops("w1", false); !slices.Equal(got, want) {
-		t.Fatalf("operations:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-	}
+	for _, file := range files {
+		scripts, header := readTxnScripts(t, file)
 
-	var phases []state.Phase
-	for _, st := range h.store.writes {
-		if r := st.Record("w1"); r != nil && (len(phases) == 0 || phases[len(phases)-1] != r.Phase) {
-			phases = append(phases, r.Phase)
+		var out strings.Builder
+		out.WriteString(strings.Join(header, "\n") + "\n\n")
+
+		for _, s := range scripts {
+			h, res, got := s.run(t)
+
+			if !goldenfile.Updating() && !slices.Equal(got, s.want) {
+				t.Errorf("%s:%d: case %s:\n got:\n  %s\nwant:\n  %s", s.file, s.line, s.name, strings.Join(got, "\n  "), strings.Join(s.want, "\n  "))
+			}
+
+			for _, r := range res {
+				checkJudgedBeforeEveryMutation(t, s, h.ops(r.Node, true), r.Outcome != state.OutcomeDone)
+			}
+
+			refused[s.refuseAt] = refused[s.refuseAt] || s.refuseAt != ""
+			fullOrder = fullOrder || slices.Contains(got, "phases w1: "+phaseWords(state.Phases[1:]))
+
+			fmt.Fprintf(&out, "%s\n=>\n%s\n\n", strings.Join(s.input, "\n"), strings.Join(got, "\n"))
+		}
+
+		if goldenfile.Updating() {
+			if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 
-	if !slices.Equal(phases, state.Phases[1:]) {
-		t.Fatalf("state phases %v, want %v", phases, state.Phases[1:])
+	for _, step := range []plan.Step{plan.StepClaim, plan.StepGuard, plan.StepDrain, plan.StepConfigure, plan.StepReboot, plan.StepProve, plan.StepRelease} {
+		if !refused[step] {
+			t.Errorf("no txn script refuses at %s", step)
+		}
 	}
 
-	n, _ := fakeNodes{h.w}.Get(context.Background(), "w1")
-	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" || n.Annotations[cluster.VerifiedRevisionAnnotation] != "rev-new" {
-		t.Fatalf("node after the rotation: %+v", n.ObjectMeta.Annotations)
+	if !fullOrder {
+		t.Errorf("no txn script records every phase of a fence in order (%s)", phaseWords(state.Phases[1:]))
 	}
 }
 
-// Every mutation is preceded by a judgement of the node as read for it (a CAS patch re-judges
-// on its own read, after the state write).
-func TestJudgedBeforeEveryMutation(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-	h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))
+// checkJudgedBeforeEveryMutation: every mutation in a node's log follows a judgement (a phase
+// mirror is judged on its own read, and that judgement also stands for the mutation it
+// announces). The undo of a node that did not finish (undone) is judged by fence.Undo itself
+// (plan.Judge at StepUndo, the judgement release shares: plan/testdata/judge/undo.txt), which the
+// harness does not see.
+func checkJudgedBeforeEveryMutation(t *testing.T, s txnScript, log []string, undone bool) {
+	t.Helper()
 
 	judged := false
 
-	for _, l := range h.ops("w1", true) {
+	for _, l := range log {
 		switch {
 		case strings.HasPrefix(l, "judge "):
 			judged = true
 		case strings.HasPrefix(l, "state "):
-		case strings.Contains(l, " phase="):
-			// A phase mirror is judged on its own read; that judgement is also the last one
-			// before the mutation it announces.
-			if !judged {
-				t.Errorf("%q was not preceded by a judgement", l)
-			}
-		default:
-			if !judged {
-				t.Errorf("%q was not preceded by a judgement", l)
-			}
-
+		case undone && strings.HasPrefix(l, "patch ") && strings.HasSuffix(l, " release"):
+		case !judged:
+			t.Errorf("%s:%d: case %s: %q was not preceded by a judgement", s.file, s.line, s.name, l)
+		case !strings.Contains(l, " phase="):
 			judged = false
 		}
 	}
 }
 
-// A refusal at each step stops the transaction there: no later mutation happens and the record
-// ends failed with the refusal's reason. Before the Talos write the claim is undone (the node
-// restored, the record released); after it, the fence stays at the phase reached.
-func TestRefusalStopsAtEachStep(t *testing.T) {
-	for _, tc := range []struct {
-		step      plan.Step
-		lastPhase state.Phase
-		notAfter  string // no operation of this kind may happen
-		fenced    bool   // the fence stays
-	}{
-		{plan.StepClaim, state.PhaseSelected, "patch w1 claim", false},
-		{plan.StepGuard, state.PhaseReleased, "drain w1", false},
-		{plan.StepDrain, state.PhaseReleased, "drain w1", false},
-		{plan.StepConfigure, state.PhaseReleased, "talos configure", false},
-		{plan.StepReboot, state.PhaseConfigured, "talos reboot", true},
-		{plan.StepProve, state.PhaseReady, "probe w1", true},
-		{plan.StepRelease, state.PhaseProved, "patch w1 release", true},
-	} {
-		t.Run(string(tc.step), func(t *testing.T) {
-			h := newHarness(t, 1, "w1")
-			h.refuseAt = tc.step
+// run runs the script's plan on a harness and renders what happened.
+func (s txnScript) run(t *testing.T) (*harness, []NodeResult, []string) {
+	t.Helper()
 
-			res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-			if res.Outcome != state.OutcomeFailed || res.Reason != plan.ReasonTaintsChanged ||
-				!strings.Contains(res.Message, "refusing to "+string(tc.step)+" w1: its taints changed") {
-				t.Fatalf("result: %+v", res)
-			}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
-			if rec := h.e.st.Record("w1"); rec.Phase != tc.lastPhase || rec.Outcome != state.OutcomeFailed {
-				t.Fatalf("record: phase %s outcome %s, want %s failed", rec.Phase, rec.Outcome, tc.lastPhase)
-			}
+	h := newHarness(t, s.parallelism, s.fleet...)
+	h.refuseAt = s.refuseAt
 
-			for _, l := range h.ops("w1", false) {
-				if strings.HasPrefix(l, tc.notAfter) {
-					t.Fatalf("%q happened after a refusal at %s:\n%s", l, tc.step, strings.Join(h.ops("w1", false), "\n"))
-				}
-			}
-
-			n, _ := fakeNodes{h.w}.Get(context.Background(), "w1")
-			if fenced := n.Spec.Unschedulable && n.Annotations[cluster.OwnerAnnotation] == "h1"; fenced != tc.fenced {
-				t.Fatalf("fenced %t, want %t: %+v", fenced, tc.fenced, n.Annotations)
-			}
-
-			if h.e.st.Record("w1").Holds() != tc.fenced {
-				t.Fatalf("the record holds a fence: %t, want %t", !tc.fenced, tc.fenced)
-			}
-		})
-	}
-}
-
-// A kubelet heartbeat between the claim's read and its patch is a conflict: re-read, re-judged
-// and retried. Negative control: a foreign owner that lands in that window is refused.
-func TestClaimConflictRetriedForeignOwnerRefused(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-	h.w.conflicts["w1"] = 2
-
-	if res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]; res.Outcome != state.OutcomeDone {
-		t.Fatalf("claim racing heartbeats: %+v", res)
+	if s.maxFailures > 0 {
+		h.e.o.MaxFailures = s.maxFailures
 	}
 
-	h = newHarness(t, 1, "w1")
-	claimed := false
-	h.w.onPatch = func(w *world, node string) {
-		if !claimed {
-			claimed = true
-			w.edit(node, func(n *corev1.Node) { n.Annotations = map[string]string{cluster.OwnerAnnotation: "other-run"} })
-		}
+	for _, f := range s.faults {
+		s.fault(t, h, f)
 	}
 
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-	if res.Outcome != state.OutcomeFailed || res.Reason != plan.ReasonFencedByOther {
-		t.Fatalf("foreign owner in the claim window: %+v", res)
-	}
-
-	if rec := h.e.st.Record("w1"); rec.Phase != state.PhaseSelected {
-		t.Fatalf("the refused claim is recorded at %s", rec.Phase)
-	}
-
-	if slices.Contains(h.ops("w1", false), "patch w1 claim") {
-		t.Fatal("the claim landed over a foreign owner")
-	}
-}
-
-// The autoscaler deleting a claimed node before its Talos write deselects it and undoes the
-// claim; after the Talos write the same event is a failure that keeps the fence.
-func TestDeletionDeselectsBeforeTalosFailsAfter(t *testing.T) {
-	tbd := func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1764417100", Effect: corev1.TaintEffectNoSchedule})
-	}
-
-	h := newHarness(t, 1, "w1")
 	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
-		if phase == state.PhaseGuarded {
-			h.w.edit(node, tbd)
-		}
-	}
-
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-	if res.Outcome != state.OutcomeDeselected || res.Reason != plan.ReasonAutoscalerDeleting || !strings.Contains(res.Message, "its fence was released") {
-		t.Fatalf("before the Talos write: %+v", res)
-	}
-
-	if n, _ := (fakeNodes{h.w}).Get(context.Background(), "w1"); n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
-		t.Fatal("the deselected node kept the fence")
-	}
-
-	h = newHarness(t, 1, "w1")
-	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
-		if phase == state.PhaseRebooting {
-			h.w.edit(node, tbd)
-		}
-	}
-
-	res = h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-	if res.Outcome != state.OutcomeFailed || !strings.Contains(res.Message, "its Talos config was already written") {
-		t.Fatalf("after the Talos write: %+v", res)
-	}
-
-	if n, _ := (fakeNodes{h.w}).Get(context.Background(), "w1"); !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "h1" {
-		t.Fatal("a node Talos was touched on lost its fence")
-	}
-}
-
-// A node deleted after its Talos write is gone-after-mutation; deleted before, deselected.
-func TestNodeDeleted(t *testing.T) {
-	for _, tc := range []struct {
-		at   state.Phase
-		want state.Outcome
-	}{{state.PhaseDrained, state.OutcomeDeselected}, {state.PhaseRebooting, state.OutcomeGoneAfterMutation}} {
-		t.Run(string(tc.at), func(t *testing.T) {
-			h := newHarness(t, 1, "w1")
-			h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
-				if phase == tc.at {
-					h.w.mu.Lock()
-					delete(h.w.nodes, node)
-					h.w.mu.Unlock()
-				}
+		for _, ev := range s.events {
+			if f := strings.Fields(ev); f[1] == node && f[2] == string(phase) {
+				s.event(h, node, f[3:], cancel)
 			}
-
-			res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-			if res.Outcome != tc.want || res.Reason != plan.ReasonNotFound {
-				t.Fatalf("%+v", res)
-			}
-		})
-	}
-}
-
-// A failed drain restores the node: its fence is released and Talos was never called.
-func TestFailedDrainRestores(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-	h.w.drainErr["w1"] = errors.New("drain of w1 did not finish within 4s; still running: pdb-block/pinned")
-
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-	if res.Outcome != state.OutcomeFailed || !strings.Contains(res.Message, "the node was restored (fence released)") {
-		t.Fatalf("%+v", res)
-	}
-
-	ops := h.ops("w1", false)
-	if !slices.Contains(ops, "patch w1 release") || slices.ContainsFunc(ops, func(l string) bool { return strings.HasPrefix(l, "talos") }) {
-		t.Fatalf("operations: %v", ops)
-	}
-}
-
-// A live node is configured and proved with no claim, no drain and no reboot.
-func TestLivePath(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionApplyLive, "w1"))[0]
-	if res.Outcome != state.OutcomeDone {
-		t.Fatalf("%+v", res)
-	}
-
-	want := []string{
-		"state w1 configured in-progress", "talos configure w1 live=true",
-		"state w1 proved in-progress", "probe w1", "patch w1 mark",
-		"state w1 released done",
-	}
-
-	if got := h.ops("w1", false); !slices.Equal(got, want) {
-		t.Fatalf("operations:\n got %v\nwant %v", got, want)
-	}
-}
-
-// A lost Lease stops the run: the node that met it fails, and no node starts after it.
-func TestLeaseLostStopsNewNodes(t *testing.T) {
-	h := newHarness(t, 1, "w1", "w2")
-	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
-		if node == "w1" && phase == state.PhaseDrained {
-			h.lease.lose(errors.New("lease held-by-another"))
 		}
 	}
 
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1", "w2"))
+	res := h.e.run(ctx, testPlan(h.w, s.action, s.nodes...))
 
-	if res[0].Outcome != state.OutcomeFailed || !strings.Contains(res[0].Message, "lease lost") {
-		t.Fatalf("w1: %+v", res[0])
-	}
-
-	if res[1].Outcome != state.OutcomeFailed || res[1].Message != "not started: the Lease was lost" {
-		t.Fatalf("w2: %+v", res[1])
-	}
-
-	if len(h.ops("w2", false)) != 0 {
-		t.Fatalf("w2 was touched: %v", h.ops("w2", false))
-	}
-}
-
-// A failed control plane stops the control planes after it; workers run first.
-func TestControlPlaneFailureStopsTheRest(t *testing.T) {
-	h := newHarness(t, 2, "w1", "cp1", "cp2")
-	h.w.probeErr["cp1"] = fmt.Errorf("the container runtime of cp1 cannot pull")
-
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1", "cp1", "cp2"))
-
-	got := map[string]state.Outcome{}
+	got := slices.Clone(h.w.log)
 	for _, r := range res {
-		got[r.Node] = r.Outcome
+		got = append(got, renderResult(r))
 	}
 
-	if got["w1"] != state.OutcomeDone || got["cp1"] != state.OutcomeFailed || got["cp2"] != state.OutcomeSkipped {
-		t.Fatalf("%+v", res)
+	for _, n := range s.nodes {
+		got = append(got, renderPhases(h, n), renderRecord(h, n), renderNode(h, n))
 	}
 
-	if len(h.ops("cp2", false)) != 0 {
-		t.Fatalf("cp2 was touched after cp1 failed: %v", h.ops("cp2", false))
-	}
+	return h, res, got
+}
 
-	if i, j := slices.Index(h.w.log, "state w1 released done"), slices.Index(h.w.log, "state cp1 claimed in-progress"); i < 0 || j < i {
-		t.Fatal("a control plane started before the workers were done")
+// fault arms one fault line before the run.
+func (s txnScript) fault(t *testing.T, h *harness, line string) {
+	t.Helper()
+
+	f := strings.Fields(line)
+	rest := func(i int) string { return strings.Join(f[i:], " ") }
+
+	switch f[0] {
+	case "conflicts":
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			t.Fatalf("%s: case %s: %q: %v", s.file, s.name, line, err)
+		}
+
+		h.w.conflicts[f[1]] = n
+	case "foreign-owner":
+		landed := false
+		h.w.onPatch = func(w *world, node string) {
+			if node == f[1] && !landed {
+				landed = true
+				w.edit(node, func(n *corev1.Node) { n.Annotations = map[string]string{cluster.OwnerAnnotation: f[2]} })
+			}
+		}
+	case "drain-fails":
+		h.w.drainErr[f[1]] = errors.New(rest(2))
+	case "probe-fails":
+		h.w.probeErr[f[1]] = errors.New(rest(2))
+	case "state-fails":
+		h.store.err = errors.New(rest(1))
 	}
 }
 
-// A state write that fails stops the node before the mutation it announces.
-func TestStateWriteFailureStopsBeforeMutation(t *testing.T) {
-	h := newHarness(t, 1, "w1")
-	h.store.err = errors.New("disk full")
+// event is what lands before a node's mutation.
+func (s txnScript) event(h *harness, node string, what []string, cancel context.CancelFunc) {
+	switch what[0] {
+	case "delete":
+		h.w.mu.Lock()
+		delete(h.w.nodes, node)
+		h.w.mu.Unlock()
+	case "lose-lease":
+		h.lease.lose(errors.New("lease held-by-another"))
+	case "cancel":
+		cancel()
+	case "taint": // KEY=VALUE:EFFECT (checked by parse)
+		kv, effect, _ := strings.Cut(what[1], ":")
+		key, value, _ := strings.Cut(kv, "=")
+		h.w.edit(node, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)})
+		})
+	}
+}
 
-	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))[0]
-	if res.Outcome != state.OutcomeFailed || !strings.Contains(res.Message, "disk full") {
-		t.Fatalf("%+v", res)
+func renderResult(r NodeResult) string {
+	reason := ""
+	if r.Reason != "" {
+		reason = " " + string(r.Reason)
 	}
 
-	for _, l := range h.ops("w1", false) {
-		if strings.HasPrefix(l, "patch") || strings.HasPrefix(l, "talos") || strings.HasPrefix(l, "drain") {
-			t.Fatalf("%q happened without its state write", l)
+	return fmt.Sprintf("result %s: %s%s: %s", r.Node, r.Outcome, reason, r.Message)
+}
+
+// renderPhases are the phases the state recorded for node, in order (repeats folded).
+func renderPhases(h *harness, node string) string {
+	var phases []state.Phase
+
+	for _, st := range h.store.writes {
+		if r := st.Record(node); r != nil && (len(phases) == 0 || phases[len(phases)-1] != r.Phase) {
+			phases = append(phases, r.Phase)
 		}
 	}
+
+	if len(phases) == 0 {
+		return "phases " + node + ": none"
+	}
+
+	return "phases " + node + ": " + phaseWords(phases)
 }
 
-// The failure budget: with max_failures = 1, after the first failed node no new node starts; the
-// others are skipped and untouched. With a budget of 2, a second node is started.
-func TestFailureBudget(t *testing.T) {
-	for _, tc := range []struct {
-		budget, failed, skipped int
-	}{{1, 1, 2}, {2, 2, 1}} {
-		t.Run(fmt.Sprint("max_failures=", tc.budget), func(t *testing.T) {
-			h := newHarness(t, 1, "w1", "w2", "w3")
-			h.e.o.MaxFailures = tc.budget
-
-			for _, n := range []string{"w1", "w2", "w3"} {
-				h.w.probeErr[n] = errors.New("the probe image cannot be pulled")
-			}
-
-			counts := map[state.Outcome]int{}
-			for _, r := range h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1", "w2", "w3")) {
-				counts[r.Outcome]++
-
-				if r.Outcome == state.OutcomeSkipped && (!strings.Contains(r.Message, "failure budget") || len(h.ops(r.Node, false)) != 0) {
-					t.Fatalf("skipped node: %+v %v", r, h.ops(r.Node, false))
-				}
-			}
-
-			if counts[state.OutcomeFailed] != tc.failed || counts[state.OutcomeSkipped] != tc.skipped {
-				t.Fatalf("outcomes %v", counts)
-			}
-		})
+func phaseWords(phases []state.Phase) string {
+	words := make([]string, len(phases))
+	for i, p := range phases {
+		words[i] = string(p)
 	}
+
+	return strings.Join(words, " ")
 }
 
-// A cancelled run: a node before its Talos write has its claim undone and is recorded cancelled;
-// a node past it stays fenced, recorded at its phase; no node starts after the cancellation.
-func TestCancellation(t *testing.T) {
-	for _, tc := range []struct {
-		at     state.Phase
-		phase  state.Phase
-		fenced bool
-	}{{state.PhaseDrained, state.PhaseReleased, false}, {state.PhaseRebooting, state.PhaseRebooting, true}} {
-		t.Run(string(tc.at), func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-
-			h := newHarness(t, 1, "w1", "w2")
-			h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
-				if node == "w1" && phase == tc.at {
-					cancel()
-				}
-			}
-
-			res := h.e.run(ctx, testPlan(h.w, plan.ActionFence, "w1", "w2"))
-
-			if res[0].Outcome != state.OutcomeCancelled || res[1].Outcome != state.OutcomeSkipped || len(h.ops("w2", false)) != 0 {
-				t.Fatalf("%+v", res)
-			}
-
-			rec := h.e.st.Record("w1")
-			n, _ := fakeNodes{h.w}.Get(context.Background(), "w1")
-
-			if rec.Phase != tc.phase || rec.Holds() != tc.fenced || (n.Annotations[cluster.OwnerAnnotation] == "h1") != tc.fenced || n.Spec.Unschedulable != tc.fenced {
-				t.Fatalf("record %s holds %t; node %+v cordoned %t", rec.Phase, rec.Holds(), n.Annotations, n.Spec.Unschedulable)
-			}
-		})
+func renderRecord(h *harness, node string) string {
+	r := h.e.st.Record(node)
+	if r == nil {
+		return "record " + node + ": none"
 	}
+
+	holds := "free"
+	if r.Holds() {
+		holds = "holds"
+	}
+
+	return fmt.Sprintf("record %s: %s %s %s", node, r.Phase, orInProgress(r.Outcome), holds)
+}
+
+func renderNode(h *harness, node string) string {
+	n, err := fakeNodes{h.w}.Get(context.Background(), node)
+	if err != nil {
+		return "node " + node + ": deleted"
+	}
+
+	cordon := "schedulable"
+	if n.Spec.Unschedulable {
+		cordon = "cordoned"
+	}
+
+	owner := n.Annotations[cluster.OwnerAnnotation]
+	if owner == "" {
+		owner = "none"
+	}
+
+	verified := n.Annotations[cluster.VerifiedRevisionAnnotation]
+	if verified == "" {
+		verified = "none"
+	}
+
+	return fmt.Sprintf("node %s: %s owner=%s verified=%s", node, cordon, owner, verified)
+}
+
+// readTxnScripts reads a file's scripts and its header (the comment lines before the first case).
+func readTxnScripts(t *testing.T, file string) ([]txnScript, []string) {
+	t.Helper()
+
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	var (
+		scripts []txnScript
+		header  []string
+		output  bool
+		pending []string // the comment lines of the next case
+	)
+
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		at := func() string { return fmt.Sprintf("%s:%d", file, line) }
+
+		switch {
+		case text == "":
+			output = false
+		case strings.HasPrefix(text, "case "):
+			scripts = append(scripts, txnScript{name: strings.TrimPrefix(text, "case "), file: file, line: line, parallelism: 1, input: append(pending, text)})
+			output, pending = false, nil
+		case len(scripts) == 0 && strings.HasPrefix(text, "#"):
+			header = append(header, text)
+		case strings.HasPrefix(text, "#") && !output:
+			pending = append(pending, text)
+		case len(scripts) == 0:
+			t.Fatalf("%s: %q before the first case", at(), text)
+		case text == "=>":
+			output = true
+		case output:
+			s := &scripts[len(scripts)-1]
+			s.want = append(s.want, text)
+		default:
+			s := &scripts[len(scripts)-1]
+			s.input = append(s.input, text)
+
+			if err := s.parse(text); err != nil {
+				t.Fatalf("%s: %v", at(), err)
+			}
+		}
+	}
+
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	return scripts, header
+}
+
+// parse reads one input line into the script.
+func (s *txnScript) parse(text string) error {
+	f := strings.Fields(text)
+	need := func(n int) error {
+		if len(f) < n {
+			return fmt.Errorf("%q: %s needs %d field(s)", text, f[0], n-1)
+		}
+
+		return nil
+	}
+
+	var err error
+
+	switch f[0] {
+	case "fleet":
+		s.fleet = f[1:]
+	case "plan":
+		if err = need(3); err == nil {
+			s.action, s.nodes = plan.Action(f[1]), f[2:]
+		}
+	case "parallelism":
+		if err = need(2); err == nil {
+			s.parallelism, err = strconv.Atoi(f[1])
+		}
+	case "max-failures":
+		if err = need(2); err == nil {
+			s.maxFailures, err = strconv.Atoi(f[1])
+		}
+	case "refuse":
+		if err = need(2); err == nil {
+			s.refuseAt = plan.Step(f[1])
+		}
+	case "conflicts", "foreign-owner", "drain-fails", "probe-fails":
+		if err = need(3); err == nil {
+			s.faults = append(s.faults, text)
+		}
+	case "state-fails":
+		if err = need(2); err == nil {
+			s.faults = append(s.faults, text)
+		}
+	case "at":
+		if err = need(4); err == nil {
+			err = checkEvent(text, f[3:])
+			s.events = append(s.events, text)
+		}
+	default:
+		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, at)", text)
+	}
+
+	return err
+}
+
+// checkEvent refuses an "at" line whose event the scripts do not know.
+func checkEvent(text string, what []string) error {
+	switch what[0] {
+	case "delete", "lose-lease", "cancel":
+		return nil
+	case "taint":
+		if len(what) == 2 && strings.Contains(what[1], ":") {
+			return nil
+		}
+
+		return fmt.Errorf("%q: taint needs KEY=VALUE:EFFECT", text)
+	}
+
+	return fmt.Errorf("%q: unknown event %q (delete, lose-lease, cancel, taint KEY=VALUE:EFFECT)", text, what[0])
 }
