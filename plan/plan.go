@@ -408,6 +408,26 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		}
 	}
 
+	w = append(w, controlPlaneWarnings(p, s, in)...)
+
+	if len(s.Templates) == 0 {
+		w = append(w, noTemplateWarning)
+	}
+
+	w = append(w, staleReaderWarnings(p.Templates)...)
+
+	if l := s.Lease; l != nil && l.Holder != "" {
+		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
+			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))
+	}
+
+	return w
+}
+
+// controlPlaneWarnings are what fencing the control planes and the API endpoint's node costs.
+func controlPlaneWarnings(p *Plan, s Snapshot, in Input) []string {
+	var w []string
+
 	controlPlanes := 0
 
 	for _, n := range s.Nodes {
@@ -434,17 +454,6 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	if p.EndpointNode == "" && s.APIEndpoint != "" {
 		w = append(w, fmt.Sprintf("The API endpoint %s is not a node address (a VIP or load balancer): no node is held back for it.", s.APIEndpoint))
-	}
-
-	if len(s.Templates) == 0 {
-		w = append(w, noTemplateWarning)
-	}
-
-	w = append(w, staleReaderWarnings(p.Templates)...)
-
-	if l := s.Lease; l != nil && l.Holder != "" {
-		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
-			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))
 	}
 
 	return w

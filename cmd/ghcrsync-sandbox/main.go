@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -139,52 +140,13 @@ func upDetached(cmd *cobra.Command, dir string) error {
 
 	_ = os.Remove(filepath.Join(dir, sandbox.ReadyFile))
 
-	var args []string
-	for _, a := range os.Args[1:] {
-		if a != "--detach" && a != "--detach=true" {
-			args = append(args, a)
-		}
-	}
-
-	out, err := os.OpenFile(filepath.Join(dir, "sandbox.out"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-
-	exe, err := os.Executable()
+	child, exited, err := startDetached(dir)
 	if err != nil {
 		return err
 	}
 
-	child := exec.Command(exe, args...)
-	child.Stdout, child.Stderr = out, out
-	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-
-	if err := child.Start(); err != nil {
+	if err := awaitReady(dir, child, exited); err != nil {
 		return err
-	}
-
-	exited := make(chan error, 1)
-
-	go func() { exited <- child.Wait() }()
-
-	deadline := time.After(5 * time.Minute)
-
-	for {
-		if _, err := os.Stat(filepath.Join(dir, sandbox.ReadyFile)); err == nil {
-			break
-		}
-
-		select {
-		case err := <-exited:
-			return fmt.Errorf("sandbox exited before it was ready (%v); see %s", err, filepath.Join(dir, "sandbox.out"))
-		case <-deadline:
-			_ = child.Process.Signal(syscall.SIGTERM)
-
-			return fmt.Errorf("sandbox not ready after 5m; see %s", filepath.Join(dir, "sandbox.out"))
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 
 	pid := child.Process.Pid
@@ -200,6 +162,64 @@ func upDetached(cmd *cobra.Command, dir string) error {
 		pid, filepath.Join(dir, sandbox.EnvFile), dir)
 
 	return nil
+}
+
+// startDetached starts this command again without --detach, in its own session, its output
+// in DIR/sandbox.out; exited has its exit.
+func startDetached(dir string) (*exec.Cmd, <-chan error, error) {
+	var args []string
+
+	for _, a := range os.Args[1:] {
+		if a != "--detach" && a != "--detach=true" {
+			args = append(args, a)
+		}
+	}
+
+	out, err := os.OpenFile(filepath.Join(dir, "sandbox.out"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer out.Close() // the child has its own descriptor
+
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	child := exec.Command(exe, args...)
+	child.Stdout, child.Stderr = out, out
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if err := child.Start(); err != nil {
+		return nil, nil, err
+	}
+
+	exited := make(chan error, 1)
+
+	go func() { exited <- child.Wait() }()
+
+	return child, exited, nil
+}
+
+// awaitReady waits for the sandbox's ready file, up to 5 minutes (then stops the child).
+func awaitReady(dir string, child *exec.Cmd, exited <-chan error) error {
+	deadline := time.After(5 * time.Minute)
+
+	for {
+		if _, err := os.Stat(filepath.Join(dir, sandbox.ReadyFile)); err == nil {
+			return nil
+		}
+
+		select {
+		case err := <-exited:
+			return fmt.Errorf("sandbox exited before it was ready (%v); see %s", err, filepath.Join(dir, "sandbox.out"))
+		case <-deadline:
+			_ = child.Process.Signal(syscall.SIGTERM)
+
+			return fmt.Errorf("sandbox not ready after 5m; see %s", filepath.Join(dir, "sandbox.out"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func newDown() *cobra.Command {
@@ -263,92 +283,128 @@ func alive(pids []int) bool {
 	return false
 }
 
+// ctlVerb is one verb of `ctl`: the arguments it takes, its help, and how they fill the admin
+// API's request. The table is the verbs' one list: the help, the argument check and the request.
+type ctlVerb struct {
+	name, args, help string
+	min, max         int
+	fill             func(rest []string, req *sandbox.Request)
+}
+
+func onNode(rest []string, req *sandbox.Request)      { req.Node = rest[0] }
+func forDuration(rest []string, req *sandbox.Request) { req.Duration = rest[0] }
+
+var ctlVerbs = []ctlVerb{
+	{"reboot", "NODE", "reboot a machine out of band (a third party: counted, not judged)", 1, 1, onNode},
+	{"power-off", "NODE", "keep a machine down until powered on", 1, 1, onNode},
+	{"power-on", "NODE", "power a machine on again", 1, 1, onNode},
+	{"scale-down", "NODE", "the cluster autoscaler scales the node down (simulation only)", 1, 1, onNode},
+	{"scale-up", "", "the cluster autoscaler adds a node (simulation only)", 0, 0, nil},
+	{"delete-node", "NODE", "the machine and its Node vanish", 1, 1, onNode},
+	{"pause-autoscaler", "", "the autoscaler stops acting", 0, 0, nil},
+	{"resume-autoscaler", "", "the autoscaler acts again", 0, 0, nil},
+	{"revoke-credential", "USER", "the registry stops accepting USER", 1, 1, func(r []string, q *sandbox.Request) { q.User = r[0] }},
+	{"deny-repository", "USER REPO", "USER logs in but may not pull REPO (org/name), as GHCR grants per package", 2, 2,
+		func(r []string, q *sandbox.Request) { q.User, q.Repository = r[0], r[1] }},
+	{"allow-repository", "USER REPO", "USER may pull REPO again", 2, 2, func(r []string, q *sandbox.Request) { q.User, q.Repository = r[0], r[1] }},
+	{"hang-talos", "NODE", "the node's Talos API accepts calls and never answers", 1, 1, onNode},
+	{"unhang-talos", "NODE", "the node's Talos API answers again", 1, 1, onNode},
+	{"slow-talos", "NODE DURATION", "the node's Talos API answers each call DURATION late (0s: at once)", 2, 2,
+		func(r []string, q *sandbox.Request) { q.Node, q.Duration = r[0], r[1] }},
+	{"api-outage", "DURATION", "the Kubernetes API endpoint refuses connections for DURATION", 1, 1, forDuration},
+	{"rotate-secret", "", "a fresh credential becomes the one secret.enc.yaml holds", 0, 0, nil},
+	{"set-run-status", "ID ATTEMPT STATUS", "the CI API's run attempt status", 3, 3,
+		func(r []string, q *sandbox.Request) { q.ID, q.Attempt, q.Status = r[0], r[1], r[2] }},
+	{"etcd-alarm", "NODE NOSPACE|CORRUPT|none", "the control plane's etcd member raises an alarm (none: clears it)", 2, 2,
+		func(r []string, q *sandbox.Request) { q.Node, q.Alarm = r[0], strings.TrimPrefix(r[1], "none") }},
+	{"etcd-learner", "NODE", "its etcd member becomes a learner", 1, 1, onNode},
+	{"etcd-voter", "NODE", "its etcd member becomes a voter again", 1, 1, onNode},
+	{"move-address", "NODE [MACHINE]", "NODE's kubelet reports MACHINE's address as its InternalIP (none: its own)", 1, 2, moveAddress},
+	{"report-ips", "NODE [IP,...|none]", "NODE's kubelet reports these InternalIPs (none: no InternalIP; no list: its own)", 1, 2, reportIPs},
+	{"lose-answers", "DURATION", "the API endpoint carries out writes and cuts their answers, for DURATION", 1, 1, forDuration},
+	{"lose-talos-answers", "NODE", "the machine's next Talos write is carried out and its answer lost", 1, 1, onNode},
+	{"stall-pods", "NODE", "its container runtime hangs creating containers (ContainerCreating)", 1, 1, onNode},
+	{"unstall-pods", "NODE", "its container runtime works again", 1, 1, onNode},
+	{"kubelet-not-ready", "NODE", "its kubelet reports NotReady (the CNI never came up)", 1, 1, onNode},
+	{"kubelet-ready", "NODE", "its kubelet reports Ready again", 1, 1, onNode},
+	{"disruption", "SINCE", "the demo workloads' evictions and pull failures since SINCE (RFC 3339)", 1, 1,
+		func(r []string, q *sandbox.Request) { q.Since = r[0] }},
+	{"stats", "", `{"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}`, 0, 0, nil},
+	{"fleet", "", "the machines and their credential state", 0, 0, nil},
+}
+
+func moveAddress(rest []string, req *sandbox.Request) {
+	req.Node = rest[0]
+	if len(rest) == 2 && rest[1] != "none" {
+		req.To = rest[1]
+	}
+}
+
+func reportIPs(rest []string, req *sandbox.Request) {
+	req.Node = rest[0]
+	if len(rest) == 2 {
+		req.IPs = strings.Split(rest[1], ",")
+		if rest[1] == "none" {
+			req.IPs = []string{}
+		}
+	}
+}
+
+// ctlHelp is the verbs' help, one line each.
+func ctlHelp() string {
+	var b strings.Builder
+
+	b.WriteString("Verbs:")
+
+	for _, v := range ctlVerbs {
+		fmt.Fprintf(&b, "\n  %-40s %s", strings.TrimSpace(v.name+" "+v.args), v.help)
+	}
+
+	return b.String()
+}
+
+// request is the admin API's request for verb and its arguments, checked against the table.
+func request(verb string, rest []string) (sandbox.Request, error) {
+	var req sandbox.Request
+
+	i := slices.IndexFunc(ctlVerbs, func(v ctlVerb) bool { return v.name == verb })
+	if i < 0 {
+		return req, fmt.Errorf("unknown verb %q; see `ghcrsync-sandbox ctl --help`", verb)
+	}
+
+	v := ctlVerbs[i]
+
+	switch {
+	case len(rest) >= v.min && len(rest) <= v.max:
+	case v.min == v.max:
+		return req, fmt.Errorf("%s takes %d argument(s): %s %s; see `ghcrsync-sandbox ctl --help`", verb, v.min, verb, v.args)
+	default:
+		return req, fmt.Errorf("%s takes %d to %d arguments: %s %s; see `ghcrsync-sandbox ctl --help`", verb, v.min, v.max, verb, v.args)
+	}
+
+	if v.fill != nil {
+		v.fill(rest, &req)
+	}
+
+	return req, nil
+}
+
 func newCtl() *cobra.Command {
 	var dir string
 
 	cmd := &cobra.Command{
 		Use:   "ctl --dir DIR VERB [ARGS]",
 		Short: "Inject a fault or read counters: " + strings.Join(sandbox.Verbs, ", "),
-		Long: `Verbs:
-  reboot NODE                    reboot a machine out of band (a third party: counted, not judged)
-  power-off NODE | power-on NODE keep a machine down until powered on
-  scale-down NODE                the cluster autoscaler scales the node down (simulation only)
-  scale-up                       the cluster autoscaler adds a node (simulation only)
-  delete-node NODE               the machine and its Node vanish
-  pause-autoscaler | resume-autoscaler
-  revoke-credential USER         the registry stops accepting USER
-  deny-repository USER REPO      USER logs in but may not pull REPO (org/name), as GHCR grants per package
-  allow-repository USER REPO     USER may pull REPO again
-  hang-talos NODE | unhang-talos NODE   the node's Talos API accepts calls and never answers
-  slow-talos NODE DURATION       the node's Talos API answers each call DURATION late (0s: at once)
-  api-outage DURATION            the Kubernetes API endpoint refuses connections for DURATION
-  rotate-secret                  a fresh credential becomes the one secret.enc.yaml holds
-  set-run-status ID ATTEMPT STATUS   the CI API's run attempt status
-  etcd-alarm NODE NOSPACE|CORRUPT|none   the control plane's etcd member raises an alarm (none: clears it)
-  etcd-learner NODE | etcd-voter NODE    its etcd member becomes a learner, or a voter again
-  move-address NODE [MACHINE]    NODE's kubelet reports MACHINE's address as its InternalIP (none: its own)
-  report-ips NODE [IP,...|none]  NODE's kubelet reports these InternalIPs (none: no InternalIP; no list: its own)
-  lose-answers DURATION          the API endpoint carries out writes and cuts their answers, for DURATION
-  lose-talos-answers NODE        the machine's next Talos write is carried out and its answer lost
-  stall-pods NODE | unstall-pods NODE   its container runtime hangs creating containers (ContainerCreating), or works again
-  kubelet-not-ready NODE | kubelet-ready NODE   its kubelet reports NotReady (the CNI never came up), or Ready again
-  disruption SINCE               the demo workloads' evictions and pull failures since SINCE (RFC 3339)
-  stats                          {"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}
-  fleet                          the machines and their credential state`,
-		Args: cobra.MinimumNArgs(1),
+		Long:  ctlHelp(),
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			verb, rest := args[0], args[1:]
-			need := map[string][2]int{"reboot": {1, 1}, "power-off": {1, 1}, "power-on": {1, 1}, "scale-down": {1, 1}, "delete-node": {1, 1},
-				"revoke-credential": {1, 1}, "deny-repository": {2, 2}, "allow-repository": {2, 2}, "set-run-status": {3, 3}, "hang-talos": {1, 1}, "unhang-talos": {1, 1}, "slow-talos": {2, 2},
-				"api-outage": {1, 1}, "etcd-alarm": {2, 2}, "etcd-learner": {1, 1}, "etcd-voter": {1, 1}, "move-address": {1, 2},
-				"report-ips": {1, 2}, "lose-answers": {1, 1}, "lose-talos-answers": {1, 1}, "stall-pods": {1, 1}, "unstall-pods": {1, 1},
-				"kubelet-not-ready": {1, 1}, "kubelet-ready": {1, 1}, "disruption": {1, 1}}
-
-			if n := need[verb]; len(rest) < n[0] || len(rest) > n[1] {
-				if n[0] == n[1] {
-					return fmt.Errorf("%s takes %d argument(s); see `ghcrsync-sandbox ctl --help`", verb, n[0])
-				}
-
-				return fmt.Errorf("%s takes %d to %d arguments; see `ghcrsync-sandbox ctl --help`", verb, n[0], n[1])
-			}
-
-			var req sandbox.Request
-
-			switch verb {
-			case "reboot", "power-off", "power-on", "scale-down", "delete-node", "hang-talos", "unhang-talos", "etcd-learner", "etcd-voter", "lose-talos-answers", "stall-pods", "unstall-pods",
-				"kubelet-not-ready", "kubelet-ready":
-				req.Node = rest[0]
-			case "slow-talos":
-				req.Node, req.Duration = rest[0], rest[1]
-			case "etcd-alarm":
-				req.Node, req.Alarm = rest[0], strings.TrimPrefix(rest[1], "none")
-			case "move-address":
-				req.Node = rest[0]
-				if len(rest) == 2 && rest[1] != "none" {
-					req.To = rest[1]
-				}
-			case "report-ips":
-				req.Node = rest[0]
-				if len(rest) == 2 {
-					req.IPs = strings.Split(rest[1], ",")
-					if rest[1] == "none" {
-						req.IPs = []string{}
-					}
-				}
-			case "api-outage", "lose-answers":
-				req.Duration = rest[0]
-			case "revoke-credential":
-				req.User = rest[0]
-			case "deny-repository", "allow-repository":
-				req.User, req.Repository = rest[0], rest[1]
-			case "set-run-status":
-				req.ID, req.Attempt, req.Status = rest[0], rest[1], rest[2]
-			case "disruption":
-				req.Since = rest[0]
+			req, err := request(args[0], args[1:])
+			if err != nil {
+				return err
 			}
 
 			var out json.RawMessage
-			if err := call(dir, verb, req, &out); err != nil {
+			if err := call(dir, args[0], req, &out); err != nil {
 				return err
 			}
 

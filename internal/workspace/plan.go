@@ -242,14 +242,12 @@ type Held struct {
 func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error) {
 	cfg := w.Config
 
-	var held []Held
-
 	uid, err := w.Kube.ClusterUID(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
 
-	nodes, others, err := w.Kube.Nodes(ctx, cfg.Nodes.Selector)
+	nodes, others, held, err := w.nodes(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
@@ -257,18 +255,6 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 	lease, err := w.Kube.Lease(ctx, cfg.Lease.Namespace, cfg.Lease.Name)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
-	}
-
-	tc, err := w.Talos(ctx)
-	if err != nil {
-		return plan.Snapshot{}, nil, err
-	}
-
-	inUse := tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
-	for _, n := range nodes {
-		if c := inUse[n.Name]; c != nil {
-			held = append(held, Held{Node: n.Name, Cred: c})
-		}
 	}
 
 	secrets, heldBySecrets, err := w.secrets(ctx)
@@ -288,17 +274,42 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates,
+		Kustomizations: kustomizations}, held, nil
+}
+
+// nodes observes the selected nodes — each with its Talos facts, its evictable pods and what
+// would hold their eviction — the nodes outside the selector, and the credentials the nodes hold.
+func (w *Workspace) nodes(ctx context.Context) (nodes []plan.Node, others []plan.Identity, held []Held, err error) {
+	cfg := w.Config
+
+	nodes, others, err = w.Kube.Nodes(ctx, cfg.Nodes.Selector)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	tc, err := w.Talos(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+
+	inUse := tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	for _, n := range nodes {
+		if c := inUse[n.Name]; c != nil {
+			held = append(held, Held{Node: n.Name, Cred: c})
+		}
+	}
+
 	pods, blockers, err := w.Kube.EvictableByNode(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return nil, nil, nil, err
 	}
 
 	for i := range nodes {
 		nodes[i].Pods, nodes[i].Blockers = pods[nodes[i].Name], blockers[nodes[i].Name]
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates,
-		Kustomizations: kustomizations}, held, nil
+	return nodes, others, held, nil
 }
 
 // secrets observes every pull secret the run writes, and the credentials they hold.
