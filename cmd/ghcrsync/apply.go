@@ -76,7 +76,7 @@ func newLogger(w io.Writer, level, format string) (hclog.Logger, error) {
 }
 
 // applyPlan loads the saved plan, or (--auto-approve) plans now and prints the plan first.
-func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, path string, a applyArgs) (*plan.Plan, error) {
+func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, path string, a applyArgs) (*plan.Plan, error) {
 	if path != "" {
 		return plan.Load(path)
 	}
@@ -86,9 +86,7 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, path string, a apply
 		return nil, err
 	}
 
-	if !a.json {
-		view.PlanHuman(cmd.OutOrStdout(), p)
-	}
+	v.Planned(p)
 
 	return p, nil
 }
@@ -108,9 +106,12 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 
-	if _, err := githubOutput(cmd); err != nil {
+	s, err := streams(cmd)
+	if err != nil {
 		return err
 	}
+
+	v := view.NewApply(s)
 
 	// What apply reads is checked before the state is read; its writes once the plan stands.
 	ws, err := workspace.Open(workspace.Options{ConfigPath: a.config, Lock: true, Preflight: workspace.CommandApply, PreflightReads: true,
@@ -120,15 +121,13 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 	}
 	defer ws.Close()
 
-	p, err := applyPlan(cmd, ws, planPath, a)
+	p, err := applyPlan(cmd, ws, v, planPath, a)
 	if err != nil {
 		return err
 	}
 
-	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: view.Progress(cmd.ErrOrStderr()), Hooks: testHooks, Logger: logger}
-	if a.json { // JSON Lines: each step as it happens, then the summary
-		o.Observe = func(ev apply.Event) { _ = view.ApplyEventLine(cmd.OutOrStdout(), ev) }
-	}
+	// --json: JSON Lines, each step as it happens (Events), then the summary.
+	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: v.Progress(), Observe: v.Events(), Hooks: testHooks, Logger: logger}
 
 	in, err := ws.Apply()
 	if err != nil {
@@ -140,47 +139,13 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 
-	if err := a.report(cmd, ws, res); err != nil {
+	if err := v.Result(res, ws.Requests); err != nil {
 		return err
 	}
 
 	// 0 only when the old credential is no longer used anywhere: safe to revoke.
 	if res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke() {
 		return exitError{code: exitPartial}
-	}
-
-	return nil
-}
-
-// report prints the run's outcome (human or the JSON summary line), its timings and requests
-// (--verbose), and publishes it to GitHub.
-func (a applyArgs) report(cmd *cobra.Command, ws *workspace.Workspace, res *apply.Result) error {
-	var err error
-
-	if a.json {
-		err = view.ApplySummaryLine(cmd.OutOrStdout(), res)
-	} else {
-		err = view.Apply(cmd.OutOrStdout(), view.Human, res)
-	}
-
-	if a.verbose && err == nil {
-		view.ApplyTimings(cmd.ErrOrStderr(), res)
-
-		kube, talos := ws.Requests()
-		view.Requests(cmd.ErrOrStderr(), kube, talos)
-	}
-
-	if err != nil {
-		return err
-	}
-
-	if gh, _ := githubOutput(cmd); gh {
-		view.PlanAnnotations(annotations(cmd), res.Plan)
-		view.ApplyAnnotations(annotations(cmd), res)
-
-		if err := view.AppendSummary(func(w io.Writer) { view.ApplyMarkdown(w, res) }); err != nil {
-			view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync apply", err.Error())
-		}
 	}
 
 	return nil

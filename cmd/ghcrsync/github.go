@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 )
 
 // Output modes of --output: GitHub Actions output (annotations and a step summary) is on in
@@ -38,27 +36,12 @@ func githubOutput(cmd *cobra.Command) (bool, error) {
 	return false, fmt.Errorf("unknown --output %q: use auto, github or plain", mode)
 }
 
-// annotations is where the command writes its workflow commands (annotations): stdout, or
-// stderr when stdout carries JSON (--json) — the runner reads workflow commands from both
-// streams, and a JSON reader of stdout (jq) must see JSON only.
-func annotations(cmd *cobra.Command) io.Writer {
-	if j, err := cmd.Flags().GetBool("json"); err == nil && j {
-		return cmd.ErrOrStderr()
-	}
+// streams are the command's view streams: stdout and stderr, whether stdout carries JSON
+// (--json), GitHub output (--output) and --verbose.
+func streams(cmd *cobra.Command) (view.Streams, error) {
+	gh, err := githubOutput(cmd)
+	asJSON, _ := cmd.Flags().GetBool("json")
+	verbose, _ := cmd.Flags().GetBool("verbose")
 
-	return cmd.OutOrStdout()
-}
-
-// writeMarkdown writes a Markdown rendering to path (0644, atomically: a PR-comment step may
-// read it while a retry rewrites it).
-func writeMarkdown(path string, render func(io.Writer)) error {
-	var b bytes.Buffer
-
-	render(&b)
-
-	if err := atomicfile.Write(path, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write Markdown plan %s: %w", path, err)
-	}
-
-	return nil
+	return view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), JSON: asJSON, GitHub: gh, Verbose: verbose}, err
 }

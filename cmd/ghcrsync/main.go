@@ -68,8 +68,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		view.Error(stderr, err)
 
-		if gh, _ := githubOutput(cmd); gh && cmd != nil {
-			view.Annotate(annotations(cmd), view.AnnotateError, cmd.CommandPath(), firstLine(err.Error()))
+		if cmd == nil {
+			break
+		}
+
+		if s, _ := streams(cmd); s.GitHub {
+			view.Annotate(s.Annotations(), view.AnnotateError, cmd.CommandPath(), firstLine(err.Error()))
 		}
 	}
 

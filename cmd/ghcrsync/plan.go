@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -89,10 +88,12 @@ func newShow() *cobra.Command {
 
 // run plans, prints the plan, saves it (--out) and publishes it (--markdown, GitHub).
 func (a planArgs) run(cmd *cobra.Command) error {
-	gh, err := githubOutput(cmd)
+	s, err := streams(cmd)
 	if err != nil {
 		return err
 	}
+
+	v := view.NewPlan(s)
 
 	ws, err := openAs(cmd, workspace.CommandPlan, a.config, false)
 	if err != nil {
@@ -105,38 +106,25 @@ func (a planArgs) run(cmd *cobra.Command) error {
 		return err
 	}
 
-	if err := view.Plan(cmd.OutOrStdout(), view.FormatFor(a.json), p); err != nil {
+	if err := v.Plan(p); err != nil {
 		return err
 	}
 
-	if a.strict && p.DrainHolds > 0 {
-		return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
-			"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
+	if err := a.refuseStrict(p); err != nil {
+		return err
 	}
 
-	if a.strict && p.RefusedWrites() > 0 {
-		return fmt.Errorf("plan --strict: the API server refused a dry run of %d write(s) apply would make (the warnings above name each and why); no plan was saved. "+
-			"Fix the policy that refuses them, or plan without --strict", p.RefusedWrites())
+	if err := a.save(ws, v, p); err != nil {
+		return err
 	}
 
-	if a.out != "" {
-		cred, err := ws.Credential()
-		if err != nil {
+	if a.markdown != "" {
+		if err := v.Markdown(a.markdown, p); err != nil {
 			return err
 		}
-
-		if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
-			return fmt.Errorf("save plan to %s: %w", a.out, err)
-		}
-
-		if !a.json {
-			view.PlanSaved(cmd.OutOrStdout(), a.out)
-		}
 	}
 
-	if err := a.publish(cmd, ws, p, gh); err != nil {
-		return err
-	}
+	v.Published(p, ws.Requests)
 
 	// "No changes" (0) only when nothing uses the old credential either: a scheduled plan
 	// then says when revoking has become safe.
@@ -147,27 +135,38 @@ func (a planArgs) run(cmd *cobra.Command) error {
 	return nil
 }
 
-// publish writes the plan where else it was asked for: a Markdown file, the GitHub step summary
-// and annotations, the requests made (--verbose).
-func (a planArgs) publish(cmd *cobra.Command, ws *workspace.Workspace, p *plan.Plan, gh bool) error {
-	if a.markdown != "" {
-		if err := writeMarkdown(a.markdown, func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
-			return err
-		}
+// refuseStrict refuses (--strict) a plan whose drains would be held or whose writes the API
+// server refused in a dry run.
+func (a planArgs) refuseStrict(p *plan.Plan) error {
+	if a.strict && p.DrainHolds > 0 {
+		return fmt.Errorf("plan --strict: %d drain(s) would be held (the warnings above name each pod and what holds it); no plan was saved. "+
+			"Make room (scale the budget's workload, move the pod), or plan without --strict", p.DrainHolds)
 	}
 
-	if gh {
-		view.PlanAnnotations(annotations(cmd), p)
-
-		if err := view.AppendSummary(func(w io.Writer) { view.PlanMarkdown(w, p) }); err != nil {
-			view.Annotate(annotations(cmd), view.AnnotateWarning, "ghcrsync plan", err.Error())
-		}
+	if a.strict && p.RefusedWrites() > 0 {
+		return fmt.Errorf("plan --strict: the API server refused a dry run of %d write(s) apply would make (the warnings above name each and why); no plan was saved. "+
+			"Fix the policy that refuses them, or plan without --strict", p.RefusedWrites())
 	}
 
-	if a.verbose {
-		kube, talos := ws.Requests()
-		view.Requests(cmd.ErrOrStderr(), kube, talos)
+	return nil
+}
+
+// save saves the plan (--out), sealed with the credential's plan key.
+func (a planArgs) save(ws *workspace.Workspace, v *view.PlanView, p *plan.Plan) error {
+	if a.out == "" {
+		return nil
 	}
+
+	cred, err := ws.Credential()
+	if err != nil {
+		return err
+	}
+
+	if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
+		return fmt.Errorf("save plan to %s: %w", a.out, err)
+	}
+
+	v.Saved(a.out)
 
 	return nil
 }

@@ -1,0 +1,148 @@
+package view
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+
+	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// Streams are where a command's view writes: Out its result, Err its progress and --verbose
+// lines; JSON when Out carries JSON; GitHub when GitHub Actions output (annotations and the step
+// summary) is on; Verbose for where the seconds and the requests went.
+type Streams struct {
+	Out, Err io.Writer
+	JSON     bool
+	GitHub   bool
+	Verbose  bool
+}
+
+// Annotations is where workflow commands go: Out, or Err when Out carries JSON (the runner reads
+// workflow commands from both streams, and a JSON reader of Out must see JSON only).
+func (s Streams) Annotations() io.Writer {
+	if s.JSON {
+		return s.Err
+	}
+
+	return s.Out
+}
+
+func (s Streams) format() Format { return FormatFor(s.JSON) }
+
+// gitHub writes a command's annotations and appends its Markdown to the step summary (when
+// GitHub output is on); a summary that cannot be written is a warning annotation, never fatal.
+func (s Streams) gitHub(command string, annotate, summary func(io.Writer)) {
+	if !s.GitHub {
+		return
+	}
+
+	annotate(s.Annotations())
+
+	if err := AppendSummary(summary); err != nil {
+		Annotate(s.Annotations(), AnnotateWarning, command, err.Error())
+	}
+}
+
+// Counted are the calls a command made so far: to Kubernetes (by verb) and Talos (by method).
+type Counted func() (kube, talos string)
+
+// requests is the --verbose line of the calls made.
+func (s Streams) requests(counted Counted) {
+	if s.Verbose && counted != nil {
+		kube, talos := counted()
+		Requests(s.Err, kube, talos)
+	}
+}
+
+// PlanView is `ghcrsync plan`'s view.
+type PlanView struct{ s Streams }
+
+// NewPlan is the plan command's view on s.
+func NewPlan(s Streams) *PlanView { return &PlanView{s: s} }
+
+// Plan renders the plan (human or JSON).
+func (v *PlanView) Plan(p *plan.Plan) error { return Plan(v.s.Out, v.s.format(), p) }
+
+// Saved says where the plan was saved (human only: JSON readers have the plan).
+func (v *PlanView) Saved(path string) {
+	if !v.s.JSON {
+		PlanSaved(v.s.Out, path)
+	}
+}
+
+// Markdown writes the plan as Markdown to path (0644, atomically: a PR-comment step may read it
+// while a retry rewrites it).
+func (v *PlanView) Markdown(path string, p *plan.Plan) error {
+	var b bytes.Buffer
+
+	PlanMarkdown(&b, p)
+
+	if err := atomicfile.Write(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write Markdown plan %s: %w", path, err)
+	}
+
+	return nil
+}
+
+// Published writes the plan's GitHub output and the requests it made (--verbose).
+func (v *PlanView) Published(p *plan.Plan, counted Counted) {
+	v.s.gitHub("ghcrsync plan", func(w io.Writer) { PlanAnnotations(w, p) }, func(w io.Writer) { PlanMarkdown(w, p) })
+	v.s.requests(counted)
+}
+
+// ApplyView is `ghcrsync apply`'s view.
+type ApplyView struct{ s Streams }
+
+// NewApply is the apply command's view on s.
+func NewApply(s Streams) *ApplyView { return &ApplyView{s: s} }
+
+// Planned renders the plan --auto-approve made, before it is applied (human only).
+func (v *ApplyView) Planned(p *plan.Plan) {
+	if !v.s.JSON {
+		PlanHuman(v.s.Out, p)
+	}
+}
+
+// Progress words the run's progress events on Err.
+func (v *ApplyView) Progress() progress.Func { return Progress(v.s.Err) }
+
+// Events streams each step of the run as a JSON line (--json), else nil.
+func (v *ApplyView) Events() func(apply.Event) {
+	if !v.s.JSON {
+		return nil
+	}
+
+	return func(ev apply.Event) { _ = ApplyEventLine(v.s.Out, ev) }
+}
+
+// Result renders the run's outcome (human, or the JSON summary line), where each node's seconds
+// went and the requests made (--verbose), and its GitHub output.
+func (v *ApplyView) Result(res *apply.Result, counted Counted) error {
+	var err error
+
+	if v.s.JSON {
+		err = ApplySummaryLine(v.s.Out, res)
+	} else {
+		err = Apply(v.s.Out, Human, res)
+	}
+
+	if err != nil {
+		return err
+	}
+
+	if v.s.Verbose {
+		ApplyTimings(v.s.Err, res)
+	}
+
+	v.s.requests(counted)
+	v.s.gitHub("ghcrsync apply", func(w io.Writer) {
+		PlanAnnotations(w, res.Plan)
+		ApplyAnnotations(w, res)
+	}, func(w io.Writer) { ApplyMarkdown(w, res) })
+
+	return nil
+}
