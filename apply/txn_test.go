@@ -1,11 +1,9 @@
 package apply
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -95,11 +93,7 @@ func (h *harness) ops(node string, withJudge bool) []string {
 //	record w1: PHASE OUTCOME holds|free
 //	node w1: cordoned|schedulable owner=H
 type txnScript struct {
-	name  string
-	file  string
-	line  int
-	input []string // the block's input lines, for -update
-	want  []string
+	goldenfile.Case
 
 	fleet, nodes []string
 	action       plan.Action
@@ -123,16 +117,14 @@ func TestTxnScripts(t *testing.T) {
 	fullOrder := false
 
 	for _, file := range files {
-		scripts, header := readTxnScripts(t, file)
-
-		var out strings.Builder
-		out.WriteString(strings.Join(header, "\n") + "\n\n")
+		header, scripts := readTxnScripts(t, file)
+		blocks, rendered := make([]goldenfile.Case, 0, len(scripts)), make([][]string, 0, len(scripts))
 
 		for _, s := range scripts {
 			h, res, got := s.run(t)
 
-			if !goldenfile.Updating() && !slices.Equal(got, s.want) {
-				t.Errorf("%s:%d: case %s:\n got:\n  %s\nwant:\n  %s", s.file, s.line, s.name, strings.Join(got, "\n  "), strings.Join(s.want, "\n  "))
+			if !goldenfile.Updating() && !slices.Equal(got, s.Want) {
+				t.Errorf("%s: case %s:\n got:\n  %s\nwant:\n  %s", s.At(), s.Name, strings.Join(got, "\n  "), strings.Join(s.Want, "\n  "))
 			}
 
 			for _, r := range res {
@@ -141,14 +133,11 @@ func TestTxnScripts(t *testing.T) {
 
 			refused[s.refuseAt] = refused[s.refuseAt] || s.refuseAt != ""
 			fullOrder = fullOrder || slices.Contains(got, "phases w1: "+phaseWords(state.Phases[1:]))
-
-			fmt.Fprintf(&out, "%s\n=>\n%s\n\n", strings.Join(s.input, "\n"), strings.Join(got, "\n"))
+			blocks, rendered = append(blocks, s.Case), append(rendered, got)
 		}
 
 		if goldenfile.Updating() {
-			if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			goldenfile.WriteCases(t, file, header, blocks, rendered)
 		}
 	}
 
@@ -180,7 +169,7 @@ func checkJudgedBeforeEveryMutation(t *testing.T, s txnScript, log []string, und
 		case strings.HasPrefix(l, "state "):
 		case undone && strings.HasPrefix(l, "patch ") && strings.HasSuffix(l, " release"):
 		case !judged:
-			t.Errorf("%s:%d: case %s: %q was not preceded by a judgement", s.file, s.line, s.name, l)
+			t.Errorf("%s: case %s: %q was not preceded by a judgement", s.At(), s.Name, l)
 		case !strings.Contains(l, " phase="):
 			judged = false
 		}
@@ -238,7 +227,7 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 	case "conflicts":
 		n, err := strconv.Atoi(f[2])
 		if err != nil {
-			t.Fatalf("%s: case %s: %q: %v", s.file, s.name, line, err)
+			t.Fatalf("%s: case %s: %q: %v", s.At(), s.Name, line, err)
 		}
 
 		h.w.conflicts[f[1]] = n
@@ -352,60 +341,30 @@ func renderNode(h *harness, node string) string {
 	return fmt.Sprintf("node %s: %s owner=%s verified=%s", node, cordon, owner, verified)
 }
 
-// readTxnScripts reads a file's scripts and its header (the comment lines before the first case).
-func readTxnScripts(t *testing.T, file string) ([]txnScript, []string) {
+// readTxnScripts reads a file's scripts (golden.ReadCases) and parses each.
+func readTxnScripts(t *testing.T, file string) ([]string, []txnScript) {
 	t.Helper()
 
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	header, blocks := goldenfile.ReadCases(t, file)
+	scripts := make([]txnScript, 0, len(blocks))
 
-	var (
-		scripts []txnScript
-		header  []string
-		output  bool
-		pending []string // the comment lines of the next case
-	)
+	for _, b := range blocks {
+		s := txnScript{Case: b, parallelism: 1}
 
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		at := func() string { return fmt.Sprintf("%s:%d", file, line) }
-
-		switch {
-		case text == "":
-			output = false
-		case strings.HasPrefix(text, "case "):
-			scripts = append(scripts, txnScript{name: strings.TrimPrefix(text, "case "), file: file, line: line, parallelism: 1, input: append(pending, text)})
-			output, pending = false, nil
-		case len(scripts) == 0 && strings.HasPrefix(text, "#"):
-			header = append(header, text)
-		case strings.HasPrefix(text, "#") && !output:
-			pending = append(pending, text)
-		case len(scripts) == 0:
-			t.Fatalf("%s: %q before the first case", at(), text)
-		case text == "=>":
-			output = true
-		case output:
-			s := &scripts[len(scripts)-1]
-			s.want = append(s.want, text)
-		default:
-			s := &scripts[len(scripts)-1]
-			s.input = append(s.input, text)
+		for _, text := range b.Input {
+			if strings.HasPrefix(text, "#") {
+				continue
+			}
 
 			if err := s.parse(text); err != nil {
-				t.Fatalf("%s: %v", at(), err)
+				t.Fatalf("%s: case %s: %v", b.At(), b.Name, err)
 			}
 		}
+
+		scripts = append(scripts, s)
 	}
 
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-
-	return scripts, header
+	return header, scripts
 }
 
 // parse reads one input line into the script.

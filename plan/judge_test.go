@@ -1,10 +1,8 @@
 package plan_test
 
 import (
-	"bufio"
 	"fmt"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +21,9 @@ import (
 //	at      phase=P action=A step=S holder=H desired=D policy=P
 //	=> DECISION REASON: MESSAGE                                          (rewritten by -update)
 type judgeCase struct {
-	name    string
+	block   goldenfile.Case
 	subject plan.Subject
 	want    string
-	lines   []string // the block's input lines, for -update
 }
 
 func TestJudge(t *testing.T) {
@@ -39,20 +36,14 @@ func TestJudge(t *testing.T) {
 
 	for _, file := range files {
 		cases, header := readJudgeCases(t, file)
-
-		var out strings.Builder
-		for _, h := range header {
-			out.WriteString(h + "\n")
-		}
-
-		out.WriteString("\n")
+		blocks, rendered := make([]goldenfile.Case, 0, len(cases)), make([][]string, 0, len(cases))
 
 		for _, c := range cases {
 			v := plan.Judge(c.subject)
 			got := render(v, c.subject)
 
 			if !goldenfile.Updating() && got != c.want {
-				t.Errorf("%s: case %s:\n got: %s\nwant: %s", file, c.name, got, c.want)
+				t.Errorf("%s: case %s:\n got: %s\nwant: %s", c.block.At(), c.block.Name, got, c.want)
 			}
 
 			seen["decision "+string(v.Decision)] = true
@@ -60,13 +51,12 @@ func TestJudge(t *testing.T) {
 			seen["phase "+string(c.subject.Phase)] = true
 			seen["step "+string(c.subject.Step)] = true
 
-			fmt.Fprintf(&out, "%s\n=> %s\n\n", strings.Join(c.lines, "\n"), got)
+			c.block.Inline = true
+			blocks, rendered = append(blocks, c.block), append(rendered, []string{got})
 		}
 
 		if goldenfile.Updating() {
-			if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			goldenfile.WriteCases(t, file, header, blocks, rendered)
 		}
 	}
 
@@ -105,47 +95,31 @@ func render(v plan.Verdict, s plan.Subject) string {
 	return fmt.Sprintf("%s %s: %s", v.Decision, v.Reason, v.Message("n1", s.Step))
 }
 
-// readJudgeCases reads a file's cases and its header (the comment lines before the first case).
+// readJudgeCases reads a file's cases (golden.ReadCases) and parses each into its subject.
 func readJudgeCases(t *testing.T, file string) ([]judgeCase, []string) {
 	t.Helper()
 
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	header, blocks := goldenfile.ReadCases(t, file)
+	cases := make([]judgeCase, 0, len(blocks))
 
-	var (
-		cases  []judgeCase
-		header []string
-	)
+	for _, b := range blocks {
+		c := judgeCase{block: b, subject: plan.Subject{Step: plan.StepPlan}}
 
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
+		for _, text := range b.Input {
+			if strings.HasPrefix(text, "#") {
+				continue
+			}
 
-		switch {
-		case text == "":
-			continue
-		case strings.HasPrefix(text, "case "):
-			cases = append(cases, judgeCase{name: strings.TrimPrefix(text, "case "), subject: plan.Subject{Step: plan.StepPlan}})
-		case len(cases) == 0 && strings.HasPrefix(text, "#"):
-			header = append(header, text)
-
-			continue
-		case len(cases) == 0:
-			t.Fatalf("%s:%d: %q before the first case", file, line, text)
-		case strings.HasPrefix(text, "=> "):
-			cases[len(cases)-1].want = strings.TrimPrefix(text, "=> ")
-
-			continue
-		case !strings.HasPrefix(text, "#"):
-			if err := parseJudgeLine(&cases[len(cases)-1], text); err != nil {
-				t.Fatalf("%s:%d: %v", file, line, err)
+			if err := parseJudgeLine(&c, text); err != nil {
+				t.Fatalf("%s: case %s: %v", b.At(), b.Name, err)
 			}
 		}
 
-		cases[len(cases)-1].lines = append(cases[len(cases)-1].lines, text)
+		if len(b.Want) == 1 {
+			c.want = b.Want[0]
+		}
+
+		cases = append(cases, c)
 	}
 
 	return cases, header
