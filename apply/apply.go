@@ -14,6 +14,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -194,6 +195,10 @@ type run struct {
 
 // Run executes the plan under the Lease, writing the state before every mutation.
 func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, error) {
+	if in.Config == nil || in.Kube == nil || in.Store == nil || in.State == nil || in.Credential == nil || in.Cluster == nil || in.Now == nil {
+		return nil, errors.New("apply: incomplete inputs (build them with workspace.Apply); nothing was changed")
+	}
+
 	r := &run{in: in, p: p, o: o, log: o.Logger, cred: in.Credential, res: &Result{Plan: p, MaxFailures: in.Config.Nodes.MaxFailures, ConfigPath: in.Config.Path}}
 	if r.log == nil {
 		r.log = hclog.NewNullLogger()

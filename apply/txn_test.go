@@ -434,3 +434,10 @@ func checkEvent(text string, what []string) error {
 
 	return fmt.Errorf("%q: unknown event %q (delete, lose-lease, cancel, taint KEY=VALUE:EFFECT)", text, what[0])
 }
+
+// Inputs missing a part are refused before anything is read or written.
+func TestRunRefusesIncompleteInputs(t *testing.T) {
+	if _, err := Run(context.Background(), Inputs{}, &plan.Plan{}, Options{}); err == nil || !strings.Contains(err.Error(), "incomplete inputs") {
+		t.Fatalf("error %v", err)
+	}
+}
