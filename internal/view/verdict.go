@@ -131,10 +131,15 @@ func planVerdictMarkdown(w io.Writer, p *plan.Plan) {
 		return
 	}
 
-	fmt.Fprintln(w, "| Left on the old credential by this plan | Kind | Why | What to do |")
+	usesMarkdown(w, "Left on the old credential by this plan", leaves)
+}
+
+// usesMarkdown is a table of what uses the old credential: name, kind, why, what to do.
+func usesMarkdown(w io.Writer, title string, uses []plan.Use) {
+	fmt.Fprintf(w, "| %s | Kind | Why | What to do |\n", title)
 	fmt.Fprintln(w, "|---|---|---|---|")
 
-	for _, u := range leaves {
+	for _, u := range uses {
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(u.Name), useKinds[u.Kind], md(u.Why), md(u.Next))
 	}
 
@@ -160,14 +165,7 @@ func verdictMarkdown(w io.Writer, v *plan.Revocation, verdictErr error) {
 	fmt.Fprintf(w, "#### Verdict: %s\n\n%s\n\n", head, md(v.Sentence()))
 
 	if still := v.Still(); len(still) > 0 {
-		fmt.Fprintln(w, "| Still uses the old credential | Kind | Why | What to do |")
-		fmt.Fprintln(w, "|---|---|---|---|")
-
-		for _, u := range still {
-			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", md(u.Name), useKinds[u.Kind], md(u.Why), md(u.Next))
-		}
-
-		fmt.Fprintln(w)
+		usesMarkdown(w, "Still uses the old credential", still)
 	}
 }
 
