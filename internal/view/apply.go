@@ -70,8 +70,8 @@ type ApplyEventJSON struct {
 	Warning       bool      `json:"warning,omitempty"`
 }
 
-// ApplyEventLine writes one event line of the `apply --json` stream, in one Write.
-func ApplyEventLine(w io.Writer, ev apply.Event) error {
+// applyEventLine writes one event line of the `apply --json` stream, in one Write.
+func applyEventLine(w io.Writer, ev apply.Event) error {
 	b, err := json.Marshal(ApplyEventJSON{
 		Type: "event", FormatVersion: ApplyJSONFormatVersion, Time: ev.Time.UTC(), Kind: ev.Object.Kind,
 		Namespace: ev.Object.Namespace, Name: ev.Object.Name, Reason: ev.Reason, Message: ev.Message, Warning: ev.Warning,
@@ -85,8 +85,8 @@ func ApplyEventLine(w io.Writer, ev apply.Event) error {
 	return err
 }
 
-// ApplySummaryLine writes the last line of the `apply --json` stream.
-func ApplySummaryLine(w io.Writer, res *apply.Result) error {
+// applySummaryLine writes the last line of the `apply --json` stream.
+func applySummaryLine(w io.Writer, res *apply.Result) error {
 	s := NewApplyJSON(res)
 	s.Type = "summary"
 

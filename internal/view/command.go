@@ -42,7 +42,7 @@ func (s Streams) gitHub(command string, annotate, summary func(io.Writer)) {
 
 	annotate(s.Annotations())
 
-	if err := AppendSummary(summary); err != nil {
+	if err := appendSummary(summary); err != nil {
 		Annotate(s.Annotations(), AnnotateWarning, command, err.Error())
 	}
 }
@@ -54,7 +54,7 @@ type Counted func() (kube, talos string)
 func (s Streams) requests(counted Counted) {
 	if s.Verbose && counted != nil {
 		kube, talos := counted()
-		Requests(s.Err, kube, talos)
+		requestsLine(s.Err, kube, talos)
 	}
 }
 
@@ -70,7 +70,7 @@ func (v *PlanView) Plan(p *plan.Plan) error { return Plan(v.s.Out, v.s.format(),
 // Saved says where the plan was saved (human only: JSON readers have the plan).
 func (v *PlanView) Saved(path string) {
 	if !v.s.JSON {
-		PlanSaved(v.s.Out, path)
+		planSaved(v.s.Out, path)
 	}
 }
 
@@ -116,7 +116,7 @@ func (v *ApplyView) Events() func(apply.Event) {
 		return nil
 	}
 
-	return func(ev apply.Event) { _ = ApplyEventLine(v.s.Out, ev) }
+	return func(ev apply.Event) { _ = applyEventLine(v.s.Out, ev) }
 }
 
 // Result renders the run's outcome (human, or the JSON summary line), where each node's seconds
@@ -125,7 +125,7 @@ func (v *ApplyView) Result(res *apply.Result, counted Counted) error {
 	var err error
 
 	if v.s.JSON {
-		err = ApplySummaryLine(v.s.Out, res)
+		err = applySummaryLine(v.s.Out, res)
 	} else {
 		err = Apply(v.s.Out, Human, res)
 	}

@@ -175,10 +175,10 @@ func shortRev(rev string) string {
 	return rev
 }
 
-// AppendSummary appends Markdown to the step summary file GitHub Actions names in
+// appendSummary appends Markdown to the step summary file GitHub Actions names in
 // $GITHUB_STEP_SUMMARY (nothing when it is unset); a file that cannot be written is reported,
 // never fatal to the command.
-func AppendSummary(render func(io.Writer)) error {
+func appendSummary(render func(io.Writer)) error {
 	path := os.Getenv("GITHUB_STEP_SUMMARY")
 	if path == "" {
 		return nil

@@ -318,8 +318,8 @@ func planSummary(w io.Writer, p *plan.Plan) {
 	}
 }
 
-// PlanSaved says where the plan was saved and how to apply it.
-func PlanSaved(w io.Writer, path string) {
+// planSaved says where the plan was saved and how to apply it.
+func planSaved(w io.Writer, path string) {
 	fmt.Fprintf(w, "\nSaved the plan to: %s\n\nTo perform exactly these actions, run:\n  ghcrsync apply %s\n", path, path)
 }
 

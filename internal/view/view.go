@@ -50,8 +50,8 @@ func Error(w io.Writer, err error) {
 	}
 }
 
-// Requests renders what a command cost in calls.
-func Requests(w io.Writer, kube, talos string) {
+// requestsLine renders what a command cost in calls.
+func requestsLine(w io.Writer, kube, talos string) {
 	fmt.Fprintf(w, "Requests: Kubernetes %s; Talos %s.\n", kube, talos)
 }
 
