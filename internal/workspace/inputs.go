@@ -63,7 +63,7 @@ func (a applyCluster) Observe(ctx context.Context) (plan.Snapshot, plan.Input, e
 		return plan.Snapshot{}, plan.Input{}, err
 	}
 
-	snap, err := a.w.Snapshot(ctx)
+	snap, _, err := a.w.snapshot(ctx)
 
 	return snap, in, err
 }

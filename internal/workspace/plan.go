@@ -224,14 +224,6 @@ func (w *Workspace) known(previousPlan string) map[string]string {
 	return known
 }
 
-// Snapshot observes the fleet: one LIST of Nodes, the run Lease, each node's Talos facts, and
-// the configured pull secrets.
-func (w *Workspace) Snapshot(ctx context.Context) (plan.Snapshot, error) {
-	snap, _, err := w.snapshot(ctx)
-
-	return snap, err
-}
-
 // Held is a registry credential the snapshot found in use, and where: a node's active config
 // (Node) or a managed Secret (Secret, namespace/name). In memory only.
 type Held struct {
@@ -239,6 +231,9 @@ type Held struct {
 	Cred         *credential.Credential
 }
 
+// snapshot observes the fleet: one LIST of Nodes with each node's Talos facts and pods, the run
+// Lease, the configured pull secrets, node templates and Flux Kustomizations; and the
+// credentials they hold.
 func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error) {
 	cfg := w.Config
 
