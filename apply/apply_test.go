@@ -322,8 +322,9 @@ func updateNode(t *testing.T, sb *sandbox.Sandbox, name string, change func(*cor
 	}
 }
 
-// Autoscaler events deselect instead of aborting: a node scaled down after the plan, and a node
-// that gets ToBeDeletedByClusterAutoscaler after the claim (its fence released).
+// Autoscaler events deselect instead of aborting: a node scaled down after the plan, a node
+// that gets ToBeDeletedByClusterAutoscaler after the claim (its fence released), and one that
+// gets it after its Talos write (waited for until gone: its machine is gone with it).
 func TestAutoscalerTakesNodes(t *testing.T) {
 	ctx := context.Background()
 	sb := sandboxtest.Get(t)
@@ -337,28 +338,36 @@ func TestAutoscalerTakesNodes(t *testing.T) {
 		return up.(map[string]string)["added"]
 	}
 
-	gone, later := scaleUp(), scaleUp()
-	r := newRotation(t, sb, nil, gone, later, "prod-worker-3")
+	gone, later, afterWrite := scaleUp(), scaleUp(), scaleUp()
+	r := newRotation(t, sb, nil, gone, later, afterWrite, "prod-worker-3")
 	path := r.plan()
 
 	if _, err := sb.Do(ctx, "scale-down", sandbox.Request{Node: gone}); err != nil {
 		t.Fatal(err)
 	}
 
+	// The autoscaler acts on a decision it made before the claim's scale-down guard landed (the
+	// real one does: test/autoscaler): it taints the node, and deletes it a moment later.
+	deleting := func(node string) {
+		updateNode(t, sb, node, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.ToBeDeletedTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
+		})
+
+		go func() {
+			time.Sleep(3 * time.Second)
+
+			if _, err := sb.Do(ctx, "delete-node", sandbox.Request{Node: node}); err != nil {
+				t.Errorf("delete %s: %v", node, err)
+			}
+		}()
+	}
+
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
-		if node == later && phase == state.PhaseGuarded {
-			updateNode(t, sb, node, func(n *corev1.Node) {
-				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: sandbox.ToBeDeletedTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
-			})
-
-			// ... and deletes it a moment later: the run waits for it to go (gone is fine).
-			go func() {
-				time.Sleep(3 * time.Second)
-
-				if _, err := sb.Do(ctx, "delete-node", sandbox.Request{Node: later}); err != nil {
-					t.Errorf("delete %s: %v", later, err)
-				}
-			}()
+		switch {
+		case node == later && phase == state.PhaseGuarded: // before its Talos write: deselected
+			deleting(node)
+		case node == afterWrite && phase == state.PhaseRebooting: // after it: waited for until gone
+			deleting(node)
 		}
 	}})
 	if err != nil {
@@ -379,8 +388,15 @@ func TestAutoscalerTakesNodes(t *testing.T) {
 		t.Errorf("ToBeDeleted after claim: %s %s %s", x.Outcome, x.Reason, x.Message)
 	}
 
-	if _, err := sb.Kube().CoreV1().Nodes().Get(ctx, later, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the run ended before the node the autoscaler deletes was gone: %v", err)
+	if x := r.result(res, afterWrite); x.Outcome != state.OutcomeGoneAfterMutation || x.Fenced ||
+		!strings.Contains(x.Message, "vanished after its Talos config was written") {
+		t.Errorf("ToBeDeleted after the Talos write: %s %s fenced=%t %s", x.Outcome, x.Reason, x.Fenced, x.Message)
+	}
+
+	for _, node := range []string{later, afterWrite} {
+		if _, err := sb.Kube().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the run ended before %s, which the autoscaler deletes, was gone: %v", node, err)
+		}
 	}
 
 	if x := r.result(res, "prod-worker-3"); x.Outcome != state.OutcomeDone {

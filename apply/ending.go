@@ -197,9 +197,10 @@ func (t *txn) undo(ctx context.Context) error {
 	return err
 }
 
-// talosFailed classifies a failed Talos call: a node that vanished meanwhile is recorded as
-// such; anything else fails closed.
-func (t *txn) talosFailed(ctx context.Context, step string, err error) *NodeResult {
+// callFailed classifies a failed call (to Talos, or the runtime proof): a node that vanished
+// meanwhile — or that is being deleted, waited for until it goes — is recorded as such; anything
+// else fails closed.
+func (t *txn) callFailed(ctx context.Context, step string, err error) *NodeResult {
 	if r := t.interrupted(); r != nil {
 		return r
 	}

@@ -39,6 +39,9 @@ type world struct {
 	conflicts map[string]int
 	// onPatch runs before a patch lands (an operator or controller acting in that window).
 	onPatch func(w *world, node string)
+	// due are events that land once a node has been read a number of times more (a controller
+	// finishing, or giving up, what it started while the run waits); they run with mu held.
+	due map[string]*dueEvent
 	// active and staged are each node's machine-config credential digests (default "old"): a
 	// live configure writes the active one, a staged configure the next boot's, which a reboot
 	// makes active.
@@ -47,7 +50,24 @@ type world struct {
 
 func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
-		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{}}
+		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{},
+		due: map[string]*dueEvent{}}
+}
+
+// dueEvent lands on a node at its reads-th read from now.
+type dueEvent struct {
+	reads int
+	do    func(w *world, node string)
+}
+
+// readLocked counts a read of node, landing its due event when the count is reached.
+func (w *world) readLocked(node string) {
+	if d := w.due[node]; d != nil {
+		if d.reads--; d.reads <= 0 {
+			delete(w.due, node)
+			d.do(w, node)
+		}
+	}
 }
 
 // digestOf is a node's config digest in the fake: "new" once configured, else "old".
@@ -109,6 +129,8 @@ type fakeNodes struct{ w *world }
 func (f fakeNodes) Get(_ context.Context, name string) (*corev1.Node, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
+
+	f.w.readLocked(name)
 
 	n, ok := f.w.nodes[name]
 	if !ok {

@@ -3,12 +3,14 @@ package apply
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -59,16 +61,12 @@ func (t *txn) guard(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRes
 // judged reads the node and asks the judgement, with the node's Talos facts before a claim or a
 // Talos write.
 func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeResult) {
-	n, err := t.read(ctx)
-	if err != nil {
-		if r := t.interrupted(); r != nil {
-			return nil, r
-		}
-
-		return nil, t.fail("read node: " + t.answer(err))
+	n, v, r := t.current(ctx, step)
+	if r != nil {
+		return nil, r
 	}
 
-	if r := t.verdict(ctx, t.judge(n, nil, step), step); r != nil {
+	if r := t.verdict(ctx, v, step); r != nil {
 		return nil, r
 	}
 
@@ -98,6 +96,56 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 	}
 
 	return n, t.verdict(ctx, t.judge(n, facts, step), step)
+}
+
+// current reads the node and judges it. While the judgement awaits the node's deletion (begun
+// after its Talos write: nothing more is done to it), it reads again each poll for up to
+// ready_timeout: a node gone is judged Gone, a deletion given up is judged afresh, and one still
+// going on after that is refused (the fence stays).
+func (t *txn) current(ctx context.Context, step plan.Step) (*corev1.Node, plan.Verdict, *NodeResult) {
+	start := t.e.now()
+
+	var lastSaid time.Time
+
+	for {
+		n, err := t.read(ctx)
+		if err != nil {
+			if r := t.interrupted(); r != nil {
+				return nil, plan.Verdict{}, r
+			}
+
+			return nil, plan.Verdict{}, t.fail("read node: " + t.answer(err))
+		}
+
+		v := t.judge(n, nil, step)
+		if v.Decision != plan.Await {
+			return n, v, nil
+		}
+
+		elapsed := t.e.now().Sub(start)
+		if elapsed >= t.e.o.ReadyTimeout {
+			v.Decision, v.Detail = plan.Refuse, v.Detail+fmt.Sprintf("; still there after ready_timeout %s", t.e.o.ReadyTimeout)
+
+			return n, v, nil
+		}
+
+		if lastSaid.IsZero() {
+			t.log.Warn(v.Message(t.np.Name, step))
+		}
+
+		if now := t.e.now(); now.Sub(lastSaid) >= progressEvery {
+			lastSaid = now
+			t.e.o.Progress.Emit(progress.WaitingGone{Node: t.np.Name, Elapsed: elapsed, Timeout: t.e.o.ReadyTimeout, Why: v.Reason.Sentence(v.Detail)})
+		}
+
+		if t.e.stopped() {
+			return nil, plan.Verdict{}, t.leaseLost(step, t.e.stopErr)
+		}
+
+		if err := t.e.sleep(ctx); err != nil {
+			return nil, plan.Verdict{}, t.failOrInterrupted(t.answer(err))
+		}
+	}
 }
 
 // waitLease returns nil while the Lease is live, riding out an outage while it could still be

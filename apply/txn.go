@@ -233,7 +233,7 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 	}
 
 	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live); err != nil {
-		return t.talosFailed(ctx, "configure", err)
+		return t.callFailed(ctx, "configure", err)
 	}
 
 	return nil
@@ -278,7 +278,7 @@ func (t *txn) machineIsTheNode(ctx context.Context, step plan.Step) *NodeResult 
 
 		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonTalosUnreachable, Detail: t.answer(err)}, step)
 	case err != nil:
-		return t.talosFailed(ctx, string(step), err)
+		return t.callFailed(ctx, string(step), err)
 	case name != t.np.Name:
 		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
 			Detail: fmt.Sprintf("the machine at %s says it is node %q, not %q; nothing was written to it", t.ip, name, t.np.Name)}, step)
@@ -310,7 +310,7 @@ func (t *txn) reboot(ctx context.Context) *NodeResult {
 
 	if err := t.e.talos.Reboot(ctx, t.ip); err != nil {
 		if !errors.Is(err, talos.ErrAnswerLost) {
-			return t.talosFailed(ctx, "reboot", err)
+			return t.callFailed(ctx, "reboot", err)
 		}
 
 		// The machine may be rebooting: the Ready wait tells (a new boot, or the fence stays).
@@ -403,14 +403,14 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 	}
 
 	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.Probe, t.e.o.ReadyTimeout); err != nil {
-		return t.failOrInterrupted("not proved: " + t.answer(err))
+		return t.callFailed(ctx, "not proved", err)
 	}
 
 	// The proof is of this config: the active one must carry the new credential now.
 	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
 	switch {
 	case err != nil:
-		return t.failOrInterrupted("not proved: its active Talos config could not be read again: " + t.answer(err))
+		return t.callFailed(ctx, "not proved: its active Talos config could not be read again", err)
 	case facts.ConfiguredDigest != t.p.AuthDigest:
 		return t.failKeepingFence(fmt.Sprintf("not proved: its active Talos config carries %s, not the new credential %s, when the proof was taken",
 			human.ShortOrNone(facts.ConfiguredDigest), human.Short(t.p.AuthDigest)))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -84,7 +85,8 @@ func (h *harness) ops(node string, withJudge bool) []string {
 //	foreign-owner w1 H           another run's claim lands on w1 before ghcrsync's first patch
 //	drain-fails w1 MESSAGE       (also probe-fails NODE MESSAGE, state-fails MESSAGE)
 //	at w1 PHASE EVENT            before w1's PHASE mutation: delete | lose-lease | cancel |
-//	                             taint KEY=VALUE:EFFECT
+//	                             taint KEY=VALUE:EFFECT | delete-after-reads N |
+//	                             untaint-after-reads N KEY (at w1's N-th read from then on)
 //	=>
 //	judge w1 claim               the log: judgements, state writes, mutations
 //	…
@@ -265,6 +267,21 @@ func (s txnScript) event(h *harness, node string, what []string, cancel context.
 		h.w.edit(node, func(n *corev1.Node) {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)})
 		})
+	case "delete-after-reads", "untaint-after-reads": // N [KEY] (checked by parse)
+		reads, _ := strconv.Atoi(what[1])
+		do := func(w *world, node string) { delete(w.nodes, node) }
+
+		if what[0] == "untaint-after-reads" {
+			do = func(w *world, node string) {
+				w.editLocked(node, func(n *corev1.Node) {
+					n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == what[2] })
+				})
+			}
+		}
+
+		h.w.mu.Lock()
+		h.w.due[node] = &dueEvent{reads: reads, do: do}
+		h.w.mu.Unlock()
 	}
 }
 
@@ -430,14 +447,59 @@ func checkEvent(text string, what []string) error {
 		}
 
 		return fmt.Errorf("%q: taint needs KEY=VALUE:EFFECT", text)
+	case "delete-after-reads", "untaint-after-reads":
+		want := map[string]int{"delete-after-reads": 2, "untaint-after-reads": 3}[what[0]]
+		if n, err := strconv.Atoi(what[min(1, len(what)-1)]); len(what) == want && err == nil && n > 0 {
+			return nil
+		}
+
+		return fmt.Errorf("%q: needs delete-after-reads N or untaint-after-reads N KEY, N > 0", text)
 	}
 
-	return fmt.Errorf("%q: unknown event %q (delete, lose-lease, cancel, taint KEY=VALUE:EFFECT)", text, what[0])
+	return fmt.Errorf("%q: unknown event %q (delete, lose-lease, cancel, taint KEY=VALUE:EFFECT, delete-after-reads N, untaint-after-reads N KEY)", text, what[0])
 }
 
 // Inputs missing a part are refused before anything is read or written.
 func TestRunRefusesIncompleteInputs(t *testing.T) {
 	if _, err := Run(context.Background(), Inputs{}, &plan.Plan{}, Options{}); err == nil || !strings.Contains(err.Error(), "incomplete inputs") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// Negative control of the wait for a node being deleted after its Talos write: a deletion that
+// neither finishes nor is given up within ready_timeout is refused, and the fence stays.
+func TestDeletionThatNeverEndsKeepsTheFence(t *testing.T) {
+	h := newHarness(t, 1, "w1")
+	h.e.o.ReadyTimeout = 100 * time.Millisecond
+
+	var waits []progress.Event
+
+	h.e.o.Progress = func(e progress.Event) { waits = append(waits, e) }
+	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
+		if phase == state.PhaseRebooting {
+			h.w.edit(node, func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1764417100", Effect: corev1.TaintEffectNoSchedule})
+			})
+		}
+	}
+
+	res := h.e.run(context.Background(), testPlan(h.w, plan.ActionFence, "w1"))
+
+	r := res[0]
+	if r.Outcome != state.OutcomeFailed || r.Reason != plan.ReasonAutoscalerDeleting || !r.Fenced ||
+		!strings.Contains(r.Message, "still there after ready_timeout 100ms") || !strings.Contains(r.Message, "so the fence stays") {
+		t.Fatalf("a deletion that never ends: %s %s fenced=%t: %s", r.Outcome, r.Reason, r.Fenced, r.Message)
+	}
+
+	if n := renderNode(h, "w1"); !strings.Contains(n, "cordoned owner=h1") {
+		t.Fatalf("the fence did not stay: %s", n)
+	}
+
+	if len(waits) == 0 {
+		t.Fatal("the wait reported no progress")
+	}
+
+	if w, ok := waits[0].(progress.WaitingGone); !ok || w.Node != "w1" || !strings.Contains(w.Why, "the cluster autoscaler is deleting it") {
+		t.Fatalf("the wait's progress: %#v", waits[0])
 	}
 }

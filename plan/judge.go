@@ -59,6 +59,11 @@ const (
 	Refuse Decision = "refuse"
 	// Gone: the node vanished after its Talos config was written; nothing is left to release.
 	Gone Decision = "gone"
+	// Await: the node is being deleted after its Talos config was written (the cluster
+	// autoscaler can act on a decision it made before the claim's scale-down guard landed).
+	// Nothing more is done to it: the executor waits, up to ready_timeout, for it to go (Gone)
+	// or for the deletion to be given up (judged again); past that, it refuses.
+	Await Decision = "await"
 )
 
 // Verdict is a decision with its reason.
@@ -77,6 +82,8 @@ func (v Verdict) Message(node string, step Step) string {
 		return "refusing to " + string(step) + " " + node + ": " + v.Reason.Sentence(v.Detail)
 	case Gone:
 		return node + " vanished after its Talos config was written: " + v.Reason.Sentence(v.Detail) + "; nothing left to release"
+	case Await:
+		return "waiting for " + node + " to go: " + v.Reason.Sentence(v.Detail)
 	}
 
 	return "proceed with " + node
@@ -172,7 +179,7 @@ func judgeTransaction(s Subject) Verdict {
 		return proceed() // only bookkeeping of what was done: the next step's judgement sees the rest
 	}
 
-	if v, ok := deletion(n, map[bool]Decision{false: Deselect, true: Refuse}[mutated]); ok {
+	if v, ok := deletion(n, map[bool]Decision{false: Deselect, true: Await}[mutated]); ok {
 		if mutated {
 			v.Detail += "; its Talos config was already written"
 		}

@@ -43,6 +43,14 @@ type WaitingReady struct {
 	Awaited          string
 }
 
+// WaitingGone: a node being deleted after its Talos write is awaited until it goes (or its
+// deletion is given up).
+type WaitingGone struct {
+	Node             string
+	Elapsed, Timeout time.Duration
+	Why              string
+}
+
 // WaitingSettled: release waits for a node whose Talos config was written to be Ready with its
 // lifecycle taints cleared.
 type WaitingSettled struct {
@@ -54,6 +62,7 @@ func (e Evicting) About() string       { return e.Node }
 func (e EvictionRetry) About() string  { return e.Node }
 func (e Drainer) About() string        { return e.Node }
 func (e WaitingReady) About() string   { return e.Node }
+func (e WaitingGone) About() string    { return e.Node }
 func (e WaitingSettled) About() string { return e.Node }
 
 // Lines is a writer (for kubectl's drain helper) whose every line becomes a Drainer event.

@@ -45,6 +45,8 @@ func progressLine(e progress.Event) string {
 		return e.Line
 	case progress.WaitingReady:
 		return fmt.Sprintf("rebooting, %s elapsed of ready_timeout %s: waiting for %s", e.Elapsed.Round(time.Second), e.Timeout, e.Awaited)
+	case progress.WaitingGone:
+		return fmt.Sprintf("%s elapsed of ready_timeout %s: waiting for it to go: %s", e.Elapsed.Round(time.Second), e.Timeout, e.Why)
 	case progress.WaitingSettled:
 		return fmt.Sprintf("waiting before release: Ready=%t, lifecycle taints=%t", e.Ready, e.Lifecycle)
 	}

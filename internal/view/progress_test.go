@@ -25,6 +25,8 @@ func TestProgressWording(t *testing.T) {
 		{"kubectl's line", progress.Drainer{Node: "w1", Line: "evicting pod shop/web-1\nforged: line"}, "w1: evicting pod shop/web-1 forged: line\n"},
 		{"waiting ready", progress.WaitingReady{Node: "w1", Elapsed: 61400 * time.Millisecond, Timeout: 2 * time.Minute, Awaited: "Ready"},
 			"w1: rebooting, 1m1s elapsed of ready_timeout 2m0s: waiting for Ready\n"},
+		{"waiting gone", progress.WaitingGone{Node: "w1", Elapsed: 5200 * time.Millisecond, Timeout: 2 * time.Minute, Why: "the cluster autoscaler is deleting it"},
+			"w1: 5s elapsed of ready_timeout 2m0s: waiting for it to go: the cluster autoscaler is deleting it\n"},
 		{"waiting settled", progress.WaitingSettled{Node: "w1", Ready: true, Lifecycle: true}, "w1: waiting before release: Ready=true, lifecycle taints=true\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
