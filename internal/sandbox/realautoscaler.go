@@ -281,10 +281,11 @@ func (a *realAutoscaler) stop() {
 }
 
 // RealAutoscalerFlags are the flags a test may change (the Deployment's args): the pool's
-// minimum size (--nodes MIN) and --scale-down-unneeded-time.
+// minimum and maximum size (--nodes MIN:MAX; MaxSize 0 keeps the maximum) and
+// --scale-down-unneeded-time.
 type RealAutoscalerFlags struct {
-	MinSize      int
-	UnneededTime time.Duration
+	MinSize, MaxSize int
+	UnneededTime     time.Duration
 }
 
 // ConfigureRealAutoscaler changes the real autoscaler's flags and restarts it, as editing its
@@ -297,6 +298,9 @@ func (s *Sandbox) ConfigureRealAutoscaler(flags RealAutoscalerFlags) error {
 	a := s.real
 	a.mu.Lock()
 	a.min, a.unneeded = flags.MinSize, flags.UnneededTime
+	if flags.MaxSize > 0 {
+		a.max = flags.MaxSize
+	}
 	a.mu.Unlock()
 
 	return a.restart()

@@ -93,7 +93,14 @@ func autoscaled(sb *sandbox.Sandbox) []string {
 func configure(t *testing.T, sb *sandbox.Sandbox, minSize int, unneeded time.Duration) {
 	t.Helper()
 
-	if err := sb.ConfigureRealAutoscaler(sandbox.RealAutoscalerFlags{MinSize: minSize, UnneededTime: unneeded}); err != nil {
+	configureMax(t, sb, minSize, 0, unneeded)
+}
+
+// configureMax also sets the pool's maximum size (0 keeps it).
+func configureMax(t *testing.T, sb *sandbox.Sandbox, minSize, maxSize int, unneeded time.Duration) {
+	t.Helper()
+
+	if err := sb.ConfigureRealAutoscaler(sandbox.RealAutoscalerFlags{MinSize: minSize, MaxSize: maxSize, UnneededTime: unneeded}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -189,7 +196,13 @@ func contains(list []string, s string) bool {
 // next still boots from the template it read at its start; the verdict names that machine.
 func TestTemplateTakesEffectOnlyAfterTheAutoscalerRestarts(t *testing.T) {
 	sb := sandboxtest.Get(t)
-	configure(t, sb, len(autoscaled(sb)), 10*time.Minute) // nothing is scaled down during this test
+	// Nothing is scaled down during this test. Each step below asks for one server more, but the
+	// real autoscaler may add more than the test asks for: ghcrsync's drain of an autoscaled node
+	// leaves a load pod Pending (it scales up for it), and a restarted autoscaler forgets the
+	// server it was already adding (it adds another). The maximum leaves room for both on every
+	// step, so the last step's server is never refused for a full pool.
+	n := len(autoscaled(sb))
+	configureMax(t, sb, n, n+10, 10*time.Minute)
 
 	cfg := config(t, sb, nil)
 	starts := sb.AutoscalerStarts()
@@ -430,13 +443,44 @@ func TestRotationRacesTheRealScaleDown(t *testing.T) {
 		t.Fatal("the autoscaler never soft-tainted a node during the run")
 	}
 
-	// A node the autoscaler started deleting while ghcrsync held it must be one apply deselected.
+	// A node the autoscaler started deleting while ghcrsync held it is one apply deselected
+	// (before its Talos write) or waited for until it was gone (after it), never a failure.
+	outcomes := applyOutcomes(t, r.stdout)
+
 	for name := range log.deletingWhileClaimed {
-		if !strings.Contains(r.stdout, name) || !strings.Contains(r.stdout, "autoscaler") {
-			t.Errorf("%s got ToBeDeleted while claimed, and apply did not say it deselected it:\n%s", name, r.stdout)
+		switch o := outcomes[name]; {
+		case o.Outcome == "deselected" && o.ReasonCode == "autoscaler-deleting":
+		case o.Outcome == "gone-after-mutation":
+		default:
+			t.Errorf("%s got ToBeDeleted while claimed; apply reported %q %q: %s", name, o.Outcome, o.ReasonCode, o.Message)
 		}
 	}
 
 	t.Logf("candidate taints added %d, cleaned off claimed nodes %d, deleted %v, ToBeDeleted while claimed %v",
 		log.candidateAdds, log.cleanedWhileClaimed, log.deleted, log.deletingWhileClaimed)
+}
+
+// applyOutcomes are the node outcomes of `apply --json`'s summary, by node (the last one a node
+// got: a late round may act on it again).
+func applyOutcomes(t *testing.T, stdout string) map[string]view.ApplyNodeJSON {
+	t.Helper()
+
+	out := map[string]view.ApplyNodeJSON{}
+
+	for _, line := range strings.Split(stdout, "\n") {
+		var sum view.ApplyJSON
+		if json.Unmarshal([]byte(line), &sum) != nil || sum.Type != "summary" {
+			continue
+		}
+
+		for _, n := range sum.Nodes {
+			out[n.Name] = n
+		}
+
+		return out
+	}
+
+	t.Fatalf("apply --json printed no summary:\n%s", stdout)
+
+	return nil
 }
