@@ -16,6 +16,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -448,9 +449,10 @@ func checkEvent(text string, what []string) error {
 
 		return fmt.Errorf("%q: taint needs KEY=VALUE:EFFECT", text)
 	case "delete-after-reads", "untaint-after-reads":
-		want := map[string]int{"delete-after-reads": 2, "untaint-after-reads": 3}[what[0]]
-		if n, err := strconv.Atoi(what[min(1, len(what)-1)]); len(what) == want && err == nil && n > 0 {
-			return nil
+		if len(what) == map[string]int{"delete-after-reads": 2, "untaint-after-reads": 3}[what[0]] {
+			if n, err := strconv.Atoi(what[1]); err == nil && n > 0 {
+				return nil
+			}
 		}
 
 		return fmt.Errorf("%q: needs delete-after-reads N or untaint-after-reads N KEY, N > 0", text)
@@ -478,7 +480,7 @@ func TestDeletionThatNeverEndsKeepsTheFence(t *testing.T) {
 	h.e.o.Hooks.BeforeMutation = func(node string, phase state.Phase) {
 		if phase == state.PhaseRebooting {
 			h.w.edit(node, func(n *corev1.Node) {
-				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1764417100", Effect: corev1.TaintEffectNoSchedule})
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: taints.ToBeDeleted, Value: "1764417100", Effect: corev1.TaintEffectNoSchedule})
 			})
 		}
 	}
