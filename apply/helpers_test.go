@@ -246,7 +246,12 @@ func planCfg(ctx context.Context, cfg string) (*planned, error) {
 		return nil, err
 	}
 
-	return &planned{Plan: p, Key: cred.PlanKey()}, nil
+	key, err := cred.PlanKey()
+	if err != nil {
+		return nil, err
+	}
+
+	return &planned{Plan: p, Key: key}, nil
 }
 
 // applyOptions are an apply's inputs, as `ghcrsync apply` gathers them.

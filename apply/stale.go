@@ -62,7 +62,14 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 		return stale("the state was changed by another operation after the plan was created (serial %d, now %d)", p.State.Serial, st.Serial)
 	case p.RetiredSeal():
 		return &NotAuthenticError{PlanPath: path, Retired: true}
-	case !p.Authentic(cred.PlanKey()):
+	}
+
+	key, err := cred.PlanKey()
+	if err != nil {
+		return err
+	}
+
+	if !p.Authentic(key) {
 		return &NotAuthenticError{PlanPath: path}
 	}
 
@@ -79,11 +86,11 @@ type NotAuthenticError struct {
 func (e *NotAuthenticError) Error() string {
 	if e.Retired {
 		return fmt.Sprintf("Saved plan %s was sealed by an older ghcrsync, whose plan authentication is retired (its key could be "+
-			"computed from public digests): this version does not trust it. Run `ghcrsync plan --out %s` again, review it, and "+
+			"computed from public digests, or from the token alone): this version does not trust it. Run `ghcrsync plan --out %s` again, review it, and "+
 			"apply the new plan. Nothing was changed.", e.PlanPath, e.PlanPath)
 	}
 
-	return fmt.Sprintf("Saved plan %s is not authentic — its authentication code (an HMAC under a key only the decrypted credential gives) "+
+	return fmt.Sprintf("Saved plan %s is not authentic — its authentication code (an HMAC under a key only the SOPS file's age key and the credential together give) "+
 		"does not verify: it was changed after `ghcrsync plan` made it. Run `ghcrsync plan --out %s` again, review it, and apply "+
 		"the new plan. Nothing was changed.", e.PlanPath, e.PlanPath)
 }

@@ -95,8 +95,13 @@ func planWith(t *testing.T, cfg string, allowPending bool) (*plan.Plan, string) 
 		t.Fatal(err)
 	}
 
+	key, err := cred.PlanKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	path := t.TempDir() + "/plan.out"
-	if err := plan.Save(path, p, cred.PlanKey()); err != nil {
+	if err := plan.Save(path, p, key); err != nil {
 		t.Fatal(err)
 	}
 

@@ -49,15 +49,69 @@ func publicValues(c *credential.Credential) map[string][]byte {
 	return out
 }
 
-// Every way of turning a public digest into a key — as the key, through the v1 derivation, or
-// through HKDF with the v2 salt and context — seals a plan that apply's key refuses. The
-// negative control: under the v1 scheme, the revision printed in every plan gave the key.
-func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
-	canonical := secretfile.DockerConfigJSON("ghcr.io", "fleet-new", "ghp_0123456789abcdef0123456789abcdef")
+// sopsCredential is the credential registry/user/pass as apply reads it: from a SOPS file
+// encrypted for a new age key (so with its own data key), decrypted with that key.
+func sopsCredential(t *testing.T, registry, user, pass string) *credential.Credential {
+	t.Helper()
 
-	cred, err := credential.Parse(canonical, "ghcr.io")
+	identity, recipient, err := secretfile.NewAgeKey()
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	enc, err := secretfile.Encrypt(secretfile.DockerConfigJSON(registry, user, pass), recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret.enc.yaml")
+
+	if err := os.WriteFile(path, enc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("SOPS_AGE_KEY_FILE", "")
+	t.Setenv("SOPS_AGE_KEY", string(identity))
+
+	c, err := credential.Load(path, secretfile.KeyPath, registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return c
+}
+
+func planKey(t *testing.T, c *credential.Credential) []byte {
+	t.Helper()
+
+	key, err := c.PlanKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return key
+}
+
+// v2Key is how ghcrsync sealed plans before this version: from the credential alone, which the
+// person who minted the token knows.
+func v2Key(c *credential.Credential) []byte {
+	k, _ := hkdf.Key(sha256.New, []byte(c.Password()), []byte("ghcrsync.dev plan-key salt 2026"),
+		"ghcrsync plan authentication v2\x00"+c.Registry+"\x00"+c.Username, sha256.Size)
+
+	return k
+}
+
+// Every way of turning a public digest, or the credential alone, into a key — as the key,
+// through the v1 derivation, through HKDF with the v2 salt and context, or the v2 key itself —
+// seals a plan that apply's key refuses. The negative control: under the v1 scheme, the revision
+// printed in every plan gave the key.
+func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
+	canonical := secretfile.DockerConfigJSON("ghcr.io", "fleet-new", "ghp_0123456789abcdef0123456789abcdef")
+	cred := sopsCredential(t, "ghcr.io", "fleet-new", "ghp_0123456789abcdef0123456789abcdef")
+
+	if !bytesEqual(cred.DockerConfigJSON(), canonical) {
+		t.Fatal("the fixture's dockerconfigjson is not the canonical one")
 	}
 
 	// The control: the attack the v1 scheme allowed reproduces, so this test can see one.
@@ -66,9 +120,9 @@ func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
 		t.Fatal("control: the v1 key was computable from the revision of a canonical dockerconfigjson; the fixture is not canonical")
 	}
 
-	real := cred.PlanKey()
-	if hmac.Equal(real, v1Key(canonical)) {
-		t.Fatal("the plan key is still the v1 key")
+	real := planKey(t, cred)
+	if hmac.Equal(real, v1Key(canonical)) || hmac.Equal(real, v2Key(cred)) {
+		t.Fatal("the plan key is still the v1 or v2 key")
 	}
 
 	p := readPlan(t)
@@ -85,7 +139,10 @@ func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
 	dir := t.TempDir()
 	tried := 0
 
-	for value, material := range publicValues(cred) {
+	values := publicValues(cred)
+	values["the token alone"] = []byte(cred.Password())
+
+	for value, material := range values {
 		for how, f := range derive {
 			key := f(material)
 			tried++
@@ -114,6 +171,16 @@ func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
 		t.Fatalf("only %d forgeries tried", tried)
 	}
 
+	// What the token's minter could make before: the v2 key, from the credential alone.
+	forged := filepath.Join(dir, "forged-v2.plan")
+	if err := plan.Save(forged, p, v2Key(cred)); err != nil {
+		t.Fatal(err)
+	}
+
+	if got, err := plan.Load(forged); err != nil || got.Authentic(real) {
+		t.Fatalf("a plan sealed with the credential alone (v2's key) is authentic: %v", err)
+	}
+
 	// The positive control: a plan sealed with the real key is authentic.
 	sealed := filepath.Join(dir, "sealed.plan")
 	if err := plan.Save(sealed, p, real); err != nil {
@@ -125,32 +192,37 @@ func TestPlanKeyIsNotComputableFromPublicDigests(t *testing.T) {
 	}
 }
 
-// The key depends on the secret, and on the registry and user it is bound to.
+// The key depends on the SOPS file's data key (the same credential encrypted again, under
+// another data key, gives another key), on the secret, and on the registry and user it is bound
+// to; it is the same for every read of one file. A credential not read from a SOPS file has none.
 func TestPlanKeyBinding(t *testing.T) {
-	key := func(registry, user, pass string) []byte {
-		c, err := credential.Parse(secretfile.DockerConfigJSON(registry, user, pass), registry)
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		return c.PlanKey()
-	}
-
-	base := key("ghcr.io", "u", "ghp_secret_one")
-	for name, other := range map[string][]byte{
-		"another password": key("ghcr.io", "u", "ghp_secret_two"),
-		"another user":     key("ghcr.io", "v", "ghp_secret_one"),
-		"another registry": key("registry.example.com", "u", "ghp_secret_one"),
+	base := sopsCredential(t, "ghcr.io", "u", "ghp_secret_one")
+	for name, other := range map[string]*credential.Credential{
+		"the same credential re-encrypted": sopsCredential(t, "ghcr.io", "u", "ghp_secret_one"),
+		"another password":                 sopsCredential(t, "ghcr.io", "u", "ghp_secret_two"),
+		"another user":                     sopsCredential(t, "ghcr.io", "v", "ghp_secret_one"),
+		"another registry":                 sopsCredential(t, "registry.example.com", "u", "ghp_secret_one"),
 	} {
-		if hmac.Equal(base, other) {
+		if hmac.Equal(planKey(t, base), planKey(t, other)) {
 			t.Errorf("%s gives the same plan key", name)
 		}
 	}
 
-	if !hmac.Equal(base, key("ghcr.io", "u", "ghp_secret_one")) {
+	if !hmac.Equal(planKey(t, base), planKey(t, base)) {
 		t.Error("the plan key is not deterministic")
 	}
+
+	parsed, err := credential.Parse(secretfile.DockerConfigJSON("ghcr.io", "u", "ghp_secret_one"), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := parsed.PlanKey(); err == nil {
+		t.Error("a credential with no SOPS data key gave a plan key")
+	}
 }
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 
 func readPlan(t *testing.T) *plan.Plan {
 	t.Helper()

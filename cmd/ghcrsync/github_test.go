@@ -35,7 +35,8 @@ func TestGitHubOutput(t *testing.T) {
 	summed, _ := os.ReadFile(summary)
 
 	for name, b := range map[string][]byte{"--markdown": written, "step summary": summed} {
-		if !strings.HasPrefix(string(b), view.MarkdownMarker+"\n### ghcrsync plan: ") || !strings.Contains(string(b), "| # | Node | Role | Talos | Action | Disruption | Reason |") {
+		first, rest, _ := strings.Cut(string(b), "\n")
+		if !strings.HasPrefix(first, view.MarkdownMarker+" cluster=") || !strings.HasSuffix(first, " -->") || !strings.HasPrefix(rest, "### ghcrsync plan: ") || !strings.Contains(string(b), "| # | Node | Role | Talos | Action | Disruption | Reason |") {
 			t.Errorf("%s is not the Markdown plan:\n%s", name, b)
 		}
 	}

@@ -162,7 +162,12 @@ func (a planArgs) save(ws *workspace.Workspace, v *view.PlanView, p *plan.Plan) 
 		return err
 	}
 
-	if err := plan.Save(a.out, p, cred.PlanKey()); err != nil {
+	key, err := cred.PlanKey()
+	if err != nil {
+		return err
+	}
+
+	if err := plan.Save(a.out, p, key); err != nil {
 		return fmt.Errorf("save plan to %s: %w", a.out, err)
 	}
 

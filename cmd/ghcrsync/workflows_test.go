@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rhysd/actionlint"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -35,6 +37,27 @@ type runner struct {
 	failed    bool
 	outputs   map[string]map[string]string // step id -> outputs
 	comments  []string
+	// existing are the pull request's comments before the comment step; edits are what it did
+	// to them (the comment step's script runs under node against a stub of the GitHub API).
+	existing []prComment
+	edits    []commentEdit
+}
+
+// prComment is a pull-request comment as the GitHub API lists it.
+type prComment struct {
+	ID   int    `json:"id"`
+	Body string `json:"body"`
+	User struct {
+		Login string `json:"login"`
+		Type  string `json:"type"`
+	} `json:"user"`
+}
+
+// commentEdit is a create (ID 0) or update the comment step made.
+type commentEdit struct {
+	Op   string `json:"op"`
+	ID   int    `json:"comment_id"`
+	Body string `json:"body"`
 }
 
 var expr = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
@@ -92,7 +115,7 @@ func (r *runner) run(file string) []string {
 
 			if step.If != nil {
 				cond := step.If.Value
-				if strings.Contains(cond, "failure()") && !r.failed || !strings.Contains(cond, "failure()") && r.failed {
+				if !strings.Contains(cond, "always()") && (strings.Contains(cond, "failure()") && !r.failed || !strings.Contains(cond, "failure()") && r.failed) {
 					trace = append(trace, name+": skipped")
 
 					continue
@@ -105,7 +128,7 @@ func (r *runner) run(file string) []string {
 
 			switch exe := step.Exec.(type) {
 			case *actionlint.ExecAction:
-				r.action(exe.Uses.Value)
+				r.action(exe)
 				trace = append(trace, exe.Uses.Value+": played")
 			case *actionlint.ExecRun:
 				stepEnv := map[string]string{}
@@ -126,18 +149,65 @@ func (r *runner) run(file string) []string {
 	return trace
 }
 
-func (r *runner) action(uses string) {
+func (r *runner) action(exe *actionlint.ExecAction) {
+	uses := exe.Uses.Value
+
 	switch {
 	case strings.HasPrefix(uses, "actions/checkout@"), strings.HasPrefix(uses, "actions/setup-go@"):
 	case strings.HasPrefix(uses, "actions/github-script@"):
-		body, err := os.ReadFile(filepath.Join(r.workspace, "plan.md"))
-		if err != nil {
-			r.t.Fatalf("the comment step has no plan.md to post: %v", err)
-		}
-
-		r.comments = append(r.comments, string(body))
+		r.githubScript(exe.Inputs["script"].Value.Value)
 	default:
 		r.t.Fatalf("the workflow uses %s, which this runner does not play", uses)
+	}
+}
+
+// githubScriptStub runs a github-script step's script as the action does (an async function
+// body, with github, context and require), against a stub of the comments API: listComments
+// answers r.existing, createComment and updateComment are recorded.
+const githubScriptStub = `const fs = require('fs');
+const existing = JSON.parse(fs.readFileSync(process.env.STUB_EXISTING, 'utf8'));
+const edits = [];
+const github = {
+  paginate: async (fn, args) => { if (fn !== 'listComments') throw new Error('paginate ' + fn); return existing; },
+  rest: { issues: {
+    listComments: 'listComments',
+    createComment: async (a) => { edits.push({ op: 'create', comment_id: 0, body: a.body }); },
+    updateComment: async (a) => { edits.push({ op: 'update', comment_id: a.comment_id, body: a.body }); },
+  } },
+};
+const context = { repo: { owner: 'ghcrsync', repo: 'fleet' }, issue: { number: 1 } };
+(async () => {
+SCRIPT
+})().then(() => fs.writeFileSync(process.env.STUB_EDITS, JSON.stringify(edits)), (e) => { console.error(e); process.exit(1); });
+`
+
+func (r *runner) githubScript(script string) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		r.t.Fatalf("the comment step's script needs node to be played (install nodejs): %v", err)
+	}
+
+	dir := r.t.TempDir()
+	existing, edits, js := filepath.Join(dir, "existing.json"), filepath.Join(dir, "edits.json"), filepath.Join(dir, "script.js")
+
+	b, _ := json.Marshal(append([]prComment{}, r.existing...))
+	_ = os.WriteFile(existing, b, 0o600)
+	_ = os.WriteFile(js, []byte(strings.Replace(githubScriptStub, "SCRIPT", script, 1)), 0o600)
+
+	c := exec.Command(node, js)
+	c.Dir, c.Env = r.workspace, append(os.Environ(), "STUB_EXISTING="+existing, "STUB_EDITS="+edits)
+
+	if out, err := c.CombinedOutput(); err != nil {
+		r.t.Fatalf("the comment step's script failed: %v\n%s", err, out)
+	}
+
+	got, err := os.ReadFile(edits)
+	if err != nil || json.Unmarshal(got, &r.edits) != nil {
+		r.t.Fatalf("the comment step's edits: %v %s", err, got)
+	}
+
+	for _, e := range r.edits {
+		r.comments = append(r.comments, e.Body)
 	}
 }
 
@@ -272,11 +342,44 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		return r
 	}
 
+	// The pull request already has: the bot's plan comment for this cluster (to update), its
+	// comment for another cluster of a matrix, and someone else's comment forged with this
+	// cluster's marker (neither to touch).
+	ks, err := sb.Kube().CoreV1().Namespaces().Get(t.Context(), "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	uid := string(ks.UID)
+	comment := func(id int, login, typ, body string) prComment {
+		c := prComment{ID: id, Body: body}
+		c.User.Login, c.User.Type = login, typ
+
+		return c
+	}
+
 	plan := newRunner(nil)
+	plan.existing = []prComment{
+		comment(11, "mallory", "User", view.MarkdownMarker+" cluster="+uid+" -->\nforged"),
+		comment(12, "github-actions[bot]", "Bot", view.MarkdownMarker+" cluster=another-cluster -->\nthe other cluster's plan"),
+		comment(13, "github-actions[bot]", "Bot", view.MarkdownMarker+" cluster="+uid+" -->\nthe previous plan"),
+	}
 	trace := plan.run("../../docs/workflows/plan.yml")
 
-	if plan.failed || plan.outputs["plan"]["exitcode"] != "2" || len(plan.comments) != 1 || !strings.HasPrefix(plan.comments[0], view.MarkdownMarker) {
+	if plan.failed || plan.outputs["plan"]["exitcode"] != "2" || len(plan.comments) != 1 || !strings.HasPrefix(plan.comments[0], view.MarkdownMarker+" cluster="+uid+" -->\n") {
 		t.Fatalf("plan.yml: %v, outputs %v, %d comment(s)", trace, plan.outputs, len(plan.comments))
+	}
+
+	if len(plan.edits) != 1 || plan.edits[0].Op != "update" || plan.edits[0].ID != 13 {
+		t.Fatalf("plan.yml's comment step edited %+v, want only an update of its own comment for this cluster (13)", plan.edits)
+	}
+
+	// The control: with none of its own, it creates one, and still leaves the others alone.
+	fresh := newRunner(nil)
+	fresh.existing = plan.existing[:2]
+
+	if fresh.run("../../docs/workflows/plan.yml"); len(fresh.edits) != 1 || fresh.edits[0].Op != "create" {
+		t.Fatalf("plan.yml's comment step with no comment of its own: %+v", fresh.edits)
 	}
 
 	if s, _ := os.ReadFile(plan.summary); !strings.Contains(string(s), "### ghcrsync plan: ") {

@@ -22,7 +22,7 @@ nodes {
 
   runtime_probe {
     image     = "ghcr.io/acme/private-probe:v1"
-    namespace = "ghcrsync-system"
+    namespace = "ghcrsync-probe"
   }
 }
 

@@ -20,7 +20,7 @@ nodes {
 
   runtime_probe {
     image     = "ghcr.io/acme/private-probe:v1"
-    namespace = "ghcrsync-system"
+    namespace = "ghcrsync-probe"
   }
 }
 

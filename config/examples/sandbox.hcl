@@ -29,7 +29,7 @@ nodes {
 
   runtime_probe {
     image     = "ghcr.io/ghcrsync/private-probe:v1"
-    namespace = "ghcrsync-system"
+    namespace = "ghcrsync-probe"
   }
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -76,19 +78,16 @@ var ErrGone = errors.New("no such Kustomization")
 // it is, and the run never resumes it. A lost answer is looked for at the next read: the
 // annotation tells whether the write landed.
 func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours bool, err error) {
-	return c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, bool) {
+	return c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
 		if k.GetAnnotations()[SuspendedByAnnotation] == holder {
-			return true, false // landed already
+			return true, nil // landed already
 		}
 
 		if s, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); s {
-			return false, false // someone else's suspension
+			return false, nil // someone else's suspension
 		}
 
-		_ = unstructured.SetNestedField(k.Object, true, "spec", "suspend")
-		setAnnotation(k, SuspendedByAnnotation, holder)
-
-		return true, true
+		return true, &suspension{suspend: true, by: holder}
 	})
 }
 
@@ -96,15 +95,12 @@ func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours
 // to lift: it no longer exists, or carries no suspension of this run (resumed already, by this
 // run or a person, or never suspended by it).
 func (c *Connection) Resume(ctx context.Context, ns, name, holder string) (gone bool, err error) {
-	resumed, err := c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, bool) {
+	resumed, err := c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
 		if k.GetAnnotations()[SuspendedByAnnotation] != holder {
-			return false, false
+			return false, nil
 		}
 
-		_ = unstructured.SetNestedField(k.Object, false, "spec", "suspend")
-		setAnnotation(k, SuspendedByAnnotation, "")
-
-		return true, true
+		return true, &suspension{suspend: false}
 	})
 
 	if errors.Is(err, ErrGone) {
@@ -114,10 +110,32 @@ func (c *Connection) Resume(ctx context.Context, ns, name, holder string) (gone 
 	return !resumed, err
 }
 
-// casKustomization reads the Kustomization and applies edit, which says whether the outcome is
-// the caller's (ok) and whether it changed the object (write); a write that conflicts, or whose
-// answer is lost, is decided again from a fresh read.
-func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit func(*unstructured.Unstructured) (ok, write bool)) (bool, error) {
+// suspension is the one write ghcrsync makes on a Kustomization: spec.suspend, and the annotation
+// naming the run that set it ("" removes it). Nothing else of the object is sent.
+type suspension struct {
+	suspend bool
+	by      string
+}
+
+// patch is the suspension as a merge patch that holds only if the Kustomization is still at rv.
+func (s suspension) patch(rv string) []byte {
+	var by any
+	if s.by != "" {
+		by = s.by
+	}
+
+	body, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{SuspendedByAnnotation: by}},
+		"spec":     map[string]any{"suspend": s.suspend},
+	})
+
+	return body
+}
+
+// casKustomization reads the Kustomization and asks edit whether the outcome is the caller's (ok)
+// and what to write (nil: nothing); a write that conflicts, or whose answer is lost, is decided
+// again from a fresh read.
+func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit func(*unstructured.Unstructured) (ok bool, write *suspension)) (bool, error) {
 	dyn, err := c.Dynamic()
 	if err != nil {
 		return false, err
@@ -132,11 +150,11 @@ func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit
 		}
 
 		ok, write := edit(k)
-		if !write {
+		if write == nil {
 			return ok, nil
 		}
 
-		_, err = res.Update(ctx, k, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = res.Patch(ctx, name, types.MergePatchType, write.patch(k.GetResourceVersion()), metav1.PatchOptions{FieldManager: FieldManager})
 
 		switch {
 		case err == nil:
@@ -155,20 +173,4 @@ func (c *Connection) casKustomization(ctx context.Context, ns, name string, edit
 	}
 
 	return false, fmt.Errorf("Kustomization %s/%s kept changing under %d compare-and-swaps: try again", ns, name, casTries)
-}
-
-// setAnnotation sets (or, with "", removes) one annotation.
-func setAnnotation(k *unstructured.Unstructured, key, value string) {
-	a := k.GetAnnotations()
-	if a == nil {
-		a = map[string]string{}
-	}
-
-	if value == "" {
-		delete(a, key)
-	} else {
-		a[key] = value
-	}
-
-	k.SetAnnotations(a)
 }

@@ -57,11 +57,11 @@ func each(p Probe) []Probe {
 // non-root user, and the image's own user is unknown.
 const probeUID = 65532
 
-// probePod is the one probe pod: pinned to node, tolerating everything, pulling the image every
+// ProbePod is the one probe pod: pinned to node, tolerating everything, pulling the image every
 // time (never a copy already on the node), with no pull secret and no token, and satisfying
 // PodSecurity "restricted" (non-root, no privilege escalation, every capability dropped, the
 // runtime's default seccomp profile).
-func probePod(node string, p Probe, attempt string) *corev1.Pod {
+func ProbePod(node string, p Probe, attempt string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "ghcrsync-probe-",
@@ -130,7 +130,7 @@ func admitted(pod *corev1.Pod, p Probe) error {
 // or a mutation that would make the proof vacuous is found before any node is touched.
 func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Probe) error {
 	for _, p := range each(probe) {
-		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, ProbePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
 		}
@@ -345,7 +345,7 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 	for i := range probeCreateAttempts {
 		attempt := newAttempt()
 
-		pod, err := pods.Create(ctx, probePod(node, p, attempt), metav1.CreateOptions{})
+		pod, err := pods.Create(ctx, ProbePod(node, p, attempt), metav1.CreateOptions{})
 		if err == nil {
 			return pod, nil
 		}

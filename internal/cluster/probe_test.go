@@ -255,7 +255,7 @@ func TestAdmitted(t *testing.T) {
 		{"another account", func(pod *corev1.Pod) { pod.Spec.ServiceAccountName = "default" }, "the service account (default)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := probePod("w1", p, "x")
+			pod := ProbePod("w1", p, "x")
 			tc.change(pod)
 
 			err := admitted(pod, p)

@@ -131,6 +131,16 @@ const (
 // imagePullSecrets for admission to inject (`ghcrsync rbac` creates it).
 const DefaultProbeServiceAccount = "ghcrsync-probe"
 
+// DefaultProbeNamespace holds the probe pods and nothing else (`ghcrsync rbac` creates it, under
+// PodSecurity "restricted"): apply's right to create pods there reaches no Secret and no other
+// service account.
+const DefaultProbeNamespace = "ghcrsync-probe"
+
+// reservedProbeNamespaces hold what a pod created there could take: the cluster's own accounts
+// and Secrets, Flux's, or every workload's default. The state's and the Lease's namespaces are
+// refused as well.
+var reservedProbeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease", "default", "flux-system"}
+
 // Probe is the runtime proof: a pod pinned to the node pulling Image with no pull secret.
 type Probe struct {
 	// ServiceAccount the probe pods run as (DefaultProbeServiceAccount).
@@ -574,8 +584,35 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.lease(raw, cfg)
 	d.state(raw, cfg)
 	d.liveness(raw, body, cfg)
+	d.probeNamespace(body, cfg)
 
 	return cfg
+}
+
+// probeNamespace refuses a probe namespace that holds anything a pod could take: apply may
+// create pods there.
+func (d *decoder) probeNamespace(body hcl.Body, cfg *Config) {
+	ns := cfg.Nodes.Probe.Namespace
+	if cfg.Nodes.Probe.Image == "" {
+		return
+	}
+
+	var holds string
+
+	switch {
+	case slices.Contains(reservedProbeNamespaces, ns):
+		holds = "the cluster's or Flux's own service accounts and Secrets"
+	case ns == cfg.Lease.Namespace:
+		holds = "the run's Lease (lease.namespace)"
+	case cfg.State.Backend == "kubernetes" && ns == cfg.State.Namespace:
+		holds = "the state Secret (state.namespace)"
+	default:
+		return
+	}
+
+	d.errorf(attrRange(body, "nodes", "runtime_probe"), "Probe namespace not isolated",
+		"nodes.runtime_probe.namespace is %q, which holds %s: apply may create pods in the probe namespace, so it must hold nothing else. "+
+			"Use a namespace of its own (the default, %q, which `ghcrsync rbac` creates).", ns, holds, DefaultProbeNamespace)
 }
 
 // connections decodes the cluster and talos blocks.
@@ -892,7 +929,7 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0]}
 	}
 
-	n.Probe.Namespace, n.Probe.ServiceAccount = "ghcrsync-system", DefaultProbeServiceAccount
+	n.Probe.Namespace, n.Probe.ServiceAccount = DefaultProbeNamespace, DefaultProbeServiceAccount
 
 	if b := raw.Nodes; b != nil {
 		if b.Selector != nil {

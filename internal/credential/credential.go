@@ -12,9 +12,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/getsops/sops/v3/aes"
+	"github.com/getsops/sops/v3/cmd/sops/common"
 	"github.com/getsops/sops/v3/cmd/sops/formats"
-	"github.com/getsops/sops/v3/decrypt"
+	sopsconfig "github.com/getsops/sops/v3/config"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
@@ -28,6 +31,9 @@ type Credential struct {
 	Username string
 	password string
 	raw      []byte // the dockerconfigjson as stored
+	// dataKey is the SOPS file's data key, the key its values are encrypted with: only a holder
+	// of one of the file's recipient keys (the age key) can decrypt it. Part of PlanKey's input.
+	dataKey []byte
 }
 
 // Password returns the secret. Call it only to hand the secret to the registry, Talos or a
@@ -65,23 +71,33 @@ func (c *Credential) PullSecretRevision() string { return authdigest.DockerConfi
 // planKeySalt and planKeyInfo are PlanKey's HKDF salt and context. A change of either retires
 // every plan sealed before it (plan.sealScheme names the scheme in the file).
 const (
-	planKeySalt = "ghcrsync.dev plan-key salt 2026"
-	planKeyInfo = "ghcrsync plan authentication v2"
+	planKeySalt = "ghcrsync.dev plan-key salt 2026-12"
+	planKeyInfo = "ghcrsync plan authentication v3"
 )
 
-// PlanKey is the key that authenticates saved plans: HKDF-SHA256 of the credential's secret
-// (the password or token), salted, bound to the registry and the username. Only someone who
-// can decrypt the credential can compute it: every digest ghcrsync writes — the revision, the
-// auth digest, the pull-secret revision — is a plain hash of other input, and none of them is
-// HKDF's input keying material (the v1 key, an HMAC keyed with the whole dockerconfigjson, was
-// SHA-256 of it after HMAC's long-key rule: the public revision whenever the file was canonical).
-func (c *Credential) PlanKey() []byte {
-	key, err := hkdf.Key(sha256.New, []byte(c.password), []byte(planKeySalt), planKeyInfo+"\x00"+c.Registry+"\x00"+c.Username, sha256.Size)
+// ErrNoPlanKey is a credential not read from a SOPS file: it has no data key to seal plans with.
+var ErrNoPlanKey = errors.New("the credential was not decrypted from its SOPS file: no plan key")
+
+// PlanKey is the key that authenticates saved plans: HKDF-SHA256 of the SOPS file's data key and
+// the credential's secret (the password or token), salted, bound to the registry and the
+// username. It takes both: the data key is decrypted only with the file's age key (the CI's), the
+// password is known to whoever minted it (GitHub, the person who made the token) — neither alone
+// makes a plan apply accepts. Every digest ghcrsync writes (the revision, the auth digest, the
+// pull-secret revision) is a plain hash of other input and none is HKDF's input keying material.
+func (c *Credential) PlanKey() ([]byte, error) {
+	if len(c.dataKey) == 0 {
+		return nil, ErrNoPlanKey
+	}
+
+	ikm := make([]byte, 0, len(c.dataKey)+1+len(c.password))
+	ikm = append(append(append(ikm, c.dataKey...), 0), c.password...)
+
+	key, err := hkdf.Key(sha256.New, ikm, []byte(planKeySalt), planKeyInfo+"\x00"+c.Registry+"\x00"+c.Username, sha256.Size)
 	if err != nil { // only for a key length HKDF cannot give: a programming error
 		panic(err)
 	}
 
-	return key
+	return key, nil
 }
 
 // String never includes the secret.
@@ -100,7 +116,7 @@ func Load(path string, keyPath []string, registry string) (*Credential, error) {
 		return nil, fmt.Errorf("credential: read SOPS file %s: %w", path, err)
 	}
 
-	plain, err := decryptDocument(data, path)
+	plain, dataKey, err := decryptDocument(data, path)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +125,8 @@ func Load(path string, keyPath []string, registry string) (*Credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential: %s%w", path, err)
 	}
+
+	c.dataKey = dataKey
 
 	return c, nil
 }
@@ -129,14 +147,44 @@ func FromDocument(plain []byte, keyPath []string, registry string) (*Credential,
 	return c, nil
 }
 
-// decryptDocument decrypts a SOPS file's bytes in-process (its format from path's extension).
-func decryptDocument(data []byte, path string) ([]byte, error) {
-	plain, err := decrypt.DataWithFormat(data, formats.FormatForPath(path))
+// decryptDocument decrypts a SOPS file's bytes in-process (its format from path's extension), as
+// sops' decrypt package does — load the tree, decrypt its data key with the available keys,
+// decrypt the values, check the file's MAC — and returns the data key with the plaintext.
+func decryptDocument(data []byte, path string) (plain, dataKey []byte, err error) {
+	store := common.StoreForFormat(formats.FormatForPath(path), sopsconfig.NewStoresConfig())
+
+	tree, err := store.LoadEncryptedFile(data)
 	if err != nil {
-		return nil, decryptError(path, err)
+		return nil, nil, decryptError(path, err)
 	}
 
-	return plain, nil
+	key, err := tree.Metadata.GetDataKey()
+	if err != nil {
+		return nil, nil, decryptError(path, err)
+	}
+
+	cipher := aes.NewCipher()
+
+	mac, err := tree.Decrypt(key, cipher)
+	if err != nil {
+		return nil, nil, decryptError(path, err)
+	}
+
+	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, key, tree.Metadata.LastModified.Format(time.RFC3339))
+	if err != nil {
+		return nil, nil, decryptError(path, fmt.Errorf("Failed to decrypt original mac: %w", err))
+	}
+
+	if stored != mac {
+		return nil, nil, decryptError(path, errors.New("MAC mismatch: the file's values do not match its MAC"))
+	}
+
+	plain, err = store.EmitPlainFile(tree.Branches)
+	if err != nil {
+		return nil, nil, decryptError(path, err)
+	}
+
+	return plain, key, nil
 }
 
 func decryptError(path string, err error) error {

@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -43,9 +42,6 @@ const (
 	Failed    Outcome = "failed"
 	HeldBack  Outcome = "held-back"
 )
-
-// OCIRepositories is Flux's OCIRepository resource.
-var OCIRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"}
 
 // Result is one pull secret's or node template's outcome.
 type Result struct {
@@ -335,10 +331,15 @@ func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, sec
 			return nil
 		}
 
-		sa.ImagePullSecrets = append(sa.ImagePullSecrets, corev1.LocalObjectReference{Name: secret})
+		// Only the list, and only if the account is still as read (its resourceVersion): a merge
+		// patch replaces the list whole. A lost answer is looked for at the next read (the
+		// reference is there, or not).
+		patch, _ := json.Marshal(map[string]any{
+			"metadata":         map[string]any{"resourceVersion": sa.ResourceVersion},
+			"imagePullSecrets": append(slices.Clone(sa.ImagePullSecrets), corev1.LocalObjectReference{Name: secret}),
+		})
 
-		// A lost answer is looked for at the next read (the reference is there, or not).
-		if _, err = kube.CoreV1().ServiceAccounts(ns).Update(ctx, sa, metav1.UpdateOptions{}); !apierrors.IsConflict(err) && !answer.Lost(err) {
+		if _, err = kube.CoreV1().ServiceAccounts(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsConflict(err) && !answer.Lost(err) {
 			return err
 		}
 	}
@@ -349,10 +350,10 @@ func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, sec
 // reconcile asks Flux to reconcile the OCIRepository now.
 func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string) string {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		"reconcile.fluxcd.io/requestedAt": time.Now().UTC().Format(time.RFC3339Nano),
+		cluster.ReconcileRequestAnnotation: time.Now().UTC().Format(time.RFC3339Nano),
 	}}})
 
-	_, err := dyn.Resource(OCIRepositories).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := dyn.Resource(cluster.OCIRepositories).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 
 	switch {
 	case err == nil:

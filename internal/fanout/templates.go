@@ -221,7 +221,7 @@ func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.N
 // start), or after rolloutTimeout.
 func restart(ctx context.Context, kube kubernetes.Interface, nsName string) error {
 	ns, name, _ := strings.Cut(nsName, "/")
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().UTC().Format(time.RFC3339))
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, cluster.RestartedAtAnnotation, time.Now().UTC().Format(time.RFC3339))
 
 	deployments := kube.AppsV1().Deployments(ns)
 	if _, err := deployments.Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {

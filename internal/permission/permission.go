@@ -74,7 +74,7 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		needs = append(needs, access("get", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
 
 		if command == CommandApply || command == CommandRelease {
-			needs = append(needs, access("update", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
+			needs = append(needs, access("patch", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
 		}
 	}
 
@@ -150,7 +150,7 @@ func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bo
 			access("create", "", "events", t.Namespace, ""))
 
 		for _, sa := range t.ServiceAccounts {
-			needs = append(needs, access("update", "", "serviceaccounts", t.Namespace, sa))
+			needs = append(needs, access("patch", "", "serviceaccounts", t.Namespace, sa))
 		}
 	}
 

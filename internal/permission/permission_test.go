@@ -28,7 +28,7 @@ func fixture() (*config.Config, []cluster.SecretTarget) {
 		NodeTemplates: []config.NodeTemplate{{Name: "hcloud", Namespace: "kube-system", Secret: "hcloud-cluster-config", Key: "HCLOUD_CLUSTER_CONFIG",
 			RestartDeployment: "kube-system/cluster-autoscaler"}},
 	}
-	cfg.Nodes.Probe = config.Probe{Image: "ghcr.io/org/private-probe@sha256:0123", Namespace: DefaultNamespace, ServiceAccount: config.DefaultProbeServiceAccount}
+	cfg.Nodes.Probe = config.Probe{Image: "ghcr.io/org/private-probe@sha256:0123", Images: []string{"ghcr.io/org/private-probe@sha256:0123"}, Namespace: config.DefaultProbeNamespace, ServiceAccount: config.DefaultProbeServiceAccount}
 
 	targets := []cluster.SecretTarget{
 		{Namespace: "billing", Name: "registry", Role: "consumer", ServiceAccounts: []string{"builder"}},
@@ -48,7 +48,7 @@ func TestRenderGrantsExactlyTheNeeds(t *testing.T) {
 		t.Run(id.Class, func(t *testing.T) {
 			var granted []cluster.Access
 
-			for _, o := range Render(DefaultNamespace, []Identity{id}) {
+			for _, o := range Render(DefaultNamespace, []Identity{id}, ProbeOf(cfg)) {
 				var (
 					ns    string
 					rules []rbacv1.PolicyRule
@@ -103,7 +103,7 @@ func TestNoClusterWideSecretWrites(t *testing.T) {
 				t.Errorf("%s: %s", id.Class, a)
 			}
 
-			if a.Resource == "serviceaccounts" && a.Verb == "update" && (a.Name == "" || a.Namespace == "") {
+			if a.Resource == "serviceaccounts" && (a.Verb == "update" || a.Verb == "patch") && (a.Name == "" || a.Namespace == "") {
 				t.Errorf("%s: %s", id.Class, a)
 			}
 		}
@@ -113,7 +113,7 @@ func TestNoClusterWideSecretWrites(t *testing.T) {
 	// write): the probe pod's, and the fan-out's writes, which apply may make too — none more.
 	ids := Identities(cfg, targets)
 	for _, a := range ids[0].Needs {
-		probe := a == cluster.Access{Verb: "create", Resource: "pods", Namespace: DefaultNamespace}
+		probe := a == cluster.Access{Verb: "create", Resource: "pods", Namespace: config.DefaultProbeNamespace}
 		fanout := a.Resource == "secrets" && slices.Contains(ids[1].Needs, a)
 
 		if a.Verb != "get" && a.Verb != "list" && !probe && !fanout {
@@ -129,7 +129,7 @@ func TestRenderGolden(t *testing.T) {
 
 	var b bytes.Buffer
 
-	for _, o := range Render(DefaultNamespace, Identities(cfg, targets)) {
+	for _, o := range Render(DefaultNamespace, Identities(cfg, targets), ProbeOf(cfg)) {
 		y, err := yaml.Marshal(o)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func TestRenderGolden(t *testing.T) {
 
 	golden(t, "rendered.yaml", b.Bytes())
 
-	if n := len(Render(DefaultNamespace, Identities(cfg, targets))); n < 20 {
+	if n := len(Render(DefaultNamespace, Identities(cfg, targets), ProbeOf(cfg))); n < 20 {
 		t.Fatalf("only %d objects", n)
 	}
 }
@@ -151,7 +151,7 @@ func TestShippedAdmissionPolicy(t *testing.T) {
 
 	b.WriteString(admissionHeader)
 
-	for _, o := range SecretsAdmissionPolicy(DefaultNamespace) {
+	for _, o := range StaticPolicies(DefaultNamespace) {
 		y, err := yaml.Marshal(o)
 		if err != nil {
 			t.Fatal(err)
@@ -168,14 +168,19 @@ func TestShippedAdmissionPolicy(t *testing.T) {
 	}
 
 	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, b.Bytes()) {
-		t.Fatalf("%s is not SecretsAdmissionPolicy's rendering (%v): run go test ./internal/permission -update", path, err)
+		t.Fatalf("%s is not StaticPolicies' rendering (%v): run go test ./internal/permission -update", path, err)
 	}
 }
 
-const admissionHeader = `# The admission policy ` + "`ghcrsync rbac`" + ` renders with the roles (for the default namespace,
-# ghcrsync-system): whatever RBAC grants them, ghcrsync's service accounts may create and update
-# only pull secrets (kubernetes.io/dockerconfigjson) and opaque Secrets, with no service-account
-# annotation, so no create right can become a token. Needs Kubernetes 1.30+ (docs/rbac.md).
+const admissionHeader = `# The admission policies ` + "`ghcrsync rbac`" + ` renders before the roles that do not depend on a
+# configuration (for the default namespace, ghcrsync-system). Whatever RBAC grants them,
+# ghcrsync's service accounts may write only the fields ghcrsync writes: pull secrets and opaque
+# Secrets with no service-account annotation (no create right becomes a token); a Node's cordon,
+# steering taint and ghcrsync.dev/* annotations; a ServiceAccount's imagePullSecrets; a
+# Deployment's rollout-restart annotation; a Kustomization's spec.suspend; an OCIRepository's
+# reconcile request. ` + "`ghcrsync rbac`" + ` also renders the probe pod's policy (its exact shape, from
+# the configuration) and the plan identity's (dry runs only). Needs Kubernetes 1.30+
+# (docs/rbac.md).
 `
 
 func golden(t *testing.T, name string, got []byte) {

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 )
 
 // Identity is one command class's service account and what it needs.
@@ -28,18 +28,20 @@ const DefaultNamespace = "ghcrsync-system"
 // AccountFor is a class's service account name.
 func AccountFor(class string) string { return "ghcrsync-" + class }
 
-// SecretsPolicy names the ValidatingAdmissionPolicy (and its binding) that bounds what
-// ghcrsync's identities may write into a Secret.
-const SecretsPolicy = "ghcrsync-secrets"
-
 // Render is the RBAC that grants each identity exactly its needs, in namespace's service
-// accounts: a ClusterRole (and binding) for what is cluster-wide or cluster-scoped, a Role (and
-// binding) in each namespace it touches, each rule as narrow as its need (by name where the
-// API can limit by name). Then the admission policy that keeps ghcrsync's identities from
-// writing any Secret but a pull secret or an opaque one (SecretsAdmissionPolicy). The objects
-// come in a fixed order, so the rendering of one input is always the same text.
-func Render(namespace string, ids []Identity) []runtime.Object {
-	var out []runtime.Object
+// accounts, with the admission policies that bound what those needs may write (Policies) first:
+// the API server must hold a policy before the right it bounds is granted. Then the probe's
+// namespace (PodSecurity "restricted") and service account, the identities' service accounts,
+// and for each identity a ClusterRole (and binding) for what is cluster-wide or cluster-scoped and
+// a Role (and binding) in each namespace it touches, each rule as narrow as its need (by name
+// where the API can limit by name). The objects come in a fixed order, so the rendering of one
+// input is always the same text.
+func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
+	out := Policies(namespace, probe.Shape)
+
+	if probe.Namespace != "" {
+		out = append(out, ProbeObjects(probe)...)
+	}
 
 	for _, id := range ids {
 		out = append(out, &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"),
@@ -50,56 +52,26 @@ func Render(namespace string, ids []Identity) []runtime.Object {
 		out = append(out, roles(namespace, id)...)
 	}
 
-	out = append(out, SecretsAdmissionPolicy(namespace)...)
-
-	return append(out, PlanDryRunPolicy(namespace)...)
+	return out
 }
 
-// ProbeAccount is the service account the runtime probe pods run as: no rights, and no
-// imagePullSecrets for admission to add to the probe (a pull through one would prove nothing).
-func ProbeAccount(namespace, name string) runtime.Object {
-	return &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: meta(name, namespace, "probe"),
-		AutomountServiceAccountToken: ptr.To(false)}
+// Probe is where the runtime probe pods run: their namespace, and what they may be.
+type Probe struct {
+	Namespace string
+	Shape     ProbeShape
 }
 
-// PlanDryRunPolicy lets the plan identity write nothing: its write rights (the runtime probe
-// pod, to learn what admission makes of it; the fan-out's pull secret and template writes, to
-// learn whether admission refuses them) are accepted as server-side dry runs only.
-func PlanDryRunPolicy(namespace string) []runtime.Object {
-	name := "ghcrsync-plan-dry-run"
+// ProbeObjects are the probe's namespace, where the PodSecurity admission enforces the
+// "restricted" profile, and its service account: no rights, no token, and no imagePullSecrets
+// for admission to add to the probe (a pull through one would prove nothing). Nothing else lives
+// there: no Secret, no other account, so a pod created there has nothing to steal.
+func ProbeObjects(p Probe) []runtime.Object {
+	ns := &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: meta(p.Namespace, "", "probe")}
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	ns.Labels["pod-security.kubernetes.io/enforce-version"] = "latest"
 
-	return []runtime.Object{
-		&admissionregistrationv1.ValidatingAdmissionPolicy{
-			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-			ObjectMeta: meta(name, "", ""),
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*"}},
-					},
-				}}},
-				MatchConditions: []admissionregistrationv1.MatchCondition{{
-					Name:       "ghcrsync-plan-identity",
-					Expression: `request.userInfo.username == "system:serviceaccount:` + namespace + `:` + AccountFor(CommandPlan) + `"`,
-				}},
-				Validations: []admissionregistrationv1.Validation{{
-					Expression: `request.dryRun == true`,
-					Message:    "the ghcrsync plan identity makes server-side dry runs only",
-					Reason:     ptr.To(metav1.StatusReasonForbidden),
-				}},
-			},
-		},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-			ObjectMeta: meta(name, "", ""),
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-			},
-		},
-	}
+	return []runtime.Object{ns, &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"),
+		ObjectMeta: meta(p.Shape.ServiceAccount, p.Namespace, "probe"), AutomountServiceAccountToken: ptr.To(false)}}
 }
 
 func roles(namespace string, id Identity) []runtime.Object {
@@ -229,55 +201,6 @@ func byVerbs(verbs map[object][]string, order []object) (map[ruleKey][]string, [
 	return names, keys
 }
 
-// SecretsAdmissionPolicy bounds what every identity of namespace (ghcrsync's service
-// accounts) may write into a Secret, whatever RBAC grants it: only the types ghcrsync writes —
-// a pull secret (kubernetes.io/dockerconfigjson) or an opaque one (its state, a node template)
-// — and no service-account annotation. So a create right cannot become a token: the token
-// controller fills only a kubernetes.io/service-account-token Secret, and a bootstrap token is
-// another type again. Enforced by the API server's own ValidatingAdmissionPolicy plugin (GA in
-// Kubernetes 1.30).
-func SecretsAdmissionPolicy(namespace string) []runtime.Object {
-	return []runtime.Object{
-		&admissionregistrationv1.ValidatingAdmissionPolicy{
-			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
-			ObjectMeta: meta(SecretsPolicy, "", ""),
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
-					},
-				}}},
-				MatchConditions: []admissionregistrationv1.MatchCondition{{
-					Name:       "ghcrsync-identities",
-					Expression: `request.userInfo.username.startsWith("system:serviceaccount:` + namespace + `:")`,
-				}},
-				Validations: []admissionregistrationv1.Validation{
-					{
-						Expression: `object.type in ["kubernetes.io/dockerconfigjson", "Opaque"]`,
-						Message:    "ghcrsync's identities write only pull secrets (kubernetes.io/dockerconfigjson) and opaque Secrets",
-						Reason:     ptr.To(metav1.StatusReasonForbidden),
-					},
-					{
-						Expression: `!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, k.startsWith("kubernetes.io/service-account"))`,
-						Message:    "ghcrsync's identities never write a service-account annotation on a Secret",
-						Reason:     ptr.To(metav1.StatusReasonForbidden),
-					},
-				},
-			},
-		},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
-			ObjectMeta: meta(SecretsPolicy, "", ""),
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        SecretsPolicy,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-			},
-		},
-	}
-}
-
 func typeMeta(apiVersion, kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }
@@ -289,4 +212,14 @@ func meta(name, namespace, class string) metav1.ObjectMeta {
 	}
 
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}
+}
+
+// ProbeOf is the configuration's runtime probe (no namespace when it runs none).
+func ProbeOf(cfg *config.Config) Probe {
+	pr := cfg.Nodes.Probe
+	if pr.Image == "" {
+		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}}
+	}
+
+	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}}
 }

@@ -34,9 +34,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
+	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
@@ -167,7 +167,7 @@ const (
 	LeaseNamespace = "flux-system"
 	LeaseName      = "ghcr-auth-refresh"
 	// ProbeNamespace and ProbeServiceAccount are where and as whom the runtime probe runs.
-	ProbeNamespace      = "ghcrsync-system"
+	ProbeNamespace      = "ghcrsync-probe"
 	ProbeServiceAccount = "ghcrsync-probe"
 )
 
@@ -382,18 +382,24 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 // seedCluster creates the namespaces ghcrsync uses and, unless disabled, a small workload
 // (a DaemonSet and a Deployment with a PodDisruptionBudget) pulling a private image.
 func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) error {
-	for _, ns := range []string{"flux-system", ProbeNamespace, "apps"} {
+	for _, ns := range []string{"flux-system", "apps"} {
 		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
 
-	// The probe's own service account, as `ghcrsync rbac` renders it: no pull secret for the
-	// ServiceAccount admission plugin to add to the probe pods.
-	_, err := kube.CoreV1().ServiceAccounts(ProbeNamespace).Create(ctx, &corev1.ServiceAccount{
-		ObjectMeta: metav1.ObjectMeta{Name: ProbeServiceAccount, Namespace: ProbeNamespace}, AutomountServiceAccountToken: ptr.To(false),
-	}, metav1.CreateOptions{})
+	// The probe's namespace (PodSecurity "restricted") and its own service account, as `ghcrsync
+	// rbac` renders them: no pull secret for the ServiceAccount admission plugin to add to the
+	// probe pods.
+	probe := permission.ProbeObjects(permission.Probe{Namespace: ProbeNamespace, Shape: permission.ProbeShape{ServiceAccount: ProbeServiceAccount}})
+
+	_, err := kube.CoreV1().Namespaces().Create(ctx, probe[0].(*corev1.Namespace), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	_, err = kube.CoreV1().ServiceAccounts(ProbeNamespace).Create(ctx, probe[1].(*corev1.ServiceAccount), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

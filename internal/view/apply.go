@@ -1,7 +1,6 @@
 package view
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,17 +71,10 @@ type ApplyEventJSON struct {
 
 // applyEventLine writes one event line of the `apply --json` stream, in one Write.
 func applyEventLine(w io.Writer, ev apply.Event) error {
-	b, err := json.Marshal(ApplyEventJSON{
+	return writeJSONLine(w, ApplyEventJSON{
 		Type: "event", FormatVersion: ApplyJSONFormatVersion, Time: ev.Time.UTC(), Kind: ev.Object.Kind,
 		Namespace: ev.Object.Namespace, Name: ev.Object.Name, Reason: ev.Reason, Message: ev.Message, Warning: ev.Warning,
 	})
-	if err != nil {
-		return err
-	}
-
-	_, err = w.Write(append(b, '\n'))
-
-	return err
 }
 
 // applySummaryLine writes the last line of the `apply --json` stream.
@@ -90,14 +82,7 @@ func applySummaryLine(w io.Writer, res *apply.Result) error {
 	s := NewApplyJSON(res)
 	s.Type = "summary"
 
-	b, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-
-	_, err = w.Write(append(b, '\n'))
-
-	return err
+	return writeJSONLine(w, s)
 }
 
 // ApplyNodeJSON is one node's outcome.

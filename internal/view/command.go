@@ -74,14 +74,14 @@ func (v *PlanView) Saved(path string) {
 	}
 }
 
-// Markdown writes the plan as Markdown to path (0644, atomically: a PR-comment step may read it
-// while a retry rewrites it).
+// Markdown writes the plan as Markdown to path for a pull-request comment (0644, atomically: a
+// PR-comment step may read it while a retry rewrites it), cut to what a comment holds.
 func (v *PlanView) Markdown(path string, p *plan.Plan) error {
 	var b bytes.Buffer
 
 	PlanMarkdown(&b, p)
 
-	if err := atomicfile.Write(path, b.Bytes(), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(truncated(b.String())), 0o644); err != nil {
 		return fmt.Errorf("write Markdown plan %s: %w", path, err)
 	}
 

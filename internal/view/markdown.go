@@ -9,9 +9,47 @@ import (
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// MarkdownMarker opens every Markdown plan: a workflow finds the comment it posted before by
-// it and updates that one instead of adding another.
-const MarkdownMarker = "<!-- ghcrsync-plan -->"
+// MarkdownMarker opens every Markdown plan's first line, which names the cluster the plan is for
+// (Marker): a workflow finds the comment it posted before for that cluster by the whole line
+// and updates that one instead of adding another — a matrix of clusters keeps a comment each.
+const MarkdownMarker = "<!-- ghcrsync-plan"
+
+// Marker is the first line of p's Markdown: MarkdownMarker and the cluster's identity.
+func Marker(p *plan.Plan) string {
+	return MarkdownMarker + " cluster=" + commentSafe(p.ClusterUID) + " -->"
+}
+
+// commentSafe keeps what may sit inside an HTML comment on one line: letters, digits, '-', '.'.
+func commentSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+
+		return '_'
+	}, s)
+}
+
+// MarkdownLimit bounds a Markdown plan written for a pull-request comment: GitHub refuses a
+// comment over 65,536 characters. A longer plan is cut at a line, with a pointer to where the
+// whole of it is.
+const MarkdownLimit = 60000
+
+// truncated is md cut to MarkdownLimit characters at a line boundary, with a note saying so
+// (md itself when it fits).
+func truncated(md string) string {
+	if len([]rune(md)) <= MarkdownLimit {
+		return md
+	}
+
+	cut := string([]rune(md)[:MarkdownLimit])
+	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
+		cut = cut[:i+1]
+	}
+
+	return cut + "\n> [!NOTE]\n> **This plan is longer than a comment can hold and was cut here.** The whole plan is in the job's " +
+		"step summary, and `ghcrsync show --markdown PLANFILE` prints it from the saved plan.\n"
+}
 
 // The labels a workflow may put on the pull request.
 const (
@@ -113,7 +151,7 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 
 // mdHeader is the marker, the headline, the plan's identity and any emergency or steering note.
 func mdHeader(w io.Writer, p *plan.Plan) {
-	fmt.Fprintln(w, MarkdownMarker)
+	fmt.Fprintln(w, Marker(p))
 	fmt.Fprintf(w, "### ghcrsync plan: %s\n\n", Headline(p))
 	fmt.Fprintf(w, "Credential revision `%s` for %s · cluster `%s` · plan created %s, valid until %s.\n\n",
 		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),

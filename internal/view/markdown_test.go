@@ -105,3 +105,34 @@ func TestAnnotationIsOneCommand(t *testing.T) {
 		t.Fatalf("%d command lines, want 1:\n%s", commands, b.String())
 	}
 }
+
+// A plan too long for a pull-request comment is cut at a line under MarkdownLimit, saying so and
+// where the whole plan is; a plan that fits is left whole (the control). The marker line names
+// the cluster and cannot close its comment early, whatever the uid holds.
+func TestMarkdownFitsAComment(t *testing.T) {
+	short := "<!-- ghcrsync-plan cluster=x -->\n### ghcrsync plan: No changes\n"
+	if got := view.Truncated(short); got != short {
+		t.Fatalf("a plan that fits was changed:\n%s", got)
+	}
+
+	long := short + strings.Repeat("| prod-worker-1 | worker | v1.13.9 | fence | cordon + drain + reboot | the config changed |\n", 2000)
+
+	got := view.Truncated(long)
+	if n := len([]rune(got)); n > 65536 || n < view.MarkdownLimit-200 {
+		t.Fatalf("the cut plan has %d characters", n)
+	}
+
+	if !strings.HasPrefix(got, short) || !strings.Contains(got, "was cut here") || !strings.Contains(got, "ghcrsync show --markdown") {
+		t.Fatalf("the cut plan does not say so:\n%s", got[len(got)-400:])
+	}
+
+	body := strings.TrimSuffix(got[:strings.Index(got, "\n> [!NOTE]")], "\n")
+	if last := body[strings.LastIndexByte(body, '\n')+1:]; !strings.HasSuffix(last, "|") {
+		t.Fatalf("the plan was cut inside a line: %q", last)
+	}
+
+	p := &plan.Plan{ClusterUID: "uid --> <script>"}
+	if m := view.Marker(p); strings.Count(m, "-->") != 1 || !strings.HasSuffix(m, " -->") || strings.Contains(m, "<script") {
+		t.Fatalf("marker %q", m)
+	}
+}

@@ -4,7 +4,6 @@
 package view
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
@@ -31,13 +30,6 @@ func FormatFor(asJSON bool) Format {
 	}
 
 	return Human
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-
-	return enc.Encode(v)
 }
 
 // Error renders a command's failure on stderr, with what to do next for configuration errors.
@@ -71,7 +63,7 @@ type VersionInfo struct {
 
 // VersionJSON prints the version as one JSON object.
 func VersionJSON(w io.Writer, v VersionInfo) error {
-	return json.NewEncoder(w).Encode(v)
+	return writeJSONLine(w, v)
 }
 
 // Signalled says a signal arrived and the command is winding down.
@@ -157,5 +149,5 @@ func ValidateJSONTo(w io.Writer, v workspace.Validation) error {
 		}
 	}
 
-	return json.NewEncoder(w).Encode(out)
+	return writeJSONLine(w, out)
 }

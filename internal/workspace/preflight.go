@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
@@ -33,37 +35,60 @@ func (w *Workspace) PreflightReads(ctx context.Context, command string) error {
 }
 
 func (w *Workspace) preflight(ctx context.Context, command, needsOf string) error {
-	needs, err := w.Needs(ctx, needsOf)
+	targets, err := w.targets(ctx, needsOf)
 	if err != nil {
 		return err
 	}
 
-	denied, err := w.Kube.Denied(ctx, needs)
-	if err != nil || len(denied) == 0 {
+	denied, err := w.Kube.Denied(ctx, permission.Needs(w.Config, needsOf, targets))
+	if err != nil {
 		return err
 	}
 
-	return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grantHint, Denied: denied}
+	if len(denied) > 0 {
+		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grantHint, Denied: denied}
+	}
+
+	return w.contained(ctx, command, permission.Escapes(w.Config, needsOf, targets))
 }
 
-// Needs lists the Kubernetes permissions a command needs with this configuration and the
-// consumer namespaces the cluster has now (permission.Needs).
-func (w *Workspace) Needs(ctx context.Context, command string) ([]cluster.Access, error) {
-	var targets []cluster.SecretTarget
+// contained proves that the admission policies bounding the command's writes are in force: each
+// escape (a write the identity's rights allow and its policy must refuse) is tried as a
+// server-side dry run and must come back refused by that policy. The policies bind ghcrsync's
+// service accounts: an identity that is not a service account (a person's, an admin's) is not
+// what they bound, and is not checked.
+func (w *Workspace) contained(ctx context.Context, command string, escapes []cluster.Escape) error {
+	if len(escapes) == 0 {
+		return nil
+	}
 
-	if command == CommandPlan || command == CommandApply {
-		if w.Config.ConsumerSelector != nil {
-			if denied, err := w.Kube.Denied(ctx, []cluster.Access{permission.ListNamespaces()}); err != nil || len(denied) > 0 {
-				// The targets cannot be listed: what is needed besides them is reported with it.
-				return permission.Needs(w.Config, command, nil), err
-			}
-		}
+	who := w.Kube.Identity(ctx)
+	if !strings.HasPrefix(who, "system:serviceaccount:") {
+		return nil
+	}
 
-		var err error
-		if targets, err = w.SecretTargets(ctx); err != nil {
+	if err := w.Kube.Contained(ctx, escapes); err != nil {
+		return fmt.Errorf("ghcrsync %s will not run as %s: its writes are not bounded to the fields ghcrsync writes (%w). "+
+			"Install the admission policies `ghcrsync rbac --config FILE` renders (they come first in its output; docs/rbac.md), "+
+			"and give the API server a few seconds to load them; nothing was changed", command, who, err)
+	}
+
+	return nil
+}
+
+// targets are the consumer secrets a command's permissions are checked for: the ones the
+// cluster has now, for the commands that read them (none when the namespaces cannot be listed:
+// the missing list right is then reported with the rest).
+func (w *Workspace) targets(ctx context.Context, command string) ([]cluster.SecretTarget, error) {
+	if command != CommandPlan && command != CommandApply {
+		return nil, nil
+	}
+
+	if w.Config.ConsumerSelector != nil {
+		if denied, err := w.Kube.Denied(ctx, []cluster.Access{permission.ListNamespaces()}); err != nil || len(denied) > 0 {
 			return nil, err
 		}
 	}
 
-	return permission.Needs(w.Config, command, targets), nil
+	return w.SecretTargets(ctx)
 }

@@ -54,13 +54,12 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		skipped = withoutAbsent(ids, ns, existing)
 	}
 
-	objs = permission.Render(ns, ids)
-
-	if pr := cfg.Nodes.Probe; pr.Image != "" {
-		objs = append(objs[:len(ids)], append([]runtime.Object{permission.ProbeAccount(pr.Namespace, pr.ServiceAccount)}, objs[len(ids):]...)...)
+	if pr := cfg.Nodes.Probe; pr.Image != "" && pr.Namespace == ns {
+		return nil, nil, fmt.Errorf("nodes.runtime_probe.namespace is %s, where ghcrsync's identities live (--namespace): a pod created there could run "+
+			"as one of them or mount the Job's inputs; give the probe a namespace of its own (the default, %s)", ns, config.DefaultProbeNamespace)
 	}
 
-	return objs, skipped, nil
+	return permission.Render(ns, ids, permission.ProbeOf(cfg)), skipped, nil
 }
 
 // rbacNamespaces are the consumer namespaces to render for (the selector's, listed now, or

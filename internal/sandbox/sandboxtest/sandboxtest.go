@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -227,6 +228,23 @@ func KubeFrom(t testing.TB, path string) kubernetes.Interface {
 	}
 
 	return k
+}
+
+// DynamicFrom is a dynamic client built from the given kubeconfig file.
+func DynamicFrom(t testing.TB, path string) dynamic.Interface {
+	t.Helper()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return d
 }
 
 // Talos is the real machinery client built from the sandbox's talosconfig (file is

@@ -1,0 +1,380 @@
+package permission
+
+import (
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
+)
+
+// RBAC cannot say which fields a write may change: a patch right on a Deployment is a right to
+// its pod template, an update right on a Kustomization a right to what kustomize-controller
+// applies with its own identity. Each write a shipped identity holds is therefore bounded by a
+// ValidatingAdmissionPolicy (the API server's own admission plugin, GA in Kubernetes 1.30) that
+// admits exactly the fields ghcrsync writes, for every service account in ghcrsync's namespace:
+//
+//	ghcrsync-secrets          Secrets: pull secrets and opaque ones only, no service-account annotation
+//	ghcrsync-nodes            Nodes: spec.unschedulable, its steering taint, ghcrsync.dev/* and the
+//	                          autoscaler's scale-down-disabled annotation
+//	ghcrsync-serviceaccounts  ServiceAccounts: imagePullSecrets
+//	ghcrsync-deployments      Deployments: the pod template's kubectl.kubernetes.io/restartedAt
+//	ghcrsync-kustomizations   Flux Kustomizations: spec.suspend and ghcrsync.dev/suspended-by
+//	ghcrsync-ocirepositories  Flux OCIRepositories: reconcile.fluxcd.io/requestedAt
+//	ghcrsync-pods             Pods: the runtime probe's shape, nothing else
+//	ghcrsync-plan-dry-run     the plan identity: server-side dry runs only
+//
+// Every rule compares the object as it would be stored with the object as it is (oldObject),
+// key by key, so a field added to a resource later is bounded too: nothing but the named keys
+// may differ.
+
+// The policies' names (each binding is named as its policy).
+const (
+	SecretsPolicy         = "ghcrsync-secrets"
+	NodesPolicy           = "ghcrsync-nodes"
+	ServiceAccountsPolicy = "ghcrsync-serviceaccounts"
+	DeploymentsPolicy     = "ghcrsync-deployments"
+	KustomizationsPolicy  = "ghcrsync-kustomizations"
+	OCIRepositoriesPolicy = "ghcrsync-ocirepositories"
+	PodsPolicy            = "ghcrsync-pods"
+	PlanDryRunPolicyName  = "ghcrsync-plan-dry-run"
+)
+
+// Fields the API server maintains on every write: never ghcrsync's to bound.
+var serverMaintained = []string{"managedFields", "resourceVersion", "generation"}
+
+// Policies are every admission policy that bounds the identities of namespace, policy and
+// binding in turn: probe is the runtime probe a pod create must be (its service account and
+// images); with no probe image, no pod may be created at all.
+func Policies(namespace string, probe ProbeShape) []runtime.Object {
+	var out []runtime.Object
+
+	for _, p := range []policy{
+		secretsPolicy(), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
+		kustomizationsPolicy(), ociRepositoriesPolicy(), podsPolicy(probe),
+	} {
+		out = append(out, p.objects(identitiesCondition(namespace))...)
+	}
+
+	return append(out, PlanDryRunPolicy(namespace)...)
+}
+
+// StaticPolicies are the policies that do not depend on a configuration (all but the probe
+// pod's and the plan identity's): deploy/rbac/admission-policy.yaml.
+func StaticPolicies(namespace string) []runtime.Object {
+	var out []runtime.Object
+
+	for _, p := range []policy{secretsPolicy(), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(), kustomizationsPolicy(), ociRepositoriesPolicy()} {
+		out = append(out, p.objects(identitiesCondition(namespace))...)
+	}
+
+	return out
+}
+
+// ProbeShape is what a probe pod may be: its service account and the images it may pull (each
+// as configured, or its repository pinned by digest).
+type ProbeShape struct {
+	ServiceAccount string
+	Images         []string
+}
+
+// policy is one ValidatingAdmissionPolicy before rendering.
+type policy struct {
+	name       string
+	group      string
+	resource   string
+	operations []admissionregistrationv1.OperationType
+	rules      []admissionregistrationv1.Validation
+}
+
+func (p policy) objects(match admissionregistrationv1.MatchCondition) []runtime.Object {
+	version := "*"
+	if p.group == "" {
+		version = "v1"
+	}
+
+	return []runtime.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicy{
+			TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+			ObjectMeta: meta(p.name, "", ""),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: p.operations,
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{p.group}, APIVersions: []string{version}, Resources: []string{p.resource}},
+					},
+				}}},
+				MatchConditions: []admissionregistrationv1.MatchCondition{match},
+				Validations:     p.rules,
+			},
+		},
+		binding(p.name),
+	}
+}
+
+func binding(name string) runtime.Object {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   typeMeta("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+		ObjectMeta: meta(name, "", ""),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+}
+
+// identitiesCondition matches every service account of namespace: ghcrsync's identities.
+func identitiesCondition(namespace string) admissionregistrationv1.MatchCondition {
+	return admissionregistrationv1.MatchCondition{
+		Name:       "ghcrsync-identities",
+		Expression: `request.userInfo.username.startsWith("system:serviceaccount:` + namespace + `:")`,
+	}
+}
+
+var (
+	update = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+	create = []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
+)
+
+func rule(expression, message string) admissionregistrationv1.Validation {
+	return admissionregistrationv1.Validation{Expression: expression, Message: message, Reason: ptr.To(metav1.StatusReasonForbidden)}
+}
+
+// unchanged is a CEL expression: the objects or maps a and b (their CEL paths) agree on every key
+// but those allowed (a CEL predicate over k): the same keys, the same values. Both are taken as
+// dyn, so a typed object (a Node's metadata) is ranged over like a map.
+func unchanged(a, b, allowed string) string {
+	a, b = "dyn("+a+")", "dyn("+b+")"
+
+	return fmt.Sprintf("%[1]s.all(k, %[3]s || (k in %[2]s && %[1]s[k] == %[2]s[k])) && %[2]s.all(k, %[3]s || k in %[1]s)", a, b, allowed)
+}
+
+// keyIn is a CEL predicate over k: one of keys.
+func keyIn(keys ...string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = celString(k)
+	}
+
+	return "k in [" + strings.Join(quoted, ", ") + "]"
+}
+
+// celString is s as a CEL string literal.
+func celString(s string) string { return fmt.Sprintf("%q", s) }
+
+// orEmpty is a CEL path that may be absent, as an empty map when it is.
+func orEmpty(parent, field string) string { return parent + ".?" + field + ".orValue({})" }
+
+// onlyMetadata bounds the metadata: nothing but annotations (when annotations is a CEL
+// predicate over their keys, those keys) and the fields the API server maintains may change.
+func onlyMetadata(what, annotations string) []admissionregistrationv1.Validation {
+	if annotations == "" {
+		return []admissionregistrationv1.Validation{rule(unchanged("object.metadata", "oldObject.metadata", keyIn(serverMaintained...)),
+			"ghcrsync's identities change no metadata of a "+what)}
+	}
+
+	return []admissionregistrationv1.Validation{
+		rule(unchanged("object.metadata", "oldObject.metadata", keyIn(append([]string{"annotations"}, serverMaintained...)...)),
+			"ghcrsync's identities change no metadata of a "+what+" but its own annotations"),
+		rule(unchanged(orEmpty("object.metadata", "annotations"), orEmpty("oldObject.metadata", "annotations"), annotations),
+			"ghcrsync's identities change no annotation of a "+what+" but their own"),
+	}
+}
+
+func secretsPolicy() policy {
+	return policy{name: SecretsPolicy, resource: "secrets",
+		operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		rules: []admissionregistrationv1.Validation{
+			rule(`object.type in ["kubernetes.io/dockerconfigjson", "Opaque"]`,
+				"ghcrsync's identities write only pull secrets (kubernetes.io/dockerconfigjson) and opaque Secrets"),
+			rule(`!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, k.startsWith("kubernetes.io/service-account"))`,
+				"ghcrsync's identities never write a service-account annotation on a Secret"),
+		}}
+}
+
+// nodesPolicy: the claim, the cordon, the phase and record annotations, the verified marker, the
+// autoscaler's scale-down guard, the steering taint — and nothing else of a Node (its labels, an
+// operator's taints, its provider ID).
+func nodesPolicy() policy {
+	ours := `k.startsWith("ghcrsync.dev/") || k == ` + celString(cluster.ScaleDownDisabledAnnotation)
+	others := `.?taints.orValue([]).filter(t, t.key != ` + celString(taints.Steering) + `)`
+
+	return policy{name: NodesPolicy, resource: "nodes", operations: update,
+		rules: append(onlyMetadata("Node", ours),
+			rule(unchanged("object", "oldObject", keyIn("metadata", "spec")), "ghcrsync's identities change only the metadata and spec of a Node"),
+			rule(unchanged("object.spec", "oldObject.spec", keyIn("unschedulable", "taints")),
+				"ghcrsync's identities change only spec.unschedulable and spec.taints of a Node"),
+			rule("object.spec"+others+" == oldObject.spec"+others,
+				"ghcrsync's identities add or remove no taint of a Node but "+taints.Steering),
+		)}
+}
+
+func serviceAccountsPolicy() policy {
+	return policy{name: ServiceAccountsPolicy, resource: "serviceaccounts", operations: update,
+		rules: append(onlyMetadata("ServiceAccount", ""),
+			rule(unchanged("object", "oldObject", keyIn("metadata", "imagePullSecrets")),
+				"ghcrsync's identities change only the imagePullSecrets of a ServiceAccount")),
+	}
+}
+
+func deploymentsPolicy() policy {
+	return policy{name: DeploymentsPolicy, group: "apps", resource: "deployments", operations: update,
+		rules: append(onlyMetadata("Deployment", ""),
+			rule(unchanged("object", "oldObject", keyIn("metadata", "spec")), "ghcrsync's identities change only the spec of a Deployment"),
+			rule(unchanged("object.spec", "oldObject.spec", keyIn("template")), "ghcrsync's identities change only the pod template of a Deployment"),
+			rule(unchanged("object.spec.template", "oldObject.spec.template", keyIn("metadata")),
+				"ghcrsync's identities change only the pod template's metadata of a Deployment"),
+			rule(unchanged("object.spec.template.metadata", "oldObject.spec.template.metadata", keyIn("annotations")),
+				"ghcrsync's identities change only the pod template's annotations of a Deployment"),
+			rule(unchanged(orEmpty("object.spec.template.metadata", "annotations"), orEmpty("oldObject.spec.template.metadata", "annotations"),
+				keyIn(cluster.RestartedAtAnnotation)),
+				"ghcrsync's identities change only the pod template's "+cluster.RestartedAtAnnotation+" annotation of a Deployment (a rollout restart)"),
+		)}
+}
+
+func kustomizationsPolicy() policy {
+	return policy{name: KustomizationsPolicy, group: cluster.Kustomizations.Group, resource: cluster.Kustomizations.Resource, operations: update,
+		rules: append(onlyMetadata("Kustomization", keyIn(cluster.SuspendedByAnnotation)),
+			rule(unchanged("object", "oldObject", keyIn("metadata", "spec")), "ghcrsync's identities change only the spec of a Kustomization"),
+			rule(unchanged("object.spec", "oldObject.spec", keyIn("suspend")), "ghcrsync's identities change only spec.suspend of a Kustomization"),
+		)}
+}
+
+func ociRepositoriesPolicy() policy {
+	return policy{name: OCIRepositoriesPolicy, group: cluster.OCIRepositories.Group, resource: cluster.OCIRepositories.Resource, operations: update,
+		rules: append(onlyMetadata("OCIRepository", keyIn(cluster.ReconcileRequestAnnotation)),
+			rule(unchanged("object", "oldObject", keyIn("metadata")),
+				"ghcrsync's identities change only the "+cluster.ReconcileRequestAnnotation+" annotation of an OCIRepository"),
+		)}
+}
+
+// The probe pod's allowed keys: what cluster.probePod sets, and what the API server defaults.
+var (
+	probePodKeys = []string{"nodeName", "serviceAccountName", "serviceAccount", "restartPolicy", "tolerations", "automountServiceAccountToken",
+		"terminationGracePeriodSeconds", "securityContext", "containers", "dnsPolicy", "schedulerName", "enableServiceLinks", "priority",
+		"preemptionPolicy"}
+	probeContainerKeys = []string{"name", "image", "imagePullPolicy", "securityContext", "resources", "terminationMessagePath", "terminationMessagePolicy"}
+)
+
+// podsPolicy admits a pod created by ghcrsync only in the probe's exact shape: its service
+// account, no token, no volume, no host namespace, one container of a probe image with the
+// restricted security context and nothing else.
+func podsPolicy(probe ProbeShape) policy {
+	images := make([]string, 0, 2*len(probe.Images))
+	for _, img := range probe.Images {
+		images = append(images, "c.image == "+celString(img), "c.image.startsWith("+celString(repository(img)+"@sha256:")+")")
+	}
+
+	image := "false" // no probe configured: no pod at all
+	if len(images) > 0 {
+		image = strings.Join(images, " || ")
+	}
+
+	c := "object.spec.containers[0]"
+
+	return policy{name: PodsPolicy, resource: "pods", operations: create,
+		rules: []admissionregistrationv1.Validation{
+			rule("dyn(object.spec).all(k, "+keyIn(probePodKeys...)+")",
+				"ghcrsync's identities create only the runtime probe pod: no volumes, init or ephemeral containers, host namespaces, pull secrets or other fields"),
+			rule("object.spec.serviceAccountName == "+celString(probe.ServiceAccount)+" && object.spec.automountServiceAccountToken == false",
+				"ghcrsync's runtime probe pod runs as "+probe.ServiceAccount+" with no service-account token"),
+			rule("size(object.spec.containers) == 1 && object.spec.containers.all(c, dyn(c).all(k, "+keyIn(probeContainerKeys...)+") && ("+image+"))",
+				"ghcrsync's runtime probe pod is one container of a configured probe image, with no command, arguments, environment, mounts or ports"),
+			rule(c+".securityContext.allowPrivilegeEscalation == false && "+c+".securityContext.runAsNonRoot == true && "+
+				c+`.securityContext.capabilities.drop == ["ALL"] && !has(`+c+".securityContext.capabilities.add) && "+
+				"dyn("+c+".securityContext).all(k, "+keyIn("allowPrivilegeEscalation", "runAsNonRoot", "capabilities")+")",
+				"ghcrsync's runtime probe container drops every capability and may not escalate or run as root"),
+			rule(`object.spec.securityContext.runAsNonRoot == true && object.spec.securityContext.seccompProfile.type == "RuntimeDefault" && `+
+				"dyn(object.spec.securityContext).all(k, "+keyIn("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")+")",
+				"ghcrsync's runtime probe pod runs as a non-root user under the runtime's default seccomp profile"),
+		}}
+}
+
+// repository is an image reference without its tag or digest.
+func repository(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+
+	return image
+}
+
+// PlanDryRunPolicy lets the plan identity write nothing: its write rights (the runtime probe
+// pod, to learn what admission makes of it; the fan-out's pull secret and template writes, to
+// learn whether admission refuses them) are accepted as server-side dry runs only.
+func PlanDryRunPolicy(namespace string) []runtime.Object {
+	p := policy{name: PlanDryRunPolicyName, group: "*", resource: "*",
+		operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+		rules:      []admissionregistrationv1.Validation{rule(`request.dryRun == true`, "the ghcrsync plan identity makes server-side dry runs only")}}
+
+	return p.objects(admissionregistrationv1.MatchCondition{
+		Name:       "ghcrsync-plan-identity",
+		Expression: `request.userInfo.username == "system:serviceaccount:` + namespace + `:` + AccountFor(CommandPlan) + `"`,
+	})
+}
+
+// SecretsAdmissionPolicy is the Secrets policy of namespace's identities alone.
+func SecretsAdmissionPolicy(namespace string) []runtime.Object {
+	return secretsPolicy().objects(identitiesCondition(namespace))
+}
+
+// Escapes are the writes command's identity must be refused by its policies with cfg and the
+// consumer targets: one per policy that bounds a right it holds, on an object it may write
+// (cluster.Contained tries them). A command that writes nothing (plan, fences) has none.
+func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget) []cluster.Escape {
+	if command != CommandApply && command != CommandRelease {
+		return nil
+	}
+
+	out := []cluster.Escape{{Kind: cluster.EscapeNodeLabel, Policy: NodesPolicy}}
+
+	if cfg.State.Backend == "kubernetes" {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeSecretAnnotate, Policy: SecretsPolicy, Namespace: cfg.State.Namespace, Name: cfg.State.Secret})
+	}
+
+	for _, k := range cfg.FluxSuspend {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeKustomization, Policy: KustomizationsPolicy, Namespace: k.Namespace, Name: k.Name})
+	}
+
+	if command == CommandRelease {
+		return out
+	}
+
+	if len(targets) > 0 {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[0].Namespace})
+	}
+
+	for _, t := range targets {
+		for _, sa := range t.ServiceAccounts {
+			out = append(out, cluster.Escape{Kind: cluster.EscapeAccountToken, Policy: ServiceAccountsPolicy, Namespace: t.Namespace, Name: sa})
+		}
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			out = append(out, cluster.Escape{Kind: cluster.EscapeDeploymentSA, Policy: DeploymentsPolicy, Namespace: ns, Name: name})
+		}
+	}
+
+	if r := cfg.FluxRoot; r != nil && r.OCIRepository != "" {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeOCIRepository, Policy: OCIRepositoriesPolicy, Namespace: r.Namespace, Name: r.OCIRepository})
+	}
+
+	if pr := cfg.Nodes.Probe; pr.Image != "" {
+		out = append(out, cluster.Escape{Kind: cluster.EscapePod, Policy: PodsPolicy, Namespace: pr.Namespace,
+			Probe: cluster.Probe{Image: pr.Image, ServiceAccount: pr.ServiceAccount}})
+	}
+
+	return out
+}

@@ -1,0 +1,4 @@
+package view
+
+// Truncated is truncated, for the tests.
+var Truncated = truncated
