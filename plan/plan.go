@@ -410,6 +410,12 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	w = append(w, controlPlaneWarnings(p, s, in)...)
 
+	for _, sec := range s.Secrets {
+		if sec.OutsideRoles {
+			w = append(w, "Consumer outside the roles: "+sec.OutsideRolesSentence()+" (`ghcrsync rbac --config FILE`, then apply its output).")
+		}
+	}
+
 	if len(s.Templates) == 0 {
 		w = append(w, noTemplateWarning)
 	}

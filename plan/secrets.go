@@ -33,6 +33,15 @@ type SecretObs struct {
 	// WriteRefused is the API server's refusal of a server-side dry run of apply's write of it
 	// (admission or validation), "" when admitted or not tried.
 	WriteRefused string `json:"write_refused,omitempty"`
+	// OutsideRoles: its namespace carries the consumer label, but ghcrsync's roles grant nothing
+	// there (rendered before the label came): it was not read, and is not written.
+	OutsideRoles bool `json:"outside_roles,omitempty"`
+}
+
+// OutsideRolesSentence says why a consumer was neither read nor written, and what to do.
+func (s SecretObs) OutsideRolesSentence() string {
+	return "namespace " + s.Namespace + " carries the consumer label, but ghcrsync's roles grant nothing there (it was labelled after " +
+		"`ghcrsync rbac` was rendered): " + s.Namespace + "/" + s.Name + " was not read and is not written; render the roles again to include it"
 }
 
 // Writer is a field manager other than ghcrsync that owns an object's credential field.
@@ -77,6 +86,8 @@ func planSecrets(obs []SecretObs, revision string) []SecretPlan {
 		where := s.Namespace + "/" + s.Name
 
 		switch {
+		case s.OutsideRoles:
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, s.OutsideRolesSentence(), nil
 		case s.NamespaceMissing:
 			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, "namespace "+s.Namespace+" does not exist", nil
 		case s.Foreign != "":

@@ -181,6 +181,11 @@ func secretUse(s SecretObs, revision string) (Use, bool) {
 	u := Use{Kind: kind, Name: where, Holds: s.Digest}
 
 	switch {
+	case s.OutsideRoles:
+		u.State, u.Why = UseUnknown, s.OutsideRolesSentence()
+		u.Next = "render the roles with `ghcrsync rbac --config FILE`, apply them, and run ghcrsync again"
+
+		return u, true
 	case s.NamespaceMissing:
 		return u, false
 	case !s.Exists:

@@ -16,9 +16,11 @@ func newRBAC() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rbac",
 		Short: "Print the RBAC each command class needs with this configuration (review it, then kubectl apply)",
-		Long: `Print the ServiceAccounts, Roles, ClusterRoles and bindings of ghcrsync's three identities
-(plan, apply, release), each holding exactly what its preflight checks, and the admission policy
-that keeps them from writing any Secret but a pull secret or an opaque one. The consumer
+		Long: `Print, first, the admission policies that bound every write ghcrsync's identities hold to
+the fields ghcrsync writes (a Secret's type, a Node's cordon and annotations, a Kustomization's
+spec.suspend, the probe pod's exact shape, …); then the probe's namespace (PodSecurity
+restricted) and account; then the ServiceAccounts, Roles, ClusterRoles and bindings of the three
+identities (plan, apply, release), each holding exactly what its preflight checks. The consumer
 selector's namespaces are listed from the cluster now: a namespace that gains the label later
 gets nothing until the output is rendered and applied again (a reviewed change).`,
 		Example: `  ghcrsync rbac > rbac.yaml && kubectl apply -f deploy/rbac/namespace.yaml -f rbac.yaml

@@ -25,6 +25,9 @@ type SecretTarget struct {
 	Namespace, Name string
 	Role            string
 	ServiceAccounts []string
+	// OutsideRoles: the identity's roles cover nothing in the namespace (it gained the consumer
+	// label after they were rendered): the secret is neither read nor written.
+	OutsideRoles bool
 }
 
 // SelectedNamespaces lists the names of the namespaces matching a label selector, sorted.
@@ -89,7 +92,10 @@ func Foreign(s *corev1.Secret) string {
 func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry string) (plan.SecretObs, *credential.Credential, error) {
 	var held *credential.Credential
 
-	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role}
+	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role, OutsideRoles: t.OutsideRoles}
+	if t.OutsideRoles {
+		return obs, nil, nil
+	}
 
 	if _, err := c.Client.CoreV1().Namespaces().Get(ctx, t.Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		obs.NamespaceMissing = true

@@ -396,8 +396,19 @@ func TemplateError(t config.NodeTemplate, err error) error {
 }
 
 // SecretTargets lists the configured pull secrets: consumers (explicit and by namespace label),
-// then the root Flux secret.
+// then the root Flux secret. A consumer in a namespace the roles do not cover (found by the
+// preflight) is marked OutsideRoles: it is neither read nor written.
 func (w *Workspace) SecretTargets(ctx context.Context) ([]cluster.SecretTarget, error) {
+	targets, err := w.secretTargets(ctx)
+
+	for i := range targets {
+		targets[i].OutsideRoles = w.outside[targets[i].Namespace]
+	}
+
+	return targets, err
+}
+
+func (w *Workspace) secretTargets(ctx context.Context) ([]cluster.SecretTarget, error) {
 	var selected []string
 
 	if cs := w.Config.ConsumerSelector; cs != nil {

@@ -74,6 +74,9 @@ type Workspace struct {
 	locked bool
 	cred   *credential.Credential
 	talos  *talos.Client
+	// outside are the consumer namespaces the identity's roles do not cover (the preflight found
+	// nothing granted there): their pull secrets are neither read nor written.
+	outside map[string]bool
 }
 
 // Open reads the configuration, builds the Kubernetes client, checks the command's permissions
@@ -100,7 +103,7 @@ func Open(o Options) (*Workspace, error) {
 		}
 	}
 
-	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now, faults: o.Faults}
+	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now, faults: o.Faults, outside: map[string]bool{}}
 	if w.now == nil {
 		w.now = time.Now
 	}

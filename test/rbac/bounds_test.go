@@ -637,3 +637,76 @@ func TestCommandsProveTheirContainment(t *testing.T) {
 		return nil
 	})
 }
+
+// A namespace labelled as a consumer after the roles were rendered is a warning naming it and a
+// consumer the verdict counts as not written — not a permission failure that stops every plan
+// and apply (anyone who may label a namespace could otherwise stop them all, emergencies
+// included). The control: with the roles rendered again, it is an ordinary consumer.
+func TestConsumerLabelledAfterTheRoles(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+
+	const late = "team-late"
+
+	create(t, kube, manifests(t, "namespace.yaml")...)
+	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+
+	create(t, kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: late, Labels: map[string]string{sandbox.ConsumerLabel: "ghcr"}}})
+	t.Cleanup(func() {
+		if n, err := kube.CoreV1().Namespaces().Get(ctx, late, metav1.GetOptions{}); err == nil {
+			delete(n.Labels, sandbox.ConsumerLabel)
+			_, _ = kube.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+		}
+
+		_ = kube.CoreV1().Namespaces().Delete(ctx, late, metav1.DeleteOptions{})
+	})
+
+	planner, applier := newIdentity(t, sb, "ghcrsync-plan"), newIdentity(t, sb, "ghcrsync-apply")
+
+	if _, err := sb.RotateSecret("late-consumer"); err != nil {
+		t.Fatal(err)
+	}
+
+	r := ghcrsync(t, sb, "plan", "--config", planner.cfg, "--json")
+	if r.code != 0 {
+		t.Fatalf("plan with a consumer outside the roles: exit %d, want 0\n%s", r.code, r.stderr)
+	}
+
+	var p struct {
+		Warnings []string `json:"warnings"`
+		Verdict  struct {
+			Uses []struct{ Name, State string } `json:"still_used_by"`
+		} `json:"verdict"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+
+	if !slices.ContainsFunc(p.Warnings, func(w string) bool {
+		return strings.Contains(w, "namespace "+late+" carries the consumer label") && strings.Contains(w, "ghcrsync rbac")
+	}) {
+		t.Fatalf("plan does not warn about %s: %q", late, p.Warnings)
+	}
+
+	if !slices.ContainsFunc(p.Verdict.Uses, func(u struct{ Name, State string }) bool { return u.Name == late+"/"+sandbox.ConsumerSecret && u.State == "unknown" }) {
+		t.Fatalf("the verdict does not count %s/%s as not written: %+v", late, sandbox.ConsumerSecret, p.Verdict.Uses)
+	}
+
+	// apply runs, writes nothing there, and its verdict says do not revoke yet, naming it.
+	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", applier.cfg); r.code != 5 || !strings.Contains(r.stdout, late+"/"+sandbox.ConsumerSecret) {
+		t.Fatalf("apply with a consumer outside the roles: exit %d, want 5 naming it\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	if _, err := kube.CoreV1().Secrets(late).Get(ctx, sandbox.ConsumerSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a pull secret was written outside the roles: %v", err)
+	}
+
+	// The control: rendered again, the namespace is a consumer like the others.
+	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+
+	if r := ghcrsync(t, sb, "plan", "--config", planner.cfg); r.code != 0 || strings.Contains(r.stdout, "carries the consumer label") ||
+		!strings.Contains(r.stdout, late+"/"+sandbox.ConsumerSecret) {
+		t.Fatalf("plan after the roles were rendered again: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -6,6 +6,8 @@ package security
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -28,6 +30,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 func TestMain(m *testing.M) {
@@ -102,7 +105,7 @@ func regexpReplaceState(text, block string) string {
 // hostile is what anyone who can patch a Node (its own kubelet can) or write the Lease may
 // plant: GitHub Actions workflow commands on lines of their own, terminal escapes, a carriage
 // return that rewrites the line a person reads, a direction override, invalid UTF-8.
-const hostile = "::error title=pwned::owned\n::add-mask::x\r\x1b[31mred\x1b[0m\x1b]0;title\a \u202e\xff::warning::end"
+const hostile = "::error title=pwned::owned\n::add-mask::x\r\x1b[31mred\x1b[0m\x1b]0;title\a \u202e\xff::warning::end ##[add-mask]legacy\x7fdel\u0085c1"
 
 // Every output line of every command, with hostile values in the owner and phase annotations
 // and as the Lease holder: no line begins with "::", nothing reaches the terminal as a control
@@ -162,6 +165,23 @@ func TestHostileClusterStrings(t *testing.T) {
 			if bad := unsafeLines(stream.text); len(bad) > 0 {
 				t.Errorf("ghcrsync %s: %s has unsafe lines:\n%s", strings.Join(args[:1], " "), stream.name, strings.Join(bad, "\n"))
 			}
+		}
+	}
+
+	// --json output is JSON whatever the strings hold: jq parses it, and the values come back as
+	// they were written (a legacy workflow command, DEL and C1 escaped as JSON escapes, not
+	// rewritten into invalid ones by the output guard).
+	for _, args := range [][]string{{"plan", "--config", cfg, "--json"}, {"fences", "--config", cfg, "--json"}} {
+		r := ghcrsync(t, sb, args...)
+		if !json.Valid([]byte(r.stdout)) {
+			t.Fatalf("ghcrsync %s --json is not JSON:\n%s", args[0], r.stdout)
+		}
+
+		jq := exec.Command("jq", "-e", "[.. | strings | select(contains(\"##[add-mask]legacy\\u007fdel\\u0085c1\"))] | length > 0")
+		jq.Stdin = strings.NewReader(r.stdout)
+
+		if out, err := jq.CombinedOutput(); err != nil {
+			t.Fatalf("ghcrsync %s --json: jq finds no hostile value as written (%v): %s\n%s", args[0], err, out, r.stdout)
 		}
 	}
 
@@ -538,5 +558,70 @@ func assertEvents(t *testing.T, events []corev1.Event) {
 		if seen[want] == 0 {
 			t.Errorf("no %s Event; seen %v", want, seen)
 		}
+	}
+}
+
+// A plan sealed by someone who knows the credential but not the SOPS file's age key — the
+// person who minted the token — is refused (exit 3, "not authentic") before any write: the plan
+// key needs the SOPS data key too. Every key the credential alone gives is tried: the previous
+// version's (HKDF of the password), and this version's derivation with no data key. The
+// control: the plan ghcrsync made applies.
+func TestPlanForgedFromTheCredentialAlone(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	cfg := config(t, sb, nil)
+
+	c, err := sb.RotateSecret("forger")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	made := filepath.Join(t.TempDir(), "made.plan")
+	if r := ghcrsync(t, sb, "plan", "--config", cfg, "--out", made); r.code != 0 {
+		t.Fatalf("plan: exit %d\n%s", r.code, r.stderr)
+	}
+
+	p, err := plan.Load(made)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The forger's edit: the control planes become workers (no etcd gate before their reboots).
+	for i := range p.Nodes {
+		if p.Nodes[i].Role == plan.RoleControlPlane {
+			p.Nodes[i].Role = plan.RoleWorker
+		}
+	}
+
+	hkdfKey := func(ikm []byte, salt, info string) []byte {
+		k, _ := hkdf.Key(sha256.New, ikm, []byte(salt), info+"\x00ghcr.io\x00"+c.Username, sha256.Size)
+		return k
+	}
+
+	for name, key := range map[string][]byte{
+		"the previous version's key (the password alone)": hkdfKey([]byte(c.Password), "ghcrsync.dev plan-key salt 2026", "ghcrsync plan authentication v2"),
+		"this version's derivation with no data key":      hkdfKey(append([]byte{0}, c.Password...), "ghcrsync.dev plan-key salt 2026-12", "ghcrsync plan authentication v3"),
+		"the password as the key":                         []byte(c.Password),
+	} {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			forged := filepath.Join(t.TempDir(), "forged.plan")
+			if err := plan.Save(forged, p, key); err != nil {
+				t.Fatal(err)
+			}
+
+			before := writesBy(t, sb)
+
+			r := ghcrsync(t, sb, "apply", "--config", cfg, forged)
+			if r.code != 3 || !strings.Contains(r.stderr, "not authentic") || !strings.Contains(r.stderr, "Nothing was changed") {
+				t.Fatalf("apply of a plan forged with %s: exit %d, want 3\n%s", name, r.code, r.stderr)
+			}
+
+			if after := writesBy(t, sb); len(after) != len(before) {
+				t.Fatalf("the refused apply wrote: %v", after[len(before):])
+			}
+		})
+	}
+
+	if r := ghcrsync(t, sb, "apply", "--config", cfg, made); r.code != 0 {
+		t.Fatalf("control: apply of the plan ghcrsync made: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
