@@ -64,7 +64,8 @@ func (t *txn) unclaim(ctx context.Context) error {
 		ctx = cctx
 	}
 
-	if err := t.undo(ctx); err != nil {
+	// Before the Talos write: the node keeps an unproven hold it had before the claim.
+	if err := t.undo(ctx, t.rec.HeldUnproven); err != nil {
 		return fmt.Errorf("undoing its claim failed: %w", err)
 	}
 
@@ -190,9 +191,10 @@ func (t *txn) restore(ctx context.Context, why string) *NodeResult {
 }
 
 // undo takes our fence off the node: the one undo, shared with `ghcrsync release`. It judges the
-// claim as recorded before this undo began (the record's phase says how far the claim got).
-func (t *txn) undo(ctx context.Context) error {
-	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, t.e.o.ReadyTimeout)
+// claim as recorded before this undo began (the record's phase says how far the claim got);
+// hold keeps the cordon as an unproven hold.
+func (t *txn) undo(ctx context.Context, hold bool) error {
+	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, hold, t.e.o.ReadyTimeout)
 
 	return err
 }

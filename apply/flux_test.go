@@ -155,17 +155,17 @@ func TestFluxPersonsSuspensionLeftAlone(t *testing.T) {
 type raceStatus struct {
 	next      http.RoundTripper
 	write     func() error
-	puts      atomic.Int32
+	writes    atomic.Int32
 	conflicts atomic.Int32
 	lost      atomic.Int32
 }
 
 func (r *raceStatus) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPut || !strings.Contains(req.URL.Path, "/kustomizations/") {
+	if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/kustomizations/") {
 		return r.next.RoundTrip(req)
 	}
 
-	n := r.puts.Add(1)
+	n := r.writes.Add(1)
 	if n == 1 {
 		if err := r.write(); err != nil {
 			return nil, err

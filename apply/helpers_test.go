@@ -98,7 +98,8 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 
 	s = strings.Replace(s, `"secret.enc.yaml"`, `"`+secret+`"`, 1)
 	s = strings.Replace(s, `"ghcrsync.state.json"`, `"`+filepath.Join(dir, "state.json")+`"`, 1)
-	s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"", 1)
+	// The group is what the test rotates and judges: the shared sandbox's other groups are not.
+	s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"\n  verdict  = \"selected\"", 1)
 	s = strings.Replace(s, `ready_timeout         = "2m"`, `ready_timeout         = "60s"`, 1)
 
 	if edit != nil {

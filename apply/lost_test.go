@@ -45,7 +45,7 @@ func TestLostAnswersAreAdopted(t *testing.T) {
 		{"a consumer's create", "POST", "/namespaces/" + sandbox.ConsumerNamespaces[1] + "/secrets", "", func(t *testing.T) {
 			_ = sb.Kube().CoreV1().Secrets(sandbox.ConsumerNamespaces[1]).Delete(ctx, sandbox.ConsumerSecret, metav1.DeleteOptions{})
 		}},
-		{"a service account's reference", "PUT", "/namespaces/" + sandbox.ConsumerNamespaces[1] + "/serviceaccounts/default", "", func(t *testing.T) {
+		{"a service account's reference", "PATCH", "/namespaces/" + sandbox.ConsumerNamespaces[1] + "/serviceaccounts/default", "", func(t *testing.T) {
 			sa, err := sb.Kube().CoreV1().ServiceAccounts(sandbox.ConsumerNamespaces[1]).Get(ctx, "default", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)

@@ -30,7 +30,7 @@ func fleet3(t *testing.T) (*sandbox.Sandbox, string) {
 
 	sb := sandboxtest.Start(t, sandbox.Options{ControlPlanes: 1, Workers: 3, AutoscalerPaused: true, Reboot: 2 * time.Second, Heartbeat: 2 * time.Second})
 	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		return strings.Replace(s, "nodes {", "nodes {\n  selector = \"!"+cluster.ControlPlaneLabel+"\"", 1)
+		return strings.Replace(s, "nodes {", "nodes {\n  selector = \"!"+cluster.ControlPlaneLabel+"\"\n  verdict  = \"selected\"", 1)
 	})
 
 	t.Setenv("SOPS_AGE_KEY_FILE", sb.Path(sandbox.AgeKeyFile))

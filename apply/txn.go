@@ -39,7 +39,8 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	t.rec = state.Record{
 		Node: t.np.Name, Owner: t.e.o.Holder, Action: string(t.np.Action), Phase: state.PhaseSelected,
 		Fence: state.Fence{
-			UID: t.np.UID, WasCordoned: t.np.Invariants.Unschedulable,
+			// A cordon that is ghcrsync's own unproven hold is not the node's: a proof lifts it.
+			UID: t.np.UID, WasCordoned: t.np.Invariants.Unschedulable && !t.np.Invariants.HeldUnproven, HeldUnproven: t.np.Invariants.HeldUnproven,
 			InitialTaints: t.np.Invariants.SchedulingTaints, DesiredRevision: t.p.CredentialRevision,
 		},
 		Started: t.e.now().UTC(),
@@ -418,7 +419,7 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 
 	// Proved: the marker, and the steering taint off (pods may land here now), in one patch.
 	mark := func(cur *corev1.Node) map[string]any {
-		return t.e.withoutSteering(cur, cluster.MarkPatch(t.rec.DesiredRevision, n.Status.NodeInfo.BootID))
+		return t.e.withoutSteering(cur, cluster.MarkPatch(cur, t.rec.DesiredRevision, n.Status.NodeInfo.BootID))
 	}
 
 	return t.patch(ctx, plan.StepAnnotate, "write verified marker", mark, nil)
@@ -430,7 +431,7 @@ func (t *txn) release(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.undo(ctx); err != nil {
+	if err := t.undo(ctx, false); err != nil { // proved: back to service
 		return t.failOrInterrupted("release: " + t.answer(err))
 	}
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -302,11 +303,12 @@ func untilMutated(kube kubernetes.Interface, want bool) error {
 	return fmt.Errorf("the mutating policy's effect (%t) did not show within 30s: %w", want, last)
 }
 
+// probeLike is the probe pod's shape (the probe namespace enforces PodSecurity "restricted").
 func probeLike() *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-like-", Labels: map[string]string{"ghcrsync.dev/probe-node": "x"}},
-		Spec:       corev1.PodSpec{ServiceAccountName: sandbox.ProbeServiceAccount, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
-	}
+	pod := cluster.ProbePod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
+	pod.GenerateName = "probe-like-"
+
+	return pod
 }
 
 // A probe pod that admission gives a pull secret is no proof of the node's own credential: with

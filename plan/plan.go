@@ -107,6 +107,7 @@ func classify(n Node, in Input, identity string) NodePlan {
 		Invariants: Invariants{
 			UID:              n.UID,
 			Unschedulable:    n.Unschedulable,
+			HeldUnproven:     n.HeldUnproven,
 			SchedulingTaints: taints.Scheduling(n.Taints),
 			Owner:            n.Owner,
 			BootID:           n.BootID,
@@ -185,14 +186,17 @@ func needs(n Node, in Input) (Action, Reason, string) {
 
 	live := version.AtLeast(TalosLiveRegistryAuth)
 
-	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" {
+	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" && !n.HeldUnproven {
 		if proof := runtimeProof(n, in, live); proof != "" {
 			return ActionNoOp, ReasonInSync, ReasonInSync.Sentence(human.Short(in.CredentialRevision)) + ": " + proof
 		}
 	}
 
 	reason, detail := ReasonConfigOutdated, "configured "+human.ShortOrNone(n.Talos.ConfiguredDigest)+", desired "+human.Short(in.AuthDigest)
-	if n.Talos.ConfiguredDigest == in.AuthDigest {
+	switch {
+	case n.Talos.ConfiguredDigest == in.AuthDigest && n.HeldUnproven:
+		reason, detail = ReasonRuntimeUnproven, "it is cordoned on ghcrsync's unproven hold: an earlier run wrote its config and never proved its runtime"
+	case n.Talos.ConfiguredDigest == in.AuthDigest:
 		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
 	}
 
@@ -209,15 +213,11 @@ func runtimeProof(n Node, in Input, live bool) string {
 	switch {
 	case live:
 		return "Talos " + n.Talos.Version + " loads registry auth live"
-	case n.VerifiedRevision == in.CredentialRevision && (n.VerifiedBoot == "" || n.VerifiedBoot == n.BootID):
+	case n.VerifiedRevision == in.CredentialRevision && n.VerifiedBoot != "" && n.VerifiedBoot == n.BootID:
 		// A marker is about the boot it was taken on: after another boot, the runtime's start
 		// (below) is the proof, not the marker.
-		proof := "its runtime was verified by ghcrsync"
-		if n.VerifiedBoot != "" {
-			proof += " on boot " + human.Short(n.VerifiedBoot)
-		}
-
-		return proof
+		// A marker without a boot id says nothing of the boot running now.
+		return "its runtime was verified by ghcrsync on boot " + human.Short(n.VerifiedBoot)
 	case !n.Talos.CRIStarted.IsZero() && n.Talos.CRIStarted.After(n.Talos.ConfigUpdated):
 		return "its container runtime started at " + human.Clock(n.Talos.CRIStarted) + ", after its config last changed at " + human.Clock(n.Talos.ConfigUpdated)
 	}

@@ -30,6 +30,7 @@ type goldenInput struct {
 	AutoscalerPolicy   string            `json:"autoscaler_policy"`
 	State              plan.StateRef     `json:"state"`
 	Known              map[string]string `json:"known"`
+	SelectedVerdict    bool              `json:"selected_verdict"`
 }
 
 func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
@@ -57,6 +58,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
+		SelectedVerdict: in.SelectedVerdict,
 	}
 }
 

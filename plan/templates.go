@@ -31,6 +31,9 @@ type TemplateObs struct {
 	Writers []Writer `json:"writers,omitempty"`
 	// WriteRefused is the API server's refusal of a dry run of apply's rewrite of its key.
 	WriteRefused string `json:"write_refused,omitempty"`
+	// OutsidePools: a pool of the template that node_template.pools does not name. Its machines
+	// boot from it all the same: it is judged, never written.
+	OutsidePools bool `json:"outside_pools,omitempty"`
 }
 
 // ReaderObs is the deployment that reads a template once, when its pods start.
@@ -93,6 +96,8 @@ const (
 	// changed: apply restarts it (restart_deployment) without writing the template.
 	TemplateRestart TemplateAction = "restart"
 	TemplateNoOp    TemplateAction = "no-op"
+	// TemplateLeave: a pool outside node_template.pools, not on the credential: not written.
+	TemplateLeave TemplateAction = "leave"
 )
 
 // TemplatePlan is one template config's action.
@@ -112,6 +117,9 @@ func planTemplates(obs []TemplateObs, authDigest string) []TemplatePlan {
 		tp := TemplatePlan{TemplateObs: t, Action: TemplateUpdate}
 
 		switch {
+		case t.OutsidePools && t.Digest != authDigest:
+			tp.Action, tp.Reason = TemplateLeave, fmt.Sprintf("pool %s is not in node_template %q pools: not written, though machines created from it "+
+				"join with another credential (%s)", t.Pool, t.Name, human.ShortOrNone(t.Digest))
 		case t.Digest == authDigest && t.Restart != "" && t.StaleReader() != "" && t.Reader != nil && !t.Reader.Missing:
 			tp.Action, tp.Reason = TemplateRestart, "it carries the desired credential, but "+t.StaleReader()+"; apply restarts it"
 		case t.Digest == authDigest:

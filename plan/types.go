@@ -17,9 +17,12 @@ type Snapshot struct {
 	Nodes      []Node `json:"nodes"`
 	// OtherNodes are the Nodes nodes.selector leaves out, by identity only: an address or uid
 	// one of them shares with a node of the fleet makes that node ambiguous.
-	OtherNodes []Identity  `json:"other_nodes,omitempty"`
-	Lease      *Lease      `json:"lease,omitempty"`
-	Secrets    []SecretObs `json:"secrets,omitempty"`
+	OtherNodes []Identity `json:"other_nodes,omitempty"`
+	// Outside are those Nodes in full, with their Talos facts: ghcrsync rotates none of them, and
+	// the verdict judges every one (unless the configuration narrows it to the selector).
+	Outside []Node      `json:"outside_nodes,omitempty"`
+	Lease   *Lease      `json:"lease,omitempty"`
+	Secrets []SecretObs `json:"secrets,omitempty"`
 	// Templates are the configured node templates' configs (none: no node_template block).
 	Templates []TemplateObs `json:"templates,omitempty"`
 	// Kustomizations are the Flux Kustomizations the flux block names.
@@ -55,10 +58,12 @@ type Node struct {
 	ControlPlane bool   `json:"control_plane"`
 	InternalIP   string `json:"internal_ip,omitempty"` // where its Talos API is reached: its first InternalIP
 	// InternalIPs are all the InternalIPs it reports: a node is acted on only with exactly one.
-	InternalIPs   []string       `json:"internal_ips,omitempty"`
-	Addresses     []string       `json:"addresses,omitempty"`
-	Unschedulable bool           `json:"unschedulable,omitempty"`
-	Taints        []taints.Taint `json:"taints,omitempty"`
+	InternalIPs   []string `json:"internal_ips,omitempty"`
+	Addresses     []string `json:"addresses,omitempty"`
+	Unschedulable bool     `json:"unschedulable,omitempty"`
+	// HeldUnproven: its cordon is ghcrsync's unproven hold (an undone fence whose proof never ran).
+	HeldUnproven bool           `json:"held_unproven,omitempty"`
+	Taints       []taints.Taint `json:"taints,omitempty"`
 	// Owner and Phase are ghcrsync's fence on the node (its owner and phase annotations);
 	// VerifiedRevision and VerifiedBoot its verified marker.
 	Owner            string      `json:"owner,omitempty"`
@@ -112,6 +117,20 @@ type Identity struct {
 // Identity is the node's.
 func (n Node) Identity() Identity {
 	return Identity{Name: n.Name, UID: n.UID, InternalIPs: n.InternalIPs}
+}
+
+// Identities are the nodes' identities.
+func Identities(nodes []Node) []Identity {
+	out := make([]Identity, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.Identity())
+	}
+
+	if len(out) == 0 {
+		return nil
+	}
+
+	return out
 }
 
 // TalosFacts are read from the node's Talos API.
@@ -176,6 +195,9 @@ type Input struct {
 	// AllowPending lets evicted pods wait Pending rather than land on a node that cannot pull
 	// or is drained later (plan --allow-pending).
 	AllowPending bool
+	// SelectedVerdict narrows the verdict to the nodes nodes.selector selects (nodes.verdict =
+	// "selected"); by default it judges every Node of the cluster.
+	SelectedVerdict bool
 }
 
 // Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
@@ -298,8 +320,10 @@ type NodePlan struct {
 
 // Invariants are the facts a plan snapshots and apply re-validates before it touches a node.
 type Invariants struct {
-	UID              string   `json:"uid"`
-	Unschedulable    bool     `json:"unschedulable"`
+	UID           string `json:"uid"`
+	Unschedulable bool   `json:"unschedulable"`
+	// HeldUnproven: the cordon is ghcrsync's unproven hold (cluster.UnprovenAnnotation).
+	HeldUnproven     bool     `json:"held_unproven,omitempty"`
 	SchedulingTaints []string `json:"scheduling_taints"`
 	Owner            string   `json:"owner,omitempty"`
 	ConfiguredDigest string   `json:"configured_digest,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
@@ -52,6 +53,9 @@ type Use struct {
 
 // Revocation is the verdict on revoking the old credential: who uses which credential, and whether revoking the old one breaks nothing.
 type Revocation struct {
+	// Scope is what the verdict judged: every Node of the cluster (""), or only those
+	// nodes.selector selects (ScopeSelected, a setting of the configuration).
+	Scope string `json:"scope,omitempty"`
 	// Revision is the new credential's revision.
 	Revision     string `json:"revision"`
 	SafeToRevoke bool   `json:"safe_to_revoke"`
@@ -77,6 +81,14 @@ func Inventory(s Snapshot, in Input) Revocation {
 
 	for _, n := range s.Nodes {
 		v.add(nodeUse(n, in, problems[n.Name]))
+	}
+
+	if in.SelectedVerdict {
+		v.Scope = ScopeSelected
+	} else {
+		for _, n := range s.Outside {
+			v.add(outsideUse(n, in, problems[n.Name]))
+		}
 	}
 
 	for _, sec := range s.Secrets {
@@ -116,6 +128,26 @@ func (v *Revocation) add(u Use) {
 	}
 
 	v.Uses = append(v.Uses, u)
+}
+
+// ScopeSelected is a verdict narrowed to the nodes nodes.selector selects (nodes.verdict).
+const ScopeSelected = "selected"
+
+// outsideUse is a Node nodes.selector leaves out: judged by the same rule, and, when it is not on
+// the new credential, named as outside what ghcrsync rotates.
+func outsideUse(n Node, in Input, identity string) Use {
+	u := nodeUse(n, in, identity)
+	if u.State == UseNew {
+		return u
+	}
+
+	u.Why = "outside nodes.selector, so ghcrsync does not rotate it: " + u.Why
+	if u.Next == "" || u.State == UseOld {
+		u.Next = "widen nodes.selector to take it in (or rotate its Talos config yourself), then run plan again; " +
+			"or, if it is meant to keep another credential, narrow the verdict with nodes.verdict = \"selected\""
+	}
+
+	return u
 }
 
 // nodeUse: new exactly when the planner would leave the node alone as in sync (its config
@@ -232,6 +264,11 @@ func templateUse(t TemplateObs, authDigest string) Use {
 		u.Why = "machines created from it join with another credential (" + human.Short(t.Digest) + ")"
 	}
 
+	if t.OutsidePools && u.State != UseNew {
+		u.Why = "a pool node_template " + strconv.Quote(t.Name) + " does not list in pools, so ghcrsync does not write it: " + u.Why
+		u.Next = "add " + strconv.Quote(t.Pool) + " to the pools of node_template " + strconv.Quote(t.Name) + ", then plan and apply again"
+	}
+
 	return u
 }
 
@@ -250,7 +287,7 @@ func (v Revocation) Still() []Use {
 
 // Except is the verdict without the uses of one kind (the root, before it is written).
 func (v Revocation) Except(kind string) Revocation {
-	out := Revocation{Revision: v.Revision}
+	out := Revocation{Revision: v.Revision, Scope: v.Scope}
 
 	for _, u := range v.Uses {
 		if u.Kind != kind {
@@ -265,8 +302,14 @@ func (v Revocation) Except(kind string) Revocation {
 
 // Sentence is the verdict in words.
 func (v Revocation) Sentence() string {
+	if v.SafeToRevoke && v.Scope == ScopeSelected {
+		return fmt.Sprintf("The old credential is no longer used by any node nodes.selector selects, pull secret, node template or the root "+
+			"Flux secret: all %d hold revision %s. It is safe to revoke as far as those go: nodes outside nodes.selector were not judged "+
+			"(nodes.verdict = \"selected\").", v.New, human.Short(v.Revision))
+	}
+
 	if v.SafeToRevoke {
-		return fmt.Sprintf("The old credential is no longer used by any node, pull secret, node template or the root Flux secret: "+
+		return fmt.Sprintf("The old credential is no longer used by any Node of the cluster, pull secret, node template or the root Flux secret: "+
 			"all %d hold revision %s. It is safe to revoke.", v.New, human.Short(v.Revision))
 	}
 

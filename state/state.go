@@ -200,6 +200,18 @@ type Fence struct {
 	InitialTaints      []string `json:"initial_taints"`
 	DesiredRevision    string   `json:"desired_revision"`
 	ScaleDownGuardOurs bool     `json:"scale_down_guard_ours"`
+	// HeldUnproven: the node was cordoned by an earlier run's unproven hold when claimed (its
+	// Talos config written, its runtime never proved): the cordon is ghcrsync's, and it stays
+	// until a proof (WasCordoned is false for it).
+	HeldUnproven bool `json:"held_unproven,omitempty"`
+}
+
+// Unproven reports whether a fence undone at phase would return a node to service with no
+// proof that its runtime pulls with the credential its Talos config holds: its config was
+// written (by this fence, or before it: HeldUnproven) and no proof followed. Such a node keeps
+// its cordon (an unproven hold) until a run proves it or a person says otherwise.
+func (f Fence) Unproven(phase Phase) bool {
+	return !phase.AtOrAfter(PhaseProved) && (phase.TalosWritten() || f.HeldUnproven)
 }
 
 // Record is what ghcrsync did, or is doing, to one node.

@@ -122,7 +122,7 @@ func oneNodeRotation(t *testing.T, sb *sandbox.Sandbox, node string, edit func(s
 
 	cfg = copyConfig(t, sb, dir, func(s string) string {
 		s = strings.Replace(s, sb.Path("secret.enc.yaml"), secret, 1)
-		s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"", 1)
+		s = strings.Replace(s, "nodes {", "nodes {\n  selector = \"ghcrsync.dev/test-group="+group+"\"\n  verdict  = \"selected\"", 1)
 		s = strings.Replace(s, `"ghcr-auth-refresh"`, `"`+strings.ToLower(group)+`"`, 1)
 		s = strings.Replace(s, `duration  = "15s"`, `duration  = "4s"`, 1)
 		s = strings.Replace(s, `heartbeat = "5s"`, `heartbeat = "1s"`, 1)

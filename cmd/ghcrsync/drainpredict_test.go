@@ -30,7 +30,7 @@ func TestPlanPredictsTheDrainHold(t *testing.T) {
 	labels := sandboxtest.PinnedDeployment(t, kube, "shop", "web", worker)
 
 	cfg := copyConfig(t, sb, t.TempDir(), func(s string) string {
-		s = strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname="+worker+"\"\n", 1)
+		s = strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname="+worker+"\"\n  verdict  = \"selected\"\n", 1)
 
 		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "5s"`, 1)
 	})

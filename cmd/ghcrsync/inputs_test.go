@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -396,10 +397,10 @@ func credentialRows(sb *sandbox.Sandbox) []badInput {
 		{"probe_denied_by_an_admission_policy", func(b *bench) []string {
 			denyProbes(b)
 			return planCmd(b)
-		}, 1, []string{"the runtime probe pod would not be admitted in namespace ghcrsync-system", "deny-probe-pods", "no probes here",
+		}, 1, []string{"the runtime probe pod would not be admitted in namespace ghcrsync-probe", "deny-probe-pods", "no probes here",
 			"Nothing was changed"}, ""},
 		{"probe_namespace_missing", func(b *bench) []string {
-			b.edit(`namespace = "ghcrsync-system"`, `namespace = "no-such-namespace"`)
+			b.edit(`namespace = "ghcrsync-probe"`, `namespace = "no-such-namespace"`)
 			return planCmd(b)
 		}, 1, []string{"the runtime probe pod would not be admitted in namespace no-such-namespace", "not found", "Nothing was changed"}, ""},
 		{"no_prove_targets", func(b *bench) []string {
@@ -720,9 +721,9 @@ func denyProbes(b *bench) {
 	}
 
 	denied := func() bool {
-		_, err := b.sb.Kube().CoreV1().Pods(sandbox.ProbeNamespace).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
-		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		// The probe's own shape: the probe namespace enforces PodSecurity "restricted".
+		pod := cluster.ProbePod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
+		_, err := b.sb.Kube().CoreV1().Pods(sandbox.ProbeNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 
 		return err != nil
 	}

@@ -83,7 +83,10 @@ func newRelease() *cobra.Command {
 		Short: "Undo the fences of a run that is over (node fences, then the Lease)",
 		Long: `release undoes the fences a run left behind: it removes ghcrsync's annotations and its
 scale-down guard, uncordons a node only if it was not cordoned before the claim, and releases the
-Lease last — each write a compare-and-swap on what it read. It refuses while the owning run is
+Lease last — each write a compare-and-swap on what it read. A node whose Talos config was written
+but whose runtime was never proved to pull with it stays cordoned (an unproven hold, listed by
+ghcrsync fences): apply proves it and lifts the hold; --uncordon-unproven returns it to service
+without a proof. It refuses while the owning run is
 provably alive (live Lease, or a run status that is not completed); without a liveness source,
 name the holder with --holder. --force releases a holder that may be alive.`,
 		Example: `  ghcrsync release --dry-run          # what would be undone
@@ -100,6 +103,8 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 	f.StringVar(&a.o.Holder, "holder", "", "the holder id whose fences to release (see ghcrsync fences)")
 	f.BoolVar(&a.o.Force, "force", false, "release even if the holder's run may be alive (needs --holder)")
 	f.BoolVar(&a.o.DryRun, "dry-run", false, "print what would be undone, and change nothing")
+	f.BoolVar(&a.o.UncordonUnproven, "uncordon-unproven", false,
+		"also return to service nodes whose Talos config was written but whose runtime was never proved to pull with it (by default they stay cordoned)")
 	f.BoolVar(&a.asJSON, "json", false, "print the outcome as JSON")
 	_ = cmd.RegisterFlagCompletionFunc("node", completeFromState("config", false))
 	_ = cmd.RegisterFlagCompletionFunc("holder", completeFromState("config", true))

@@ -200,7 +200,7 @@ func (c *Connection) ClusterUID(ctx context.Context) (string, error) {
 // Nodes lists the fleet — the Nodes the label selector matches — and the identity of every
 // other Node: one LIST of all Nodes with the selector matched here, so an address or uid the
 // fleet shares with a Node outside it is seen.
-func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, []plan.Identity, error) {
+func (c *Connection) Nodes(ctx context.Context, selector string) (fleet, outside []plan.Node, err error) {
 	sel, err := labels.Parse(selector)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nodes.selector %q: %w; fix it in the configuration", selector, err)
@@ -215,20 +215,18 @@ func (c *Connection) Nodes(ctx context.Context, selector string) ([]plan.Node, [
 		return nil, nil, err
 	}
 
-	fleet := make([]plan.Node, 0, len(list.Items))
-
-	var others []plan.Identity
+	fleet = make([]plan.Node, 0, len(list.Items))
 
 	for i := range list.Items {
 		n := FromNode(&list.Items[i])
 		if sel.Matches(labels.Set(list.Items[i].Labels)) {
 			fleet = append(fleet, n)
 		} else {
-			others = append(others, n.Identity())
+			outside = append(outside, n)
 		}
 	}
 
-	return fleet, others, nil
+	return fleet, outside, nil
 }
 
 // Whole refuses a list answer that is not the whole collection (a continue token, a count of
@@ -256,6 +254,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		Phase:            state.Phase(n.Annotations[PhaseAnnotation]),
 		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
 		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
+		HeldUnproven:     HeldUnproven(n),
 	}
 
 	_, out.ControlPlane = n.Labels[ControlPlaneLabel]

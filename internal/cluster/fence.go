@@ -37,6 +37,11 @@ const (
 	ScaleDownGuardByAnnotation = "ghcrsync.dev/scale-down-disabled-by"
 	// ScaleDownDisabledAnnotation tells the cluster autoscaler to leave a node alone.
 	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	// UnprovenAnnotation marks a node's cordon as ghcrsync's unproven hold: a fence was undone
+	// after its Talos config was written and before its runtime was proved to pull with it (the
+	// run failed, was killed, or stopped). The value is the revision written. The next apply
+	// proves it and lifts the hold; `release --uncordon-unproven` lifts it without a proof.
+	UnprovenAnnotation = "ghcrsync.dev/unproven"
 )
 
 // ErrConflictLimit is returned when a compare-and-swap kept losing to other writers.
@@ -151,6 +156,8 @@ func ClaimPatch(owner string, rec state.Fence) map[string]any {
 		OwnerAnnotation:  owner,
 		PhaseAnnotation:  string(state.PhaseClaimed),
 		RecordAnnotation: string(recJSON),
+		// The fence owns the cordon now (the record keeps HeldUnproven): its undo restores the hold.
+		UnprovenAnnotation: nil,
 	}
 
 	if rec.ScaleDownGuardOurs {
@@ -167,8 +174,10 @@ func ClaimPatch(owner string, rec state.Fence) map[string]any {
 // ReleasePatch removes holder's fence from n: owner, phase, record, the scale-down guard when
 // ghcrsync set it (the record says so, or the guard's provenance names holder), the cordon
 // unless the node was cordoned before the claim, and holder's steering taint (the node is
-// rotated, or given back: pods may land on it again).
-func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any {
+// rotated, or given back: pods may land on it again). With hold, the node's Talos config holds a
+// credential its runtime was never proved to pull with: the cordon stays, marked as ghcrsync's
+// unproven hold (UnprovenAnnotation), so the node is not returned to service unproven.
+func ReleasePatch(n *corev1.Node, holder string, rec state.Fence, hold bool) map[string]any {
 	ann := map[string]any{OwnerAnnotation: nil, PhaseAnnotation: nil, RecordAnnotation: nil}
 	if rec.ScaleDownGuardOurs || n.Annotations[ScaleDownGuardByAnnotation] == holder {
 		ann[ScaleDownDisabledAnnotation] = nil
@@ -176,11 +185,30 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence) map[string]any
 	}
 
 	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
-	if !rec.WasCordoned {
+
+	switch {
+	case hold:
+		ann[UnprovenAnnotation] = rec.DesiredRevision
+		if !rec.WasCordoned {
+			p["spec"] = map[string]any{"unschedulable": true}
+		}
+	case !rec.WasCordoned:
 		p["spec"] = map[string]any{"unschedulable": false}
 	}
 
 	return WithoutSteering(n, holder, p)
+}
+
+// HeldUnproven reports whether n carries ghcrsync's unproven hold.
+func HeldUnproven(n *corev1.Node) bool { return n.Annotations[UnprovenAnnotation] != "" }
+
+// LiftHoldPatch lifts an unproven hold: the cordon and the annotation go (`release
+// --uncordon-unproven`, a person's decision to return the node to service without a proof).
+func LiftHoldPatch() map[string]any {
+	return map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{UnprovenAnnotation: nil}},
+		"spec":     map[string]any{"unschedulable": false},
+	}
 }
 
 // Patcher is a compare-and-swap patch of a Node (Connection.CASPatch).
@@ -194,10 +222,11 @@ type Patcher interface {
 var ErrNoFence = errors.New("the node carries nothing of the fence")
 
 // ReleaseFence takes holder's fence off the node: a compare-and-swap that check must allow on
-// every read. gone is true when the node no longer carries anything of it (deleted, replaced).
-// The one undo of a fence: the executor and `ghcrsync release` both call it.
-func ReleaseFence(ctx context.Context, p Patcher, name, holder string, rec state.Fence, check func(*corev1.Node) error) (gone bool, err error) {
-	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return ReleasePatch(n, holder, rec) }, nil)
+// every read; hold keeps the cordon as an unproven hold (ReleasePatch). gone is true when the
+// node no longer carries anything of it (deleted, replaced). The one undo of a fence: the
+// executor and `ghcrsync release` both call it.
+func ReleaseFence(ctx context.Context, p Patcher, name, holder string, rec state.Fence, hold bool, check func(*corev1.Node) error) (gone bool, err error) {
+	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return ReleasePatch(n, holder, rec, hold) }, nil)
 	if apierrors.IsNotFound(err) || errors.Is(err, ErrNoFence) {
 		return true, nil
 	}
@@ -210,11 +239,18 @@ func PhasePatch(phase state.Phase) map[string]any {
 	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{PhaseAnnotation: string(phase)}}}
 }
 
-// MarkPatch records that the node's runtime was proved to use revision on boot.
-func MarkPatch(revision, bootID string) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		VerifiedRevisionAnnotation: revision, VerifiedBootAnnotation: bootID,
-	}}}
+// MarkPatch records that the node's runtime was proved to use revision on boot; the proof
+// lifts an unproven hold n carries (a node updated live holds no fence whose release would).
+func MarkPatch(n *corev1.Node, revision, bootID string) map[string]any {
+	ann := map[string]any{VerifiedRevisionAnnotation: revision, VerifiedBootAnnotation: bootID}
+	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
+
+	if HeldUnproven(n) {
+		ann[UnprovenAnnotation] = nil
+		p["spec"] = map[string]any{"unschedulable": false}
+	}
+
+	return p
 }
 
 // RecordOf reads the recovery record from a node's annotation; false if absent or invalid.

@@ -119,7 +119,16 @@ type Nodes struct {
 	DrainTimeout    time.Duration
 	ReadyTimeout    time.Duration
 	Probe           Probe
+	// Verdict is what the verdict judges: every Node of the cluster (VerdictCluster, the
+	// default) or only the selected ones (VerdictSelected, an explicit narrowing).
+	Verdict string
 }
+
+// Verdict scopes (nodes.verdict).
+const (
+	VerdictCluster  = "cluster"
+	VerdictSelected = "selected"
+)
 
 // Autoscaler candidate policies.
 const (
@@ -270,6 +279,7 @@ type nodesBlock struct {
 	DrainTimeout         hcl.Expression `hcl:"drain_timeout,optional"`
 	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
 	AllowQuorumLoss      *bool          `hcl:"allow_quorum_loss,optional"`
+	Verdict              hcl.Expression `hcl:"verdict,optional"`
 	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
 }
 
@@ -923,7 +933,8 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
-	n := Nodes{AutoscalerCandidates: AutoscalerInclude, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute}
+	n := Nodes{AutoscalerCandidates: AutoscalerInclude, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute,
+		Verdict: VerdictCluster}
 
 	if len(cfg.Credential.Prove) > 0 {
 		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0]}
@@ -948,6 +959,13 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		}
 
 		n.AutoscalerCandidates = policy
+
+		scope, rng, _ := d.str(b.Verdict, VerdictCluster)
+		if scope != VerdictCluster && scope != VerdictSelected {
+			d.errorf(rng, "Invalid verdict scope", "nodes.verdict must be \"cluster\" (judge every Node) or \"selected\" (only those nodes.selector selects), not %q.", scope)
+		}
+
+		n.Verdict = scope
 
 		n.WorkerParallelism = d.atLeastOne(b.WorkerParallelism, n.WorkerParallelism, "worker_parallelism")
 		n.LiveParallelism = d.atLeastOne(b.LiveParallelism, n.LiveParallelism, "live_parallelism")

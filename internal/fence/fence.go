@@ -20,7 +20,17 @@ import (
 const (
 	KindNode  = "node"
 	KindLease = "lease"
+	// KindUnproven is a node on ghcrsync's unproven hold: cordoned because its Talos config holds
+	// a credential its runtime was never proved to pull with. No run holds it; apply proves it,
+	// `release --uncordon-unproven` lifts it.
+	KindUnproven = "unproven"
 )
+
+// HoldObs is a node on an unproven hold.
+type HoldObs struct {
+	Name, UID, Revision string
+	Cordoned            bool
+}
 
 // NodeObs is a node that carries a ghcrsync fence, or a state record that says it may.
 type NodeObs struct {
@@ -91,12 +101,15 @@ type Observation struct {
 	ConfigPath string
 	Nodes      []NodeObs
 	Steered    []SteerObs
+	Holds      []HoldObs
 	Flux       []FluxObs
 	Lease      *LeaseObs
 	Verdicts   map[string]Verdict // by holder
 	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
 	Holder string
 	Force  bool
+	// UncordonUnproven makes unproven holds releasable (release --uncordon-unproven).
+	UncordonUnproven bool
 	// SecretsInFlight are pull secrets a run had started writing and not confirmed.
 	SecretsInFlight []state.SecretRecord
 }
@@ -152,6 +165,10 @@ func Classify(o Observation) Report {
 
 	for _, s := range o.Steered {
 		rep.Fences = append(rep.Fences, classifySteering(s, o))
+	}
+
+	for _, h := range o.Holds {
+		rep.Fences = append(rep.Fences, classifyHold(h, o))
 	}
 
 	for _, x := range o.Flux {
@@ -241,6 +258,27 @@ func classifyNode(n NodeObs, o Observation) (Fence, bool) {
 }
 
 func phaseMutated(p state.Phase) bool { return p.TalosWritten() }
+
+// classifyHold is the report's entry for a node on an unproven hold: listed so a person sees
+// it (it is out of service), released only when asked to return it to service unproven.
+func classifyHold(h HoldObs, o Observation) Fence {
+	f := Fence{Kind: KindUnproven, Name: h.Name, Exists: true, Cordoned: h.Cordoned, UID: h.UID,
+		Evidence: cluster.UnprovenAnnotation + "=" + h.Revision + ", cordoned=" + strconv.FormatBool(h.Cordoned)}
+
+	f.Reason = "unproven: its Talos config holds credential revision " + human.Short(h.Revision) + ", but its runtime was never proved to " +
+		"pull with it, so it stays cordoned; `ghcrsync apply` proves it and lifts the hold"
+	if o.UncordonUnproven {
+		f.Releasable = true
+		f.Reason = "unproven, returned to service WITHOUT a proof (--uncordon-unproven)"
+	}
+
+	if !hasControl(o.ConfigPath) && !hasControl(h.Name) {
+		f.Command = "ghcrsync apply --config " + Quote(o.ConfigPath) + " --auto-approve   # or: ghcrsync release --config " + Quote(o.ConfigPath) +
+			" --node " + Quote(h.Name) + " --uncordon-unproven"
+	}
+
+	return f
+}
 
 // assessLiveness sets liveness, releasability, reason and command for f's holder.
 func assessLiveness(f *Fence, o Observation) {
@@ -352,17 +390,25 @@ func summary(fs []Fence) string {
 		return "No fence is held."
 	}
 
-	var releasable, live, unproven int
+	var releasable, live, unproven, held int
 
 	for _, f := range fs {
 		switch {
 		case f.Releasable:
 			releasable++
+		case f.Kind == KindUnproven:
+			held++
 		case f.Live:
 			live++
 		default:
 			unproven++
 		}
+	}
+
+	if held > 0 {
+		return fmt.Sprintf("%d %s held: %d releasable, %d held by a live run, %d whose run cannot be proven terminated, %d %s on an unproven hold "+
+			"(cordoned: Talos config written, runtime never proved; run apply).", len(fs), human.Plural(len(fs), "fence", "fences"),
+			releasable, live, unproven, held, human.Plural(held, "node", "nodes"))
 	}
 
 	switch {

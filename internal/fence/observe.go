@@ -60,6 +60,7 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, whe
 	}
 
 	o.Steered = observeSteering(list, st, leaseHolder)
+	o.Holds = observeHolds(list)
 
 	if o.Flux, err = observeFlux(ctx, kube, st, where.Kustomizations); err != nil {
 		return o, err
@@ -75,6 +76,20 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, whe
 	o.Verdicts = checkHolders(ctx, o, source)
 
 	return o, nil
+}
+
+// observeHolds are the listed nodes on ghcrsync's unproven hold with no fence of a run on them.
+func observeHolds(nodes []corev1.Node) []HoldObs {
+	var out []HoldObs
+
+	for i := range nodes {
+		n := &nodes[i]
+		if cluster.HeldUnproven(n) && n.Annotations[cluster.OwnerAnnotation] == "" {
+			out = append(out, HoldObs{Name: n.Name, UID: string(n.UID), Revision: n.Annotations[cluster.UnprovenAnnotation], Cordoned: n.Spec.Unschedulable})
+		}
+	}
+
+	return out
 }
 
 // observeNodes lists the annotated Nodes, then reads each state record's node not among them;

@@ -41,6 +41,8 @@ func (in Inputs) observe(ctx context.Context) (Observation, error) {
 type InventoryOptions struct {
 	Holder string // judge as if releasing this holder id
 	Force  bool
+	// UncordonUnproven returns unproven nodes to service (release --uncordon-unproven).
+	UncordonUnproven bool
 }
 
 // Inventory reports every fence ghcrsync holds, with liveness evidence. It writes nothing.
@@ -50,7 +52,7 @@ func Inventory(ctx context.Context, in Inputs, o InventoryOptions) (Report, erro
 		return Report{}, err
 	}
 
-	obs.Holder, obs.Force = o.Holder, o.Force
+	obs.Holder, obs.Force, obs.UncordonUnproven = o.Holder, o.Force, o.UncordonUnproven
 
 	return Classify(obs), nil
 }
@@ -101,7 +103,7 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 	if o.Node != "" {
 		kept := rep.Fences[:0]
 		for _, f := range rep.Fences {
-			if (f.Kind == KindNode || f.Kind == KindSteering) && f.Name == o.Node {
+			if (f.Kind == KindNode || f.Kind == KindSteering || f.Kind == KindUnproven) && f.Name == o.Node {
 				kept = append(kept, f)
 			}
 		}
@@ -125,7 +127,7 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 	}
 
 	res.Outcomes = Release(ctx, in.Kube, rep, in.Store, in.State, ReleaseOptions{
-		Node: o.Node, ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: o.Progress,
+		Node: o.Node, ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: o.Progress, UncordonUnproven: o.UncordonUnproven,
 	})
 	in.recordReleases(ctx, res.Outcomes, "ghcrsync release")
 
@@ -190,7 +192,7 @@ func (in Inputs) recordReleases(ctx context.Context, outcomes []Outcome, by stri
 		}
 
 		ref := cluster.LeaseRef(in.Config.Lease.Namespace, in.Config.Lease.Name)
-		if o.Fence.Kind == KindNode || o.Fence.Kind == KindSteering {
+		if o.Fence.Kind == KindNode || o.Fence.Kind == KindSteering || o.Fence.Kind == KindUnproven {
 			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
 		}
 

@@ -30,7 +30,15 @@ type ReleaseOptions struct {
 	Node         string // only this node's fence ("" = all, and the Lease)
 	ReadyTimeout time.Duration
 	Progress     progress.Func
+	// UncordonUnproven returns nodes to service whose runtime was never proved to pull with the
+	// credential their Talos config holds (unproven holds, and fences undone unproven).
+	UncordonUnproven bool
 }
+
+// UnprovenHoldSentence is what release says of a node it leaves on an unproven hold.
+const UnprovenHoldSentence = "released, but LEFT CORDONED (an unproven hold): its Talos config holds the new credential and its runtime " +
+	"was never proved to pull with it; run `ghcrsync apply` again to prove it (the hold is lifted then), or `ghcrsync release " +
+	"--uncordon-unproven` to return it to service unproven"
 
 // Undo takes holder's fence off the named node: a compare-and-swap judged (plan.Judge, StepUndo)
 // on every read, so only what ghcrsync did is undone — never a node fenced by someone else, or
@@ -41,9 +49,12 @@ type ReleaseOptions struct {
 // A transient error (the API unreachable, overloaded) is ridden out, up to bound: one blip at a
 // rotated node's last step must not leave its fence (a lost answer is adopted below it, by the
 // compare-and-swap that finds the node already released).
-func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, bound time.Duration) (nothing string, err error) {
+//
+// With hold, the node's Talos config holds a credential its runtime was never proved to pull
+// with (state.Fence.Unproven): it keeps its cordon, as an unproven hold.
+func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool, bound time.Duration) (nothing string, err error) {
 	err = riding(ctx, bound, func() error {
-		nothing, err = undoOnce(ctx, p, name, holder, phase, rec)
+		nothing, err = undoOnce(ctx, p, name, holder, phase, rec, hold)
 
 		return err
 	})
@@ -70,8 +81,8 @@ func riding(ctx context.Context, bound time.Duration, do func() error) error {
 	}
 }
 
-func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence) (nothing string, err error) {
-	gone, err := cluster.ReleaseFence(ctx, p, name, holder, rec, func(n *corev1.Node) error {
+func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool) (nothing string, err error) {
+	gone, err := cluster.ReleaseFence(ctx, p, name, holder, rec, hold, func(n *corev1.Node) error {
 		obs := cluster.FromNode(n)
 
 		uid := rec.UID
@@ -137,6 +148,20 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
 			r = releaseSteering(ctx, kube, f, store, st)
+		}
+
+		out = append(out, r)
+	}
+
+	for _, f := range rep.Fences {
+		if f.Kind != KindUnproven || (o.Node != "" && f.Name != o.Node) {
+			continue
+		}
+
+		// An unproven hold is not a run's fence: it never holds the Lease back.
+		r := Outcome{Fence: f, Message: "left cordoned: " + f.Reason}
+		if f.Releasable {
+			r = liftHold(ctx, kube, f)
 		}
 
 		out = append(out, r)
@@ -216,7 +241,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		rec = *f.Record
 	}
 
-	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, undoBound)
+	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, rec.Unproven(f.Phase) && !o.UncordonUnproven, undoBound)
 
 	switch {
 	case nothing != "":
@@ -225,13 +250,40 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	case f.Record == nil:
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
+	case rec.Unproven(f.Phase) && !o.UncordonUnproven:
+		return Outcome{Fence: f, Released: true, Message: UnprovenHoldSentence}
 	case rec.WasCordoned:
 		return Outcome{Fence: f, Released: true, Message: "released (left cordoned: it was cordoned before the claim)"}
-	case phaseMutated(f.Phase):
-		return Outcome{Fence: f, Released: true, Message: "released and uncordoned; its verified marker is unset, so the next plan re-fences it if its runtime has not loaded the credential"}
+	case rec.Unproven(f.Phase):
+		return Outcome{Fence: f, Released: true, Message: "released and uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
 	}
 
 	return Outcome{Fence: f, Released: true, Message: "released and uncordoned"}
+}
+
+// liftHold returns a node on an unproven hold to service (release --uncordon-unproven): a
+// compare-and-swap that holds only while the node is still the one held.
+func liftHold(ctx context.Context, kube *cluster.Connection, f Fence) Outcome {
+	err := riding(ctx, undoBound, func() error {
+		_, err := kube.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
+			if string(n.UID) != f.UID || !cluster.HeldUnproven(n) {
+				return cluster.ErrNoFence
+			}
+
+			return nil
+		}, func(*corev1.Node) map[string]any { return cluster.LiftHoldPatch() }, nil)
+
+		return err
+	})
+
+	switch {
+	case errors.Is(err, cluster.ErrNoFence):
+		return Outcome{Fence: f, Released: true, Message: "no unproven hold on it any more (lifted, or another Node now)"}
+	case err != nil:
+		return Outcome{Fence: f, Message: "left cordoned: " + redact.Error(err)}
+	}
+
+	return Outcome{Fence: f, Released: true, Message: "uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
 }
 
 func markReleased(st *state.State, f Fence) {

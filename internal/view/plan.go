@@ -229,6 +229,7 @@ func secrets(w io.Writer, p *plan.Plan) {
 
 var templateVerbs = map[plan.TemplateAction]string{
 	plan.TemplateUpdate: "will be updated", plan.TemplateRestart: "is unchanged; its reader will be restarted", plan.TemplateNoOp: "is unchanged",
+	plan.TemplateLeave: "is left alone (not in its pools)",
 }
 
 // restarts is "N to restart, " when a template's reader is to be restarted.

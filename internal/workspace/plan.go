@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -196,6 +197,7 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
+		SelectedVerdict: cfg.Nodes.Verdict == config.VerdictSelected,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
 		AllowPending: o.AllowPending,
 	}, nil
@@ -242,7 +244,7 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
-	nodes, others, held, err := w.nodes(ctx)
+	nodes, outside, held, err := w.nodes(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
@@ -269,16 +271,18 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
-	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: others, Lease: lease, Secrets: secrets, Templates: templates,
-		Kustomizations: kustomizations}, held, nil
+	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: plan.Identities(outside),
+		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations}, held, nil
 }
 
 // nodes observes the selected nodes — each with its Talos facts, its evictable pods and what
-// would hold their eviction — the nodes outside the selector, and the credentials the nodes hold.
-func (w *Workspace) nodes(ctx context.Context) (nodes []plan.Node, others []plan.Identity, held []Held, err error) {
+// would hold their eviction — the nodes outside the selector with their Talos facts too (the
+// verdict judges every Node of the cluster), in one batched read, and the credentials the
+// selected nodes hold.
+func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, held []Held, err error) {
 	cfg := w.Config
 
-	nodes, others, err = w.Kube.Nodes(ctx, cfg.Nodes.Selector)
+	nodes, outside, err = w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -288,7 +292,10 @@ func (w *Workspace) nodes(ctx context.Context) (nodes []plan.Node, others []plan
 		return nil, nil, nil, err
 	}
 
-	inUse := tc.FillFacts(ctx, nodes, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	all := append(nodes, outside...) //nolint:gocritic // one batched read; split below
+	inUse := tc.FillFacts(ctx, all, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	nodes, outside = all[:len(nodes):len(nodes)], all[len(nodes):]
+
 	for _, n := range nodes {
 		if c := inUse[n.Name]; c != nil {
 			held = append(held, Held{Node: n.Name, Cred: c})
@@ -304,7 +311,7 @@ func (w *Workspace) nodes(ctx context.Context) (nodes []plan.Node, others []plan
 		nodes[i].Pods, nodes[i].Blockers = pods[nodes[i].Name], blockers[nodes[i].Name]
 	}
 
-	return nodes, others, held, nil
+	return nodes, outside, held, nil
 }
 
 // secrets observes every pull secret the run writes, and the credentials they hold.
@@ -373,11 +380,15 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 		if err == nil {
 			var pools []nodetemplate.Pool
 
-			pools, err = nodetemplate.Read(t.Format, value, t.Pools, w.Config.Credential.Registry)
+			// Every pool that carries a machine config is judged; t.Pools limits what is written.
+			if err = checkPools(t, value); err == nil {
+				pools, err = nodetemplate.Read(t.Format, value, nil, w.Config.Credential.Registry)
+			}
+
 			for _, p := range pools {
 				out = append(out, plan.TemplateObs{Name: t.Name, Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Format: t.Format,
 					Pool: p.Name, Form: p.Form, Digest: p.Digest, Restart: t.RestartDeployment, WrittenAt: meta.Written, Reader: reader,
-					Foreign: meta.Foreign, Writers: meta.Writers})
+					Foreign: meta.Foreign, Writers: meta.Writers, OutsidePools: len(t.Pools) > 0 && !slices.Contains(t.Pools, p.Name)})
 			}
 		}
 
@@ -387,6 +398,17 @@ func (w *Workspace) Templates(ctx context.Context) ([]plan.TemplateObs, error) {
 	}
 
 	return out, nil
+}
+
+// checkPools: every pool the block names carries a machine config (a Read of just those).
+func checkPools(t config.NodeTemplate, value []byte) error {
+	if len(t.Pools) == 0 {
+		return nil
+	}
+
+	_, err := nodetemplate.Read(t.Format, value, t.Pools, "")
+
+	return err
 }
 
 // TemplateError names the node template whose Secret could not be used, and what to do.

@@ -56,7 +56,7 @@ func config(t *testing.T, sb *sandbox.Sandbox, edit func(string) string) string 
 	t.Helper()
 
 	return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		s = strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!node-role.kubernetes.io/control-plane\"\n", 1)
+		s = strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!node-role.kubernetes.io/control-plane\"\n  verdict  = \"selected\"\n", 1)
 		if edit != nil {
 			s = edit(s)
 		}

@@ -299,12 +299,23 @@ func TestRenderedRBAC(t *testing.T) {
 		t.Fatalf("release as the plan identity: exit %d\n%s", r.code, r.stderr)
 	}
 
-	if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 || !strings.Contains(r.stdout, "Release complete") {
+	if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 || !strings.Contains(r.stdout, "Release complete") ||
+		!strings.Contains(r.stdout, "LEFT CORDONED (an unproven hold)") {
 		t.Fatalf("release as %s: exit %d\n%s\n%s", releaser.sa, r.code, r.stdout, r.stderr)
 	}
 
-	if r := ghcrsync(t, sb, "fences", "--config", planner.cfg); r.code != 0 || !strings.Contains(r.stdout, "No fence is held") {
+	// The node killed at its reboot had its Talos config written and never proved: it stays out
+	// of service, listed, until a proof — or a person's --uncordon-unproven — returns it.
+	if r := ghcrsync(t, sb, "fences", "--config", planner.cfg); r.code != 0 || !strings.Contains(r.stdout, "unproven") {
 		t.Fatalf("fences after release: %s", r.stdout)
+	}
+
+	if r := ghcrsync(t, sb, "release", "--uncordon-unproven", "--config", releaser.cfg); r.code != 0 || !strings.Contains(r.stdout, "WITHOUT a proof") {
+		t.Fatalf("release --uncordon-unproven as %s: exit %d\n%s\n%s", releaser.sa, r.code, r.stdout, r.stderr)
+	}
+
+	if r := ghcrsync(t, sb, "fences", "--config", planner.cfg); r.code != 0 || !strings.Contains(r.stdout, "No fence is held") {
+		t.Fatalf("fences after release --uncordon-unproven: %s", r.stdout)
 	}
 }
 
@@ -656,7 +667,7 @@ func TestApplyIdentityCannotMintAToken(t *testing.T) {
 	for _, a := range []authorizationv1.ResourceAttributes{
 		{Verb: "create", Resource: "secrets", Namespace: "kube-system"},
 		{Verb: "get", Resource: "secrets", Namespace: "kube-system", Name: sandbox.ConsumerSecret},
-		{Verb: "update", Resource: "serviceaccounts", Namespace: "kube-system", Name: "default"},
+		{Verb: "patch", Resource: "serviceaccounts", Namespace: "kube-system", Name: "default"},
 		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: target, Name: privileged},
 		{Verb: "create", Resource: "pods", Namespace: "default"},
 		{Verb: "create", Resource: "events", Namespace: "kube-public"},
