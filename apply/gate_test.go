@@ -149,6 +149,8 @@ func TestEtcdGateBeforeTheReboot(t *testing.T) {
 	if rel := releaseHolder(t, r.cfg, res.Holder); rel.Held() != 0 {
 		t.Fatalf("release: %+v", rel.Outcomes)
 	}
+
+	liftUnproven(t, sb, r.cfg, name) // its config was written, its reboot never came
 }
 
 // The machine ghcrsync configures and reboots is the Node it drained: a Node whose address

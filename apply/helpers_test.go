@@ -221,6 +221,26 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 	}
 }
 
+// liftUnproven checks that release left name on ghcrsync's unproven hold (cordoned, marked: its
+// Talos config was written and never proved), then lifts it as `release --node NAME
+// --uncordon-unproven` does, so the shared sandbox is clean for the next test.
+func liftUnproven(t *testing.T, sb *sandbox.Sandbox, cfg, name string) {
+	t.Helper()
+
+	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] == "" {
+		t.Fatalf("%s is not on an unproven hold after release: unschedulable=%t %v", name, n.Spec.Unschedulable, n.Annotations)
+	}
+
+	res, err := recoverWith(context.Background(), cfg, fence.RecoveryOptions{Node: name, InventoryOptions: fence.InventoryOptions{UncordonUnproven: true}})
+	if err != nil || res.Held() != 0 {
+		t.Fatalf("release --uncordon-unproven of %s: %v %+v", name, err, res)
+	}
+
+	if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] != "" {
+		t.Fatalf("%s is still held after --uncordon-unproven: unschedulable=%t %v", name, n.Spec.Unschedulable, n.Annotations)
+	}
+}
+
 var _ = sandboxtest.Get
 
 // planned is what `ghcrsync plan` computes.

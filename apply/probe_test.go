@@ -253,6 +253,12 @@ func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
 				t.Fatalf("release: %+v", rel.Outcomes)
 			}
 
+			// Rebooted with its new config, never proved: on an unproven hold, unless an
+			// operator's cordon from before the run is what keeps it out of service.
+			if !tc.cordoned {
+				liftUnproven(t, sb, r.cfg, first)
+			}
+
 			assertReleased(t, sb, first, tc.cordoned)
 		})
 	}

@@ -176,7 +176,8 @@ func ClaimPatch(owner string, rec state.Fence) map[string]any {
 // unless the node was cordoned before the claim, and holder's steering taint (the node is
 // rotated, or given back: pods may land on it again). With hold, the node's Talos config holds a
 // credential its runtime was never proved to pull with: the cordon stays, marked as ghcrsync's
-// unproven hold (UnprovenAnnotation), so the node is not returned to service unproven.
+// unproven hold (UnprovenAnnotation), so the node is not returned to service unproven (a cordon
+// from before the claim stays as it is, and stays its owner's).
 func ReleasePatch(n *corev1.Node, holder string, rec state.Fence, hold bool) map[string]any {
 	ann := map[string]any{OwnerAnnotation: nil, PhaseAnnotation: nil, RecordAnnotation: nil}
 	if rec.ScaleDownGuardOurs || n.Annotations[ScaleDownGuardByAnnotation] == holder {
@@ -187,12 +188,10 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence, hold bool) map
 	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
 
 	switch {
+	case rec.WasCordoned: // the cordon is someone else's: it stays, and is not ghcrsync's hold
 	case hold:
 		ann[UnprovenAnnotation] = rec.DesiredRevision
-		if !rec.WasCordoned {
-			p["spec"] = map[string]any{"unschedulable": true}
-		}
-	case !rec.WasCordoned:
+	default:
 		p["spec"] = map[string]any{"unschedulable": false}
 	}
 
@@ -291,8 +290,16 @@ func ParseRecord(raw string) (state.Fence, error) {
 		}
 	}
 
-	if len(fields) != len(recordFields) {
-		return state.Fence{}, fmt.Errorf("recovery record has fields ghcrsync does not write (it writes %s)", strings.Join(recordFields, ", "))
+	optional := 0
+
+	for _, k := range optionalRecordFields {
+		if _, ok := fields[k]; ok {
+			optional++
+		}
+	}
+
+	if len(fields) != len(recordFields)+optional {
+		return state.Fence{}, fmt.Errorf("recovery record has fields ghcrsync does not write (it writes %s)", strings.Join(append(slices.Clone(recordFields), optionalRecordFields...), ", "))
 	}
 
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
@@ -306,7 +313,12 @@ func ParseRecord(raw string) (state.Fence, error) {
 	return r, nil
 }
 
-// recordFields are the fields of a recovery record: state.Fence's JSON names, as it encodes.
+// optionalRecordFields may be absent from a recovery record: absent, they read as false, which is
+// what a record written before they existed meant (held_unproven: not on an unproven hold).
+var optionalRecordFields = []string{"held_unproven"}
+
+// recordFields are the fields every recovery record has: state.Fence's JSON names, as it encodes
+// its zero value (the optional ones are left out).
 var recordFields = func() []string {
 	b, _ := json.Marshal(state.Fence{})
 

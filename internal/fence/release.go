@@ -250,10 +250,10 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	case f.Record == nil:
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
-	case rec.Unproven(f.Phase) && !o.UncordonUnproven:
-		return Outcome{Fence: f, Released: true, Message: UnprovenHoldSentence}
 	case rec.WasCordoned:
 		return Outcome{Fence: f, Released: true, Message: "released (left cordoned: it was cordoned before the claim)"}
+	case rec.Unproven(f.Phase) && !o.UncordonUnproven:
+		return Outcome{Fence: f, Released: true, Message: UnprovenHoldSentence}
 	case rec.Unproven(f.Phase):
 		return Outcome{Fence: f, Released: true, Message: "released and uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
 	}
