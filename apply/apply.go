@@ -263,8 +263,10 @@ func (r *run) write(ctx context.Context) error {
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
 		if !r.p.Emergency() {
 			r.consumers(ctx)
-			r.lateNodes(ctx) // a node that joined while the consumers were written
 		}
+
+		r.settleProvisioning(ctx)
+		r.lateNodes(ctx) // a node that joined while the consumers were written, or was still being created
 
 		r.root(ctx)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -169,4 +172,46 @@ func names(nodes []plan.NodePlan) []string {
 	}
 
 	return out
+}
+
+// settleProvisioning waits, before the fleet's last listing, until no autoscaler node group is
+// creating machines (the autoscaler's own status: target against registered), for at most
+// ready_timeout: a machine created from the template as the autoscaler read it before its
+// rewrite would otherwise join just after the run ends, with the old credential. Once they have
+// joined, the late-node pass rotates them; the verdict names any still being created.
+func (r *run) settleProvisioning(ctx context.Context) {
+	if len(r.in.Config.NodeTemplates) == 0 {
+		return
+	}
+
+	start, timeout := r.in.Now(), r.in.Config.Nodes.ReadyTimeout
+
+	for {
+		status, err := r.in.Kube.Provisioning(ctx)
+		if err != nil {
+			r.log.Warn("the cluster-autoscaler's status could not be read; the verdict reads it once more", "error", redact.Logged(r.log, err))
+
+			return
+		}
+
+		groups := status.Provisioning()
+		if len(groups) == 0 {
+			return
+		}
+
+		elapsed := r.in.Now().Sub(start)
+		if elapsed >= timeout {
+			return // the verdict names them
+		}
+
+		for _, g := range groups {
+			r.o.Progress.Emit(progress.WaitingProvisioned{Group: g.Name, Machines: g.Provisioning(), Elapsed: elapsed, Timeout: timeout})
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
 }

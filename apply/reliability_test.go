@@ -278,6 +278,8 @@ func TestAPIOutageLongerThanTheLease(t *testing.T) {
 			t.Fatalf("release: %+v", rel.Outcomes)
 		}
 
+		liftUnproven(t, sb, r.cfg, name) // its config was written before the Lease was lost, never proved
+
 		assertReleased(t, sb, name, false)
 	}
 }
@@ -423,6 +425,8 @@ func TestProofFromThePull(t *testing.T) {
 	if rel := releaseHolder(t, r2.cfg, res.Holder); rel.Held() != 0 {
 		t.Fatalf("release: %+v", rel.Outcomes)
 	}
+
+	liftUnproven(t, sb, r2.cfg, "prod-worker-1") // rebooted with a credential that cannot pull: never proved
 }
 
 // An operator's staged config is never dropped: a node with a staged change beyond the

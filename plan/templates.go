@@ -39,9 +39,11 @@ type TemplateObs struct {
 // ReaderObs is the deployment that reads a template once, when its pods start.
 type ReaderObs struct {
 	Missing bool `json:"missing,omitempty"`
-	// StartedFrom is when its pod template last changed (a rollout restart) or it was created,
-	// whichever is later: the apiserver's time, never a client's clock.
+	// StartedFrom is when the oldest of its running pods was created (the apiserver's time): the
+	// last moment any of them read the template.
 	StartedFrom time.Time `json:"started_from,omitzero"`
+	// Idle: no pod of it runs, so none holds a template read before.
+	Idle bool `json:"idle,omitempty"`
 	// RolledOut: every replica runs that pod template.
 	RolledOut bool `json:"rolled_out"`
 }
@@ -60,9 +62,11 @@ func (t TemplateObs) StaleReader() string {
 		return "the Hetzner cluster-autoscaler reads it only when it starts and no restart_deployment restarts it, so machines it creates may still boot from the template it read before"
 	case t.Reader == nil || t.Reader.Missing:
 		return "deployment " + t.Restart + ", which reads it when it starts, does not exist"
+	case t.Reader.Idle:
+		return ""
 	case t.Reader.StartedFrom.Before(t.WrittenAt):
-		return fmt.Sprintf("deployment %s, which reads it only when it starts, has not restarted since it was written at %s: machines it creates boot from the template it read before",
-			t.Restart, t.WrittenAt.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("deployment %s, which reads it only when it starts, has a pod running since %s, before it was written at %s: machines it creates boot from the template it read before",
+			t.Restart, t.Reader.StartedFrom.UTC().Format(time.RFC3339), t.WrittenAt.UTC().Format(time.RFC3339))
 	case !t.Reader.RolledOut:
 		return "deployment " + t.Restart + " is still rolling out: its old pods, which read the template before, may still create machines"
 	}

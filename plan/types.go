@@ -27,9 +27,58 @@ type Snapshot struct {
 	Templates []TemplateObs `json:"templates,omitempty"`
 	// Kustomizations are the Flux Kustomizations the flux block names.
 	Kustomizations []KustomizationObs `json:"kustomizations,omitempty"`
+	// Autoscaler is the cluster-autoscaler's status, read when node templates are configured
+	// (nil: none configured, or no status published).
+	Autoscaler *AutoscalerObs `json:"autoscaler,omitempty"`
+	// PullSecretRefs are the pull secrets pods reference for the registry's images: one that is
+	// not a managed consumer is a use the verdict cannot inspect.
+	PullSecretRefs []PullSecretRef `json:"pull_secret_refs,omitempty"`
 	// InUse are the distinct credentials the nodes and the managed secrets hold, as the
 	// registry judged each when the snapshot was taken.
 	InUse []CredentialInUse `json:"credentials_in_use,omitempty"`
+}
+
+// AutoscalerObs is the cluster-autoscaler's own status: each node group's machines.
+type AutoscalerObs struct {
+	Time   string         `json:"time,omitempty"`
+	Groups []NodeGroupObs `json:"node_groups,omitempty"`
+}
+
+// NodeGroupObs is one node group: the machines the cloud provider is asked for (Target) and
+// those registered as Nodes, and not (yet).
+type NodeGroupObs struct {
+	Name         string `json:"name"`
+	Target       int    `json:"target"`
+	Registered   int    `json:"registered"`
+	Unregistered int    `json:"unregistered,omitempty"`
+}
+
+// Provisioning is how many of the group's machines exist and are not Nodes yet.
+func (g NodeGroupObs) Provisioning() int { return max(g.Target-g.Registered, g.Unregistered, 0) }
+
+// Provisioning are the node groups with machines being provisioned.
+func (a *AutoscalerObs) Provisioning() []NodeGroupObs {
+	if a == nil {
+		return nil
+	}
+
+	var out []NodeGroupObs
+
+	for _, g := range a.Groups {
+		if g.Provisioning() > 0 {
+			out = append(out, g)
+		}
+	}
+
+	return out
+}
+
+// PullSecretRef is a pull secret pods reference while pulling from the registry.
+type PullSecretRef struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Pods      int      `json:"pods"`
+	Examples  []string `json:"examples,omitempty"` // up to three of the pods
 }
 
 // Credential states, as the registry judged a credential in use.

@@ -36,6 +36,12 @@ const (
 	UseRoot     = "root"
 	UseTemplate = "node-template"
 	UseFleet    = "fleet"
+	// UseUnmanaged is a pull secret pods use for the registry's images that ghcrsync does not
+	// manage (and, holding no right to read it, cannot inspect).
+	UseUnmanaged = "unmanaged-pull-secret"
+	// UseProvisioning is machines an autoscaler node group is creating, not Nodes yet: made from
+	// the template as the autoscaler read it, they may boot with the old credential.
+	UseProvisioning = "provisioning"
 )
 
 // Use is one object and the credential it uses.
@@ -101,8 +107,20 @@ func Inventory(s Snapshot, in Input) Revocation {
 		v.add(templateUse(t, in.AuthDigest))
 	}
 
+	for _, u := range unmanagedUses(s, in.Registry) {
+		v.add(u)
+	}
+
+	for _, g := range s.Autoscaler.Provisioning() {
+		v.add(Use{Kind: UseProvisioning, Name: g.Name, State: UseUnknown,
+			Why: fmt.Sprintf("autoscaler node group %s is creating %d %s (target %d, %d registered as Nodes): not Nodes yet, they boot from the "+
+				"template as the autoscaler read it, which may hold the old credential", g.Name, g.Provisioning(), human.Plural(g.Provisioning(), "machine", "machines"),
+				g.Target, g.Registered),
+			Next: "wait until they join (apply rotates a machine that joins during its run), then run plan again"})
+	}
+
 	rank := map[UseState]int{UseOld: 0, UseUnknown: 1, UseNew: 2}
-	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseTemplate: 2, UseSecret: 3, UseRoot: 4}
+	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseProvisioning: 2, UseTemplate: 3, UseSecret: 4, UseUnmanaged: 5, UseRoot: 6}
 	sort.SliceStable(v.Uses, func(i, j int) bool {
 		a, b := v.Uses[i], v.Uses[j]
 		if rank[a.State] != rank[b.State] {
@@ -128,6 +146,31 @@ func (v *Revocation) add(u Use) {
 	}
 
 	v.Uses = append(v.Uses, u)
+}
+
+// unmanagedUses are the pull secrets pods reference for registry's images that are neither a
+// managed consumer nor the root: what they hold is unknown, and counts as old.
+func unmanagedUses(s Snapshot, registry string) []Use {
+	managed := map[string]bool{}
+	for _, sec := range s.Secrets {
+		managed[sec.Namespace+"/"+sec.Name] = true
+	}
+
+	var out []Use
+
+	for _, r := range s.PullSecretRefs {
+		where := r.Namespace + "/" + r.Name
+		if managed[where] {
+			continue
+		}
+
+		out = append(out, Use{Kind: UseUnmanaged, Name: where, State: UseUnknown,
+			Why: fmt.Sprintf("%s, used by %d %s pulling from %s (%s), is not managed by ghcrsync: what it holds is not read", where, r.Pods,
+				human.Plural(r.Pods, "pod", "pods"), registry, strings.Join(r.Examples, ", ")),
+			Next: "add its namespace to the consumers (the consumer selector's label, or a consumer block), or confirm it holds the new credential"})
+	}
+
+	return out
 }
 
 // ScopeSelected is a verdict narrowed to the nodes nodes.selector selects (nodes.verdict).
@@ -320,7 +363,7 @@ func (v Revocation) Sentence() string {
 // (ns/x)").
 func (v Revocation) StillUsedBy() string {
 	counts := map[string][]string{}
-	order := []string{UseFleet, UseNode, UseSecret, UseTemplate, UseRoot}
+	order := []string{UseFleet, UseNode, UseProvisioning, UseSecret, UseUnmanaged, UseTemplate, UseRoot}
 
 	for _, u := range v.Still() {
 		counts[u.Kind] = append(counts[u.Kind], u.Name)
@@ -346,11 +389,13 @@ func describe(kind string, names []string) string {
 	}
 
 	what := map[string][2]string{
-		UseFleet:    {"the fleet", "the fleet"},
-		UseNode:     {"node", "nodes"},
-		UseSecret:   {"pull secret", "pull secrets"},
-		UseTemplate: {"node template", "node templates"},
-		UseRoot:     {"the root Flux secret", "the root Flux secrets"},
+		UseFleet:        {"the fleet", "the fleet"},
+		UseNode:         {"node", "nodes"},
+		UseSecret:       {"pull secret", "pull secrets"},
+		UseTemplate:     {"node template", "node templates"},
+		UseRoot:         {"the root Flux secret", "the root Flux secrets"},
+		UseUnmanaged:    {"pull secret ghcrsync does not manage", "pull secrets ghcrsync does not manage"},
+		UseProvisioning: {"autoscaler node group still provisioning", "autoscaler node groups still provisioning"},
 	}[kind]
 
 	switch kind {

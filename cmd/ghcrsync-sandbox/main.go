@@ -294,12 +294,19 @@ type ctlVerb struct {
 func onNode(rest []string, req *sandbox.Request)      { req.Node = rest[0] }
 func forDuration(rest []string, req *sandbox.Request) { req.Duration = rest[0] }
 
+// joinAfter is scale-up's optional provisioning time.
+func joinAfter(rest []string, req *sandbox.Request) {
+	if len(rest) > 0 {
+		req.Duration = rest[0]
+	}
+}
+
 var ctlVerbs = []ctlVerb{
 	{"reboot", "NODE", "reboot a machine out of band (a third party: counted, not judged)", 1, 1, onNode},
 	{"power-off", "NODE", "keep a machine down until powered on", 1, 1, onNode},
 	{"power-on", "NODE", "power a machine on again", 1, 1, onNode},
 	{"scale-down", "NODE", "the cluster autoscaler scales the node down (simulation only)", 1, 1, onNode},
-	{"scale-up", "", "the cluster autoscaler adds a node (simulation only)", 0, 0, nil},
+	{"scale-up", "[JOIN_AFTER]", "the cluster autoscaler adds a node (simulation only); with a duration, its server is created now and joins after it", 0, 1, joinAfter},
 	{"delete-node", "NODE", "the machine and its Node vanish", 1, 1, onNode},
 	{"pause-autoscaler", "", "the autoscaler stops acting", 0, 0, nil},
 	{"resume-autoscaler", "", "the autoscaler acts again", 0, 0, nil},

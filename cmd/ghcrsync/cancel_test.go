@@ -224,13 +224,24 @@ func TestSIGTERMAfterConfigured(t *testing.T) {
 		t.Fatalf("fences: %v\n%s", err, r.stdout)
 	}
 
-	if r := ghcrsync(t, "release", "--config", cfg); r.code != 0 {
+	if r := ghcrsync(t, "release", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "LEFT CORDONED (an unproven hold)") {
 		t.Fatalf("release: %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 
+	// Cancelled while rebooting, after its Talos write, never proved: the node stays out of
+	// service, on ghcrsync's unproven hold, until a proof or a person returns it.
 	n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+	if !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" || n.Annotations[cluster.UnprovenAnnotation] == "" {
 		t.Fatalf("after release: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
+	}
+
+	if r := ghcrsync(t, "release", "--config", cfg, "--uncordon-unproven"); r.code != 0 {
+		t.Fatalf("release --uncordon-unproven: %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	n, _ = sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] != "" {
+		t.Fatalf("after release --uncordon-unproven: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
 	}
 }
 

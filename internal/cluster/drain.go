@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -256,32 +257,90 @@ func (c *Connection) blockers(node string) string {
 	return "; still running: " + strings.Join(parts, ", ")
 }
 
-// EvictableByNode counts, per node, the pods a drain would evict: one LIST of every pod, the
-// whole list or an error.
-func (c *Connection) EvictableByNode(ctx context.Context) (map[string]int, map[string][]plan.DrainBlocker, error) {
+// PodsObs is what one LIST of every pod tells: per node, the pods a drain would evict and what
+// would hold their eviction; and the pull secrets pods reference for images on the registry.
+type PodsObs struct {
+	Evictable map[string]int
+	Blockers  map[string][]plan.DrainBlocker
+	Refs      []plan.PullSecretRef
+}
+
+// Pods reads every pod (one LIST, the whole list or an error) and the PodDisruptionBudgets.
+func (c *Connection) Pods(ctx context.Context, registry string) (PodsObs, error) {
 	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, nil, c.Unreachable("list pods", err)
+		return PodsObs{}, c.Unreachable("list pods", err)
 	}
 
 	if err := Whole("list pods", pods.ListMeta); err != nil {
-		return nil, nil, err
+		return PodsObs{}, err
 	}
 
 	pdbs, err := c.Client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, nil, c.Unreachable("list PodDisruptionBudgets", err)
+		return PodsObs{}, c.Unreachable("list PodDisruptionBudgets", err)
 	}
 
-	out := map[string]int{}
+	out := PodsObs{Evictable: map[string]int{}, Blockers: DrainBlockers(pods.Items, pdbs.Items), Refs: PullSecretRefs(pods.Items, registry)}
 
 	for i := range pods.Items {
 		if p := &pods.Items[i]; p.Spec.NodeName != "" && Evictable(p) {
-			out[p.Spec.NodeName]++
+			out.Evictable[p.Spec.NodeName]++
 		}
 	}
 
-	return out, DrainBlockers(pods.Items, pdbs.Items), nil
+	return out, nil
+}
+
+// PullSecretRefs are the pull secrets pods reference (spec.imagePullSecrets, their service
+// account's included: admission copies them into the pod) while pulling an image from registry,
+// with how many pods do, by namespace and name. Finished pods pull nothing more and are left out.
+func PullSecretRefs(pods []corev1.Pod, registry string) []plan.PullSecretRef {
+	byRef := map[string]*plan.PullSecretRef{}
+
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || len(p.Spec.ImagePullSecrets) == 0 || !pullsFrom(p, registry) {
+			continue
+		}
+
+		for _, s := range p.Spec.ImagePullSecrets {
+			key := p.Namespace + "/" + s.Name
+
+			r := byRef[key]
+			if r == nil {
+				r = &plan.PullSecretRef{Namespace: p.Namespace, Name: s.Name}
+				byRef[key] = r
+			}
+
+			r.Pods++
+			if len(r.Examples) < 3 {
+				r.Examples = append(r.Examples, p.Name)
+			}
+		}
+	}
+
+	out := make([]plan.PullSecretRef, 0, len(byRef))
+	for _, r := range byRef {
+		out = append(out, *r)
+	}
+
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
+
+	return out
+}
+
+// pullsFrom reports whether one of the pod's containers runs an image on registry.
+func pullsFrom(p *corev1.Pod, registry string) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			if host, _, ok := strings.Cut(c.Image, "/"); ok && host == registry {
+				return true
+			}
+		}
+	}
+
+	return false
 }
 
 // DrainBlockers is, per node, what a drain of it would meet among its evictable pods: a

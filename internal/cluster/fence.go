@@ -156,8 +156,10 @@ func ClaimPatch(owner string, rec state.Fence) map[string]any {
 		OwnerAnnotation:  owner,
 		PhaseAnnotation:  string(state.PhaseClaimed),
 		RecordAnnotation: string(recJSON),
-		// The fence owns the cordon now (the record keeps HeldUnproven): its undo restores the hold.
-		UnprovenAnnotation: nil,
+	}
+
+	if rec.HeldUnproven { // the fence owns the cordon now (its record says so): its undo restores the hold
+		ann[UnprovenAnnotation] = nil
 	}
 
 	if rec.ScaleDownGuardOurs {

@@ -73,27 +73,32 @@ func TestReleasePatch(t *testing.T) {
 		name string
 		node *corev1.Node
 		rec  state.Fence
+		hold bool
 		want string
 	}{
-		{"a node ghcrsync cordoned is uncordoned", node(nil), state.Fence{},
+		{"a node ghcrsync cordoned is uncordoned", node(nil), state.Fence{}, false,
 			`{"metadata":{"annotations":{` + fenceOff + `}},"spec":{"unschedulable":false}}`},
-		{"an operator's cordon stays", node(nil), state.Fence{WasCordoned: true},
+		{"an operator's cordon stays", node(nil), state.Fence{WasCordoned: true}, false,
 			`{"metadata":{"annotations":{` + fenceOff + `}}}`},
-		{"the guard ghcrsync set goes", node(nil), state.Fence{ScaleDownGuardOurs: true},
+		{"the guard ghcrsync set goes", node(nil), state.Fence{ScaleDownGuardOurs: true}, false,
 			`{"metadata":{"annotations":{"cluster-autoscaler.kubernetes.io/scale-down-disabled":null,` + fenceOff + `,"ghcrsync.dev/scale-down-disabled-by":null}},"spec":{"unschedulable":false}}`},
-		{"the guard goes by its provenance when the record was lost", node(map[string]string{ScaleDownDisabledAnnotation: "true", ScaleDownGuardByAnnotation: holder}), state.Fence{},
+		{"the guard goes by its provenance when the record was lost", node(map[string]string{ScaleDownDisabledAnnotation: "true", ScaleDownGuardByAnnotation: holder}), state.Fence{}, false,
 			`{"metadata":{"annotations":{"cluster-autoscaler.kubernetes.io/scale-down-disabled":null,` + fenceOff + `,"ghcrsync.dev/scale-down-disabled-by":null}},"spec":{"unschedulable":false}}`},
-		{"an operator's guard stays", node(map[string]string{ScaleDownDisabledAnnotation: "true"}), state.Fence{},
+		{"an operator's guard stays", node(map[string]string{ScaleDownDisabledAnnotation: "true"}), state.Fence{}, false,
 			`{"metadata":{"annotations":{` + fenceOff + `}},"spec":{"unschedulable":false}}`},
-		{"another run's guard stays", node(map[string]string{ScaleDownDisabledAnnotation: "true", ScaleDownGuardByAnnotation: "run-b"}), state.Fence{},
+		{"another run's guard stays", node(map[string]string{ScaleDownDisabledAnnotation: "true", ScaleDownGuardByAnnotation: "run-b"}), state.Fence{}, false,
 			`{"metadata":{"annotations":{` + fenceOff + `}},"spec":{"unschedulable":false}}`},
-		{"this run's steering goes with the fence", node(map[string]string{SteeredByAnnotation: holder}, steering(holder), corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}), state.Fence{},
+		{"this run's steering goes with the fence", node(map[string]string{SteeredByAnnotation: holder}, steering(holder), corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}), state.Fence{}, false,
 			`{"metadata":{"annotations":{` + fenceOff + `,"ghcrsync.dev/steered-by":null}},"spec":{"taints":[{"key":"dedicated","value":"gpu","effect":"NoSchedule"}],"unschedulable":false}}`},
-		{"another run's steering stays", node(map[string]string{SteeredByAnnotation: "run-b"}, steering("run-b")), state.Fence{WasCordoned: true},
+		{"another run's steering stays", node(map[string]string{SteeredByAnnotation: "run-b"}, steering("run-b")), state.Fence{WasCordoned: true}, false,
+			`{"metadata":{"annotations":{` + fenceOff + `}}}`},
+		{"an unproven node keeps ghcrsync's cordon, marked as its hold", node(nil), state.Fence{DesiredRevision: "rev"}, true,
+			`{"metadata":{"annotations":{` + fenceOff + `,"ghcrsync.dev/unproven":"rev"}}}`},
+		{"an unproven node an operator had cordoned stays theirs, not marked", node(nil), state.Fence{WasCordoned: true, DesiredRevision: "rev"}, true,
 			`{"metadata":{"annotations":{` + fenceOff + `}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := patchJSON(t, ReleasePatch(tc.node, holder, tc.rec)); got != tc.want {
+			if got := patchJSON(t, ReleasePatch(tc.node, holder, tc.rec, tc.hold)); got != tc.want {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)
 			}
 		})

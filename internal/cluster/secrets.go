@@ -207,7 +207,9 @@ func changedAt(m metav1.ObjectMeta, field string) time.Time {
 }
 
 // TemplateReader is the deployment ("namespace/name") that reads a node template when its pods
-// start: when its pod template last changed, and whether the rollout of that change is done.
+// start: when the oldest of its running pods was created — the last moment any of them read the
+// template, the rollout's own evidence, not a managedFields time another field's writer (a Helm
+// or Flux label change) also moves — and whether its rollout is done.
 func (c *Connection) TemplateReader(ctx context.Context, nsName string) (*plan.ReaderObs, error) {
 	ns, name, _ := strings.Cut(nsName, "/")
 
@@ -220,7 +222,32 @@ func (c *Connection) TemplateReader(ctx context.Context, nsName string) (*plan.R
 		return nil, c.Unreachable("read deployment "+nsName, err)
 	}
 
-	return &plan.ReaderObs{StartedFrom: changedAt(d.ObjectMeta, "f:template"), RolledOut: RolledOut(d)}, nil
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("deployment %s: its selector: %w", nsName, err)
+	}
+
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, c.Unreachable("list the pods of deployment "+nsName, err)
+	}
+
+	obs := &plan.ReaderObs{RolledOut: RolledOut(d)}
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+
+		if at := p.CreationTimestamp.Time; obs.StartedFrom.IsZero() || at.Before(obs.StartedFrom) {
+			obs.StartedFrom = at
+		}
+	}
+
+	obs.Idle = obs.StartedFrom.IsZero()
+
+	return obs, nil
 }
 
 // RolledOut is `kubectl rollout status`'s rule: the controller saw the current spec, and every

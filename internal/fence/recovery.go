@@ -72,12 +72,26 @@ type RecoveryResult struct {
 	DryRun   bool
 }
 
-// Held counts fences left held.
+// Held counts fences left held. A node left on an unproven hold is not a run's fence: it is
+// listed, and counted by `fences`, but does not make a release partial.
 func (r *RecoveryResult) Held() int {
 	n := 0
 
 	for _, o := range r.Outcomes {
-		if !o.Released {
+		if !o.Released && o.Fence.Kind != KindUnproven {
+			n++
+		}
+	}
+
+	return n
+}
+
+// Unproven counts the nodes left on an unproven hold.
+func (r *RecoveryResult) Unproven() int {
+	n := 0
+
+	for _, o := range r.Outcomes {
+		if !o.Released && o.Fence.Kind == KindUnproven {
 			n++
 		}
 	}

@@ -91,6 +91,10 @@ func readTargets(cfg *config.Config, targets []cluster.SecretTarget) []cluster.A
 		needs = append(needs, ListNamespaces())
 	}
 
+	if len(cfg.NodeTemplates) > 0 { // the autoscaler's status: machines it is still creating
+		needs = append(needs, access("get", "", "configmaps", cluster.AutoscalerStatusNamespace, cluster.AutoscalerStatusName))
+	}
+
 	for _, t := range cfg.NodeTemplates {
 		needs = append(needs, access("get", "", "secrets", t.Namespace, t.Secret))
 

@@ -58,6 +58,16 @@ type WaitingSettled struct {
 	Ready, Lifecycle bool
 }
 
+// WaitingProvisioned: the run waits, before its last listing of the fleet, for the machines an
+// autoscaler node group is still creating to join as Nodes (About is the group).
+type WaitingProvisioned struct {
+	Group            string
+	Machines         int
+	Elapsed, Timeout time.Duration
+}
+
+func (e WaitingProvisioned) About() string { return e.Group }
+
 func (e Evicting) About() string       { return e.Node }
 func (e EvictionRetry) About() string  { return e.Node }
 func (e Drainer) About() string        { return e.Node }

@@ -93,7 +93,24 @@ func (a *adminAPI) close() {
 	_ = a.srv.Shutdown(ctx)
 }
 
-func (s *Sandbox) scaleUp(ctx context.Context) (any, error) {
+// scaleUp is a scale-up of the autoscaler; with joinAfter, its server is created now (from the
+// template the autoscaler holds now) and its Node joins after that long, as a real server's
+// provisioning and boot: meanwhile the autoscaler's status counts it as target, not registered.
+func (s *Sandbox) scaleUp(ctx context.Context, joinAfter string) (any, error) {
+	if joinAfter != "" {
+		d, err := time.ParseDuration(joinAfter)
+		if err != nil {
+			return nil, fmt.Errorf("scale-up: %w", err)
+		}
+
+		name, err := s.autoscaler.provision(d)
+		if err != nil {
+			return nil, err
+		}
+
+		return map[string]string{"provisioning": name, "joins_after": d.String()}, nil
+	}
+
 	m, err := s.autoscaler.scaleUp(ctx)
 	if err != nil {
 		return nil, err
@@ -195,7 +212,7 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		if verb == "scale-up" {
-			return s.scaleUp(ctx)
+			return s.scaleUp(ctx, req.Duration)
 		}
 
 		if err := s.autoscaler.scaleDown(ctx, req.Node, true); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -39,6 +40,8 @@ type autoscaler struct {
 	template    []byte
 	templateErr error
 	starts      int
+	// provisioning are servers created and not joined yet (provision).
+	provisioning []string
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -61,6 +64,8 @@ func (a *autoscaler) start() {
 
 	go func() {
 		defer close(a.done)
+
+		a.publish(ctx)
 
 		t := time.NewTicker(a.f.opts.AutoscalerInterval)
 		defer t.Stop()
@@ -131,6 +136,8 @@ func (a *autoscaler) managed(ctx context.Context) ([]corev1.Node, error) {
 }
 
 func (a *autoscaler) tick(ctx context.Context) {
+	defer a.publish(ctx)
+
 	nodes, err := a.managed(ctx)
 	if err != nil {
 		a.f.log.Debug("autoscaler list", "error", err)
@@ -386,6 +393,75 @@ func (a *autoscaler) evictAll(ctx context.Context, node string, timeout time.Dur
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
+	}
+}
+
+// provision creates a server now, from the template it holds now, whose Node joins after d (a
+// real server's provisioning and boot): until then the status counts it as target only.
+func (a *autoscaler) provision(d time.Duration) (string, error) {
+	a.mu.Lock()
+	cfg, err := a.template, a.templateErr
+	name := a.f.autoscaledName()
+	a.provisioning = append(a.provisioning, name)
+	a.mu.Unlock()
+
+	if err != nil {
+		return "", fmt.Errorf("autoscaler: no machine from the node template it read at its start: %w", err)
+	}
+
+	a.publish(a.f.ctx)
+
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			a.provisioning = slices.DeleteFunc(a.provisioning, func(n string) bool { return n == name })
+			a.mu.Unlock()
+			a.publish(a.f.ctx)
+		}()
+
+		select {
+		case <-a.f.ctx.Done():
+			return
+		case <-time.After(d):
+		}
+
+		if _, err := a.f.addMachine(a.f.ctx, name, RoleWorker, true, Credential{}, cfg); err != nil {
+			a.f.log.Warn("autoscaler: a provisioned server did not join", "node", name, "error", err)
+		}
+	}()
+
+	a.f.log.Info("autoscaler provisioning a server", "node", name, "joins_after", d)
+
+	return name, nil
+}
+
+// StatusConfigMap is where the cluster-autoscaler publishes its own status
+// (--write-status-configmap, on by default): kube-system/cluster-autoscaler-status, key "status",
+// YAML. The simulation writes the fields the real one does for a node group's sizes.
+const StatusConfigMap = "cluster-autoscaler-status"
+
+// publish writes the status: the group's target (servers that exist) and how many are registered
+// as Nodes and how many not yet.
+func (a *autoscaler) publish(ctx context.Context) {
+	nodes, err := a.managed(ctx)
+	if err != nil {
+		return
+	}
+
+	a.mu.Lock()
+	pending := len(a.provisioning)
+	a.mu.Unlock()
+
+	status := fmt.Sprintf("time: %s\nautoscalerStatus: Running\nnodeGroups:\n- name: autoscale-cx43\n  health:\n    status: Healthy\n"+
+		"    nodeCounts:\n      registered:\n        total: %d\n        ready: %d\n        notStarted: 0\n      longUnregistered: 0\n      unregistered: %d\n"+
+		"    cloudProviderTarget: %d\n    minSize: 0\n    maxSize: %d\n",
+		time.Now().UTC().Format("2006-01-02 15:04:05.999999999 -0700 MST"), len(nodes), len(nodes), pending, len(nodes)+pending, a.maxNodes)
+
+	cms := a.f.admin.CoreV1().ConfigMaps("kube-system")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: StatusConfigMap, Namespace: "kube-system"}, Data: map[string]string{"status": status}}
+
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+		_, _ = cms.Create(ctx, cm, metav1.CreateOptions{})
 	}
 }
 

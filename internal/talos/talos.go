@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -289,6 +291,14 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 		nctx, cancel := c.bounded(ctx, n.InternalIP)
 		defer cancel()
 
+		// The machine at the address is asked its name in the same pass: the facts of another
+		// machine there (an address reused, a server replaced) are not this Node's.
+		if err := c.isTheNode(nctx, n); err != nil {
+			n.TalosError, n.Talos = err.Error(), nil
+
+			return
+		}
+
 		cf, cred, err := c.configFactsAndCredential(nctx, registry)
 		if err != nil {
 			n.TalosError, n.Talos = redact.Error(err), nil
@@ -307,6 +317,21 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 	})
 
 	return inUse
+}
+
+// isTheNode asks the machine the node's context reaches for its Kubernetes node name (Talos's
+// Nodename resource), and refuses a machine that says it is another.
+func (c *Client) isTheNode(nctx context.Context, n *plan.Node) error {
+	got, err := safe.StateGetByID[*k8s.Nodename](nctx, c.c.COSI, k8s.NodenameID)
+	if err != nil {
+		return fmt.Errorf("read the node name of the machine at %s: %s", n.InternalIP, redact.Error(err))
+	}
+
+	if name := got.TypedSpec().Nodename; name != n.Name {
+		return fmt.Errorf("the machine at %s says it is node %s, not %s: what it holds is not this Node's", n.InternalIP, strconv.Quote(name), strconv.Quote(n.Name))
+	}
+
+	return nil
 }
 
 // each runs f for every node, at most parallel at a time.

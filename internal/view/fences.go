@@ -2,6 +2,7 @@ package view
 
 import (
 	"fmt"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"io"
 	"strings"
 
@@ -141,7 +142,13 @@ func Release(w io.Writer, f Format, res *fence.RecoveryResult) error {
 			fmt.Fprintf(w, "  %s %s %s: %s\n", mark(o.Released), o.Fence.Kind, fence.Display(o.Fence.Name), oneLine(o.Message))
 		}
 
-		fmt.Fprintf(w, "\nRelease complete: %d released, %d still held.\n", len(res.Outcomes)-res.Held(), res.Held())
+		held := res.Unproven()
+		fmt.Fprintf(w, "\nRelease complete: %d released, %d still held.\n", len(res.Outcomes)-res.Held()-held, res.Held())
+
+		if held > 0 {
+			fmt.Fprintf(w, "%d %s on an unproven hold (cordoned: Talos config written, runtime never proved): run apply to prove %s, or release --uncordon-unproven.\n",
+				held, human.Plural(held, "node stays", "nodes stay"), human.Plural(held, "it", "them"))
+		}
 	}
 
 	return nil

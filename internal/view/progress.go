@@ -2,6 +2,7 @@ package view
 
 import (
 	"fmt"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"io"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ func progressLine(e progress.Event) string {
 		return fmt.Sprintf("%s elapsed of ready_timeout %s: waiting for it to go: %s", e.Elapsed.Round(time.Second), e.Timeout, e.Why)
 	case progress.WaitingSettled:
 		return fmt.Sprintf("waiting before release: Ready=%t, lifecycle taints=%t", e.Ready, e.Lifecycle)
+	case progress.WaitingProvisioned:
+		return fmt.Sprintf("%s elapsed of ready_timeout %s: waiting for %d %s the autoscaler is creating to join, before the fleet is listed "+
+			"the last time", e.Elapsed.Round(time.Second), e.Timeout, e.Machines, human.Plural(e.Machines, "machine", "machines"))
 	}
 
 	return ""

@@ -28,6 +28,8 @@ func TestProgressWording(t *testing.T) {
 		{"waiting gone", progress.WaitingGone{Node: "w1", Elapsed: 5200 * time.Millisecond, Timeout: 2 * time.Minute, Why: "the cluster autoscaler is deleting it"},
 			"w1: 5s elapsed of ready_timeout 2m0s: waiting for it to go: the cluster autoscaler is deleting it\n"},
 		{"waiting settled", progress.WaitingSettled{Node: "w1", Ready: true, Lifecycle: true}, "w1: waiting before release: Ready=true, lifecycle taints=true\n"},
+		{"waiting provisioned", progress.WaitingProvisioned{Group: "pool-a", Machines: 2, Elapsed: 10 * time.Second, Timeout: 2 * time.Minute},
+			"pool-a: 10s elapsed of ready_timeout 2m0s: waiting for 2 machines the autoscaler is creating to join, before the fleet is listed the last time\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer

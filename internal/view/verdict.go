@@ -14,7 +14,8 @@ var useMarks = map[plan.UseState]string{plan.UseNew: "✓", plan.UseOld: "✗", 
 // useKinds name a use's kind for people.
 var useKinds = map[string]string{
 	plan.UseNode: "node", plan.UseSecret: "pull secret", plan.UseRoot: "root Flux secret",
-	plan.UseTemplate: "node template", plan.UseFleet: "fleet",
+	plan.UseTemplate: "node template", plan.UseFleet: "fleet", plan.UseUnmanaged: "unmanaged pull secret",
+	plan.UseProvisioning: "node group provisioning",
 }
 
 // verdictHuman writes the verdict and each use of the old credential with what to do.

@@ -244,7 +244,7 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
-	nodes, outside, held, err := w.nodes(ctx)
+	nodes, outside, refs, held, err := w.nodes(ctx)
 	if err != nil {
 		return plan.Snapshot{}, nil, err
 	}
@@ -271,25 +271,33 @@ func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error)
 		return plan.Snapshot{}, nil, err
 	}
 
+	var autoscaler *plan.AutoscalerObs
+
+	if len(cfg.NodeTemplates) > 0 { // machines it creates boot from a template ghcrsync rewrites
+		if autoscaler, err = w.Kube.Provisioning(ctx); err != nil {
+			return plan.Snapshot{}, nil, err
+		}
+	}
+
 	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: plan.Identities(outside),
-		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations}, held, nil
+		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations, PullSecretRefs: refs, Autoscaler: autoscaler}, held, nil
 }
 
 // nodes observes the selected nodes — each with its Talos facts, its evictable pods and what
 // would hold their eviction — the nodes outside the selector with their Talos facts too (the
-// verdict judges every Node of the cluster), in one batched read, and the credentials the
-// selected nodes hold.
-func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, held []Held, err error) {
+// verdict judges every Node of the cluster), in one batched read, the pull secrets pods
+// reference for the registry's images, and the credentials the selected nodes hold.
+func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, refs []plan.PullSecretRef, held []Held, err error) {
 	cfg := w.Config
 
 	nodes, outside, err = w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 
 	tc, err := w.Talos(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 
 	all := append(nodes, outside...) //nolint:gocritic // one batched read; split below
@@ -302,16 +310,16 @@ func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, held
 		}
 	}
 
-	pods, blockers, err := w.Kube.EvictableByNode(ctx)
+	pods, err := w.Kube.Pods(ctx, cfg.Credential.Registry)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 
 	for i := range nodes {
-		nodes[i].Pods, nodes[i].Blockers = pods[nodes[i].Name], blockers[nodes[i].Name]
+		nodes[i].Pods, nodes[i].Blockers = pods.Evictable[nodes[i].Name], pods.Blockers[nodes[i].Name]
 	}
 
-	return nodes, outside, held, nil
+	return nodes, outside, pods.Refs, held, nil
 }
 
 // secrets observes every pull secret the run writes, and the credentials they hold.
