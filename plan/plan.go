@@ -42,6 +42,7 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Flux = planFlux(s.Kustomizations, p.Changes())
 	p.Owners = OtherOwners(s, p.Flux)
 	p.CredentialsInUse = inUse(s.InUse)
+	p.StaleRuntimes = staleRuntimes(s, in)
 	p.Steering = steer(p, s, in.AllowPending)
 	p.Warnings = warnings(p, s, in)
 
@@ -205,6 +206,32 @@ func needs(n Node, in Input) (Action, Reason, string) {
 	}
 
 	return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
+}
+
+// staleRuntimes are the nodes (of the fleet and outside it) whose runtime has not loaded the
+// credential their config holds: their Talos reloads none live, their runtime started before the
+// config last changed, and no proof on this boot says otherwise.
+func staleRuntimes(s Snapshot, in Input) []string {
+	var out []string
+
+	for _, n := range slices.Concat(s.Nodes, s.Outside) {
+		if n.Talos == nil || n.Talos.ConfiguredDigest == "" {
+			continue
+		}
+
+		v, err := ParseTalosVersion(n.Talos.Version)
+		if err != nil || v.AtLeast(TalosLiveRegistryAuth) {
+			continue
+		}
+
+		loaded := n.Talos.CRIStarted.After(n.Talos.ConfigUpdated) ||
+			n.Talos.ConfiguredDigest == in.AuthDigest && n.VerifiedRevision == in.CredentialRevision && n.VerifiedBoot != "" && n.VerifiedBoot == n.BootID
+		if !loaded {
+			out = append(out, n.Name)
+		}
+	}
+
+	return out
 }
 
 // runtimeProof says why a node whose config carries the credential is known to use it ("" if
@@ -403,12 +430,22 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	}
 
 	for _, u := range p.CredentialsInUse {
-		if u.State == CredentialUnreachable {
+		switch u.State {
+		case CredentialUnreachable:
 			w = append(w, "In use: "+u.Sentence()+"; whether it still pulls is unknown.")
+		case CredentialPartial:
+			w = append(w, "In use: "+u.Sentence()+"; it pulls the other packages, so this is no emergency: grant it the package(s) "+
+				"or rotate them off it before it is needed.")
 		}
 	}
 
 	w = append(w, controlPlaneWarnings(p, s, in)...)
+
+	if p.Emergency() && len(p.StaleRuntimes) > 0 {
+		w = append(w, fmt.Sprintf("Emergency: the container runtime of %s has not loaded the credential its Talos config holds (it started before the "+
+			"config last changed, and its Talos loads none live): it still pulls with what it booted with, which may be the refused credential, "+
+			"so no evicted pod is sent there (hard steering) until it is rotated.", describe(UseNode, p.StaleRuntimes)))
+	}
 
 	for _, sec := range s.Secrets {
 		if sec.OutsideRoles {
@@ -468,7 +505,7 @@ func controlPlaneWarnings(p *Plan, s Snapshot, in Input) []string {
 // inUse orders the credentials in use: refused first, then unreachable, then valid; by digest.
 func inUse(uses []CredentialInUse) []CredentialInUse {
 	out := slices.Clone(uses)
-	rank := map[string]int{CredentialRefused: 0, CredentialUnreachable: 1, CredentialValid: 2}
+	rank := map[string]int{CredentialRefused: 0, CredentialUnreachable: 1, CredentialPartial: 2, CredentialValid: 3}
 
 	sort.SliceStable(out, func(i, j int) bool {
 		if rank[out[i].State] != rank[out[j].State] {
@@ -517,6 +554,8 @@ func (u CredentialInUse) Sentence() string {
 		return subject + " is refused by the registry: their runtimes cannot pull new images (" + u.Detail + ")"
 	case CredentialUnreachable:
 		return subject + " could not be checked against the registry (" + u.Detail + ")"
+	case CredentialPartial:
+		return subject + " is denied " + strings.Join(u.Denied, ", ") + " by the registry (never granted that package) and pulls the others"
 	}
 
 	return subject + " is accepted by the registry"

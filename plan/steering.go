@@ -68,6 +68,11 @@ func (p *Plan) CanPull(d Destination) (ok bool, why string) {
 		return true, ""
 	}
 
+	if p.Emergency() && slices.Contains(p.StaleRuntimes, d.Name) {
+		return false, "its container runtime still uses the credential it booted with (it started before its config last changed, and its " +
+			"Talos loads none live), which may be the refused one"
+	}
+
 	for _, u := range p.CredentialsInUse {
 		if slices.Contains(u.Nodes, d.Name) {
 			if u.State == CredentialRefused && !u.Desired {
@@ -85,8 +90,10 @@ func (p *Plan) CanPull(d Destination) (ok bool, why string) {
 	return true, ""
 }
 
-// NodesRefused reports whether a credential the registry refused is held by nodes (not only by
-// pull secrets): their runtimes cannot pull, so an evicted pod must never land on one.
+// NodesRefused reports whether a credential the registry refused may be what nodes' runtimes
+// pull with: held in their configs, or — in an emergency — by a runtime that has not loaded its
+// config (StaleRuntimes: what it booted with is unknown, and may be the refused one). Their
+// runtimes cannot pull, so an evicted pod must never land on one.
 func (p *Plan) NodesRefused() bool {
 	for _, u := range p.Refused() {
 		if len(u.Nodes) > 0 {
@@ -94,7 +101,7 @@ func (p *Plan) NodesRefused() bool {
 		}
 	}
 
-	return false
+	return p.Emergency() && len(p.StaleRuntimes) > 0
 }
 
 // CheckDestinations is the rule before each eviction from node (pods: how many it has to

@@ -86,6 +86,9 @@ const (
 	CredentialValid       = "valid"
 	CredentialRefused     = "refused"
 	CredentialUnreachable = "unreachable"
+	// CredentialPartial: it pulls some of the prove packages and is denied others (one it was
+	// never granted): a warning naming them, not an emergency.
+	CredentialPartial = "partial"
 )
 
 // CredentialInUse is one distinct credential the fleet or the managed secrets hold: by its auth
@@ -98,6 +101,8 @@ type CredentialInUse struct {
 	Secrets []string `json:"secrets,omitempty"`
 	State   string   `json:"state"`
 	Detail  string   `json:"detail,omitempty"`
+	// Denied are the packages a partial credential cannot pull.
+	Denied []string `json:"denied,omitempty"`
 }
 
 // Node is one observed Kubernetes Node with its Talos facts.
@@ -317,6 +322,10 @@ type Plan struct {
 	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
 	// registry judged them (Refused, Emergency).
 	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`
+	// StaleRuntimes are the nodes whose container runtime has not loaded the credential their
+	// Talos config holds (Talos without live reload, the runtime started before the config last
+	// changed, no proof on this boot): their runtime pulls with what it booted with.
+	StaleRuntimes []string `json:"stale_runtimes,omitempty"`
 	Nodes            []NodePlan        `json:"nodes"`
 	Secrets          []SecretPlan      `json:"secrets,omitempty"`
 	// Templates are the node templates' configs, written after the consumer secrets and before

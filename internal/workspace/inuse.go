@@ -58,19 +58,54 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 			continue
 		}
 
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		_, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, creds[d], targets)
-		cancel()
-
-		u.State = judgeProof(err)
-		if err != nil {
-			u.Detail = err.Error()
-		}
+		u.State, u.Detail, u.Denied = judgeTargets(ctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, creds[d], targets)
 
 		out = append(out, *u)
 	}
 
 	return out
+}
+
+// judgeTargets asks the registry about a credential in use, package by package: refused when
+// the registry refuses the credential itself (at the token step) or every package; partial when
+// it pulls some packages and is denied others (a package the old token was never granted: a
+// warning naming it, no emergency); else as the proof of each package says.
+func judgeTargets(ctx context.Context, r credential.Registry, c *credential.Credential, targets []string) (state, detail string, denied []string) {
+	var firstErr error
+
+	pulled := 0
+
+	for _, t := range targets {
+		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		_, err := credential.Prove(pctx, r, c, []string{t})
+		cancel()
+
+		var pe *credential.ProofError
+
+		switch {
+		case err == nil:
+			pulled++
+
+			continue
+		case judgeProof(err) == plan.CredentialRefused && errors.As(err, &pe) && pe.Step == "manifest":
+			denied = append(denied, t)
+		default: // refused as a whole, or no answer: the other packages would say the same
+			return judgeProof(err), err.Error(), nil
+		}
+
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+
+	switch {
+	case len(denied) == 0:
+		return plan.CredentialValid, "", nil
+	case pulled == 0:
+		return plan.CredentialRefused, firstErr.Error(), nil
+	}
+
+	return plan.CredentialPartial, firstErr.Error(), denied
 }
 
 // judgeProof is what a proof's outcome says of a credential in use.
