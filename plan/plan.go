@@ -208,6 +208,20 @@ func needs(n Node, in Input) (Action, Reason, string) {
 	return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
 }
 
+// staleBehindValidConfig are the stale runtimes whose config holds no refused credential: the
+// config says they can pull, their runtime may not.
+func staleBehindValidConfig(p *Plan) []string {
+	var out []string
+
+	for _, name := range p.StaleRuntimes {
+		if !slices.ContainsFunc(p.Refused(), func(u CredentialInUse) bool { return slices.Contains(u.Nodes, name) }) {
+			out = append(out, name)
+		}
+	}
+
+	return out
+}
+
 // staleRuntimes are the nodes (of the fleet and outside it) whose runtime has not loaded the
 // credential their config holds: their Talos reloads none live, their runtime started before the
 // config last changed, and no proof on this boot says otherwise.
@@ -441,10 +455,10 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 
 	w = append(w, controlPlaneWarnings(p, s, in)...)
 
-	if p.Emergency() && len(p.StaleRuntimes) > 0 {
+	if hidden := staleBehindValidConfig(p); p.Emergency() && len(hidden) > 0 {
 		w = append(w, fmt.Sprintf("Emergency: the container runtime of %s has not loaded the credential its Talos config holds (it started before the "+
 			"config last changed, and its Talos loads none live): it still pulls with what it booted with, which may be the refused credential, "+
-			"so no evicted pod is sent there (hard steering) until it is rotated.", describe(UseNode, p.StaleRuntimes)))
+			"so no evicted pod is sent there (hard steering) until it is rotated.", describe(UseNode, hidden)))
 	}
 
 	for _, sec := range s.Secrets {
