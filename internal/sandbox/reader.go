@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,16 +29,24 @@ func (f *Fleet) createAutoscalerDeployment(ctx context.Context) error {
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: AutoscalerDeployment, Namespace: AutoscalerDeploymentNamespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			// One replica on the control planes, as the autoscaler runs: its pod's start is when
+			// it read the template (the evidence of a restart is the pod, not a managedFields
+			// time). The image is the registry's public one: its process is the simulation above.
+			Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "cluster-autoscaler", Image: "registry.k8s.io/autoscaling/cluster-autoscaler:v" + ClusterAutoscalerVersion,
-					Env: []corev1.EnvVar{{Name: TemplateKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-						LocalObjectReference: corev1.LocalObjectReference{Name: TemplateSecret}, Key: TemplateKey,
-					}}}},
-				}}},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"node-role.kubernetes.io/control-plane": ""},
+					Tolerations:                   []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Containers: []corev1.Container{{
+						Name: "cluster-autoscaler", Image: registry.RegistryHost + "/" + registry.PublicImage,
+						Env: []corev1.EnvVar{{Name: TemplateKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+							LocalObjectReference: corev1.LocalObjectReference{Name: TemplateSecret}, Key: TemplateKey,
+						}}}},
+					}},
+				},
 			},
 		},
 	}
