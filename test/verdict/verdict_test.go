@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
@@ -131,7 +137,9 @@ func TestVerdictJudgesEveryPool(t *testing.T) {
 		pools := cfg["nodeConfigs"].(map[string]any)
 		pools["gpu-pool"] = pools[sandbox.TemplatePool]
 	})
-	t.Cleanup(func() { editTemplate(t, kube, func(cfg map[string]any) { delete(cfg["nodeConfigs"].(map[string]any), "gpu-pool") }) })
+	t.Cleanup(func() {
+		editTemplate(t, kube, func(cfg map[string]any) { delete(cfg["nodeConfigs"].(map[string]any), "gpu-pool") })
+	})
 
 	rotate(t, sb, "second-pool")
 
@@ -140,7 +148,9 @@ func TestVerdictJudgesEveryPool(t *testing.T) {
 		t.Fatalf("a second pool on the old credential: exit %d, want 5 naming it\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 
-	all := config(t, sb, func(s string) string { return regexp.MustCompile(`pools\s*=\s*\["autoscale-cx43"\]`).ReplaceAllString(s, "pools = []") })
+	all := config(t, sb, func(s string) string {
+		return regexp.MustCompile(`pools\s*=\s*\["autoscale-cx43"\]`).ReplaceAllString(s, "pools = []")
+	})
 	if r := apply(t, sb, all); r.code != 0 || !strings.Contains(r.stdout, "It is safe to revoke") {
 		t.Fatalf("every pool written: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -424,6 +434,145 @@ func writeTemplateCredential(t *testing.T, sb *sandbox.Sandbox, c sandbox.Creden
 	}
 }
 
+// An operator pushes the new credential into every node's Talos config without a reboot, then
+// revokes the old one — on Talos 1.13, whose runtimes keep the credential they booted with. The
+// configs all look new; the runtimes all pull with the revoked one. plan says emergency (the
+// pull secrets still hold the revoked credential) and, judging the runtimes, not the configs,
+// steers hard: every node not yet rotated takes no evicted pod, and the pods wait Pending for the
+// first rotated node (--allow-pending). No pod spends a second unable to pull. The negative
+// control: a pod pulling on such a node, with the node's own credential, cannot.
+func TestEmergencyJudgesTheRuntimeNotTheConfig(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	ctx := context.Background()
+
+	converge(t, sb) // every node on the secret file's credential, proved
+	old := sb.NewCredential()
+	next := rotate(t, sb, "operator-push")
+
+	// Workloads that pull at every start, with the node's own credential.
+	labels := map[string]string{"app": "web"}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(ctx, "shop", metav1.DeleteOptions{}) })
+
+	if _, err := kube.AppsV1().Deployments("shop").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			Containers:                    []corev1.Container{{Name: "web", Image: sandbox.RegistryHost + "/ghcrsync/app:v1", ImagePullPolicy: corev1.PullAlways}},
+		}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, time.Minute, "the workloads run", func() error {
+		d, err := kube.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || d.Status.ReadyReplicas != 2 {
+			return fmt.Errorf("ready %d: %v", d.Status.ReadyReplicas, err)
+		}
+
+		return nil
+	})
+
+	// The operator's push: every node's config gets the new credential, no reboot.
+	talos := sandboxtest.TalosFor(t, sb, sandbox.TalosconfigFile)
+
+	for _, m := range sb.Fleet().Machines() {
+		nctx := client.WithNode(ctx, m.IP)
+
+		mc, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, talos.COSI, talosconfig.ActiveID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		cur, err := mc.Provider().Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		data, err := nodetemplate.Rewrite("talos", cur, nil, sandbox.RegistryHost, next.Username, next.Password)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := talos.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+			t.Fatal(err)
+		}
+
+		if m.Configured() != next || m.Effective() != old {
+			t.Fatalf("%s after the push: configured %s, effective %s", m.Name, m.Configured().Username, m.Effective().Username)
+		}
+	}
+
+	sb.Registry().RevokeCredential(old.Username)
+
+	// The negative control: on such a node, a pull with the node's own credential fails.
+	hazard := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hazard", Namespace: "default"}, Spec: corev1.PodSpec{
+		NodeName: "prod-worker-1", TerminationGracePeriodSeconds: ptr.To(int64(0)),
+		Containers: []corev1.Container{{Name: "c", Image: sandbox.RegistryHost + "/ghcrsync/app:v1", ImagePullPolicy: corev1.PullAlways}},
+	}}
+	if _, err := kube.CoreV1().Pods("default").Create(ctx, hazard, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 30*time.Second, "the pod on a node whose runtime holds the revoked credential cannot pull", func() error {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, "hazard", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+				return nil
+			}
+		}
+
+		return fmt.Errorf("%+v", p.Status.ContainerStatuses)
+	})
+
+	_ = kube.CoreV1().Pods("default").Delete(ctx, "hazard", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+
+	cfg := config(t, sb, nil)
+	planFile := filepath.Join(t.TempDir(), "emergency.plan")
+
+	r := ghcrsync(t, sb, "plan", "--config", cfg, "--allow-pending", "--out", planFile, "--json")
+
+	var p struct {
+		Emergency bool `json:"emergency"`
+		Steering  struct {
+			Effect string `json:"effect"`
+		} `json:"steering"`
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil || r.code != 0 {
+		t.Fatalf("plan: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+
+	if !p.Emergency || p.Steering.Effect != "NoSchedule" || !strings.Contains(strings.Join(p.Warnings, "\n"), "has not loaded the credential its Talos config holds") {
+		t.Fatalf("plan after a no-reboot push and a revoke: emergency %v, steering %s, warnings %q", p.Emergency, p.Steering.Effect, p.Warnings)
+	}
+
+	since := time.Now()
+
+	if r := ghcrsync(t, sb, "apply", "--config", cfg, planFile); r.code != 0 || !strings.Contains(r.stdout, "It is safe to revoke") {
+		t.Fatalf("the emergency rotation: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	d, err := sb.Disruption(since, []string{"shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if d.PullFailurePodSecs != 0 || len(d.Evictions) == 0 {
+		t.Fatalf("the emergency rotation: %d eviction(s), %.1f pod-seconds unable to pull: %+v", len(d.Evictions), d.PullFailurePodSecs, d.PullFailures)
+	}
+
+	t.Logf("%d eviction(s), %.1f pod-seconds unable to pull", len(d.Evictions), d.PullFailurePodSecs)
+}
+
 // A machine the autoscaler created from the template as it was before the run (its server
 // provisioning, not a Node yet) joins during the run: apply waits for it before its last listing
 // and rotates it, so its exit 0 holds for that machine too. The control: a machine still
@@ -457,11 +606,12 @@ func TestVerdictWaitsForMachinesBeingProvisioned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	short := config(t, sb, func(s string) string { return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "10s"`, 1) })
+	short := config(t, sb, func(s string) string {
+		return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "10s"`, 1)
+	})
 
 	r = apply(t, sb, short)
 	if r.code != 5 || !strings.Contains(r.stdout, "autoscale-cx43") || !strings.Contains(r.stdout, "is creating 1 machine") {
 		t.Fatalf("a machine still provisioning when the run ends: exit %d, want 5 naming its group\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
-
