@@ -44,6 +44,8 @@ func Make(s Snapshot, in Input) *Plan {
 	p.CredentialsInUse = inUse(s.InUse)
 	p.StaleRuntimes = staleRuntimes(s, in)
 	p.Steering = steer(p, s, in.AllowPending)
+	p.Estimate = estimate(p, in.Timing)
+	p.Continuing = continuing(in)
 	p.Warnings = warnings(p, s, in)
 
 	var drift []string
@@ -104,7 +106,7 @@ func planNodes(s Snapshot, in Input) ([]NodePlan, string) {
 
 func classify(n Node, in Input, identity string) NodePlan {
 	np := NodePlan{
-		Name: n.Name, UID: n.UID, Role: RoleWorker, Pods: n.Pods,
+		Name: n.Name, UID: n.UID, Role: RoleWorker, Pods: n.Pods, Autoscaled: n.Autoscaled,
 		Invariants: Invariants{
 			UID:              n.UID,
 			Unschedulable:    n.Unschedulable,

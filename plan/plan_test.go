@@ -13,6 +13,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 type goldenInput struct {
@@ -31,6 +32,14 @@ type goldenInput struct {
 	State              plan.StateRef     `json:"state"`
 	Known              map[string]string `json:"known"`
 	SelectedVerdict    bool              `json:"selected_verdict"`
+	// Timing overrides the configuration's defaults of the estimate (budget, samples, ...).
+	Timing *struct {
+		BudgetSeconds     float64        `json:"budget_seconds"`
+		ReserveSeconds    float64        `json:"reserve_seconds"`
+		WorkerParallelism int            `json:"worker_parallelism"`
+		Samples           []state.Sample `json:"samples"`
+	} `json:"timing"`
+	Rotation *state.Rotation `json:"rotation"`
 }
 
 func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
@@ -54,11 +63,26 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 		}
 	}
 
+	// The configuration's defaults (internal/config), unless the case sets its own.
+	timing := plan.Timing{ExpectedNodeTime: 6 * time.Minute, ExpectedLiveTime: 30 * time.Second, WorkerParallelism: 1, LiveParallelism: 10,
+		DrainTimeout: 45 * time.Minute, Reserve: 2 * time.Minute}
+
+	if x := in.Timing; x != nil {
+		timing.Budget, timing.Samples = time.Duration(x.BudgetSeconds*float64(time.Second)), x.Samples
+		if x.ReserveSeconds > 0 {
+			timing.Reserve = time.Duration(x.ReserveSeconds * float64(time.Second))
+		}
+
+		if x.WorkerParallelism > 0 {
+			timing.WorkerParallelism = x.WorkerParallelism
+		}
+	}
+
 	return s, plan.Input{
 		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
-		SelectedVerdict: in.SelectedVerdict,
+		SelectedVerdict: in.SelectedVerdict, Timing: timing, Rotation: in.Rotation,
 	}
 }
 

@@ -116,8 +116,10 @@ type Node struct {
 	Addresses     []string `json:"addresses,omitempty"`
 	Unschedulable bool     `json:"unschedulable,omitempty"`
 	// HeldUnproven: its cordon is ghcrsync's unproven hold (an undone fence whose proof never ran).
-	HeldUnproven bool           `json:"held_unproven,omitempty"`
-	Taints       []taints.Taint `json:"taints,omitempty"`
+	HeldUnproven bool `json:"held_unproven,omitempty"`
+	// Autoscaled: a machine of an autoscaler node group (the hcloud/node-group label).
+	Autoscaled bool           `json:"autoscaled,omitempty"`
+	Taints     []taints.Taint `json:"taints,omitempty"`
 	// Owner and Phase are ghcrsync's fence on the node (its owner and phase annotations);
 	// VerifiedRevision and VerifiedBoot its verified marker.
 	Owner            string      `json:"owner,omitempty"`
@@ -252,6 +254,10 @@ type Input struct {
 	// SelectedVerdict narrows the verdict to the nodes nodes.selector selects (nodes.verdict =
 	// "selected"); by default it judges every Node of the cluster.
 	SelectedVerdict bool
+	// Timing is what the estimate is made of: the recorded samples, the defaults, the budget.
+	Timing Timing
+	// Rotation is the rotation the state says is in progress (nil: none).
+	Rotation *state.Rotation
 }
 
 // Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
@@ -325,9 +331,9 @@ type Plan struct {
 	// StaleRuntimes are the nodes whose container runtime has not loaded the credential their
 	// Talos config holds (Talos without live reload, the runtime started before the config last
 	// changed, no proof on this boot): their runtime pulls with what it booted with.
-	StaleRuntimes []string `json:"stale_runtimes,omitempty"`
-	Nodes            []NodePlan        `json:"nodes"`
-	Secrets          []SecretPlan      `json:"secrets,omitempty"`
+	StaleRuntimes []string     `json:"stale_runtimes,omitempty"`
+	Nodes         []NodePlan   `json:"nodes"`
+	Secrets       []SecretPlan `json:"secrets,omitempty"`
 	// Templates are the node templates' configs, written after the consumer secrets and before
 	// the root Flux secret.
 	Templates []TemplatePlan `json:"templates,omitempty"`
@@ -350,6 +356,10 @@ type Plan struct {
 	// Verdict is who uses which credential as the plan found the cluster (apply judges it again
 	// at the end of its run).
 	Verdict *Revocation `json:"verdict,omitempty"`
+	// Estimate is how long apply is expected to take, and what fits in its time budget.
+	Estimate *Estimate `json:"estimate,omitempty"`
+	// Continuing is the rotation to this revision an earlier run started and did not finish.
+	Continuing *state.Rotation `json:"continuing,omitempty"`
 
 	seal *seal // set when read from a file: what its MAC covers
 }
@@ -374,6 +384,13 @@ type NodePlan struct {
 	Blockers   []DrainBlocker `json:"drain_blockers,omitempty"`
 	Pods       int            `json:"pods,omitempty"` // the pods its drain would evict, when planned
 	Invariants Invariants     `json:"invariants"`
+	// Autoscaled: a machine of an autoscaler node group (its estimate's class).
+	Autoscaled bool `json:"autoscaled,omitempty"`
+	// Estimate is how long its rotation is expected to take; Ends when, from the run's start, it
+	// is expected to end; InBudget whether that is within the run's time budget.
+	Estimate time.Duration `json:"estimate,omitempty"`
+	Ends     time.Duration `json:"ends,omitempty"`
+	InBudget bool          `json:"in_budget,omitempty"`
 }
 
 // Invariants are the facts a plan snapshots and apply re-validates before it touches a node.

@@ -80,6 +80,9 @@ const (
 	OutcomeCancelled Outcome = "cancelled"
 	// OutcomeSkipped is a node never started (the run was cancelled, or its failure budget spent).
 	OutcomeSkipped Outcome = "skipped"
+	// OutcomeDeferred is a node not started because its estimate did not fit in what was left of
+	// the run's time budget: the next run rotates it (a continuation, not a failure).
+	OutcomeDeferred Outcome = "deferred"
 )
 
 // ActionApplyLive is a record's action when the node's Talos reloads the credential live: no
@@ -107,6 +110,61 @@ type State struct {
 	Steered []Steer `json:"steered,omitempty"`
 	// Suspended are the Flux Kustomizations a run may have suspended (the flux block).
 	Suspended []Suspension `json:"suspended,omitempty"`
+	// Rotation is the rotation to a credential revision that one run or several carry out (a run
+	// stopped by its time budget leaves the rest to the next).
+	Rotation *Rotation `json:"rotation,omitempty"`
+	// Samples are how long the last rotated nodes took, step by step: the estimate's record.
+	Samples []Sample `json:"samples,omitempty"`
+}
+
+// Rotation is a rotation to one credential revision, across the runs that carry it out.
+type Rotation struct {
+	Revision  string     `json:"revision"`
+	Started   time.Time  `json:"started"`
+	StartedBy string     `json:"started_by"` // the first run's holder id
+	Runs      int        `json:"runs"`
+	Done      []string   `json:"done,omitempty"` // the nodes rotated in it so far
+	Finished  *time.Time `json:"finished,omitempty"`
+}
+
+// Begin records that a run (holder) carries out the rotation to revision: a new rotation, or
+// the next run of the one in progress.
+func (s *State) Begin(revision, holder string, now time.Time) {
+	if r := s.Rotation; r != nil && r.Revision == revision && r.Finished == nil {
+		r.Runs++
+
+		return
+	}
+
+	s.Rotation = &Rotation{Revision: revision, Started: now.UTC(), StartedBy: holder, Runs: 1}
+}
+
+// Rotated records that node was rotated in the rotation in progress.
+func (s *State) Rotated(node string) {
+	if r := s.Rotation; r != nil && r.Finished == nil && !slices.Contains(r.Done, node) {
+		r.Done = append(r.Done, node)
+	}
+}
+
+// Sample is how long one node's rotation took: in all and by step (seconds).
+type Sample struct {
+	Node     string             `json:"node"`
+	Class    string             `json:"class"`
+	Run      string             `json:"run"`
+	Finished time.Time          `json:"finished"`
+	Seconds  float64            `json:"seconds"`
+	Steps    map[string]float64 `json:"steps,omitempty"`
+}
+
+// MaxSamples bounds the record: the estimate reads the latest ones of each class.
+const MaxSamples = 200
+
+// AddSample records a finished rotation's durations, keeping the latest MaxSamples.
+func (s *State) AddSample(x Sample) {
+	s.Samples = append(s.Samples, x)
+	if n := len(s.Samples); n > MaxSamples {
+		s.Samples = slices.Clone(s.Samples[n-MaxSamples:])
+	}
 }
 
 // Suspension records a run's suspension of one Flux Kustomization: written before the

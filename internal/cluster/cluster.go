@@ -257,6 +257,8 @@ func FromNode(n *corev1.Node) plan.Node {
 		HeldUnproven:     HeldUnproven(n),
 	}
 
+	_, out.Autoscaled = n.Labels[NodeGroupLabel]
+
 	_, out.ControlPlane = n.Labels[ControlPlaneLabel]
 
 	for _, a := range n.Status.Addresses {

@@ -55,6 +55,10 @@ func (c *Connection) Get(ctx context.Context, name string) (*corev1.Node, error)
 // ControlPlaneLabel marks control-plane Nodes.
 const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
+// NodeGroupLabel names the autoscaler node group a Node belongs to (the Hetzner cloud
+// provider's label): its rotation's estimate is of the autoscaled class.
+const NodeGroupLabel = "hcloud/node-group"
+
 // ControlPlanes lists every control-plane Node.
 func (c *Connection) ControlPlanes(ctx context.Context) ([]corev1.Node, error) {
 	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ControlPlaneLabel})

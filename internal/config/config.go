@@ -49,6 +49,19 @@ type Config struct {
 	Lease         Lease
 	State         State
 	Liveness      *Liveness
+	// Run bounds a run in time (the run block).
+	Run Run
+}
+
+// Run is how long one apply may take: a run that cannot finish the rotation in its budget does
+// what fits and leaves the rest to the next run.
+type Run struct {
+	// Budget is the wall time one apply may take (0: none); apply --within overrides it.
+	Budget time.Duration
+	// Reserve is what a run keeps at its end for its closing steps (the pull secrets, the late
+	// nodes, the verdict, the root, releasing the Lease): a node starts only if its estimate
+	// ends before the budget less this.
+	Reserve time.Duration
 }
 
 // Liveness is where a Lease holder's run is checked for having ended.
@@ -122,7 +135,20 @@ type Nodes struct {
 	// Verdict is what the verdict judges: every Node of the cluster (VerdictCluster, the
 	// default) or only the selected ones (VerdictSelected, an explicit narrowing).
 	Verdict string
+	// ExpectedNodeTime and ExpectedLiveTime are what a fenced node and a live update are
+	// expected to take before the state has recorded any (the estimate's defaults).
+	ExpectedNodeTime time.Duration
+	ExpectedLiveTime time.Duration
 }
+
+// The estimate's defaults, before the state has recorded a rotation: a fenced node on Hetzner
+// cx33 workers with Talos 1.13 (drain, reboot, Ready, proof) took 4.7 to 6.8 minutes in the
+// predecessor's published runs; a live update, seconds.
+const (
+	DefaultExpectedNodeTime = 6 * time.Minute
+	DefaultExpectedLiveTime = 30 * time.Second
+	DefaultReserve          = 2 * time.Minute
+)
 
 // Verdict scopes (nodes.verdict).
 const (
@@ -233,6 +259,12 @@ type file struct {
 	Lease       *leaseBlock       `hcl:"lease,block"`
 	State       *stateBlock       `hcl:"state,block"`
 	Liveness    []livenessBlock   `hcl:"liveness,block"`
+	Run         *runBlock         `hcl:"run,block"`
+}
+
+type runBlock struct {
+	Budget  hcl.Expression `hcl:"budget,optional"`
+	Reserve hcl.Expression `hcl:"reserve,optional"`
 }
 
 type livenessBlock struct {
@@ -280,6 +312,8 @@ type nodesBlock struct {
 	ReadyTimeout         hcl.Expression `hcl:"ready_timeout,optional"`
 	AllowQuorumLoss      *bool          `hcl:"allow_quorum_loss,optional"`
 	Verdict              hcl.Expression `hcl:"verdict,optional"`
+	ExpectedNodeTime     hcl.Expression `hcl:"expected_node_time,optional"`
+	ExpectedLiveTime     hcl.Expression `hcl:"expected_live_time,optional"`
 	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
 }
 
@@ -595,8 +629,19 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.state(raw, cfg)
 	d.liveness(raw, body, cfg)
 	d.probeNamespace(body, cfg)
+	d.run(raw, cfg)
 
 	return cfg
+}
+
+// run decodes the run block: the time budget of one apply.
+func (d *decoder) run(raw *file, cfg *Config) {
+	cfg.Run = Run{Reserve: DefaultReserve}
+
+	if b := raw.Run; b != nil {
+		cfg.Run.Budget = d.duration(b.Budget, 0, "run.budget")
+		cfg.Run.Reserve = d.duration(b.Reserve, cfg.Run.Reserve, "run.reserve")
+	}
 }
 
 // probeNamespace refuses a probe namespace that holds anything a pod could take: apply may
@@ -934,7 +979,7 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 	n := Nodes{AutoscalerCandidates: AutoscalerInclude, WorkerParallelism: 1, LiveParallelism: 10, MaxFailures: 1, DrainTimeout: 45 * time.Minute, ReadyTimeout: 10 * time.Minute,
-		Verdict: VerdictCluster}
+		Verdict: VerdictCluster, ExpectedNodeTime: DefaultExpectedNodeTime, ExpectedLiveTime: DefaultExpectedLiveTime}
 
 	if len(cfg.Credential.Prove) > 0 {
 		n.Probe = Probe{Image: cfg.Credential.Registry + "/" + cfg.Credential.Prove[0]}
@@ -972,6 +1017,8 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		n.MaxFailures = d.atLeastOne(b.MaxFailures, n.MaxFailures, "max_failures")
 
 		n.DrainTimeout = d.duration(b.DrainTimeout, n.DrainTimeout, "nodes.drain_timeout")
+		n.ExpectedNodeTime = d.duration(b.ExpectedNodeTime, n.ExpectedNodeTime, "nodes.expected_node_time")
+		n.ExpectedLiveTime = d.duration(b.ExpectedLiveTime, n.ExpectedLiveTime, "nodes.expected_live_time")
 		n.ReadyTimeout = d.duration(b.ReadyTimeout, n.ReadyTimeout, "nodes.ready_timeout")
 
 		if b.AllowQuorumLoss != nil {

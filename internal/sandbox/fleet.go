@@ -517,8 +517,9 @@ func (f *Fleet) labelNode(ctx context.Context, m *Machine) error {
 		labels["node-role.kubernetes.io/control-plane"] = ""
 	}
 
-	if m.Autoscaled {
+	if m.Autoscaled { // the simulation's own label, and the one the Hetzner provider sets
 		labels[NodeGroupLabel] = "autoscale-cx43"
+		labels["hcloud/node-group"] = "autoscale-cx43"
 	}
 
 	if len(labels) == 0 {

@@ -168,6 +168,14 @@ func mdHeader(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 	}
 
+	if c := p.ContinuingSentence(); c != "" {
+		fmt.Fprintf(w, "**Continuing** %s.\n\n", md(c))
+	}
+
+	if e := p.Estimate.Sentence(); e != "" {
+		fmt.Fprintf(w, "**Estimate:** %s.\n\n", md(e))
+	}
+
 	if st := p.Steering; st.Blocked != "" {
 		fmt.Fprintln(w, "> [!WARNING]")
 		fmt.Fprintf(w, "> **Not applicable as planned**: %s.\n\n", md(st.Blocked))

@@ -78,9 +78,17 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 	}
 
+	if c := p.ContinuingSentence(); c != "" {
+		fmt.Fprintf(w, "Continuing: %s.\n\n", oneLine(c))
+	}
+
 	legend(w, p)
 	nodes(w, p)
 	steering(w, p)
+
+	if e := p.Estimate.Sentence(); e != "" {
+		fmt.Fprintf(w, "Estimate: %s.\n\n", e)
+	}
 	secrets(w, p)
 	templates(w, p)
 	flux(w, p)
@@ -384,6 +392,10 @@ type PlanJSON struct {
 	CredentialsInUse []plan.CredentialInUse `json:"credentials_in_use,omitempty"`
 	// Steering is where the drains' pods go (blocked: apply refuses the plan as it is).
 	Steering plan.Steering `json:"steering"`
+	// Estimate is the expected wall time of apply and what fits in its time budget; Continuing
+	// the rotation an earlier run started and did not finish (1.5).
+	Estimate   *EstimateJSON   `json:"estimate,omitempty"`
+	Continuing *ContinuingJSON `json:"continuing,omitempty"`
 	// Flux is what the run does to each Kustomization of the flux block; OtherOwners are the
 	// other managers of the objects it writes (1.3).
 	Flux        []plan.FluxPlan   `json:"flux"`
@@ -406,6 +418,10 @@ type NodeJSON struct {
 	// DrainBlockers are the pods its drain will meet: held by a budget, refused (no
 	// controller), or losing emptyDir data (1.4).
 	DrainBlockers []plan.DrainBlocker `json:"drain_blockers,omitempty"`
+	// EstimateSeconds is how long its rotation is expected to take; InBudget whether it fits in
+	// the run's time budget (1.5).
+	EstimateSeconds float64 `json:"estimate_seconds,omitempty"`
+	InBudget        bool    `json:"in_budget,omitempty"`
 }
 
 // SecretJSON is one pull secret of PlanJSON.
@@ -433,8 +449,78 @@ type TemplateJSON struct {
 // PlanJSONFormatVersion is the version of PlanJSON; additive changes keep the major version
 // (1.1: the verdict; 1.2: the credential's expiry, the predicted drain holds; 1.3: the Flux
 // Kustomizations suspended for the run, the other owners, the machine-config drift; 1.4: each
-// node's drain blockers).
-const PlanJSONFormatVersion = "1.4"
+// node's drain blockers; 1.5: the estimate, each node's, and the rotation continued).
+const PlanJSONFormatVersion = "1.5"
+
+// EstimateJSON is plan.Estimate with durations in seconds.
+type EstimateJSON struct {
+	WallSeconds    float64             `json:"wall_seconds"`
+	Fenced         int                 `json:"fenced"`
+	Live           int                 `json:"live"`
+	Parallelism    int                 `json:"parallelism"`
+	Classes        []ClassEstimateJSON `json:"classes"`
+	HeldDrains     int                 `json:"held_drains"`
+	BudgetSeconds  float64             `json:"budget_seconds,omitempty"`
+	ReserveSeconds float64             `json:"reserve_seconds,omitempty"`
+	Fit            int                 `json:"fit"`
+	Acted          int                 `json:"acted"`
+	Sentence       string              `json:"sentence"`
+}
+
+// ClassEstimateJSON is one class's expected duration per node and its source.
+type ClassEstimateJSON struct {
+	Class          string  `json:"class"`
+	PerNodeSeconds float64 `json:"per_node_seconds"`
+	Samples        int     `json:"samples"`
+	Runs           int     `json:"runs"`
+	// Source is "recorded" (the median of the class's recorded rotations), "recorded:CLASS"
+	// (another class's) or "default" (the configuration's, before any).
+	Source string `json:"source"`
+}
+
+// ContinuingJSON is the rotation in progress a plan continues.
+type ContinuingJSON struct {
+	Revision  string   `json:"revision"`
+	Started   string   `json:"started"`
+	StartedBy string   `json:"started_by"`
+	Runs      int      `json:"runs"`
+	Done      []string `json:"done"`
+	Sentence  string   `json:"sentence"`
+}
+
+func newEstimateJSON(e *plan.Estimate) *EstimateJSON {
+	if e == nil || e.Acted == 0 {
+		return nil
+	}
+
+	out := &EstimateJSON{WallSeconds: e.Wall.Seconds(), Fenced: e.Fenced, Live: e.Live, Parallelism: e.Parallelism, HeldDrains: e.Held,
+		BudgetSeconds: e.Budget.Seconds(), ReserveSeconds: e.Reserve.Seconds(), Fit: e.Fit, Acted: e.Acted, Sentence: e.Sentence(),
+		Classes: []ClassEstimateJSON{}}
+
+	for _, c := range e.Classes {
+		src := "recorded"
+		switch {
+		case c.Default:
+			src = "default"
+		case c.From != "":
+			src = "recorded:" + c.From
+		}
+
+		out.Classes = append(out.Classes, ClassEstimateJSON{Class: c.Class, PerNodeSeconds: c.PerNode.Seconds(), Samples: c.Samples, Runs: c.Runs, Source: src})
+	}
+
+	return out
+}
+
+func newContinuingJSON(p *plan.Plan) *ContinuingJSON {
+	r := p.Continuing
+	if r == nil {
+		return nil
+	}
+
+	return &ContinuingJSON{Revision: r.Revision, Started: r.Started.UTC().Format("2006-01-02T15:04:05Z"), StartedBy: r.StartedBy, Runs: r.Runs,
+		Done: append([]string{}, r.Done...), Sentence: p.ContinuingSentence()}
+}
 
 // NewPlanJSON converts a plan to its JSON view.
 func NewPlanJSON(p *plan.Plan) PlanJSON {
@@ -447,13 +533,14 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 		Summary: p.Summary, Changes: p.Changes(), Verdict: newVerdictJSON(p.Verdict, nil),
 		Emergency: p.Emergency(), CredentialsInUse: p.CredentialsInUse, Steering: p.Steering,
 		Flux: append([]plan.FluxPlan{}, p.Flux...), OtherOwners: append([]plan.OtherOwner{}, p.Owners...), ConfigDrift: append([]string{}, p.Drifted...),
+		Estimate: newEstimateJSON(p.Estimate), Continuing: newContinuingJSON(p),
 	}
 
 	for _, n := range p.Nodes {
 		out.Nodes = append(out.Nodes, NodeJSON{
 			Name: n.Name, UID: n.UID, Role: string(n.Role), Action: string(n.Action), ReasonCode: string(n.Reason),
 			Reason: n.Sentence, Order: n.Order, APIEndpoint: n.Endpoint, TalosVersion: n.Talos, TalosDryRun: n.TalosDryRun,
-			DrainBlockers: n.Blockers,
+			DrainBlockers: n.Blockers, EstimateSeconds: n.Estimate.Seconds(), InBudget: n.InBudget,
 		})
 	}
 

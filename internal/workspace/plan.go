@@ -27,6 +27,8 @@ type PlanOptions struct {
 	// AllowPending lets evicted pods wait Pending rather than land on a node that cannot pull or
 	// is drained later (--allow-pending).
 	AllowPending bool
+	// Within is the run's time budget (--within; 0: the configuration's run.budget).
+	Within time.Duration
 }
 
 // Plan proves the credential, observes the fleet and plans. It writes nothing anywhere.
@@ -199,8 +201,23 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
 		SelectedVerdict: cfg.Nodes.Verdict == config.VerdictSelected,
 		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
-		AllowPending: o.AllowPending,
+		AllowPending: o.AllowPending, Timing: w.Timing(o.Within), Rotation: w.State.Rotation,
 	}, nil
+}
+
+// Timing is the estimate's input: the state's recorded rotations, the configuration's defaults
+// and parallelism, and the run's budget (within, or the configuration's run.budget).
+func (w *Workspace) Timing(within time.Duration) plan.Timing {
+	n := w.Config.Nodes
+
+	budget := w.Config.Run.Budget
+	if within > 0 {
+		budget = within
+	}
+
+	return plan.Timing{Samples: w.State.Samples, ExpectedNodeTime: n.ExpectedNodeTime, ExpectedLiveTime: n.ExpectedLiveTime,
+		WorkerParallelism: n.WorkerParallelism, LiveParallelism: n.LiveParallelism, DrainTimeout: n.DrainTimeout,
+		Budget: budget, Reserve: w.Config.Run.Reserve}
 }
 
 // known lists the nodes the state or the previous plan say exist (name -> uid).
