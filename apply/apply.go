@@ -65,6 +65,8 @@ type Cluster interface {
 
 // Options are a run's choices besides its inputs and the plan.
 type Options struct {
+	// Within is the run's time budget (apply --within; 0: the configuration's run.budget).
+	Within      time.Duration
 	PlanPath    string // where the plan came from ("" when planned in this command), for messages
 	RunRef      string
 	Logger      hclog.Logger
@@ -118,6 +120,32 @@ type Result struct {
 	VerdictErr error
 	// Flux is what the run did with each Kustomization of the flux block.
 	Flux []FluxResult
+	// Budget is the run's time budget (0: none) and Deadline when it ends.
+	Budget   time.Duration
+	Deadline time.Time
+}
+
+// Deferred lists the nodes the run did not start because they did not fit in its time budget:
+// the next run rotates them.
+func (r *Result) Deferred() []string {
+	var out []string
+
+	for _, n := range r.Nodes {
+		if n.Outcome == state.OutcomeDeferred {
+			out = append(out, n.Node)
+		}
+	}
+
+	return out
+}
+
+// Progressed reports whether the run stopped on its time budget with nothing failed: it did what
+// fitted, released what it took, and the next run continues the rotation (exit 6). The root
+// Flux secret held back is what a progressed run leaves by design, not a failure.
+func (r *Result) Progressed() bool {
+	c := r.Counts()
+
+	return len(r.Deferred()) > 0 && !r.Cancelled && c.Failed()-c.Secrets[fanout.HeldBack] == 0
 }
 
 // SafeToRevoke reports whether the run ended with the old credential used by nothing.
@@ -204,6 +232,17 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 		r.log = hclog.NewNullLogger()
 	}
 
+	// The time budget runs from the start of the run: what does not fit in it is left to the
+	// next run (each node's estimate, the plan's, is checked before it starts).
+	if r.res.Budget = o.Within; r.res.Budget == 0 {
+		r.res.Budget = in.Config.Run.Budget
+	}
+
+	if r.res.Budget > 0 {
+		r.res.Deadline = in.Now().Add(r.res.Budget)
+		p.Rebudget(r.res.Budget, in.Config.Run.Reserve)
+	}
+
 	if err := r.checkPlan(ctx); err != nil {
 		return nil, err
 	}
@@ -245,12 +284,14 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 // write makes the run's writes, in their order: the node templates, the nodes (and those that
 // joined meanwhile), the consumer pull secrets, then — unless the run was cancelled — the root.
 // In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
-// the pods using them can pull again at once, before any node is drained. (Ordinarily they
-// follow the nodes.) The root stays last, after the verdict.
+// the pods using them can pull again at once, before any node is drained. Under a time budget
+// they go first too: they are cheap, and a run stopped by its budget has then done them.
+// (Ordinarily they follow the nodes.) The root stays last, after the verdict.
 func (r *run) write(ctx context.Context) error {
 	r.templates(ctx)
 
-	if r.p.Emergency() {
+	early := r.p.Emergency() || r.res.Budget > 0
+	if early {
 		r.consumers(ctx)
 	}
 
@@ -261,7 +302,7 @@ func (r *run) write(ctx context.Context) error {
 	r.lateNodes(ctx)
 
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
-		if !r.p.Emergency() {
+		if !early {
 			r.consumers(ctx)
 		}
 
@@ -380,6 +421,8 @@ func (r *run) acquire(ctx context.Context) error {
 		"run "+r.res.Holder+" rotates the registry credential to revision "+human.Short(r.p.CredentialRevision), false)
 
 	r.in.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.in.Now().UTC()}
+	r.in.State.Begin(r.p.CredentialRevision, r.res.Holder, r.in.Now())
+
 	if err := r.in.Store.Write(r.in.State); err != nil {
 		r.releaseLease(ctx)
 
@@ -420,6 +463,7 @@ func (r *run) nodes(ctx context.Context) error {
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
 		MaxFailures:     cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
+		Deadline: r.res.Deadline, Reserve: cfg.Run.Reserve,
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,
@@ -630,8 +674,14 @@ func (r *run) record() {
 		st.Run.Outcome = "cancelled"
 	case r.res.Failed() > 0:
 		st.Run.Outcome = "failed"
+	case r.res.Progressed():
+		st.Run.Outcome = "progressed"
 	default:
 		st.Run.Outcome = "succeeded"
+	}
+
+	if rot := st.Rotation; rot != nil && rot.Finished == nil && r.res.Verdict != nil && r.res.Verdict.SafeToRevoke {
+		rot.Finished = &finished
 	}
 
 	if err := r.in.Store.Write(st); err != nil {

@@ -103,6 +103,10 @@ type execOptions struct {
 	// nodes held when the run started: one revoked since the plan is refused, and a node still
 	// holding it takes no evicted pod (plan.CheckDestinations).
 	Recheck func(ctx context.Context) []plan.CredentialInUse
+	// Deadline is when the run's time budget ends (zero: none); Reserve what it keeps for its
+	// closing steps. A node starts only if its estimate ends before Deadline less Reserve.
+	Deadline time.Time
+	Reserve  time.Duration
 }
 
 // Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).
@@ -317,6 +321,11 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 		return skip(state.OutcomeFailed, "the Lease was lost")
 	case e.budgetSpent():
 		return skip(state.OutcomeSkipped, fmt.Sprintf("the failure budget is spent (nodes.max_failures = %d)", e.o.MaxFailures))
+	case e.outOfTime(np):
+		left := e.o.Deadline.Sub(e.now()).Round(time.Second)
+
+		return skip(state.OutcomeDeferred, fmt.Sprintf("its estimate (%s) does not fit in what is left of the run's time budget (%s, of which %s is kept "+
+			"for the run's end): the next run rotates it", np.Estimate.Round(time.Second), max(left, 0), e.o.Reserve))
 	}
 
 	t := &txn{e: e, p: p, np: np, log: e.o.Logger.With("node", np.Name)}
@@ -328,7 +337,38 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 		e.mu.Unlock()
 	}
 
+	if r.Outcome == state.OutcomeDone {
+		e.record(np, r)
+	}
+
 	return r
+}
+
+// outOfTime reports whether np's estimate would end past the run's deadline less its reserve:
+// then it is not started (a node already started is always finished).
+func (e *executor) outOfTime(np plan.NodePlan) bool {
+	return !e.o.Deadline.IsZero() && e.now().Add(np.Estimate+e.o.Reserve).After(e.o.Deadline)
+}
+
+// record keeps what a rotated node took in the state (the estimate's samples) and marks it
+// done in the rotation in progress. A state that cannot be written loses the sample only.
+func (e *executor) record(np plan.NodePlan, r NodeResult) {
+	x := state.Sample{Node: np.Name, Class: plan.ClassOf(np), Run: e.o.Holder, Finished: e.now().UTC(), Steps: map[string]float64{}}
+
+	for _, t := range r.Timings {
+		x.Seconds += t.Duration.Seconds()
+		x.Steps[t.Step] += t.Duration.Seconds()
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	e.st.AddSample(x)
+	e.st.Rotated(np.Name)
+
+	if err := e.store.Write(e.st); err != nil {
+		e.o.Logger.Warn("the node's timings could not be recorded in the state", "node", np.Name, "error", err)
+	}
 }
 
 // budgetSpent reports whether max_failures nodes have failed.

@@ -121,7 +121,8 @@ func assertLeaseFree(t *testing.T, sb *sandbox.Sandbox, name string) {
 // process on this host has exited, whatever its Lease and the CI API say), and release leaves no
 // cordon, no ghcrsync annotation, no steering taint and no held Lease — and an operator's own
 // taint of the same effect where it was. A second release is a no-op. Killed between its Talos
-// write and its proof (configured, rebooting), the node stays cordoned on an unproven hold.
+// write and its proof (configured, rebooting, proved: the phase is recorded before the proof
+// runs), the node stays cordoned on an unproven hold; killed after it (released), it does not.
 func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	const name = "prod-worker-1"
@@ -175,7 +176,7 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 
 			// Killed after its Talos write and before its proof, the node is kept out of service
 			// on an unproven hold (listed by fences) until a proof, or --uncordon-unproven.
-			if phase == state.PhaseConfigured || phase == state.PhaseRebooting {
+			if phase == state.PhaseConfigured || phase == state.PhaseRebooting || phase == state.PhaseProved {
 				if rep := fences(t, r.cfg, ""); len(rep.Fences) != 1 || rep.Fences[0].Kind != fence.KindUnproven || rep.Fences[0].Name != name {
 					t.Fatalf("fences after release of a run killed at %s: %+v", phase, rep.Fences)
 				}

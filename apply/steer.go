@@ -16,8 +16,10 @@ import (
 
 // steered lists the nodes the run puts its steering taint on: every fenced node (its drain's
 // pods, and every pod after, should land on rotated nodes), and, where the taint is NoSchedule,
-// the live ones too (until updated they cannot pull either).
-func steered(p *plan.Plan) []plan.NodePlan {
+// the live ones too (until updated they cannot pull either). Under a time budget, only the
+// nodes this run expects to rotate (InBudget): a node left to the next run is not tainted by
+// this one, so a run killed or stopped leaves no steering beyond what it was rotating.
+func steered(p *plan.Plan, budgeted bool) []plan.NodePlan {
 	var out []plan.NodePlan
 
 	if p.Steering.Effect == "" { // a plan of a ghcrsync before steering: none
@@ -25,7 +27,7 @@ func steered(p *plan.Plan) []plan.NodePlan {
 	}
 
 	for _, n := range p.Nodes {
-		if n.Order > 0 && (n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive && p.Steering.Hard()) {
+		if n.Order > 0 && (n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive && p.Steering.Hard()) && (!budgeted || n.InBudget) {
 			out = append(out, n)
 		}
 	}
@@ -39,7 +41,7 @@ func steered(p *plan.Plan) []plan.NodePlan {
 // logged: the drains' destination check (plan.CheckDestinations) still refuses to evict onto it
 // where it cannot pull.
 func (e *executor) steer(ctx context.Context, p *plan.Plan) {
-	nodes := steered(p)
+	nodes := steered(p, !e.o.Deadline.IsZero())
 	if len(nodes) == 0 {
 		return
 	}

@@ -203,7 +203,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateRestart || !strings.Contains(tp[0].Reason, "has not restarted since it was written") {
+	if tp := again.Plan.Templates; len(tp) != 1 || tp[0].Action != plan.TemplateRestart || !strings.Contains(tp[0].Reason, "before it was written") {
 		t.Fatalf("the repaired template's plan: %+v", tp)
 	}
 

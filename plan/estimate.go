@@ -234,6 +234,25 @@ func estimate(p *Plan, t Timing) *Estimate {
 	return e
 }
 
+// Rebudget marks again which nodes fit in a budget (apply's, which may not be the plan's): a
+// node fits when it is expected to end before budget less reserve.
+func (p *Plan) Rebudget(budget, reserve time.Duration) {
+	fit := 0
+
+	for i := range p.Nodes {
+		np := &p.Nodes[i]
+		np.InBudget = np.Order > 0 && (budget == 0 || np.Ends+reserve <= budget)
+
+		if np.InBudget {
+			fit++
+		}
+	}
+
+	if p.Estimate != nil {
+		p.Estimate.Budget, p.Estimate.Reserve, p.Estimate.Fit = budget, reserve, fit
+	}
+}
+
 // schedule starts nodes in order on k slots from at (each on the slot free first) and sets
 // when each ends; it returns when the last ends.
 func schedule(nodes []*NodePlan, k int, at time.Duration) time.Duration {

@@ -264,12 +264,14 @@ type Fence struct {
 	HeldUnproven bool `json:"held_unproven,omitempty"`
 }
 
-// Unproven reports whether a fence undone at phase would return a node to service with no
-// proof that its runtime pulls with the credential its Talos config holds: its config was
-// written (by this fence, or before it: HeldUnproven) and no proof followed. Such a node keeps
-// its cordon (an unproven hold) until a run proves it or a person says otherwise.
+// Unproven reports whether a fence undone at phase may return a node to service with no proof
+// that its runtime pulls with the credential its Talos config holds: its config was written (by
+// this fence, or before it: HeldUnproven). Whether a proof followed is the node's to say (its
+// verified marker for DesiredRevision on its current boot: cluster.ReleasePatch checks it; the
+// phase "proved" is recorded before the proof, so a failed proof carries it too). Such a node
+// keeps its cordon (an unproven hold) until a run proves it or a person says otherwise.
 func (f Fence) Unproven(phase Phase) bool {
-	return !phase.AtOrAfter(PhaseProved) && (phase.TalosWritten() || f.HeldUnproven)
+	return phase.TalosWritten() || f.HeldUnproven
 }
 
 // Record is what ghcrsync did, or is doing, to one node.

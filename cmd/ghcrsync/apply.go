@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -22,6 +23,7 @@ type applyArgs struct {
 	config       string
 	autoApprove  bool
 	allowPending bool
+	within       time.Duration
 	runRef       string
 	logLevel     string
 	logFormat    string
@@ -49,6 +51,8 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "with --auto-approve: as plan --allow-pending")
+	f.DurationVar(&a.within, "within", 0, "the run's time budget (default: run.budget): a node whose estimate does not fit in what is left is not started; "+
+		"the run then stops at a safe point and exits 6 (progressed), and the next run continues")
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
 	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
 	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
@@ -81,7 +85,7 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 		return plan.Load(path)
 	}
 
-	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{AllowPending: a.allowPending})
+	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{AllowPending: a.allowPending, Within: a.within})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +131,7 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 	}
 
 	// --json: JSON Lines, each step as it happens (Events), then the summary.
-	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: v.Progress(), Observe: v.Events(), Hooks: testHooks, Logger: logger}
+	o := apply.Options{PlanPath: planPath, RunRef: a.runRef, Progress: v.Progress(), Observe: v.Events(), Hooks: testHooks, Logger: logger, Within: a.within}
 
 	in, err := ws.Apply()
 	if err != nil {
@@ -143,8 +147,12 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 
-	// 0 only when the old credential is no longer used anywhere: safe to revoke.
-	if res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke() {
+	// 0 only when the old credential is no longer used anywhere: safe to revoke; 6 when the run
+	// stopped on its time budget with nothing failed and the next run continues.
+	switch {
+	case res.ReleaseErr == nil && res.Progressed():
+		return exitError{code: exitProgressed}
+	case res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke():
 		return exitError{code: exitPartial}
 	}
 

@@ -17,6 +17,7 @@ const (
 	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format
 	exitLeaseHeld   = 4 // the run Lease is held by another run
 	exitPartial     = 5 // not done: a node or secret failed, a fence is still held, or the old credential is still used (the verdict names it)
+	exitProgressed  = 6 // apply: stopped on its time budget with nothing failed: it did what fitted, the next run continues
 )
 
 // exitError carries an exit code other than 1.

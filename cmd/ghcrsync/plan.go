@@ -22,6 +22,7 @@ type planArgs struct {
 	allowPending bool
 	strict       bool
 	expiresIn    time.Duration
+	within       time.Duration
 }
 
 func newPlan() *cobra.Command {
@@ -51,6 +52,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "let evicted pods wait Pending for a rotated node rather than land on one that cannot pull or is drained later")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
+	f.DurationVar(&a.within, "within", 0, "the run's time budget the estimate compares with (default: run.budget)")
 
 	return cmd
 }
@@ -101,7 +103,7 @@ func (a planArgs) run(cmd *cobra.Command) error {
 	}
 	defer ws.Close()
 
-	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending})
+	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending, Within: a.within})
 	if err != nil {
 		return err
 	}

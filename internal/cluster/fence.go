@@ -195,13 +195,21 @@ func ReleasePatch(n *corev1.Node, holder string, rec state.Fence, hold bool) map
 
 	switch {
 	case rec.WasCordoned: // the cordon is someone else's: it stays, and is not ghcrsync's hold
-	case hold:
+	case hold && !Proved(n, rec.DesiredRevision):
 		ann[UnprovenAnnotation] = rec.DesiredRevision
 	default:
 		p["spec"] = map[string]any{"unschedulable": false}
 	}
 
 	return WithoutSteering(n, holder, p)
+}
+
+// Proved reports whether n's runtime was proved to pull with revision on its current boot (the
+// verified marker ghcrsync writes after a proof).
+func Proved(n *corev1.Node, revision string) bool {
+	boot := n.Annotations[VerifiedBootAnnotation]
+
+	return revision != "" && n.Annotations[VerifiedRevisionAnnotation] == revision && boot != "" && boot == n.Status.NodeInfo.BootID
 }
 
 // HeldUnproven reports whether n carries ghcrsync's unproven hold.
@@ -227,9 +235,9 @@ type Patcher interface {
 var ErrNoFence = errors.New("the node carries nothing of the fence")
 
 // ReleaseFence takes holder's fence off the node: a compare-and-swap that check must allow on
-// every read; hold keeps the cordon as an unproven hold (ReleasePatch). gone is true when the
-// node no longer carries anything of it (deleted, replaced). The one undo of a fence: the
-// executor and `ghcrsync release` both call it.
+// every read; hold keeps the cordon as an unproven hold unless the node is proved
+// (ReleasePatch). gone is true when the node no longer carries anything of it (deleted,
+// replaced). The one undo of a fence: the executor and `ghcrsync release` both call it.
 func ReleaseFence(ctx context.Context, p Patcher, name, holder string, rec state.Fence, hold bool, check func(*corev1.Node) error) (gone bool, err error) {
 	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return ReleasePatch(n, holder, rec, hold) }, nil)
 	if apierrors.IsNotFound(err) || errors.Is(err, ErrNoFence) {

@@ -69,6 +69,13 @@ func TestReleasePatch(t *testing.T) {
 
 	const fenceOff = `"ghcrsync.dev/owner":null,"ghcrsync.dev/phase":null,"ghcrsync.dev/record":null`
 
+	proved := func(revision, markerBoot, boot string) *corev1.Node {
+		n := node(map[string]string{VerifiedRevisionAnnotation: revision, VerifiedBootAnnotation: markerBoot})
+		n.Status.NodeInfo.BootID = boot
+
+		return n
+	}
+
 	for _, tc := range []struct {
 		name string
 		node *corev1.Node
@@ -96,6 +103,12 @@ func TestReleasePatch(t *testing.T) {
 			`{"metadata":{"annotations":{` + fenceOff + `,"ghcrsync.dev/unproven":"rev"}}}`},
 		{"an unproven node an operator had cordoned stays theirs, not marked", node(nil), state.Fence{WasCordoned: true, DesiredRevision: "rev"}, true,
 			`{"metadata":{"annotations":{` + fenceOff + `}}}`},
+		{"a node proved on its current boot is uncordoned, whatever the phase said", proved("rev", "boot-2", "boot-2"), state.Fence{DesiredRevision: "rev"}, true,
+			`{"metadata":{"annotations":{` + fenceOff + `}},"spec":{"unschedulable":false}}`},
+		{"a marker of an earlier boot proves nothing: held", proved("rev", "boot-1", "boot-2"), state.Fence{DesiredRevision: "rev"}, true,
+			`{"metadata":{"annotations":{` + fenceOff + `,"ghcrsync.dev/unproven":"rev"}}}`},
+		{"a marker of another revision proves nothing: held", proved("old", "boot-2", "boot-2"), state.Fence{DesiredRevision: "rev"}, true,
+			`{"metadata":{"annotations":{` + fenceOff + `,"ghcrsync.dev/unproven":"rev"}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := patchJSON(t, ReleasePatch(tc.node, holder, tc.rec, tc.hold)); got != tc.want {

@@ -252,13 +252,21 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
 	case rec.WasCordoned:
 		return Outcome{Fence: f, Released: true, Message: "released (left cordoned: it was cordoned before the claim)"}
-	case rec.Unproven(f.Phase) && !o.UncordonUnproven:
+	case rec.Unproven(f.Phase) && !o.UncordonUnproven && heldNow(ctx, kube, f.Name):
 		return Outcome{Fence: f, Released: true, Message: UnprovenHoldSentence}
-	case rec.Unproven(f.Phase):
+	case rec.Unproven(f.Phase) && o.UncordonUnproven:
 		return Outcome{Fence: f, Released: true, Message: "released and uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
 	}
 
 	return Outcome{Fence: f, Released: true, Message: "released and uncordoned"}
+}
+
+// heldNow reports whether the node carries an unproven hold now (the undo set one: its Talos
+// config was written and its verified marker does not prove it on its current boot).
+func heldNow(ctx context.Context, kube *cluster.Connection, name string) bool {
+	n, err := kube.Get(ctx, name)
+
+	return err == nil && cluster.HeldUnproven(n)
 }
 
 // liftHold returns a node on an unproven hold to service (release --uncordon-unproven): a

@@ -19,7 +19,7 @@ import (
 
 // ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version
 // (1.1: each node's timings; 1.2: the verdict, late nodes; 1.3: the flux block's Kustomizations).
-const ApplyJSONFormatVersion = "1.3"
+const ApplyJSONFormatVersion = "1.4"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
@@ -42,6 +42,42 @@ type ApplyJSON struct {
 	Verdict *VerdictJSON `json:"verdict"`
 	// Flux is what the run did with each Kustomization of the flux block.
 	Flux []ApplyFluxJSON `json:"flux"`
+	// Outcome is the run's in one word: "done" (safe to revoke), "progressed" (stopped on its
+	// time budget with nothing failed: Remaining nodes are left to the next run, Next says how),
+	// "partial" (something failed or still uses the old credential), "cancelled" (1.4).
+	Outcome       string   `json:"outcome"`
+	Remaining     int      `json:"remaining"`
+	Deferred      []string `json:"deferred"`
+	Next          string   `json:"next,omitempty"`
+	BudgetSeconds float64  `json:"budget_seconds,omitempty"`
+}
+
+// Run outcomes (ApplyJSON.Outcome).
+const (
+	OutcomeDone       = "done"
+	OutcomeProgressed = "progressed"
+	OutcomePartial    = "partial"
+	OutcomeCancelled  = "cancelled"
+)
+
+// runOutcome is the run's outcome in one word, as the exit code says it.
+func runOutcome(res *apply.Result) string {
+	switch {
+	case res.Cancelled:
+		return OutcomeCancelled
+	case res.ReleaseErr == nil && res.Progressed():
+		return OutcomeProgressed
+	case res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke():
+		return OutcomePartial
+	}
+
+	return OutcomeDone
+}
+
+// nextStep is what continues a progressed run.
+func nextStep(res *apply.Result) string {
+	return fmt.Sprintf("run `ghcrsync plan` and `ghcrsync apply` again (the continuation lane, docs/ci.md): %d %s to rotate; "+
+		"do not revoke the old credential before a run ends safe", len(res.Deferred()), human.Plural(len(res.Deferred()), "node is left", "nodes are left"))
 }
 
 // ApplyFluxJSON is one Kustomization of the flux block: suspended by the run, and resumed (held
@@ -122,6 +158,11 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
 		Cancelled: res.Cancelled, Held: append([]string{}, res.Held()...), MaxFailures: res.MaxFailures,
 		Verdict: newVerdictJSON(res.Verdict, res.VerdictErr), Flux: []ApplyFluxJSON{},
+		Outcome: runOutcome(res), Deferred: append([]string{}, res.Deferred()...), BudgetSeconds: res.Budget.Seconds(),
+	}
+
+	if out.Remaining = len(out.Deferred); out.Outcome == OutcomeProgressed {
+		out.Next = nextStep(res)
 	}
 
 	for _, f := range res.Flux {
@@ -238,7 +279,7 @@ func seconds(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds())
 
 var outcomeMarks = map[state.Outcome]string{
 	state.OutcomeDone: "✓", state.OutcomeDeselected: "-", state.OutcomeGoneAfterMutation: "?", state.OutcomeFailed: "✗",
-	state.OutcomeCancelled: "!", state.OutcomeSkipped: " ",
+	state.OutcomeCancelled: "!", state.OutcomeSkipped: " ", state.OutcomeDeferred: "»",
 }
 
 // applyNodes renders one line per node and the summary.
@@ -266,6 +307,15 @@ func applyNodes(w io.Writer, res *apply.Result, c apply.Counts) {
 
 	if n := counts[state.OutcomeCancelled] + counts[state.OutcomeSkipped]; n > 0 && res.Cancelled {
 		fmt.Fprintf(w, "The run was cancelled: %d node(s) stopped or not started.\n", n)
+	}
+
+	if n := counts[state.OutcomeDeferred]; n > 0 {
+		fmt.Fprintf(w, "The time budget (%s) stopped the run at a safe point: %d %s not started, left to the next run (every fence of this run is released).\n",
+			res.Budget, n, human.Plural(n, "node was", "nodes were"))
+
+		if res.Progressed() {
+			fmt.Fprintf(w, "Progressed: %s.\n", nextStep(res))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 )
@@ -480,7 +482,7 @@ func (r *seedRun) recover(ctx context.Context) bool {
 	}
 
 	for _, f := range rep.Fences {
-		if !f.Releasable {
+		if !f.Releasable && f.Kind != fence.KindUnproven {
 			r.problem("after the run ended, fence %s/%s (holder %s) is not releasable: %s", f.Kind, f.Name, f.Holder, f.Reason)
 		}
 	}
@@ -492,8 +494,10 @@ func (r *seedRun) recover(ctx context.Context) bool {
 		return false
 	}
 
+	// What release leaves is a node on an unproven hold only (its Talos config written, never
+	// proved): the convergence proves it and lifts the hold (checked there).
 	rep, ok = r.fences()
-	if ok && len(rep.Fences) > 0 {
+	if ok && slices.ContainsFunc(rep.Fences, func(f fence.Fence) bool { return f.Kind != fence.KindUnproven }) {
 		r.problem("fences left after release: %+v", rep.Fences)
 
 		return false
@@ -557,6 +561,13 @@ func (r *seedRun) convergeAll(ctx context.Context) bool {
 		}
 
 		if !pj.Changes && pj.Verdict != nil && pj.Verdict.SafeToRevoke {
+			// Converged: every node proved, so no node is left on an unproven hold.
+			if rep, ok := r.fences(); !ok || len(rep.Fences) > 0 {
+				r.problem("converged, but fences are held: %+v", rep.Fences)
+
+				return false
+			}
+
 			return true
 		}
 
