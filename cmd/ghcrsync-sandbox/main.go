@@ -81,7 +81,7 @@ func newUp() *cobra.Command {
 	f.IntVar(&o.Autoscaled, "autoscaled", 2, "autoscaler-managed worker machines")
 	f.Int64Var(&o.Seed, "seed", 1, "seed for names and autoscaler decisions")
 	f.DurationVar(&o.Heartbeat, "heartbeat", 10*time.Second, "kubelet status heartbeat interval")
-	f.DurationVar(&o.Reboot, "reboot", 5*time.Second, "how long a machine reboot takes")
+	f.Var(&rebootRange{lo: &o.Reboot, hi: &o.RebootMax}, "reboot", "how long a machine reboot takes: a duration, or a range like 20s..40s (each reboot draws, seeded)")
 	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
 	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl; default 0 with --autoscaled 0)")
 	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
@@ -282,6 +282,45 @@ func alive(pids []int) bool {
 
 	return false
 }
+
+// rebootRange is --reboot: one duration, or "LO..HI".
+type rebootRange struct{ lo, hi *time.Duration }
+
+func (r *rebootRange) String() string {
+	if r.lo == nil || *r.lo == 0 {
+		return "5s"
+	}
+
+	if r.hi != nil && *r.hi > *r.lo {
+		return r.lo.String() + ".." + r.hi.String()
+	}
+
+	return r.lo.String()
+}
+
+func (r *rebootRange) Set(s string) error {
+	lo, hi, isRange := strings.Cut(s, "..")
+
+	l, err := time.ParseDuration(lo)
+	if err != nil || l <= 0 {
+		return fmt.Errorf("%q is not a duration or a range LO..HI", s)
+	}
+
+	*r.lo, *r.hi = l, 0
+
+	if isRange {
+		h, err := time.ParseDuration(hi)
+		if err != nil || h < l {
+			return fmt.Errorf("%q: the range's end must be a duration not below its start", s)
+		}
+
+		*r.hi = h
+	}
+
+	return nil
+}
+
+func (r *rebootRange) Type() string { return "duration[..duration]" }
 
 // ctlVerb is one verb of `ctl`: the arguments it takes, its help, and how they fill the admin
 // API's request. The table is the verbs' one list: the help, the argument check and the request.

@@ -56,6 +56,9 @@ type Fleet struct {
 	reg   *registry.Registry
 	net   subnet
 	rng   *mrand.Rand // seeded: names, autoscaler decisions
+	// rebootRNG draws reboot durations (RebootMax), seeded apart from rng so the names and the
+	// autoscaler's decisions stay those of the seed.
+	rebootRNG *mrand.Rand
 
 	endpoint *endpointProxy
 	talosCA  *authority // issues the Talos API's certificates (machine.ca)
@@ -438,6 +441,23 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	m.kubelet.boot()
 
 	return m, nil
+}
+
+// rebootTime is how long one reboot takes: Reboot, or a seeded draw up to RebootMax.
+func (f *Fleet) rebootTime() time.Duration {
+	lo, hi := f.opts.Reboot, f.opts.RebootMax
+	if hi <= lo {
+		return lo
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if f.rebootRNG == nil {
+		f.rebootRNG = mrand.New(mrand.NewPCG(uint64(f.opts.Seed), 0xb007))
+	}
+
+	return lo + time.Duration(f.rebootRNG.Int64N(int64(hi-lo)+1))
 }
 
 // newServerID gives out the next Hetzner server ID.

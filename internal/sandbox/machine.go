@@ -397,7 +397,7 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(f.opts.Reboot):
+	case <-time.After(f.rebootTime()):
 	}
 
 	// A powered-off machine stays down until powered on.

@@ -51,6 +51,9 @@ type Options struct {
 	Seed                int64
 	Heartbeat           time.Duration
 	Reboot              time.Duration
+	// RebootMax, when above Reboot, makes each reboot take a duration drawn (seeded) between
+	// Reboot and RebootMax: a real fleet's spread, scaled down.
+	RebootMax time.Duration
 	AutoscalerInterval  time.Duration
 	AutoscalerScaleRate float64 // chance per tick of a scale-down and of a scale-up; 0 = only on request
 	AutoscalerPaused    bool
