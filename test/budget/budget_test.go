@@ -252,3 +252,99 @@ func readState(t *testing.T, path string) *state.State {
 
 	return st
 }
+
+// The case that runs on almost every deploy: nothing to rotate. A converged plan and apply make
+// no mutating Kubernetes request (the API server's audit log, as this identity), no Talos write,
+// no Lease; and the requests they make are reads and permission checks only. The control: the
+// same count after a rotation is far from zero (the count sees writes).
+func TestNothingToDoWritesNothing(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	const user = "ghcrsync-budget-test"
+
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+
+	if err := sb.WriteKubeconfig(kc, user, "system:masters"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := sandboxtest.CopyConfig(t, sb, dir, func(s string) string {
+		return strings.Replace(s, `"`+sb.Path(sandbox.KubeconfigFile)+`"`, `"`+kc+`"`, 1)
+	})
+
+	mutating := func() []string {
+		t.Helper()
+
+		evs, err := sb.AuditedWrites(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		var out []string
+
+		for _, ev := range evs {
+			switch ev.Verb {
+			case "create", "update", "patch", "delete", "deletecollection":
+				out = append(out, ev.Verb+" "+ev.RequestURI)
+			}
+		}
+
+		return out
+	}
+
+	talosWrites := func() int {
+		n := 0
+		for _, w := range sb.Fleet().Stats().TalosWrites {
+			n += w
+		}
+
+		return n
+	}
+
+	// Converge first (the previous test's rotation, or this sandbox's first).
+	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", cfg); r.code != 0 {
+		t.Fatalf("converging: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	rotationWrites := len(mutating())
+	if rotationWrites == 0 {
+		t.Fatal("control: the audit log shows no write of this identity after a rotation")
+	}
+
+	time.Sleep(2 * time.Second) // the audit log is written as requests end
+	before, talosBefore := len(mutating()), talosWrites()
+
+	planFile := filepath.Join(dir, "converged.plan")
+
+	if r := ghcrsync(t, sb, "plan", "--config", cfg, "--out", planFile, "--detailed-exitcode"); r.code != 0 {
+		t.Fatalf("plan of a converged cluster: exit %d, want 0\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	r := ghcrsync(t, sb, "apply", "--config", cfg, "--verbose", planFile)
+	if r.code != 0 || !strings.Contains(r.stdout, "No changes") {
+		t.Fatalf("apply of a converged cluster: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	time.Sleep(2 * time.Second)
+
+	if w := mutating()[before:]; len(w) != 0 {
+		t.Fatalf("a converged plan and apply wrote: %v", w)
+	}
+
+	if n := talosWrites() - talosBefore; n != 0 {
+		t.Fatalf("a converged plan and apply made %d Talos writes", n)
+	}
+
+	t.Logf("a converged plan and apply: 0 writes (a rotation before: %d); apply's requests: %s", rotationWrites, requestsLine(r.stderr))
+}
+
+func requestsLine(stderr string) string {
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "Requests:") {
+			return l
+		}
+	}
+
+	return "(not reported)"
+}
