@@ -50,8 +50,13 @@ type Inputs struct {
 type Cluster interface {
 	// Preflight checks apply's permissions (its writes) once the plan stands.
 	Preflight(ctx context.Context) error
-	// Prove proves the credential against the registry.
+	// Prove proves the credential against the registry (waiting out its passing trouble).
 	Prove(ctx context.Context) error
+	// Control asks the registry once, now, for the probe's images with the new credential: the
+	// control that tells a node's refused credential from a registry refusing everyone.
+	Control(ctx context.Context, p *plan.Plan) error
+	// Retry is how the registry's passing trouble is waited out.
+	Retry() credential.Retry
 	// ProbeAdmissible dry-runs the plan's runtime probe pod; Probe is that proof.
 	ProbeAdmissible(ctx context.Context, p *plan.Plan) error
 	Probe(p *plan.Plan) plan.Probe
@@ -467,6 +472,8 @@ func (r *run) nodes(ctx context.Context) error {
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,
+		Retry:   r.in.Cluster.Retry(),
+		Control: func(ctx context.Context) error { return r.in.Cluster.Control(ctx, r.p) },
 	})
 
 	r.res.Nodes = r.exec.run(ctx, r.p)

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -107,6 +109,39 @@ type execOptions struct {
 	// closing steps. A node starts only if its estimate ends before Deadline less Reserve.
 	Deadline time.Time
 	Reserve  time.Duration
+	// Retry waits out the registry's passing trouble in a runtime proof, Control telling a
+	// node's refused credential from a registry refusing everyone (zero: no retry).
+	Retry   credential.Retry
+	Control func(ctx context.Context) error
+}
+
+// proveRuntime is the node's runtime proof, asked again while the registry is in passing
+// trouble: a pull the runtime could not make because the registry was busy (429, 5xx), or
+// denied while the registry denied the new credential too (the control), is proved again with
+// a new probe pod; a denial the control shows is this node's — the registry accepts the new
+// credential at that moment — fails at once, "refused (stable)".
+func (e *executor) proveRuntime(ctx context.Context, node string) error {
+	try := func(ctx context.Context) credential.Attempt {
+		return credential.Attempt{Err: e.nodes.ProveRuntime(ctx, node, e.o.Probe, e.o.ReadyTimeout)}
+	}
+
+	tried, err := e.o.Retry.Do(ctx, try, pullClass, e.o.Control)
+	if s := tried.String(); err == nil && s != "" {
+		e.o.Logger.Warn("the registry's passing trouble was waited out: the runtime proof pulled", "node", node, "retries", s)
+	}
+
+	return err
+}
+
+// pullClass is what a runtime proof's failure says about trying again: the runtime's own words
+// where it could not pull, else final (a probe that did not run is not the registry's doing).
+func pullClass(err error) credential.Class {
+	var pe *cluster.PullError
+	if errors.As(err, &pe) {
+		return credential.ClassOfPullMessage(pe.Message)
+	}
+
+	return credential.Final
 }
 
 // Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).

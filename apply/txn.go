@@ -403,7 +403,7 @@ func (t *txn) prove(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.e.nodes.ProveRuntime(ctx, t.np.Name, t.e.o.Probe, t.e.o.ReadyTimeout); err != nil {
+	if err := t.e.proveRuntime(ctx, t.np.Name); err != nil {
 		return t.callFailed(ctx, "not proved", err)
 	}
 

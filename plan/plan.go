@@ -438,6 +438,10 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		w = append(w, "The credential was not proved against the registry (--skip-proof).")
 	}
 
+	if in.ProofRetries != "" {
+		w = append(w, "The registry was in passing trouble while the credential was proved ("+in.ProofRetries+"); it was proved once the registry answered.")
+	}
+
 	if p.CredentialExpiring() {
 		left := p.CredentialExpiresAt.Sub(p.CreatedAt)
 		w = append(w, fmt.Sprintf("The new credential expires at %s (in %s, as the registry reports it): every node, pull secret and template will hold a "+

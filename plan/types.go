@@ -237,8 +237,10 @@ type Input struct {
 	ProofSkipped       bool
 	// CredentialExpires is when the credential expires, as the registry reported it (zero: not).
 	CredentialExpires time.Time
-	ConfigDigest      string
-	Exclude           []string
+	// ProofRetries is the registry's passing trouble the proof waited out ("": none).
+	ProofRetries string
+	ConfigDigest string
+	Exclude      []string
 	// SelfNode is the node this ghcrsync runs on, in a cluster (SelfNodeEnv): never fenced.
 	SelfNode         string
 	AutoscalerPolicy string // "deselect" or "include"

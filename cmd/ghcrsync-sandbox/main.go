@@ -375,8 +375,21 @@ var ctlVerbs = []ctlVerb{
 	{"kubelet-ready", "NODE", "its kubelet reports Ready again", 1, 1, onNode},
 	{"disruption", "SINCE", "the demo workloads' evictions and pull failures since SINCE (RFC 3339)", 1, 1,
 		func(r []string, q *sandbox.Request) { q.Since = r[0] }},
+	{"registry-flap", "DURATION [ANSWERS] [RETRY_AFTER]", "the registry answers every client, for DURATION, with one of ANSWERS (429,503,denied; default all) as ghcr.io in an incident", 1, 3,
+		registryFlap},
 	{"stats", "", `{"unsafe_writes", "interleaved_writes", "talos_writes", "reboots", "pulls", ...}`, 0, 0, nil},
 	{"fleet", "", "the machines and their credential state", 0, 0, nil},
+}
+
+func registryFlap(rest []string, req *sandbox.Request) {
+	req.Duration = rest[0]
+	if len(rest) > 1 && rest[1] != "" {
+		req.Answers = strings.Split(rest[1], ",")
+	}
+
+	if len(rest) > 2 {
+		req.RetryAfter = rest[2]
+	}
 }
 
 func moveAddress(rest []string, req *sandbox.Request) {

@@ -19,6 +19,11 @@ credential "ghcr" {
   sops_file = "secret.enc.yaml"
   key       = ["stringData", "ghcr_dockerconfigjson"]
   prove     = ["ghcrsync/private-probe:v1"]
+  # How long the registry's passing trouble is waited out: 429 and 5xx for retry_window, a
+  # denial until it has lasted denied_window. Short here so a revoked credential fails fast in
+  # the sandbox; the defaults (2m, 45s) fit ghcr.io's incidents.
+  retry_window  = "40s"
+  denied_window = "6s"
 }
 
 nodes {

@@ -200,6 +200,10 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, describePod(seen))
 	}
 
+	if pe, ok := verdict.(*PullError); ok && pe.Reason == "ImagePullBackOff" {
+		pe.Message = c.failedPull(ctx, pod, pe.Message)
+	}
+
 	if verdict != nil {
 		return verdict
 	}
@@ -212,7 +216,7 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 func probeVerdict(p *corev1.Pod, node, image string) (done bool, verdict error) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
-			return true, fmt.Errorf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", node, image, w.Reason, w.Message)
+			return true, &PullError{Node: node, Image: image, Reason: w.Reason, Message: w.Message}
 		}
 
 		if cs.ImageID != "" {
@@ -233,6 +237,19 @@ func probeVerdict(p *corev1.Pod, node, image string) (done bool, verdict error) 
 
 	return false, nil
 }
+
+// PullError is a probe's pull the node's runtime could not make, as its kubelet reported it.
+type PullError struct {
+	Node, Image     string
+	Reason, Message string
+}
+
+func (e *PullError) Error() string {
+	return fmt.Sprintf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", e.Node, e.Image, e.Reason, e.Message)
+}
+
+// PullMessage is the runtime's own words (what says whether the registry refused or was busy).
+func (e *PullError) PullMessage() string { return e.Message }
 
 // pulledEventWait bounds the wait for the kubelet's Pulled event after the pod's status named
 // the image (the kubelet sends the event first; its delivery can trail the status).
@@ -273,6 +290,27 @@ func (c *Connection) pulled(ctx context.Context, node string, pod *corev1.Pod, i
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// failedPull is the runtime's words for the probe pod's last failed pull (its kubelet's Failed
+// event): what a back-off's own message may leave out. The back-off's message where there is
+// no such event.
+func (c *Connection) failedPull(ctx context.Context, pod *corev1.Pod, backoff string) string {
+	selector := fields.Set{"involvedObject.uid": string(pod.UID), "reason": "Failed"}.String()
+
+	list, err := c.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+	if err != nil || len(list.Items) == 0 {
+		return backoff
+	}
+
+	last := list.Items[0]
+	for _, e := range list.Items[1:] {
+		if e.LastTimestamp.After(last.LastTimestamp.Time) || e.EventTime.After(last.EventTime.Time) {
+			last = e
+		}
+	}
+
+	return last.Message
 }
 
 // pullEvidence reads a probe pod's Pulled events: ok once there is one, with "" for a real pull

@@ -114,7 +114,18 @@ type Credential struct {
 	// TrustedHosts are the hosts besides the endpoint's that the registry's token realm may be
 	// on: the password is sent there (HTTP Basic) to trade it for a pull token.
 	TrustedHosts []string
+	// RetryWindow bounds how long a registry's transient answers (429, 5xx) are asked again;
+	// DeniedWindow is how long a denial (401, 403) must last to be final ("refused (stable)").
+	RetryWindow  time.Duration
+	DeniedWindow time.Duration
 }
+
+// The registry's passing trouble is waited out this long by default: GHCR's incidents answer
+// 429, 5xx and DENIED in bursts of seconds to a minute or two.
+const (
+	DefaultRetryWindow  = 2 * time.Minute
+	DefaultDeniedWindow = 45 * time.Second
+)
 
 // Nodes selects the fleet and bounds the fence transaction.
 type Nodes struct {
@@ -299,6 +310,8 @@ type credentialBlock struct {
 	Key          []string       `hcl:"key,optional"`
 	Prove        []string       `hcl:"prove,optional"`
 	TrustedHosts []string       `hcl:"trusted_hosts,optional"`
+	RetryWindow  hcl.Expression `hcl:"retry_window,optional"`
+	DeniedWindow hcl.Expression `hcl:"denied_window,optional"`
 }
 
 type nodesBlock struct {
@@ -952,6 +965,14 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 	}
 
 	cfg.Credential.TrustedHosts = d.hosts(c.TrustedHosts, attrRange(body, "credential", "trusted_hosts"))
+	cfg.Credential.RetryWindow = d.duration(c.RetryWindow, DefaultRetryWindow, "credential.retry_window")
+	cfg.Credential.DeniedWindow = d.duration(c.DeniedWindow, DefaultDeniedWindow, "credential.denied_window")
+
+	if cfg.Credential.DeniedWindow > cfg.Credential.RetryWindow {
+		d.errorf(attrRange(body, "credential", "denied_window"), "Invalid denied_window",
+			"credential.denied_window (%s) must not be longer than credential.retry_window (%s): a denial is asked again within the retry window.",
+			cfg.Credential.DeniedWindow, cfg.Credential.RetryWindow)
+	}
 
 	if c.Endpoint != nil {
 		cfg.Credential.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")

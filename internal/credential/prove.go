@@ -23,6 +23,8 @@ type ProofError struct {
 	Step   string // "challenge", "token", "manifest"
 	Status int
 	Err    error
+	// RetryAfter is what the registry asked to be left alone for (a 429 or 503's Retry-After).
+	RetryAfter time.Duration
 }
 
 func (e *ProofError) Error() string {
@@ -119,13 +121,13 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 
 		if ch == nil {
 			if ch, err = p.challenge(); err != nil {
-				return Proof{}, err
+				return Proof{}, rt.waitFor(err)
 			}
 		}
 
 		d, err := p.prove(opts, ch)
 		if err != nil {
-			return Proof{}, err
+			return Proof{}, rt.waitFor(err)
 		}
 
 		proof.Digests[t] = d
@@ -134,6 +136,42 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 	proof.Expires = rt.expiry()
 
 	return proof, nil
+}
+
+// waitFor notes on a transient proof error what the registry asked to be left alone for.
+func (p *pinned) waitFor(err error) error {
+	var pe *ProofError
+	if errors.As(err, &pe) && ClassOfStatus(pe.Status) == Transient {
+		pe.RetryAfter = p.lastRetryAfter()
+	}
+
+	return err
+}
+
+// Prove is Prove asked again as r says while the registry's answers are transient or a denial
+// is not stable (each attempt bounded by timeout), with what it went through.
+func (r Retry) Prove(ctx context.Context, reg Registry, c *Credential, targets []string, timeout time.Duration, control func(context.Context) error) (Proof, Outcome, error) {
+	var proof Proof
+
+	try := func(ctx context.Context) Attempt {
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+
+		var err error
+
+		proof, err = Prove(actx, reg, c, targets)
+
+		var pe *ProofError
+		if errors.As(err, &pe) {
+			return Attempt{Err: err, RetryAfter: pe.RetryAfter}
+		}
+
+		return Attempt{Err: err}
+	}
+
+	out, err := r.Do(ctx, try, ClassOf, control)
+
+	return proof, out, err
 }
 
 // prover is one target's token flow.

@@ -25,6 +25,8 @@ type pinned struct {
 
 	mu      sync.Mutex
 	expires time.Time
+	// retryAfter is what the last 429 or 503 answer's Retry-After asked for.
+	retryAfter time.Duration
 }
 
 func newPinned(hosts []string, timeout time.Duration) *pinned {
@@ -67,6 +69,12 @@ func (p *pinned) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		p.mu.Lock()
+		p.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		p.mu.Unlock()
+	}
+
 	if _, _, basic := req.BasicAuth(); basic && resp.StatusCode == http.StatusOK {
 		p.saw(parseExpiration(resp.Header.Get(ExpirationHeader)))
 	}
@@ -86,6 +94,13 @@ func (p *pinned) saw(t time.Time) {
 	if !t.IsZero() && (p.expires.IsZero() || t.Before(p.expires)) {
 		p.expires = t
 	}
+}
+
+func (p *pinned) lastRetryAfter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	return p.retryAfter
 }
 
 func (p *pinned) expiry() time.Time {

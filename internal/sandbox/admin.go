@@ -38,6 +38,10 @@ type Request struct {
 	To string `json:"to,omitempty"`
 	// IPs are the InternalIPs a Node's kubelet reports (report-ips): nil its own, empty none.
 	IPs []string `json:"ips"`
+	// Answers are what a troubled registry answers (registry-flap): 429, 503, denied; none: all.
+	Answers []string `json:"answers,omitempty"`
+	// RetryAfter is the Retry-After a troubled registry sends with 429 and 503, a Go duration.
+	RetryAfter string `json:"retry_after,omitempty"`
 }
 
 // Verbs the admin API serves (POST /v1/VERB), and `ctl` accepts.
@@ -45,7 +49,7 @@ var Verbs = []string{
 	"reboot", "power-off", "power-on", "scale-down", "scale-up", "delete-node", "pause-autoscaler", "resume-autoscaler",
 	"revoke-credential", "deny-repository", "allow-repository", "set-run-status", "stats", "fleet", "hang-talos", "unhang-talos", "slow-talos", "api-outage", "rotate-secret",
 	"etcd-alarm", "etcd-learner", "etcd-voter", "move-address", "report-ips", "lose-answers", "lose-talos-answers", "stall-pods", "unstall-pods", "kubelet-not-ready", "kubelet-ready",
-	"disruption",
+	"disruption", "registry-flap",
 }
 
 func startAdminAPI(s *Sandbox) (*adminAPI, error) {
@@ -247,6 +251,24 @@ func (s *Sandbox) Do(ctx context.Context, verb string, req Request) (any, error)
 		}
 
 		return map[string]string{"revoked": req.User}, nil
+	case "registry-flap":
+		d, err := time.ParseDuration(req.Duration)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("registry-flap needs a positive duration, e.g. 30s: %q", req.Duration)
+		}
+
+		var retryAfter time.Duration
+		if req.RetryAfter != "" {
+			if retryAfter, err = time.ParseDuration(req.RetryAfter); err != nil {
+				return nil, fmt.Errorf("registry-flap: retry-after: %w", err)
+			}
+		}
+
+		if err := s.registry.Flap(d, req.Answers, retryAfter, time.Now().UnixNano()); err != nil {
+			return nil, err
+		}
+
+		return map[string]any{"flapping_for": d.String(), "answers": req.Answers}, nil
 	case "deny-repository", "allow-repository":
 		if req.User == "" || !strings.Contains(req.Repository, "/") {
 			return nil, fmt.Errorf("%s needs a user and a repository org/name", verb)

@@ -43,17 +43,17 @@ import (
 
 // Options configure a sandbox. Zero values take the defaults of `ghcrsync-sandbox up`.
 type Options struct {
-	Dir                 string
-	BinDir              string // control-plane binaries; default ControlPlaneDir()
-	ControlPlanes       int
-	Workers             int
-	Autoscaled          int
-	Seed                int64
-	Heartbeat           time.Duration
-	Reboot              time.Duration
+	Dir           string
+	BinDir        string // control-plane binaries; default ControlPlaneDir()
+	ControlPlanes int
+	Workers       int
+	Autoscaled    int
+	Seed          int64
+	Heartbeat     time.Duration
+	Reboot        time.Duration
 	// RebootMax, when above Reboot, makes each reboot take a duration drawn (seeded) between
 	// Reboot and RebootMax: a real fleet's spread, scaled down.
-	RebootMax time.Duration
+	RebootMax           time.Duration
 	AutoscalerInterval  time.Duration
 	AutoscalerScaleRate float64 // chance per tick of a scale-down and of a scale-up; 0 = only on request
 	AutoscalerPaused    bool

@@ -144,5 +144,11 @@ func (v *ApplyView) Result(res *apply.Result, counted Counted) error {
 		ApplyAnnotations(w, res)
 	}, func(w io.Writer) { ApplyMarkdown(w, res) })
 
+	if v.s.GitHub {
+		if err := appendOutputs(ApplyOutputs(res)); err != nil {
+			Annotate(v.s.Annotations(), AnnotateWarning, "ghcrsync apply", err.Error())
+		}
+	}
+
 	return nil
 }

@@ -78,3 +78,42 @@ func TestApplyViewStreams(t *testing.T) {
 		})
 	}
 }
+
+// Under GitHub Actions apply sets step outputs a workflow's next step decides on (outcome,
+// remaining, safe_to_revoke) — appended to $GITHUB_OUTPUT, one line each; without GitHub output,
+// nothing is written there.
+func TestApplyStepOutputs(t *testing.T) {
+	res := &apply.Result{Plan: changed, Holder: "h", MaxFailures: 1, Nodes: []apply.NodeResult{
+		{Node: "w1", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Message: "not proved"},
+	}}
+
+	for _, tc := range []struct {
+		name string
+		s    view.Streams
+		want string
+	}{
+		{name: "github", s: view.Streams{GitHub: true}, want: "earlier=1\noutcome=partial\nremaining=0\nsafe_to_revoke=false\n"},
+		{name: "plain", s: view.Streams{}, want: "earlier=1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "output")
+			if err := os.WriteFile(path, []byte("earlier=1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			t.Setenv("GITHUB_OUTPUT", path)
+			t.Setenv("GITHUB_STEP_SUMMARY", "")
+
+			var out, errOut bytes.Buffer
+			tc.s.Out, tc.s.Err = &out, &errOut
+
+			if err := view.NewApply(tc.s).Result(res, nil); err != nil {
+				t.Fatal(err)
+			}
+
+			if b, _ := os.ReadFile(path); string(b) != tc.want {
+				t.Fatalf("$GITHUB_OUTPUT: got %q, want %q", b, tc.want)
+			}
+		})
+	}
+}

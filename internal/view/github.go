@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -201,6 +202,49 @@ func appendSummary(render func(io.Writer)) error {
 		f.Close()
 
 		return fmt.Errorf("step summary %s: %w", path, err)
+	}
+
+	return f.Close()
+}
+
+// ApplyOutputs are the step outputs of `ghcrsync apply` under GitHub Actions: what a workflow's
+// next step decides on without parsing the output — outcome (done, progressed, partial,
+// cancelled), remaining (the nodes a budget deferred to the next run), safe_to_revoke.
+func ApplyOutputs(res *apply.Result) [][2]string {
+	return [][2]string{
+		{"outcome", runOutcome(res)},
+		{"remaining", strconv.Itoa(len(res.Deferred()))},
+		{"safe_to_revoke", strconv.FormatBool(res.SafeToRevoke())},
+	}
+}
+
+// appendOutputs appends step outputs to the file GitHub Actions names in $GITHUB_OUTPUT
+// (nothing when it is unset). Values are one line each: names and numbers only.
+func appendOutputs(kv [][2]string) error {
+	path := os.Getenv("GITHUB_OUTPUT")
+	if path == "" {
+		return nil
+	}
+
+	var b strings.Builder
+
+	for _, p := range kv {
+		if strings.ContainsAny(p[0]+p[1], "\r\n") {
+			return fmt.Errorf("step output %s: not one line", p[0])
+		}
+
+		b.WriteString(p[0] + "=" + p[1] + "\n")
+	}
+
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("step outputs: %w", err)
+	}
+
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+
+		return fmt.Errorf("step outputs %s: %w", path, err)
 	}
 
 	return f.Close()

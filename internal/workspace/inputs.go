@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -32,10 +33,16 @@ type applyCluster struct{ w *Workspace }
 func (a applyCluster) Preflight(ctx context.Context) error { return a.w.Preflight(ctx, CommandApply) }
 
 func (a applyCluster) Prove(ctx context.Context) error {
-	_, _, err := a.w.Prove(ctx)
+	_, err := a.w.Prove(ctx)
 
 	return err
 }
+
+func (a applyCluster) Control(ctx context.Context, p *plan.Plan) error {
+	return a.w.Control(ctx, a.w.Probe(p))
+}
+
+func (a applyCluster) Retry() credential.Retry { return a.w.Retry() }
 
 func (a applyCluster) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 	return a.w.ProbeAdmissible(ctx, p)

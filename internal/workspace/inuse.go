@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -43,8 +42,8 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 		}
 	}
 
-	cfg := w.Config.Credential
 	targets, _ := w.proveTargets()
+	desiredCred, _ := w.Credential() // decrypted already: the plan proved it
 
 	out := make([]plan.CredentialInUse, 0, len(order))
 
@@ -58,7 +57,7 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 			continue
 		}
 
-		u.State, u.Detail, u.Denied = judgeTargets(ctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, creds[d], targets)
+		u.State, u.Detail, u.Denied = w.judgeTargets(ctx, creds[d], desiredCred, targets)
 
 		out = append(out, *u)
 	}
@@ -66,25 +65,44 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 	return out
 }
 
-// judgeTargets asks the registry about a credential in use, package by package: refused when
-// the registry refuses the credential itself (at the token step) or every package; partial when
-// it pulls some packages and is denied others (a package the old token was never granted: a
-// warning naming it, no emergency); else as the proof of each package says.
-func judgeTargets(ctx context.Context, r credential.Registry, c *credential.Credential, targets []string) (state, detail string, denied []string) {
+// judgeTargets asks the registry about a credential in use, package by package, waiting out
+// the registry's passing trouble (Retry): refused when the registry refuses the credential
+// itself (at the token step) or every package; partial when it pulls some packages and is
+// denied others (a package the old token was never granted: a warning naming it, no
+// emergency); else as the proof of each package says. A denial is checked against a control,
+// the desired credential asked for the same package at that moment: accepted, the denial is
+// this credential's (refused at once); denied too, the registry is refusing everyone for now,
+// and the denial is waited out like a transient answer.
+func (w *Workspace) judgeTargets(ctx context.Context, c, desired *credential.Credential, targets []string) (state, detail string, denied []string) {
 	var firstErr error
 
 	pulled := 0
 
 	for _, t := range targets {
-		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		_, err := credential.Prove(pctx, r, c, []string{t})
-		cancel()
+		var control func(context.Context) error
+
+		if desired != nil {
+			control = func(ctx context.Context) error {
+				cctx, cancel := context.WithTimeout(ctx, proofTimeout)
+				defer cancel()
+
+				_, err := credential.Prove(cctx, w.registry(), desired, []string{t})
+
+				return err
+			}
+		}
+
+		_, tried, err := w.Retry().Prove(ctx, w.registry(), c, []string{t}, proofTimeout, control)
 
 		var pe *credential.ProofError
 
 		switch {
 		case err == nil:
 			pulled++
+
+			if s := tried.String(); s != "" && detail == "" {
+				detail = "valid, once the registry answered (" + s + ")"
+			}
 
 			continue
 		case judgeProof(err) == plan.CredentialRefused && errors.As(err, &pe) && pe.Step == "manifest":
@@ -100,7 +118,7 @@ func judgeTargets(ctx context.Context, r credential.Registry, c *credential.Cred
 
 	switch {
 	case len(denied) == 0:
-		return plan.CredentialValid, "", nil
+		return plan.CredentialValid, detail, nil
 	case pulled == 0:
 		return plan.CredentialRefused, firstErr.Error(), nil
 	}
@@ -108,13 +126,21 @@ func judgeTargets(ctx context.Context, r credential.Registry, c *credential.Cred
 	return plan.CredentialPartial, firstErr.Error(), denied
 }
 
-// judgeProof is what a proof's outcome says of a credential in use.
+// judgeProof is what a proof's outcome says of a credential in use: refused only by the
+// registry's own refusal (401, 403) — stable, where it was asked again.
 func judgeProof(err error) string {
-	var pe *credential.ProofError
+	var (
+		pe      *credential.ProofError
+		retried *credential.Error
+	)
 
 	switch {
 	case err == nil:
 		return plan.CredentialValid
+	case errors.As(err, &retried):
+		if retried.Stable {
+			return plan.CredentialRefused
+		}
 	case errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
 		return plan.CredentialRefused
 	}

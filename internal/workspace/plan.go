@@ -41,10 +41,13 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 	in.Probe = plan.Probe{Image: w.Config.Nodes.Probe.Image, Namespace: w.Config.Nodes.Probe.Namespace, ServiceAccount: w.Config.Nodes.Probe.ServiceAccount}
 
 	if !o.SkipProof {
-		var pinned []string
-		if pinned, in.CredentialExpires, err = w.Prove(ctx); err != nil {
+		proved, err := w.Prove(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("%w; nothing was planned", err)
 		}
+
+		pinned := proved.Probes
+		in.CredentialExpires, in.ProofRetries = proved.Expires, proved.Retries
 
 		in.Probe.Image, in.Probe.Images = "", nil
 		if len(pinned) > 0 {
@@ -200,7 +203,7 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
 		SelectedVerdict: cfg.Nodes.Verdict == config.VerdictSelected,
-		State: plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
+		State:           plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
 		AllowPending: o.AllowPending, Timing: w.Timing(o.Within), Rotation: w.State.Rotation,
 	}, nil
 }

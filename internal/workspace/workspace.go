@@ -23,6 +23,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 	"github.com/ghcrsync/ghcrsync/state/kubestate"
 )
@@ -266,45 +267,89 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	return w.talos, nil
 }
 
+// Proved is what proving the credential found.
+type Proved struct {
+	// Probes are the runtime probe's images by their proved digests (REGISTRY/repo@sha256:…).
+	Probes []string
+	// Expires is when the credential expires, where the registry reports it (zero: it does not).
+	Expires time.Time
+	// Retries is the registry's trouble waited out on the way ("" when it answered at once).
+	Retries string
+}
+
 // Prove proves the credential against the registry's token flow for every prove target and
 // the runtime probe's image (which must be private: an image anyone can pull proves nothing
-// about a node's credential). It returns the probe image by its proved digest
-// (REGISTRY/repo@sha256:…; none when there is no probe image), each of them, and when the credential expires
-// where the registry reports it (zero when it does not). A credential the registry reports as
-// expired is an error, whatever the registry still accepted.
-func (w *Workspace) Prove(ctx context.Context) ([]string, time.Time, error) {
+// about a node's credential), waiting out the registry's passing trouble (Retry). A credential
+// the registry reports as expired is an error, whatever the registry still accepted.
+func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 	cred, err := w.Credential()
 	if err != nil {
-		return nil, time.Time{}, err
+		return Proved{}, err
 	}
 
 	cfg := w.Config.Credential
 
 	if len(cfg.Prove) == 0 {
-		return nil, time.Time{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+		return Proved{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
 	}
 
 	targets, probes := w.proveTargets()
 
-	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-
-	proof, err := credential.Prove(pctx, credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}, cred, targets)
+	proof, tried, err := w.Retry().Prove(ctx, w.registry(), cred, targets, proofTimeout, nil)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+		return Proved{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
 	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
-		return nil, e, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
+		return Proved{Expires: e}, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
 			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
 	}
 
-	pinned := make([]string, 0, len(probes))
+	out := Proved{Expires: proof.Expires, Retries: tried.String()}
 	for i, target := range probes {
-		pinned = append(pinned, ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target]))
+		out.Probes = append(out.Probes, ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target]))
 	}
 
-	return pinned, proof.Expires, nil
+	return out, nil
+}
+
+// Control asks the registry once, now, for the probe's images (by the digests the plan proved)
+// with the new credential: accepted, a node's runtime denied the same pull because of the
+// credential it holds, not because the registry refused everyone.
+func (w *Workspace) Control(ctx context.Context, probe plan.Probe) error {
+	cred, err := w.Credential()
+	if err != nil {
+		return err
+	}
+
+	var targets []string
+	for _, img := range probe.Pulls() {
+		targets = append(targets, strings.TrimPrefix(img, w.Config.Credential.Registry+"/"))
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, proofTimeout)
+	defer cancel()
+
+	_, err = credential.Prove(cctx, w.registry(), cred, targets)
+
+	return err
+}
+
+// proofTimeout bounds one attempt at a proof (its requests are bounded by the registry's own
+// timeout; this bounds them together).
+const proofTimeout = 60 * time.Second
+
+// Retry is how the registry's passing trouble is waited out (credential.retry_window,
+// credential.denied_window).
+func (w *Workspace) Retry() credential.Retry {
+	return credential.Retry{Window: w.Config.Credential.RetryWindow, Denied: w.Config.Credential.DeniedWindow}
+}
+
+// registry is where the credential is proved.
+func (w *Workspace) registry() credential.Registry {
+	cfg := w.Config.Credential
+
+	return credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}
 }
 
 // proveTargets are the images a credential is proved against: the prove targets and the

@@ -689,7 +689,9 @@ func TestConsumerLabelledAfterTheRoles(t *testing.T) {
 		t.Fatalf("plan does not warn about %s: %q", late, p.Warnings)
 	}
 
-	if !slices.ContainsFunc(p.Verdict.Uses, func(u struct{ Name, State string }) bool { return u.Name == late+"/"+sandbox.ConsumerSecret && u.State == "unknown" }) {
+	if !slices.ContainsFunc(p.Verdict.Uses, func(u struct{ Name, State string }) bool {
+		return u.Name == late+"/"+sandbox.ConsumerSecret && u.State == "unknown"
+	}) {
 		t.Fatalf("the verdict does not count %s/%s as not written: %+v", late, sandbox.ConsumerSecret, p.Verdict.Uses)
 	}
 

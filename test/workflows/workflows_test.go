@@ -19,8 +19,8 @@ func shipped(t *testing.T) []string {
 	t.Helper()
 
 	files, err := filepath.Glob("../../docs/workflows/*.yml")
-	if err != nil || len(files) != 3 {
-		t.Fatalf("docs/workflows: %v %v (want plan, apply and recover)", files, err)
+	if err != nil || len(files) != 4 {
+		t.Fatalf("docs/workflows: %v %v (want plan, apply, continue and recover)", files, err)
 	}
 
 	return files

@@ -51,6 +51,105 @@ type Registry struct {
 	// expiry is when a user's token expires, sent as GitHub sends it
 	// (GitHub-Authentication-Token-Expiration) with every answer to that credential.
 	expiry map[string]time.Time
+	// flap is a burst of trouble under way (Flap): zero when none.
+	flap flap
+}
+
+// flap is a burst of the registry's trouble: until then, each request is answered with one of
+// answers, drawn from rng.
+type flap struct {
+	until      time.Time
+	answers    []string
+	retryAfter time.Duration
+	rng        *mathrand.Rand
+	served     map[string]int
+}
+
+// FlapAnswers are what a flap can answer: 429 Too Many Requests (with Retry-After), 503
+// Service Unavailable, and "denied" — 403 DENIED for a token or a manifest, as ghcr.io answers
+// everyone during some of its incidents.
+var FlapAnswers = []string{"429", "503", "denied"}
+
+// Flap makes the registry answer every request for d with one of answers, drawn at random
+// (seeded): ghcr.io's trouble in an incident, for every client — ghcrsync's proofs and the
+// runtimes' pulls alike. retryAfter, if set, is sent with 429 and 503. It reports what it
+// served once d is over (Served).
+func (r *Registry) Flap(d time.Duration, answers []string, retryAfter time.Duration, seed int64) error {
+	for _, a := range answers {
+		if !slices.Contains(FlapAnswers, a) {
+			return fmt.Errorf("registry-flap: %q is not one of %s", a, strings.Join(FlapAnswers, ", "))
+		}
+	}
+
+	if len(answers) == 0 {
+		answers = FlapAnswers
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.flap = flap{until: time.Now().Add(d), answers: slices.Clone(answers), retryAfter: retryAfter,
+		rng: mathrand.New(mathrand.NewSource(seed)), served: map[string]int{}}
+
+	return nil
+}
+
+// Served is how many requests each flap answer has been given to.
+func (r *Registry) Served() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	out := map[string]int{}
+	for k, v := range r.flap.served {
+		out[k] = v
+	}
+
+	return out
+}
+
+// flapped answers req from the flap under way, if there is one and req is one it troubles (a
+// denial is for tokens and manifests; the challenge still asks for credentials).
+func (r *Registry) flapped(w http.ResponseWriter, req *http.Request) bool {
+	r.mu.Lock()
+	f := &r.flap
+
+	if f.rng == nil || time.Now().After(f.until) {
+		r.mu.Unlock()
+
+		return false
+	}
+
+	answer := f.answers[f.rng.Intn(len(f.answers))]
+	ping := req.URL.Path == "/v2/" || req.URL.Path == "/v2"
+
+	if answer == "denied" && ping {
+		r.mu.Unlock()
+
+		return false
+	}
+
+	f.served[answer]++
+	retryAfter := f.retryAfter
+	r.mu.Unlock()
+
+	switch answer {
+	case "429":
+		if retryAfter > 0 {
+			w.Header().Set("Retry-After", fmt.Sprint(int(retryAfter.Seconds())))
+		}
+
+		registryError(w, http.StatusTooManyRequests, "TOOMANYREQUESTS", "retry-after: rate limited")
+	case "503":
+		if retryAfter > 0 {
+			w.Header().Set("Retry-After", fmt.Sprint(int(retryAfter.Seconds())))
+		}
+
+		registryError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "service unavailable")
+	default:
+		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
+	}
+
+	return true
 }
 
 // ExpirationHeader is the response header GitHub reports a token's expiry in, formatted
@@ -262,6 +361,10 @@ func (r *Registry) SetRealm(realm string) {
 func (r *Registry) Close(ctx context.Context) { _ = r.srv.Shutdown(ctx) }
 
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if (req.URL.Path == "/token" || strings.HasPrefix(req.URL.Path, "/v2")) && r.flapped(w, req) {
+		return
+	}
+
 	switch {
 	case req.URL.Path == "/token":
 		r.token(w, req)
@@ -404,6 +507,11 @@ func (r *Registry) Pull(ctx context.Context, image, username, password string) (
 	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
 		return "", fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference: %w: %d %s",
 			image, ErrPullDenied, terr.StatusCode, http.StatusText(terr.StatusCode))
+	}
+
+	if errors.As(err, &terr) && terr.StatusCode != 0 { // containerd's words for an answer it cannot use
+		return "", fmt.Errorf("failed to pull and unpack image %q: failed to copy: httpReadSeeker: failed open: unexpected status code %s: %d %s",
+			image, ref.Context().Name(), terr.StatusCode, http.StatusText(terr.StatusCode))
 	}
 
 	if err != nil {
