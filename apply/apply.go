@@ -468,7 +468,7 @@ func (r *run) nodes(ctx context.Context) error {
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
 		MaxFailures:     cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
-		Deadline: r.res.Deadline, Reserve: cfg.Run.Reserve,
+		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve,
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,

@@ -108,6 +108,7 @@ type execOptions struct {
 	// Deadline is when the run's time budget ends (zero: none); Reserve what it keeps for its
 	// closing steps. A node starts only if its estimate ends before Deadline less Reserve.
 	Deadline time.Time
+	Budget   time.Duration
 	Reserve  time.Duration
 	// Retry waits out the registry's passing trouble in a runtime proof, Control telling a
 	// node's refused credential from a registry refusing everyone (zero: no retry).
@@ -356,6 +357,10 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 		return skip(state.OutcomeFailed, "the Lease was lost")
 	case e.budgetSpent():
 		return skip(state.OutcomeSkipped, fmt.Sprintf("the failure budget is spent (nodes.max_failures = %d)", e.o.MaxFailures))
+	case plan.NeverFits(np, e.o.Budget, e.o.Reserve):
+		return skip(state.OutcomeFailed, fmt.Sprintf("its estimate (%s) is longer than the run's whole time budget (%s, less %s kept for the run's end): "+
+			"no run within this budget can rotate it, so it is not left to the next one — raise --within or run.budget, or rotate it in a run without a budget",
+			np.Estimate.Round(time.Second), e.o.Budget, e.o.Reserve))
 	case e.outOfTime(np):
 		left := e.o.Deadline.Sub(e.now()).Round(time.Second)
 

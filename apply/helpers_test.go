@@ -113,6 +113,22 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 
 	t.Setenv("SOPS_AGE_KEY_FILE", sb.Path(sandbox.AgeKeyFile))
 
+	// The shared sandbox is clean for the next test: an unproven hold this test's run left on
+	// its nodes (a Talos write never proved: release keeps the cordon) is lifted as `release
+	// --node NAME --uncordon-unproven` does. Runs before the group label goes.
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			got, err := kube.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+			if err != nil || got.Annotations[cluster.UnprovenAnnotation] == "" {
+				continue
+			}
+
+			if _, err := recoverWith(context.Background(), cfg, fence.RecoveryOptions{Node: n, InventoryOptions: fence.InventoryOptions{UncordonUnproven: true}}); err != nil {
+				t.Logf("lifting the unproven hold on %s: %v", n, err)
+			}
+		}
+	})
+
 	return &rotation{t: t, sb: sb, dir: dir, cfg: cfg, state: filepath.Join(dir, "state.json"), cred: cred, group: group, log: &sandboxtest.SyncBuffer{}}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
@@ -234,6 +235,36 @@ func estimate(p *Plan, t Timing) *Estimate {
 	return e
 }
 
+// NeverFits reports whether np's estimate is longer than a whole budget less its reserve: no
+// run within that budget could rotate it, so deferring it would defer it for ever.
+func NeverFits(np NodePlan, budget, reserve time.Duration) bool {
+	return budget > 0 && np.Order > 0 && np.Estimate+reserve > budget
+}
+
+// neverFitWarning names the nodes no run within the budget can rotate, and the way out.
+func neverFitWarning(p *Plan) []string {
+	e := p.Estimate
+	if e == nil || e.Budget == 0 {
+		return nil
+	}
+
+	var names []string
+
+	for _, np := range p.Nodes {
+		if NeverFits(np, e.Budget, e.Reserve) {
+			names = append(names, fmt.Sprintf("%s (≈ %s)", np.Name, minutes(np.Estimate)))
+		}
+	}
+
+	if len(names) == 0 {
+		return nil
+	}
+
+	return []string{fmt.Sprintf("No run within the budget (%s, less %s reserve) can rotate %s: each is expected to take longer than that. "+
+		"apply does not start it and fails naming it — raise --within or run.budget, or rotate it in a run without a budget.",
+		minutes(e.Budget), minutes(e.Reserve), strings.Join(names, ", "))}
+}
+
 // Rebudget marks again which nodes fit in a budget (apply's, which may not be the plan's): a
 // node fits when it is expected to end before budget less reserve.
 func (p *Plan) Rebudget(budget, reserve time.Duration) {
@@ -304,6 +335,8 @@ func (e *Estimate) Sentence() string {
 	case e.Budget == 0:
 	case e.Fit == e.Acted:
 		s += fmt.Sprintf("; budget %s (less %s reserve): all fit in this run", minutes(e.Budget), minutes(e.Reserve))
+	case e.Fit == 0:
+		s += fmt.Sprintf("; budget %s (less %s reserve): none fits in this run", minutes(e.Budget), minutes(e.Reserve))
 	default:
 		s += fmt.Sprintf("; budget %s (less %s reserve): about %d of %d fit in this run, the rest in the next", minutes(e.Budget), minutes(e.Reserve), e.Fit, e.Acted)
 	}

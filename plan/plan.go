@@ -46,7 +46,7 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Steering = steer(p, s, in.AllowPending)
 	p.Estimate = estimate(p, in.Timing)
 	p.Continuing = continuing(in)
-	p.Warnings = warnings(p, s, in)
+	p.Warnings = append(warnings(p, s, in), neverFitWarning(p)...)
 
 	var drift []string
 	p.Drifted, drift = configDrift(s, in)

@@ -55,6 +55,9 @@ section "disruption per pod: 3 workers, worker_parallelism 1, ordinary and with 
 K=1 scripts/bench-reboot.sh 3 1 | tee -a "$tables"
 K=1 PLAN_FLAGS=--allow-pending scripts/bench-reboot.sh 3 1 | tail -n 1 | tee -a "$tables"
 
+section "the estimate against the wall time (6 workers + 1 control plane, reboots 3–6 s)"
+scripts/bench-estimate.sh 6 3 | tee -a "$tables"
+
 { echo '['; paste -sd, "$BENCH_ROWS"; echo ']'; } >bench/results.json
 
 python3 - "$tables" docs/performance.md "$rev" <<'PY'

@@ -88,7 +88,8 @@ func TestDocumentedApplyStepReceivesTheSignal(t *testing.T) {
 	run := func(script string) (code int, out string) {
 		work := t.TempDir()
 		env := append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "RUNNER_TEMP="+runnerTemp,
-			"GHCRSYNC_CONFIG="+cfg, "SOPS_AGE_KEY_FILE="+sb.Path(sandbox.AgeKeyFile), "GITHUB_ACTIONS=")
+			"GHCRSYNC_CONFIG="+cfg, "SOPS_AGE_KEY_FILE="+sb.Path(sandbox.AgeKeyFile), "GITHUB_ACTIONS=",
+			"GHCRSYNC_WITHIN=40m") // as the job's env sets it
 
 		planCmd := exec.Command(bin, "plan", "--out", filepath.Join(work, "plan.out"))
 		planCmd.Env = env

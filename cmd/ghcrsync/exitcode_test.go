@@ -94,6 +94,16 @@ func TestExitCodes(t *testing.T) {
 		t.Fatalf("release: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 
+	// Its Talos config was written and its runtime never proved: release keeps it on the
+	// unproven hold (still 2), lifted here without a proof.
+	if r := ghcrsync(t, "fences", "--config", cfg, "--exit-code"); r.code != exitChanges || !strings.Contains(r.stdout, "unproven prod-worker-1") {
+		t.Fatalf("fences --exit-code with the unproven hold: exit %d\n%s", r.code, r.stdout)
+	}
+
+	if r := ghcrsync(t, "release", "--config", cfg, "--node", "prod-worker-1", "--uncordon-unproven"); r.code != exitOK {
+		t.Fatalf("release --uncordon-unproven: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
 	if r := ghcrsync(t, "fences", "--config", cfg, "--exit-code"); r.code != exitOK {
 		t.Fatalf("fences --exit-code with nothing held: exit %d\n%s", r.code, r.stdout)
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ type runner struct {
 	summary   string
 	failed    bool
 	outputs   map[string]map[string]string // step id -> outputs
+	outcomes  map[string]string            // step id -> success, failure, skipped
 	comments  []string
 	// existing are the pull request's comments before the comment step; edits are what it did
 	// to them (the comment step's script runs under node against a stub of the GitHub API).
@@ -64,15 +66,97 @@ var expr = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
 
 func (r *runner) eval(s string) string {
 	return expr.ReplaceAllStringFunc(s, func(m string) string {
-		key := expr.FindStringSubmatch(m)[1]
+		return r.value(expr.FindStringSubmatch(m)[1])
+	})
+}
 
-		v, ok := r.values[key]
-		if !ok {
-			r.t.Fatalf("the workflow uses %s, which this runner does not know", m)
+// value is a context value: a step's output or outcome (steps.ID.outputs.NAME, steps.ID.outcome:
+// "" for a step that did not run), or one of the test's secrets and inputs.
+func (r *runner) value(key string) string {
+	if rest, ok := strings.CutPrefix(key, "steps."); ok {
+		id, field, _ := strings.Cut(rest, ".")
+		if name, ok := strings.CutPrefix(field, "outputs."); ok {
+			return r.outputs[id][name]
 		}
 
-		return v
-	})
+		if field == "outcome" {
+			return r.outcomes[id]
+		}
+	}
+
+	v, ok := r.values[key]
+	if !ok {
+		r.t.Fatalf("the workflow uses ${{ %s }}, which this runner does not know", key)
+	}
+
+	return v
+}
+
+// cond evaluates a step's if: as the runner does, for the forms the shipped workflows use:
+// the status functions (always, success, failure, cancelled — never cancelled here), !, && and
+// || (&& binding tighter), and a context value compared with a string literal (==, !=). Without
+// a status function, success() is implied.
+func (r *runner) cond(s string) bool {
+	s = strings.TrimSpace(s)
+	if m := expr.FindStringSubmatch(s); m != nil && m[0] == s {
+		s = m[1]
+	}
+
+	v := r.any(s)
+	if !regexp.MustCompile(`\b(always|success|failure|cancelled)\(\)`).MatchString(s) {
+		return !r.failed && v
+	}
+
+	return v
+}
+
+func (r *runner) any(s string) bool {
+	for _, part := range strings.Split(s, "||") {
+		if r.all(part) {
+			return true
+		}
+	}
+
+	return false
+}
+
+func (r *runner) all(s string) bool {
+	for _, part := range strings.Split(s, "&&") {
+		if !r.atom(strings.TrimSpace(part)) {
+			return false
+		}
+	}
+
+	return true
+}
+
+func (r *runner) atom(s string) bool {
+	if rest, ok := strings.CutPrefix(s, "!"); ok && !strings.HasPrefix(rest, "=") {
+		return !r.atom(strings.TrimSpace(rest))
+	}
+
+	switch s {
+	case "always()":
+		return true
+	case "success()":
+		return !r.failed
+	case "failure()":
+		return r.failed
+	case "cancelled()":
+		return false
+	}
+
+	for _, op := range []string{"==", "!="} {
+		if left, right, ok := strings.Cut(s, op); ok {
+			eq := r.value(strings.TrimSpace(left)) == strings.Trim(strings.TrimSpace(right), "'")
+
+			return eq == (op == "==")
+		}
+	}
+
+	r.t.Fatalf("the workflow's condition %q is not one this runner evaluates", s)
+
+	return false
 }
 
 func envOf(e *actionlint.Env) map[string]string {
@@ -113,15 +197,17 @@ func (r *runner) run(file string) []string {
 				name = step.Name.Value
 			}
 
+			run := !r.failed
 			if step.If != nil {
-				cond := step.If.Value
-				if !strings.Contains(cond, "always()") && (strings.Contains(cond, "failure()") && !r.failed || !strings.Contains(cond, "failure()") && r.failed) {
-					trace = append(trace, name+": skipped")
+				run = r.cond(step.If.Value)
+			}
 
-					continue
-				}
-			} else if r.failed {
+			if !run {
 				trace = append(trace, name+": skipped")
+
+				if step.ID != nil {
+					r.outcomes[step.ID.Value] = "skipped"
+				}
 
 				continue
 			}
@@ -238,11 +324,14 @@ func (r *runner) script(i int, step *actionlint.Step, script string, env map[str
 	code := c.ProcessState.ExitCode()
 	r.t.Logf("step %d (%v): exit %d\n%s", i+1, stepName(step), code, buf.String())
 
-	if code != 0 {
+	// continue-on-error: the step's outcome is a failure, the job's status is not.
+	if code != 0 && (step.ContinueOnError == nil || !step.ContinueOnError.Value) {
 		r.failed = true
 	}
 
 	if step.ID != nil {
+		r.outcomes[step.ID.Value] = map[bool]string{true: "success", false: "failure"}[code == 0]
+
 		got, _ := os.ReadFile(out)
 		r.outputs[step.ID.Value] = map[string]string{}
 
@@ -327,7 +416,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	age, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
 
 	newRunner := func(inputs map[string]string) *runner {
-		r := &runner{t: t, workspace: ws, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), outputs: map[string]map[string]string{},
+		r := &runner{t: t, workspace: ws, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), outputs: map[string]map[string]string{}, outcomes: map[string]string{},
 			values: map[string]string{
 				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig),
 				"secrets.RELEASE_KUBECONFIG": string(kubeconfig), "secrets.TALOSCONFIG": string(talosconfig),
@@ -397,6 +486,29 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 
 	if s, _ := os.ReadFile(apply.summary); !strings.Contains(string(s), "ghcrsync apply") {
 		t.Fatalf("apply.yml's step summary:\n%s", s)
+	}
+
+	if apply.outputs["apply"]["outcome"] != "done" || apply.outputs["apply"]["safe_to_revoke"] != "true" {
+		t.Fatalf("apply.yml's Apply step outputs: %v", apply.outputs["apply"])
+	}
+
+	// The continuation lane with nothing left: it plans (exit 0) and stops — no apply, nothing
+	// written, no recovery.
+	idle := newRunner(nil)
+	if trace := idle.run("../../docs/workflows/continue.yml"); idle.failed || idle.outputs["plan"]["exitcode"] != "0" ||
+		!slices.Contains(trace, "Apply: skipped") || !slices.Contains(trace, "Outcome: skipped") || !slices.Contains(trace, "Recover: skipped") {
+		t.Fatalf("continue.yml with nothing to do: %v, outputs %v", trace, idle.outputs)
+	}
+
+	// With something left (a consumer pull secret lost since), it applies and passes.
+	if err := sb.Kube().CoreV1().Secrets(sandbox.ConsumerNamespaces[1]).Delete(t.Context(), sandbox.ConsumerSecret, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	work := newRunner(nil)
+	if trace := work.run("../../docs/workflows/continue.yml"); work.failed || work.outputs["plan"]["exitcode"] != "2" ||
+		work.outputs["apply"]["outcome"] != "done" || !slices.Contains(trace, "Outcome: exit 0") || !slices.Contains(trace, "Recover: skipped") {
+		t.Fatalf("continue.yml with a pull secret to write: %v, outputs %v", trace, work.outputs)
 	}
 
 	recover := newRunner(map[string]string{"holder": ""})

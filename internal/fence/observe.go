@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
@@ -73,7 +74,12 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, whe
 		o.Lease.Written = nil
 	}
 
-	o.Verdicts = checkHolders(ctx, o, source)
+	var client kubernetes.Interface
+	if kube != nil {
+		client = kube.Client
+	}
+
+	o.Verdicts = checkHolders(ctx, client, o, source)
 
 	return o, nil
 }
@@ -159,7 +165,7 @@ func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string
 // machine, has exited is terminated (liveness.Local) — even under a live Lease when the evidence
 // is unique to that process, never on a host name and pid alone; otherwise the configured
 // source (if any) is asked.
-func checkHolders(ctx context.Context, o Observation, source liveness.Source) map[string]Verdict {
+func checkHolders(ctx context.Context, kube kubernetes.Interface, o Observation, source liveness.Source) map[string]Verdict {
 	holders := []string{}
 	for _, n := range o.Nodes {
 		holders = append(holders, n.holder())
@@ -185,6 +191,21 @@ func checkHolders(ctx context.Context, o Observation, source liveness.Source) ma
 
 		if local, _ := (liveness.Local{}).Check(ctx, id); local.Applicable && (local.Unique || !o.Lease.vouches(h, o.Now)) {
 			verdicts[h] = Verdict{Checked: true, Terminal: true, Exited: true, Evidence: local.Evidence}
+
+			continue
+		}
+
+		// A run in a pod (docs/deploy/job.yaml): the pod as the API server sees it. Its end is
+		// proof beyond the Lease; its absence only where no live Lease vouches for it.
+		if pod, err := (liveness.Pod{Client: kube}).Check(ctx, id); err != nil || pod.Applicable {
+			switch {
+			case err != nil:
+				verdicts[h] = Verdict{Err: err}
+			case pod.Terminal && (pod.Unique || !o.Lease.vouches(h, o.Now)):
+				verdicts[h] = Verdict{Checked: true, Terminal: true, Exited: pod.Unique, Evidence: pod.Evidence}
+			default:
+				verdicts[h] = Verdict{Checked: true, Evidence: pod.Evidence}
+			}
 
 			continue
 		}

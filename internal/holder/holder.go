@@ -43,7 +43,8 @@ func New(revision, runRef string) ID {
 }
 
 // RunRef is explicit if set, else gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT> in GitHub Actions,
-// else "local".
+// else pod:NAMESPACE/NAME/UID in a pod that names itself (the downward API, PodNameEnv …), else
+// "local".
 func RunRef(explicit string) string {
 	if explicit != "" {
 		return explicit
@@ -58,7 +59,44 @@ func RunRef(explicit string) string {
 		return "gh" + id + "." + attempt
 	}
 
+	if ref := podRunRef(); ref != "" {
+		return ref
+	}
+
 	return "local"
+}
+
+// The downward API's names for the pod a run is in (docs/deploy/job.yaml sets them): its run ref
+// is then pod:NAMESPACE/NAME/UID, and a later run can ask the API server whether that pod is over
+// (liveness.Pod).
+const (
+	PodNamespaceEnv = "GHCRSYNC_POD_NAMESPACE"
+	PodNameEnv      = "GHCRSYNC_POD_NAME"
+	PodUIDEnv       = "GHCRSYNC_POD_UID"
+)
+
+func podRunRef() string {
+	ns, name, uid := os.Getenv(PodNamespaceEnv), os.Getenv(PodNameEnv), os.Getenv(PodUIDEnv)
+	if ns == "" || name == "" || uid == "" || strings.Contains(ns+name+uid, "/") {
+		return ""
+	}
+
+	return "pod:" + ns + "/" + name + "/" + uid
+}
+
+// ParsePodRef reads a run ref pod:NAMESPACE/NAME/UID.
+func ParsePodRef(ref string) (ns, name, uid string, ok bool) {
+	rest, ok := strings.CutPrefix(ref, "pod:")
+	if !ok {
+		return "", "", "", false
+	}
+
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", false
+	}
+
+	return parts[0], parts[1], parts[2], true
 }
 
 var escaper = strings.NewReplacer("%", "%25", "-", "%2D")

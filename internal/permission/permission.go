@@ -59,6 +59,9 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		needs = append(needs, applyNeeds(cfg, targets, kubeState)...)
 	case CommandRelease:
 		needs = append(needs,
+			// The pod a run in the cluster ran in: ended or gone, its fences are releasable
+			// without --holder (liveness.Pod). plan and apply list pods already.
+			access("list", "", "pods", "", ""),
 			access("patch", "", "nodes", "", ""),
 			access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
 			access("create", "", "events", "default", ""), access("create", "", "events", cfg.Lease.Namespace, ""))

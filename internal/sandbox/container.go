@@ -65,6 +65,28 @@ func (f *Fleet) ContainerLog(uid types.UID) (string, error) {
 	return string(b), err
 }
 
+// KillContainer kills the process of the pod uid with SIGKILL, as the kernel's OOM killer
+// does: no chance to wind down. Its kubelet then reports the container terminated (exit 137)
+// and the pod Failed. It reports whether such a process was running.
+func (f *Fleet) KillContainer(uid types.UID) bool {
+	for _, m := range f.Machines() {
+		k := m.kubelet // set before the machine joins the fleet
+		if k == nil {
+			continue
+		}
+
+		k.mu.Lock()
+		p := k.processes[uid]
+		k.mu.Unlock()
+
+		if p != nil {
+			return p.cmd.Process.Signal(syscall.SIGKILL) == nil
+		}
+	}
+
+	return false
+}
+
 // containerProcess is one running container process.
 type containerProcess struct {
 	cmd      *exec.Cmd

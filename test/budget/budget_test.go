@@ -302,7 +302,11 @@ func TestNothingToDoWritesNothing(t *testing.T) {
 		return n
 	}
 
-	// Converge first (the previous test's rotation, or this sandbox's first).
+	// Converge first: a rotation of a fresh credential (the control: its writes are counted).
+	if _, err := sb.RotateSecret("converge"); err != nil {
+		t.Fatal(err)
+	}
+
 	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", cfg); r.code != 0 {
 		t.Fatalf("converging: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

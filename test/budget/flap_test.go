@@ -42,8 +42,8 @@ func TestTheRegistrysPassingTroubleIsWaitedOut(t *testing.T) {
 	cfg := flapConfig(t, sb, t.TempDir())
 	bin := sandboxtest.Binary(t) // built before the flap starts, not during it
 
-	// The plan, proved while the registry flaps for 12 s.
-	if err := reg.Flap(12*time.Second, nil, 2*time.Second, 7); err != nil {
+	// The plan, proved while the registry flaps for 30 s.
+	if err := reg.Flap(30*time.Second, nil, 2*time.Second, 7); err != nil {
 		t.Fatal(err)
 	}
 
@@ -60,7 +60,7 @@ func TestTheRegistrysPassingTroubleIsWaitedOut(t *testing.T) {
 
 	t.Logf("plan: flap served %v, plan took %s: %s", served, p.took.Round(time.Second), warningLine(p.stdout, "passing trouble"))
 
-	// The apply: the registry denies everyone for 15 s from the first reboot, so the node's runtime proof
+	// The apply: the registry denies everyone for 30 s from the first reboot, so the node's runtime proof
 	// (and the runtimes' pulls) meet it.
 	cmd := exec.Command(bin, "apply", "--auto-approve", "--config", cfg)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
@@ -80,7 +80,7 @@ func TestTheRegistrysPassingTroubleIsWaitedOut(t *testing.T) {
 		return os.ErrNotExist
 	})
 
-	if err := reg.Flap(15*time.Second, []string{"denied"}, 0, 8); err != nil { // GHCR's DENIED to everyone: the hardest to tell from a refusal
+	if err := reg.Flap(30*time.Second, []string{"denied"}, 0, 8); err != nil { // GHCR's DENIED to everyone: the hardest to tell from a refusal
 		t.Fatal(err)
 	}
 
