@@ -93,4 +93,3 @@ func TestPodJudgesTheRunsPod(t *testing.T) {
 		})
 	}
 }
-
