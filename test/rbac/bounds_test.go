@@ -605,7 +605,9 @@ func TestCommandsProveTheirContainment(t *testing.T) {
 
 	as := clientsOf(t, releaser)
 	sandboxtest.Eventually(t, 30*time.Second, "the API server drops the policy", func() error {
-		if err := mergePatch(cluster.Kustomizations, sandbox.RootNamespace, sandbox.Kustomization, spec(map[string]any{"path": "./elsewhere"}))(as); err != nil {
+		// A path no earlier write set: a patch that changes nothing would pass the policy too.
+		path := fmt.Sprintf("./elsewhere-%d", time.Now().UnixNano())
+		if err := mergePatch(cluster.Kustomizations, sandbox.RootNamespace, sandbox.Kustomization, spec(map[string]any{"path": path}))(as); err != nil {
 			return err
 		}
 
