@@ -418,6 +418,15 @@ func drainPredictions(p *Plan) (out []string, holds int) {
 
 			switch b.Kind {
 			case BlockerBudget:
+				if b.OnNode > 0 {
+					out = append(out, fmt.Sprintf("%s's drain will be held: it carries %d pods of PodDisruptionBudget %s, which allows %d disruption(s) now, and no other "+
+						"Ready, schedulable node takes their replacements (taints, cordons, node selectors), so pod %s waits for one that cannot become ready; "+
+						"the drain fails after nodes.drain_timeout and the node is restored. Make room for one more replica elsewhere (or lower the budget's "+
+						"minAvailable for the rotation), then plan again", np.Name, b.OnNode, b.Budget, b.Allowed, b.Pod))
+
+					continue
+				}
+
 				out = append(out, fmt.Sprintf("%s's drain will wait: pod %s is held by PodDisruptionBudget %s, which allows 0 disruptions now; "+
 					"unless another replica becomes ready, the drain fails after nodes.drain_timeout and the node is restored", np.Name, b.Pod, b.Budget))
 			case BlockerBare:

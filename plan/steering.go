@@ -167,6 +167,9 @@ func steer(p *Plan, s Snapshot, allowPending bool) Steering {
 	case allowPending:
 		st.Sentence = "the " + pods + " on " + seed.Name + ", the first to roll, wait Pending until it is rotated (--allow-pending): " +
 			"no pod lands on a node not yet rotated, and each is evicted once"
+	case !slices.ContainsFunc(s.Nodes, func(n Node) bool { return n.Name != seed.Name && DestinationOf(n).Takes() }):
+		st.Sentence = "no other node takes pods (the rest are tainted, cordoned or not Ready): the " + pods + " on " + seed.Name +
+			", the first to roll, wait Pending until it is back (about one reboot), and a PodDisruptionBudget that needs them running holds its drain"
 	default:
 		st.Sentence = "no worker is empty: the " + pods + " on " + seed.Name + ", the first to roll, move onto nodes rotated later " +
 			"and are evicted again there; --allow-pending lets them wait Pending for " + seed.Name + " instead"

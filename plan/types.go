@@ -157,6 +157,11 @@ type DrainBlocker struct {
 	// emptyDir volumes of a BlockerEmptyDir.
 	Budget  string   `json:"budget,omitempty"`
 	Volumes []string `json:"volumes,omitempty"`
+	// Allowed and OnNode, for a budget that allows some disruptions but fewer than the node
+	// carries of its pods while their replacements have no other node to go to: the first
+	// Allowed evictions pass, this pod's waits for a replacement that cannot become ready.
+	Allowed int `json:"allowed,omitempty"`
+	OnNode  int `json:"on_node,omitempty"`
 }
 
 // Holds reports whether the blocker stops the drain (a budget's hold or a bare pod), rather

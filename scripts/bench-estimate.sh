@@ -28,7 +28,7 @@ echo "|---:|---|---:|---:|---:|"
 for i in $(seq 1 "$runs"); do
   bin/ghcrsync plan --config "$dir/bench.hcl" --out "$dir/bench-$i.plan" --json >"$dir/bench-$i.plan.json"
   start=$(date +%s.%N)
-  bin/ghcrsync apply --config "$dir/bench.hcl" --log-level warn --json "$dir/bench-$i.plan" >"$dir/bench-$i.jsonl"
+  bin/ghcrsync apply --config "$dir/bench.hcl" --log-level warn --json "$dir/bench-$i.plan" >"$dir/bench-$i.jsonl" 2>"$dir/bench-$i.log"
   end=$(date +%s.%N)
   python3 - "$i" "$(awk "BEGIN{print $end - $start}")" "$dir/bench-$i.plan.json" <<'PY'
 import json, os, sys

@@ -31,6 +31,58 @@ func TestDrainBlockers(t *testing.T) {
 	cache := corev1.Volume{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	daemon := []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", Controller: ptr.To(true)}}
 
+	// The fleet: a control plane with its NoSchedule taint and the one worker, n1.
+	ready := corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
+	cpTaint := corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}
+	node := func(name string, taints ...corev1.Taint) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}, Status: ready}
+	}
+	alone := []corev1.Node{node("cp", cpTaint), node("n1")}
+	room := append([]corev1.Node{node("n2")}, alone...)
+	tolerant := func(p corev1.Pod) corev1.Pod {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: cpTaint.Key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+
+		return p
+	}
+	two := []corev1.Pod{pod("web-a", web, owned), pod("web-b", web, owned)}
+	minOne := []policyv1.PodDisruptionBudget{budget("web", &metav1.LabelSelector{MatchLabels: web}, 1)}
+
+	for _, tc := range []struct {
+		name  string
+		pods  []corev1.Pod
+		pdbs  []policyv1.PodDisruptionBudget
+		want  []plan.DrainBlocker
+		nodes []corev1.Node
+	}{
+		{name: "allows 1, the node carries 2, nowhere else to go: the second is held", pods: two, pdbs: minOne, nodes: alone,
+			want: []plan.DrainBlocker{{Kind: plan.BlockerBudget, Pod: "apps/web-b", Budget: "apps/web", Allowed: 1, OnNode: 2}}},
+		{name: "allows 1, the node carries 2, another worker takes the replacement: not held", pods: two, pdbs: minOne, nodes: room},
+		{name: "the replacement tolerates the control plane's taint: not held", pods: []corev1.Pod{tolerant(two[0]), tolerant(two[1])}, pdbs: minOne, nodes: alone},
+		{name: "the other worker is cordoned: held", pods: two, pdbs: minOne, nodes: func() []corev1.Node {
+			n := node("n2")
+			n.Spec.Unschedulable = true
+
+			return append([]corev1.Node{n}, alone...)
+		}(), want: []plan.DrainBlocker{{Kind: plan.BlockerBudget, Pod: "apps/web-b", Budget: "apps/web", Allowed: 1, OnNode: 2}}},
+		{name: "the other worker does not match the pods' node selector: held", pods: func() []corev1.Pod {
+			out := []corev1.Pod{pod("web-a", web, owned), pod("web-b", web, owned)}
+			for i := range out {
+				out[i].Spec.NodeSelector = map[string]string{"disk": "ssd"}
+			}
+
+			return out
+		}(), pdbs: minOne, nodes: room,
+			want: []plan.DrainBlocker{{Kind: plan.BlockerBudget, Pod: "apps/web-b", Budget: "apps/web", Allowed: 1, OnNode: 2}}},
+		{name: "allows 2, the node carries 2: not held", pods: two,
+			pdbs: []policyv1.PodDisruptionBudget{budget("web", &metav1.LabelSelector{MatchLabels: web}, 2)}, nodes: alone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DrainBlockers(tc.pods, tc.pdbs, tc.nodes)["n1"]; !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
 	for _, tc := range []struct {
 		name string
 		pods []corev1.Pod
@@ -50,7 +102,7 @@ func TestDrainBlockers(t *testing.T) {
 		{"a DaemonSet pod is not evicted", []corev1.Pod{pod("agent", web, daemon, cache)}, []policyv1.PodDisruptionBudget{budget("all", &metav1.LabelSelector{}, 0)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DrainBlockers(tc.pods, tc.pdbs)["n1"]; !reflect.DeepEqual(got, tc.want) {
+			if got := DrainBlockers(tc.pods, tc.pdbs, nil)["n1"]; !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

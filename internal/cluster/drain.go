@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
@@ -281,7 +283,12 @@ func (c *Connection) Pods(ctx context.Context, registry string) (PodsObs, error)
 		return PodsObs{}, c.Unreachable("list PodDisruptionBudgets", err)
 	}
 
-	out := PodsObs{Evictable: map[string]int{}, Blockers: DrainBlockers(pods.Items, pdbs.Items), Refs: PullSecretRefs(pods.Items, registry)}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return PodsObs{}, c.Unreachable("list nodes", err)
+	}
+
+	out := PodsObs{Evictable: map[string]int{}, Blockers: DrainBlockers(pods.Items, pdbs.Items, nodes.Items), Refs: PullSecretRefs(pods.Items, registry)}
 
 	for i := range pods.Items {
 		if p := &pods.Items[i]; p.Spec.NodeName != "" && Evictable(p) {
@@ -344,11 +351,13 @@ func pullsFrom(p *corev1.Pod, registry string) bool {
 }
 
 // DrainBlockers is, per node, what a drain of it would meet among its evictable pods: a
-// PodDisruptionBudget selecting the pod that allows no disruption now (the drain waits), no
-// controller (the drain refuses: nothing would recreate it), emptyDir volumes (their data is
-// lost). The same rules as the drain's own (drain.Helper without Force, DeleteEmptyDirData).
-func DrainBlockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget) map[string][]plan.DrainBlocker {
-	out := map[string][]plan.DrainBlocker{}
+// PodDisruptionBudget selecting the pod that allows no disruption now (the drain waits), or that
+// allows fewer than the node carries of its pods while no other node takes their replacements
+// (the first evictions pass; the rest wait for replicas that cannot become ready), no controller
+// (the drain refuses: nothing would recreate it), emptyDir volumes (their data is lost). The
+// same rules as the drain's own (drain.Helper without Force, DeleteEmptyDirData).
+func DrainBlockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []corev1.Node) map[string][]plan.DrainBlocker {
+	out := budgetCapacityHolds(pods, pdbs, nodes)
 
 	for i := range pods {
 		p := &pods[i]
@@ -418,4 +427,71 @@ func Evictable(p *corev1.Pod) bool {
 	}
 
 	return true
+}
+
+// budgetCapacityHolds are the pods a budget that allows some disruptions will still hold: on a
+// node carrying more of its pods than it allows, when no other node would take a replacement
+// (Ready, schedulable, every NoSchedule/NoExecute taint tolerated, the pod's node selector
+// matched) — the evicted pods' replacements stay Pending, the budget never allows more, and the
+// drain waits out nodes.drain_timeout. The pods past the first Allowed (by name) are held.
+func budgetCapacityHolds(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []corev1.Node) map[string][]plan.DrainBlocker {
+	out := map[string][]plan.DrainBlocker{}
+
+	for j := range pdbs {
+		b := &pdbs[j]
+		allowed := int(b.Status.DisruptionsAllowed)
+
+		if allowed == 0 { // every selected pod is a blocker already
+			continue
+		}
+
+		byNode := map[string][]*corev1.Pod{}
+
+		for i := range pods {
+			if p := &pods[i]; p.Spec.NodeName != "" && Evictable(p) && b.Namespace == p.Namespace && selects(b, p) {
+				byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+			}
+		}
+
+		for node, on := range byNode {
+			if len(on) <= allowed || replacementFits(on[0], node, nodes) {
+				continue
+			}
+
+			sort.Slice(on, func(a, c int) bool { return on[a].Name < on[c].Name })
+
+			for _, p := range on[allowed:] {
+				out[node] = append(out[node], plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: p.Namespace + "/" + p.Name,
+					Budget: b.Namespace + "/" + b.Name, Allowed: allowed, OnNode: len(on)})
+			}
+		}
+	}
+
+	return out
+}
+
+// replacementFits reports whether a replacement of p could be scheduled on a node other than
+// from: Ready, schedulable, its node selector matched, every hard taint tolerated.
+func replacementFits(p *corev1.Pod, from string, nodes []corev1.Node) bool {
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Name == from || !Ready(n) || n.Spec.Unschedulable || !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
+			continue
+		}
+
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return untolerated(p, t) }) {
+			return true
+		}
+	}
+
+	return false
+}
+
+// untolerated: a taint that keeps p off its node (NoSchedule or NoExecute, not tolerated).
+func untolerated(p *corev1.Pod, t corev1.Taint) bool {
+	if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+		return false
+	}
+
+	return !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &t, false) })
 }
