@@ -600,6 +600,16 @@ func TestCommandsProveTheirContainment(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Every policy in force first (the API server loads them a moment after they are created):
+	// what is missing below is then the one binding this test deletes.
+	sandboxtest.Eventually(t, 30*time.Second, "the API server holds every policy", func() error {
+		if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 {
+			return errors.New(r.stderr)
+		}
+
+		return nil
+	})
+
 	_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, permission.KustomizationsPolicy, metav1.DeleteOptions{})
 	t.Cleanup(func() { create(t, kube, permissionPolicy(objs)...) })
 
