@@ -385,7 +385,12 @@ func (r *run) probe() cluster.Probe { return r.in.Cluster.Probe(r.p) }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
 func (r *run) reclaim(ctx context.Context) error {
-	reclaimed, err := fence.Reclaim(ctx, r.in.Inputs, r.o.Progress)
+	var handover []string
+	for _, n := range steered(r.p, r.res.Budget > 0) {
+		handover = append(handover, n.Name)
+	}
+
+	reclaimed, err := fence.Reclaim(ctx, r.in.Inputs, r.o.Progress, handover)
 	if err != nil {
 		return fmt.Errorf("reclaim fences of terminated runs: %w; nothing was changed", err)
 	}

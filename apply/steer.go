@@ -48,7 +48,9 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 
 	e.mu.Lock()
 	for _, n := range nodes {
-		e.st.PutSteer(state.Steer{Node: n.Name, UID: n.UID, Owner: e.o.Holder, Effect: p.Steering.Effect, Added: e.now().UTC()})
+		// A dead run's steering left on the node (handed over by the reclaim) is replaced by
+		// this run's in the same patch below.
+		e.st.TakeSteer(state.Steer{Node: n.Name, UID: n.UID, Owner: e.o.Holder, Effect: p.Steering.Effect, Added: e.now().UTC()})
 	}
 
 	err := e.store.Write(e.st)

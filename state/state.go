@@ -207,6 +207,13 @@ func (s *State) PutSteer(x Steer) {
 	s.Steered = append(s.Steered, x)
 }
 
+// TakeSteer records x as the only steering of its node: a run's steering taint replaces any
+// other on the node (one taint per key), an earlier run's left by its death included.
+func (s *State) TakeSteer(x Steer) {
+	s.Steered = slices.DeleteFunc(s.Steered, func(y Steer) bool { return y.Node == x.Node })
+	s.Steered = append(s.Steered, x)
+}
+
 // DropSteer forgets owner's steering taint on node (it is confirmed off).
 func (s *State) DropSteer(node, owner string) {
 	s.Steered = slices.DeleteFunc(s.Steered, func(x Steer) bool { return x.Node == node && x.Owner == owner })

@@ -158,8 +158,12 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 }
 
 // Reclaim releases, before an apply, the fences whose holder's run is provably over (its process
-// on this host has exited, or a liveness source says so; mere expiry is never enough).
-func Reclaim(ctx context.Context, in Inputs, report progress.Func) ([]Outcome, error) {
+// on this host has exited, or a liveness source says so; mere expiry is never enough). The
+// steering of such a run on the nodes in handover is left where it is: the apply steers those
+// nodes itself, and its taint replaces the dead run's in one compare-and-swap — lifting it first
+// would let the pods the dead run left Pending land, in between, on nodes the apply then drains
+// (evicted twice).
+func Reclaim(ctx context.Context, in Inputs, report progress.Func, handover []string) ([]Outcome, error) {
 	obs, err := in.observe(ctx)
 	if err != nil {
 		return nil, err
@@ -182,6 +186,10 @@ func Reclaim(ctx context.Context, in Inputs, report progress.Func) ([]Outcome, e
 	var proven Report
 
 	for _, f := range rep.Fences {
+		if f.Kind == KindSteering && f.Exists && slices.Contains(handover, f.Name) {
+			continue
+		}
+
 		if v, ok := obs.Verdicts[f.Holder]; ok && v.Checked && v.Terminal {
 			proven.Fences = append(proven.Fences, f)
 		}

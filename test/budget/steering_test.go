@@ -3,15 +3,18 @@ package budget
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -114,5 +117,99 @@ func TestAKilledRunLeavesHardSteeringOnlyOnItsBudgetedNodes(t *testing.T) {
 
 	if got := steered(); len(got) != 0 {
 		t.Fatalf("release left NoSchedule steering on %v", got)
+	}
+}
+
+// The same kill without a budget, with workloads: the run steers every node it will drain, so
+// the killed run leaves NoSchedule on all of them (the whole unrotated fleet: what the design
+// says, docs/apply.md) — and that is what keeps each pod evicted at most once across the killed
+// run and the next one, which reclaims the dead run's fences and steering and finishes.
+func TestAKilledRunUnderAllowPendingEvictsEachPodOnce(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	ctx := context.Background()
+	kube := sb.Kube()
+
+	const ns = "kill-apps"
+
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+
+	d := sandboxtest.PinnedDeploymentObject(ns, "web", "")
+	d.Spec.Replicas, d.Spec.Template.Spec.NodeSelector = ptr.To(int32(6)), nil
+
+	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	running := func() error {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+
+		n := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+
+		if n != 6 {
+			return fmt.Errorf("%d of 6 running", n)
+		}
+
+		return nil
+	}
+
+	sandboxtest.Eventually(t, time.Minute, "the 6 pods run", running)
+
+	if _, err := sb.RotateSecret("killed-whole"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := config(t, sb, t.TempDir())
+	start := time.Now()
+
+	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--allow-pending", "--config", cfg)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
+	sandboxtest.KillWhen(t, cmd, "rebooting: node=")
+
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	steered := 0
+	for _, n := range nodes.Items {
+		if slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taints.Steering && x.Effect == corev1.TaintEffectNoSchedule }) {
+			steered++
+		}
+	}
+
+	// The next run: reclaims the dead run's fences and steering (its process has exited) and
+	// finishes the rotation.
+	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--allow-pending", "--config", cfg); r.code != 0 {
+		t.Fatalf("the run after the kill: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	sandboxtest.Eventually(t, time.Minute, "the 6 pods run again", running)
+
+	dis, err := sb.Disruption(start, []string{ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Logf("killed run left NoSchedule on %d nodes; across it and the next run: %d evictions, max %d per pod (mean %.2f), %.1f pod-seconds unable to pull",
+		steered, len(dis.Evictions), dis.MaxEvictionsPerPod, dis.MeanEvictionsPerPod, dis.PullFailurePodSecs)
+
+	if len(dis.Evictions) == 0 {
+		t.Fatal("no pod was evicted: the test proves nothing")
+	}
+
+	if dis.MaxEvictionsPerPod > 1 {
+		t.Fatalf("a pod was evicted %d times across the killed run and the next one: %+v", dis.MaxEvictionsPerPod, dis.Evictions)
 	}
 }
