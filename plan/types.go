@@ -131,6 +131,9 @@ type Node struct {
 	BootID           string      `json:"boot_id,omitempty"`
 	Talos            *TalosFacts `json:"talos,omitempty"`
 	TalosError       string      `json:"talos_error,omitempty"`
+	// TalosDenied: the node's Talos refused the read to this identity (PermissionDenied): the
+	// talosconfig's role is too small, not the node unwell (plan fails, naming the role).
+	TalosDenied bool `json:"talos_denied,omitempty"`
 	// Pods counts the pods a drain of the node would evict (not DaemonSet, mirror or finished).
 	Pods int `json:"pods,omitempty"`
 	// Blockers are what its drain would meet: pods a budget holds now, pods with no controller,

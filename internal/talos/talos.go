@@ -7,6 +7,7 @@ package talos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,7 +22,9 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
@@ -294,14 +297,14 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 		// The machine at the address is asked its name in the same pass: the facts of another
 		// machine there (an address reused, a server replaced) are not this Node's.
 		if err := c.isTheNode(nctx, n); err != nil {
-			n.TalosError, n.Talos = err.Error(), nil
+			n.TalosError, n.Talos, n.TalosDenied = err.Error(), nil, Denied(err)
 
 			return
 		}
 
 		cf, cred, err := c.configFactsAndCredential(nctx, registry)
 		if err != nil {
-			n.TalosError, n.Talos = redact.Error(err), nil
+			n.TalosError, n.Talos, n.TalosDenied = redact.Error(err), nil, Denied(err)
 
 			return
 		}
@@ -448,7 +451,7 @@ func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
 
 	ver, err := c.c.Version(nctx)
 	if err != nil {
-		n.TalosError = "version: " + redact.Error(err)
+		n.TalosError, n.TalosDenied = "version: "+redact.Error(err), Denied(err)
 
 		return
 	}
@@ -461,7 +464,7 @@ func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
 
 	services, err := c.c.ServiceList(nctx)
 	if err != nil {
-		n.TalosError = "service list: " + redact.Error(err)
+		n.TalosError, n.TalosDenied = "service list: "+redact.Error(err), Denied(err)
 
 		return
 	}
@@ -471,3 +474,15 @@ func (c *Client) nodeFacts(ctx context.Context, n *plan.Node) {
 }
 
 var _ resource.Resource = (*talosconfig.MachineConfig)(nil)
+
+// Denied reports whether Talos refused a call to this identity (PermissionDenied): its role is
+// too small for the call.
+func Denied(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if st, ok := status.FromError(e); ok && st.Code() == codes.PermissionDenied {
+			return true
+		}
+	}
+
+	return false
+}

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"strings"
 	"os"
 	"slices"
 	"sync"
@@ -61,6 +62,10 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 
 	snap, held, err := w.snapshot(ctx)
 	if err != nil {
+		return nil, err
+	}
+
+	if err := w.talosRoleSuffices(snap); err != nil {
 		return nil, err
 	}
 
@@ -533,4 +538,36 @@ func (w *Workspace) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 	}
 
 	return nil
+}
+
+// talosRoleSuffices fails the plan when Talos refused this identity a read of any node's facts
+// (PermissionDenied): a plan that could not read the fleet is not a plan — it would leave every
+// such node alone and still say "changes", a green check on nothing read. Reading a machine
+// config is os:admin on Talos (os:reader sees the version only).
+func (w *Workspace) talosRoleSuffices(snap plan.Snapshot) error {
+	var denied []string
+
+	for _, n := range snap.Nodes {
+		if n.TalosDenied {
+			denied = append(denied, n.Name)
+		}
+	}
+
+	if len(denied) == 0 {
+		return nil
+	}
+
+	where := "the talosconfig"
+	if t := w.Config.Talos.Talosconfig; t != "" {
+		where = "talosconfig " + t
+	}
+
+	shown := denied
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(denied)-5))
+	}
+
+	return fmt.Errorf("the Talos identity of %s may not read what plan needs on %d node(s) (PermissionDenied: %s): plan and apply read each node's "+
+		"machine config, which Talos allows only the os:admin role (os:reader sees the version, not the config); use a talosconfig whose "+
+		"certificate carries os:admin (docs/rbac.md, \"Talos\"); nothing was planned", where, len(denied), strings.Join(shown, ", "))
 }
