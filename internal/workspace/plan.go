@@ -3,9 +3,9 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"strings"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
