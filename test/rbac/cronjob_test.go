@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,7 +29,8 @@ import (
 // CronJob, proves the first one over from its pod without --holder, reclaims its fences and
 // finishes the rotation — the node the killed run left on its unproven hold included (the plan,
 // made before the reclaim, left it to another run's fence; the run's late-node pass takes it).
-// No demo workloads: what is tested is the run's end and the next one, not a drain.
+// No demo workloads: what is tested is the run's end and the next one, not a drain. Then the
+// same with a run whose pod is deleted mid-rotation.
 func TestHardKilledCronJobRunIsRecoveredByTheNext(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the sandbox runs a Job's process only as root (chroot, setuid to the pod's user)")
@@ -110,6 +112,50 @@ func TestHardKilledCronJobRunIsRecoveredByTheNext(t *testing.T) {
 
 	if r := adminGhcrsync(t, sb, "fences"); !strings.Contains(r, "No fence is held") {
 		t.Fatalf("fences after the second run:\n%s", r)
+	}
+
+	// A run whose pod is deleted mid-rotation (kubectl delete pod: SIGTERM, then the pod is
+	// gone). Its Job is deleted first, orphaning the pod, so no controller replaces it. The pod's
+	// absence is evidence once no live Lease vouches for the run; the next run, again from the
+	// CronJob and without --holder, reclaims what it left and finishes.
+	if _, err := sb.RotateSecret("cron-deleted"); err != nil {
+		t.Fatal(err)
+	}
+
+	inputs(t, sb)
+
+	third := fromCronJob(cron, "ghcrsync-continue-3")
+	pod = startJob(t, sb, third, `"@message":"rebooting"`)
+
+	if err := kube.BatchV1().Jobs(ns).Delete(ctx, third.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, 3*time.Minute, "the deleted run's pod gone", func() error {
+		if _, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			return errors.New("still there")
+		}
+
+		return nil
+	})
+
+	done, log = runJob(t, sb, fromCronJob(cron, "ghcrsync-continue-4"))
+	if !done || !strings.Contains(log, "Apply complete") {
+		t.Fatalf("the run after the deleted one did not finish: complete=%v\n%s", done, log)
+	}
+
+	for _, m := range sb.FleetInfo() {
+		if m.Effective != sb.NewCredential().Username {
+			t.Errorf("%s runs %s after the run that followed the deleted one, want %s", m.Name, m.Effective, sb.NewCredential().Username)
+		}
+	}
+
+	if r := adminGhcrsync(t, sb, "fences"); !strings.Contains(r, "No fence is held") {
+		t.Fatalf("fences after the run that followed the deleted one:\n%s", r)
 	}
 }
 
