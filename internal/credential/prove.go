@@ -148,18 +148,24 @@ func (p *pinned) waitFor(err error) error {
 	return err
 }
 
+// ProveWithin is one Prove, its requests bounded together by timeout: one attempt of a retried
+// proof, or a control asked once.
+func ProveWithin(ctx context.Context, reg Registry, c *Credential, targets []string, timeout time.Duration) (Proof, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	return Prove(ctx, reg, c, targets)
+}
+
 // Prove is Prove asked again as r says while the registry's answers are transient or a denial
 // is not stable (each attempt bounded by timeout), with what it went through.
 func (r Retry) Prove(ctx context.Context, reg Registry, c *Credential, targets []string, timeout time.Duration, control func(context.Context) error) (Proof, Outcome, error) {
 	var proof Proof
 
 	try := func(ctx context.Context) Attempt {
-		actx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-
 		var err error
 
-		proof, err = Prove(actx, reg, c, targets)
+		proof, err = ProveWithin(ctx, reg, c, targets, timeout)
 
 		var pe *ProofError
 		if errors.As(err, &pe) {

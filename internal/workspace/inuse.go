@@ -83,10 +83,7 @@ func (w *Workspace) judgeTargets(ctx context.Context, c, desired *credential.Cre
 
 		if desired != nil {
 			control = func(ctx context.Context) error {
-				cctx, cancel := context.WithTimeout(ctx, proofTimeout)
-				defer cancel()
-
-				_, err := credential.Prove(cctx, w.registry(), desired, []string{t})
+				_, err := credential.ProveWithin(ctx, w.registry(), desired, []string{t}, proofTimeout)
 
 				return err
 			}

@@ -327,10 +327,7 @@ func (w *Workspace) Control(ctx context.Context, probe plan.Probe) error {
 		targets = append(targets, strings.TrimPrefix(img, w.Config.Credential.Registry+"/"))
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, proofTimeout)
-	defer cancel()
-
-	_, err = credential.Prove(cctx, w.registry(), cred, targets)
+	_, err = credential.ProveWithin(ctx, w.registry(), cred, targets, proofTimeout)
 
 	return err
 }
