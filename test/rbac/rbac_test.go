@@ -231,21 +231,7 @@ func ghcrsync(t *testing.T, sb *sandbox.Sandbox, args ...string) result {
 func writes(t *testing.T, sb *sandbox.Sandbox, user string) []string {
 	t.Helper()
 
-	evs, err := sb.AuditedWrites(user)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var out []string
-
-	for _, ev := range evs {
-		switch ev.Verb {
-		case "create", "update", "patch", "delete", "deletecollection":
-			out = append(out, fmt.Sprintf("%s %s %d", ev.Verb, ev.RequestURI, ev.ResponseStatus.Code))
-		}
-	}
-
-	return out
+	return sandboxtest.Mutations(t, sb, user)
 }
 
 // Each command class runs with exactly its rendered roles; the plan identity cannot apply or

@@ -279,21 +279,7 @@ func TestPlanFromAnotherCluster(t *testing.T) {
 func writesBy(t *testing.T, sb *sandbox.Sandbox) []string {
 	t.Helper()
 
-	evs, err := sb.AuditedWrites(testUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var out []string
-
-	for _, ev := range evs {
-		switch ev.Verb {
-		case "create", "update", "patch", "delete", "deletecollection":
-			out = append(out, ev.Verb+" "+ev.RequestURI)
-		}
-	}
-
-	return out
+	return sandboxtest.Mutations(t, sb, testUser)
 }
 
 // secretFile puts a SOPS file holding the sandbox's desired ghcr.io credential and another

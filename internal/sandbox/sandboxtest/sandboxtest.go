@@ -620,3 +620,26 @@ func JudgedBudget(ctx context.Context, kube kubernetes.Interface, ns, name strin
 
 	return policyv1.PodDisruptionBudgetStatus{}, fmt.Errorf("the disruption controller did not judge budget %s/%s with %d healthy pod(s) within a minute: %s", ns, name, healthy, last)
 }
+
+// Mutations lists the mutating requests user made (create, update, patch, delete,
+// deletecollection), as "VERB URI STATUS", from the apiserver's audit log: what a test checks
+// was, or was not, written by an identity.
+func Mutations(t testing.TB, sb *sandbox.Sandbox, user string) []string {
+	t.Helper()
+
+	evs, err := sb.AuditedWrites(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out []string
+
+	for _, ev := range evs {
+		switch ev.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			out = append(out, fmt.Sprintf("%s %s %d", ev.Verb, ev.RequestURI, ev.ResponseStatus.Code))
+		}
+	}
+
+	return out
+}
