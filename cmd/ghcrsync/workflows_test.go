@@ -62,7 +62,10 @@ type commentEdit struct {
 	Body string `json:"body"`
 }
 
-var expr = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
+var (
+	expr       = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
+	statusFunc = regexp.MustCompile(`\b(always|success|failure|cancelled)\(\)`)
+)
 
 func (r *runner) eval(s string) string {
 	return expr.ReplaceAllStringFunc(s, func(m string) string {
@@ -103,7 +106,7 @@ func (r *runner) cond(s string) bool {
 	}
 
 	v := r.any(s)
-	if !regexp.MustCompile(`\b(always|success|failure|cancelled)\(\)`).MatchString(s) {
+	if !statusFunc.MatchString(s) {
 		return !r.failed && v
 	}
 
