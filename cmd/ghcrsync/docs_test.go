@@ -53,9 +53,6 @@ func TestReadmeSynopsisNamesEveryFlag(t *testing.T) {
 		}
 
 		name := cmd.Name()
-		if name == "destroy" { // release's alias, on its line
-			name = "release"
-		}
 
 		// A synopsis line may wrap: its continuation lines are indented.
 		own := line("ghcrsync " + name)

@@ -56,14 +56,23 @@ func newFences() *cobra.Command {
 	return cmd
 }
 
-// newDestroy is release under the name Terraform users reach for.
+// newDestroy is the old name of release, kept working for the scripts that call it but hidden
+// and deprecated: to a Terraform user `destroy` tears down what was built, and release destroys
+// nothing (it lifts ghcrsync's own fences).
 func newDestroy() *cobra.Command {
 	cmd := newRelease()
-	cmd.Use = "destroy"
-	cmd.Short = "Same as release: undo the fences of a run that is over (Terraform's word for it)"
-	cmd.Long = "destroy is `ghcrsync release` under the name Terraform users reach for: same flags, same output.\n" +
-		"It destroys nothing but ghcrsync's own fences. `destroy --dry-run` previews, like terraform plan -destroy.\n\n" + cmd.Long
+	cmd.Use, cmd.Hidden = "destroy", true
+	cmd.Short = "Deprecated: call release (destroy destroys nothing; it lifts ghcrsync's own fences)"
 	cmd.Example = strings.ReplaceAll(cmd.Example, "ghcrsync release", "ghcrsync destroy")
+
+	release := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		// On stderr: stdout may carry --json.
+		view.Deprecated(cmd.ErrOrStderr(), "ghcrsync destroy", "ghcrsync release",
+			"it destroys nothing (it lifts ghcrsync's own fences), which is not what Terraform's destroy means")
+
+		return release(cmd, args)
+	}
 
 	return cmd
 }

@@ -20,12 +20,23 @@ func newValidate() *cobra.Command {
 parses and every reference resolves, a runtime probe image is set, and the SOPS file is a SOPS
 document whose credential value is there and encrypted. With an age key at hand (SOPS_AGE_KEY_FILE,
 SOPS_AGE_KEY) the credential is decrypted and checked for the registry too, in memory only.
-Exit 0 when valid, 1 otherwise (as terraform validate).`,
+Each finding names its file, line and column; --json gives terraform validate's diagnostics (one
+per error, each with its range and snippet), and under GitHub Actions each is annotated on its line
+of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 		Example: `  ghcrsync validate --config ghcrsync.hcl
   ghcrsync validate --json | jq -e .valid`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := workspace.Validate(cfg)
+
+			s, err := streams(cmd)
+			if err != nil {
+				return err
+			}
+
+			if s.GitHub {
+				view.ValidateAnnotations(s.Annotations(), v)
+			}
 
 			if asJSON {
 				if err := view.ValidateJSONTo(cmd.OutOrStdout(), v); err != nil {

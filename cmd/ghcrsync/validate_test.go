@@ -75,7 +75,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "valid_decrypted", cfg: config(nil), keyFile: sb.Path(sandbox.AgeKeyFile), code: 0, says: "Success!"},
 		{name: "valid_without_a_key", cfg: config(nil), code: 0, says: "Credential not decrypted", warnings: 1},
-		{name: "malformed_hcl", cfg: config(func(s string) string { return s + "\nnodes {\n" }), code: 1, says: "ghcrsync.hcl:", errorsMin: 1},
+		{name: "malformed_hcl", cfg: config(func(s string) string { return s + "\nnodes {\n" }), code: 1, says: "ghcrsync.hcl line 96", errorsMin: 1},
 		{name: "no_probe_image", cfg: config(func(s string) string {
 			s = strings.Replace(s, `prove     = ["ghcrsync/private-probe:v1"]`, "", 1)
 			return strings.Replace(s, `image     = "ghcr.io/ghcrsync/private-probe:v1"`, "", 1)

@@ -3,11 +3,11 @@
 # at /inputs (relative paths resolve against this file's folder).
 
 cluster {
-  in_cluster = true                     # the pod's service account (token and CA mount)
+  in_cluster = true # the pod's service account (token and CA mount)
 }
 
 talos {
-  talosconfig = "talosconfig"           # an os:admin certificate (docs/rbac.md)
+  talosconfig = "talosconfig" # an os:admin certificate (docs/rbac.md)
 }
 
 credential "ghcr" {
@@ -32,7 +32,7 @@ lease {
 }
 
 state {
-  backend   = "kubernetes"                # a pod's filesystem does not outlive it
+  backend   = "kubernetes" # a pod's filesystem does not outlive it
   namespace = "flux-system"
   secret    = "ghcrsync-state"
 }

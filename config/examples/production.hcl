@@ -8,7 +8,7 @@ credential "ghcr" {
   registry  = "ghcr.io"
   sops_file = "clusters/prod/ghcr-secret.enc.yaml"
   key       = ["stringData", "ghcr_dockerconfigjson"]
-  prove     = ["acme/private-probe:v1"]   # a private package the credential must pull
+  prove     = ["acme/private-probe:v1"] # a private package the credential must pull
 }
 
 nodes {

@@ -13,7 +13,7 @@ talos {
 }
 
 credential "ghcr" {
-  registry  = "ghcr.io"
+  registry = "ghcr.io"
   # Where ghcr.io is served in the sandbox (the credential is still keyed by "ghcr.io").
   endpoint  = "http://127.0.0.1:5000"
   sops_file = "secret.enc.yaml"
@@ -27,7 +27,7 @@ credential "ghcr" {
 }
 
 nodes {
-  autoscaler_candidates = "include"   # the default: a candidate is rotated, guarded by scale-down-disabled
+  autoscaler_candidates = "include" # the default: a candidate is rotated, guarded by scale-down-disabled
   worker_parallelism    = 1
   drain_timeout         = "2m"
   ready_timeout         = "2m"
@@ -53,9 +53,9 @@ state {
 # Whether a Lease holder's CI run is over: the GitHub Actions run-attempt API
 # (the sandbox serves a fake of it).
 liveness "github_actions" {
-  repository = "ghcrsync/fleet"
+  repository    = "ghcrsync/fleet"
   api_url       = "http://127.0.0.1:8080"
-  trusted_hosts = ["127.0.0.1"]   # api_url is not api.github.com: its host must be listed
+  trusted_hosts = ["127.0.0.1"] # api_url is not api.github.com: its host must be listed
   token_env     = "GH_TOKEN"
 }
 
@@ -85,10 +85,10 @@ flux {
 # machines that join later carry the new credential too. The autoscaler reads it once, when it
 # starts: its Deployment is restarted after the write (the sandbox restarts it on that signal).
 node_template "hcloud-workers" {
-  namespace = "kube-system"
-  secret    = "hcloud-cluster-config"
-  key       = "HCLOUD_CLUSTER_CONFIG"
-  format    = "hcloud-cluster-config"
-  pools     = ["autoscale-cx43"]
+  namespace          = "kube-system"
+  secret             = "hcloud-cluster-config"
+  key                = "HCLOUD_CLUSTER_CONFIG"
+  format             = "hcloud-cluster-config"
+  pools              = ["autoscale-cx43"]
   restart_deployment = "kube-system/cluster-autoscaler"
 }

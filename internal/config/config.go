@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ghcrsync/ghcrsync/internal/diag"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
@@ -404,6 +405,12 @@ func (e *Error) Error() string {
 	}
 
 	return withoutEnvValues(b.String(), e.envs)
+}
+
+// Findings are the diagnostics one by one, each with its place and source (validate --json),
+// filename naming the file as the user gave it; no env() value is repeated.
+func (e *Error) Findings(filename string) []diag.Diagnostic {
+	return diag.FromHCL(e.Diagnostics, e.Files, filename, func(s string) string { return withoutEnvValues(s, e.envs) })
 }
 
 func formatDiag(d *hcl.Diagnostic) string {

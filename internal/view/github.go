@@ -27,10 +27,38 @@ const (
 )
 
 // Annotation is one workflow command line, e.g. "::error title=T::message".
-func Annotation(level, title, msg string) string {
-	line := "::" + level
+func Annotation(level, title, msg string) string { return annotationAt(level, title, msg, nil) }
+
+// Place is where in a file an annotation points: the runner shows it on that line of a pull
+// request's diff.
+type Place struct {
+	File                             string
+	Line, Column, EndLine, EndColumn int
+}
+
+func annotationAt(level, title, msg string, at *Place) string {
+	var props []string
+
+	if at != nil {
+		props = append(props, "file="+escapeProperty(withoutLegacyCommands(Clean(at.File))),
+			"line="+strconv.Itoa(at.Line), "col="+strconv.Itoa(at.Column))
+
+		if at.EndLine > 0 {
+			props = append(props, "endLine="+strconv.Itoa(at.EndLine))
+		}
+
+		if at.EndLine == at.Line && at.EndColumn > 0 {
+			props = append(props, "endColumn="+strconv.Itoa(at.EndColumn))
+		}
+	}
+
 	if title != "" {
-		line += " title=" + escapeProperty(withoutLegacyCommands(Clean(title)))
+		props = append(props, "title="+escapeProperty(withoutLegacyCommands(Clean(title))))
+	}
+
+	line := "::" + level
+	if len(props) > 0 {
+		line += " " + strings.Join(props, ",")
 	}
 
 	return line + "::" + escapeData(withoutLegacyCommands(Clean(msg))) + "\n"
@@ -48,8 +76,11 @@ func escapeProperty(s string) string {
 
 // Annotate writes an annotation to w: through the guard's command channel when w is guarded
 // (starting a new line if needed), else as is.
-func Annotate(w io.Writer, level, title, msg string) {
-	line := Annotation(level, title, msg)
+func Annotate(w io.Writer, level, title, msg string) { AnnotateAt(w, level, title, msg, nil) }
+
+// AnnotateAt is Annotate on a place in a file (nil: none).
+func AnnotateAt(w io.Writer, level, title, msg string, at *Place) {
+	line := annotationAt(level, title, msg, at)
 
 	if g, ok := w.(*guard); ok {
 		g.command(line)

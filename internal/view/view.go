@@ -6,11 +6,12 @@ package view
 import (
 	"errors"
 	"fmt"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"io"
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/diag"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 // Format is a rendering.
@@ -110,17 +111,36 @@ func orNone(s string) string {
 // control character left escaped (Clean).
 func oneLine(s string) string { return Clean(strings.Join(strings.Fields(s), " ")) }
 
-// ValidateHuman renders `ghcrsync validate`.
+// ValidateHuman renders `ghcrsync validate` as terraform validate does: each finding with the
+// line it is on.
 func ValidateHuman(w io.Writer, v workspace.Validation) {
-	diags := v.Diagnostics
-
-	for _, d := range diags {
+	for _, d := range v.Diagnostics {
 		label := "Error"
-		if d.Severity == "warning" {
+		if d.Severity == diag.Warning {
 			label = "Warning"
 		}
 
-		fmt.Fprintf(w, "%s: %s\n\n  %s\n\n", label, oneLine(d.Summary), oneLine(d.Detail))
+		fmt.Fprintf(w, "%s: %s\n\n", label, oneLine(d.Summary))
+
+		if d.Range != nil {
+			fmt.Fprintf(w, "  on %s line %d", Clean(d.Range.Filename), d.Range.Start.Line)
+
+			if d.Snippet != nil && d.Snippet.Context != nil {
+				fmt.Fprintf(w, ", in %s", oneLine(*d.Snippet.Context))
+			}
+
+			fmt.Fprintln(w, ":")
+
+			if d.Snippet != nil {
+				for i, line := range strings.Split(d.Snippet.Code, "\n") {
+					fmt.Fprintf(w, "  %4d: %s\n", d.Snippet.StartLine+i, Clean(line))
+				}
+			}
+
+			fmt.Fprintln(w)
+		}
+
+		fmt.Fprintf(w, "  %s\n\n", oneLine(d.Detail))
 	}
 
 	if v.Valid {
@@ -128,26 +148,53 @@ func ValidateHuman(w io.Writer, v workspace.Validation) {
 	}
 }
 
+// ValidateAnnotations annotates each finding on its file and line (a pull request shows it
+// inline).
+func ValidateAnnotations(w io.Writer, v workspace.Validation) {
+	for _, d := range v.Diagnostics {
+		level := AnnotateError
+		if d.Severity == diag.Warning {
+			level = AnnotateWarning
+		}
+
+		var at *Place
+		if d.Range != nil {
+			at = &Place{File: d.Range.Filename, Line: d.Range.Start.Line, Column: d.Range.Start.Column,
+				EndLine: d.Range.End.Line, EndColumn: d.Range.End.Column}
+		}
+
+		AnnotateAt(w, level, "ghcrsync validate: "+d.Summary, d.Detail, at)
+	}
+}
+
 // ValidateJSON is `ghcrsync validate --json`, in the shape of terraform validate's.
 type ValidateJSON struct {
-	FormatVersion string                 `json:"format_version"`
-	Valid         bool                   `json:"valid"`
-	ErrorCount    int                    `json:"error_count"`
-	WarningCount  int                    `json:"warning_count"`
-	Diagnostics   []workspace.Diagnostic `json:"diagnostics"`
+	FormatVersion string            `json:"format_version"`
+	Valid         bool              `json:"valid"`
+	ErrorCount    int               `json:"error_count"`
+	WarningCount  int               `json:"warning_count"`
+	Diagnostics   []diag.Diagnostic `json:"diagnostics"`
 }
 
 // ValidateJSONTo writes ValidateJSON.
 func ValidateJSONTo(w io.Writer, v workspace.Validation) error {
 	out := ValidateJSON{FormatVersion: "1.0", Valid: v.Valid, Diagnostics: v.Diagnostics}
 
-	for _, d := range v.Diagnostics {
-		if d.Severity == "warning" {
-			out.WarningCount++
-		} else {
-			out.ErrorCount++
-		}
-	}
+	out.ErrorCount = diag.Errors(v.Diagnostics)
+	out.WarningCount = len(v.Diagnostics) - out.ErrorCount
 
 	return writeJSONLine(w, out)
+}
+
+// FormattedFiles renders `ghcrsync fmt`: the name of each file it changed (or, with --check,
+// would change), one per line, as terraform fmt.
+func FormattedFiles(w io.Writer, files []string) {
+	for _, f := range files {
+		fmt.Fprintln(w, Clean(f))
+	}
+}
+
+// Deprecated warns that a command is called by a name that will go.
+func Deprecated(w io.Writer, old, instead, why string) {
+	fmt.Fprintf(w, "Warning: %s is deprecated; call %s instead: %s. %s will be removed in a later version.\n\n", old, instead, why, old)
 }
