@@ -17,24 +17,23 @@ all: build
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 # Static (no cgo), reproducible paths, stripped, with the version stamped in.
 GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
-PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# The image `make image` builds: IMAGE:VERSION. Push it to a registry of your own whose pulls
+# do not depend on the credential ghcrsync rotates (docs/release.md).
+IMAGE    ?= ghcrsync
 
 build:
 	$(GOBUILD) -o $(BIN)/ghcrsync ./cmd/ghcrsync
 	$(GOBUILD) -o $(BIN)/ghcrsync-sandbox ./cmd/ghcrsync-sandbox
 
-# Release archives' binaries for every platform, with SHA-256 checksums, in dist/.
+# dist/: a reproducible .tar.gz per platform, a CycloneDX SBOM, an in-toto SLSA provenance
+# statement and SHA256SUMS (scripts/release.sh; docs/release.md publishes them).
 release:
-	@rm -rf dist && mkdir -p dist
-	@for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; out=dist/ghcrsync_$(VERSION)_$${os}_$${arch}; \
-		echo "build $$out"; GOOS=$$os GOARCH=$$arch $(GOBUILD) -o $$out ./cmd/ghcrsync || exit 1; \
-	done
-	@cd dist && sha256sum ghcrsync_* > SHA256SUMS && cat SHA256SUMS
+	@PLATFORMS="$(PLATFORMS)" GO="$(GO)" scripts/release.sh $(VERSION)
 
 # The container image (Dockerfile, distroless/static), when a container builder is available.
 image:
-	@scripts/build-image.sh $(VERSION)
+	@scripts/build-image.sh $(IMAGE) $(VERSION)
 
 # The shipped binary is static and reports its version.
 check-build: build

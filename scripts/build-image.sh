@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# build-image.sh VERSION: builds the Dockerfile's image (ghcrsync:VERSION) with the first
-# container builder found (docker, podman, buildah) and checks the image runs --version.
+# build-image.sh IMAGE VERSION: builds the Dockerfile's image, tagged IMAGE:VERSION (make image:
+# IMAGE defaults to ghcrsync), with the first container builder found (docker, podman, buildah)
+# and checks the image runs --version.
 # Without one it says so and exits 0: the image is not part of `make test`.
 set -euo pipefail
 
-version=${1:-dev}
+image=${1:-ghcrsync}
+version=${2:-dev}
 
 for b in docker podman buildah; do
 	if command -v "$b" >/dev/null 2>&1; then
@@ -19,10 +21,10 @@ if [ -z "${builder:-}" ]; then
 fi
 
 case $builder in
-buildah) buildah bud --build-arg VERSION="$version" -t "ghcrsync:$version" . ;;
-*) "$builder" build --build-arg VERSION="$version" -t "ghcrsync:$version" . ;;
+buildah) buildah bud --build-arg VERSION="$version" -t "$image:$version" . ;;
+*) "$builder" build --build-arg VERSION="$version" -t "$image:$version" . ;;
 esac
 
 if [ "$builder" != buildah ]; then
-	"$builder" run --rm "ghcrsync:$version" --version
+	"$builder" run --rm "$image:$version" --version
 fi
