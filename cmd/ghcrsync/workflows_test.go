@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,14 +28,17 @@ import (
 // GITHUB_WORKSPACE, GITHUB_RUN_ID, GITHUB_RUN_ATTEMPT, GITHUB_REPOSITORY), the workflow's,
 // job's and step's env with their expressions evaluated from the test's secrets and inputs.
 // The actions the steps use are played as the runner would leave the workspace: checkout (the
-// workspace is a clone), setup-go (Go is on PATH), github-script (its comment body is checked).
+// workspace is a clone), setup-go (Go is on PATH), cache (always a miss: the step that fills it
+// runs), github-script (its comment body is checked). GITHUB_PATH adds to the next steps' PATH.
 type runner struct {
 	t         *testing.T
 	workspace string
 	temp      string
 	values    map[string]string // expression -> value: "secrets.X", "inputs.holder", …
-	path      string            // PATH with the ghcrsync a pinned `go install` puts there
+	path      string            // PATH: the gh stub first, then what steps added ($GITHUB_PATH)
+	env       []string          // the environment every step starts from (a runner's own)
 	summary   string
+	log       strings.Builder   // every step's output
 	failed    bool
 	outputs   map[string]map[string]string // step id -> outputs
 	outcomes  map[string]string            // step id -> success, failure, skipped
@@ -215,20 +219,20 @@ func (r *runner) run(file string) []string {
 				continue
 			}
 
+			stepEnv := map[string]string{}
+			for k, v := range env {
+				stepEnv[k] = v
+			}
+
+			for k, v := range envOf(step.Env) {
+				stepEnv[k] = v
+			}
+
 			switch exe := step.Exec.(type) {
 			case *actionlint.ExecAction:
-				r.action(exe)
+				r.action(step, exe, stepEnv)
 				trace = append(trace, exe.Uses.Value+": played")
 			case *actionlint.ExecRun:
-				stepEnv := map[string]string{}
-				for k, v := range env {
-					stepEnv[k] = v
-				}
-
-				for k, v := range envOf(step.Env) {
-					stepEnv[k] = v
-				}
-
 				code := r.script(i, step, exe.Run.Value, stepEnv)
 				trace = append(trace, name+": exit "+strconv.Itoa(code))
 			}
@@ -238,13 +242,17 @@ func (r *runner) run(file string) []string {
 	return trace
 }
 
-func (r *runner) action(exe *actionlint.ExecAction) {
+func (r *runner) action(step *actionlint.Step, exe *actionlint.ExecAction, env map[string]string) {
 	uses := exe.Uses.Value
 
 	switch {
 	case strings.HasPrefix(uses, "actions/checkout@"), strings.HasPrefix(uses, "actions/setup-go@"):
+	case strings.HasPrefix(uses, "actions/cache@"):
+		if step.ID != nil {
+			r.outputs[step.ID.Value] = map[string]string{"cache-hit": "false"}
+		}
 	case strings.HasPrefix(uses, "actions/github-script@"):
-		r.githubScript(exe.Inputs["script"].Value.Value)
+		r.githubScript(exe.Inputs["script"].Value.Value, env)
 	default:
 		r.t.Fatalf("the workflow uses %s, which this runner does not play", uses)
 	}
@@ -270,7 +278,7 @@ SCRIPT
 })().then(() => fs.writeFileSync(process.env.STUB_EDITS, JSON.stringify(edits)), (e) => { console.error(e); process.exit(1); });
 `
 
-func (r *runner) githubScript(script string) {
+func (r *runner) githubScript(script string, env map[string]string) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		r.t.Fatalf("the comment step's script needs node to be played (install nodejs): %v", err)
@@ -285,6 +293,9 @@ func (r *runner) githubScript(script string) {
 
 	c := exec.Command(node, js)
 	c.Dir, c.Env = r.workspace, append(os.Environ(), "STUB_EXISTING="+existing, "STUB_EDITS="+edits)
+	for k, v := range env {
+		c.Env = append(c.Env, k+"="+r.eval(v))
+	}
 
 	if out, err := c.CombinedOutput(); err != nil {
 		r.t.Fatalf("the comment step's script failed: %v\n%s", err, out)
@@ -303,8 +314,10 @@ func (r *runner) githubScript(script string) {
 func (r *runner) script(i int, step *actionlint.Step, script string, env map[string]string) int {
 	out := filepath.Join(r.temp, "output-"+strconv.Itoa(i))
 	_ = os.WriteFile(out, nil, 0o600)
+	addPath := filepath.Join(r.temp, "path-"+strconv.Itoa(i))
+	_ = os.WriteFile(addPath, nil, 0o600)
 
-	vars := append(os.Environ(), "PATH="+r.path, "GITHUB_ACTIONS=true", "GITHUB_OUTPUT="+out, "GITHUB_STEP_SUMMARY="+r.summary,
+	vars := append(slices.Clone(r.env), "PATH="+r.path, "GITHUB_ACTIONS=true", "GITHUB_OUTPUT="+out, "GITHUB_PATH="+addPath, "GITHUB_STEP_SUMMARY="+r.summary,
 		"RUNNER_TEMP="+r.temp, "GITHUB_WORKSPACE="+r.workspace, "GITHUB_RUN_ID=7001", "GITHUB_RUN_ATTEMPT=1",
 		"GITHUB_REPOSITORY=ghcrsync/fleet", "SOPS_AGE_KEY_FILE=")
 
@@ -326,6 +339,13 @@ func (r *runner) script(i int, step *actionlint.Step, script string, env map[str
 	_ = c.Run()
 	code := c.ProcessState.ExitCode()
 	r.t.Logf("step %d (%v): exit %d\n%s", i+1, stepName(step), code, buf.String())
+	r.log.Write(buf.Bytes())
+
+	if added, _ := os.ReadFile(addPath); len(bytes.TrimSpace(added)) > 0 {
+		for _, dir := range strings.Split(strings.TrimSpace(string(added)), "\n") {
+			r.path = dir + ":" + r.path
+		}
+	}
 
 	// continue-on-error: the step's outcome is a failure, the job's status is not.
 	if code != 0 && (step.ContinueOnError == nil || !step.ContinueOnError.Value) {
@@ -363,7 +383,6 @@ func stepName(s *actionlint.Step) string {
 func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	sb := sandboxtest.Start(t, sandbox.Options{ControlPlanes: 1, Workers: 1, NoWorkloads: true, AutoscalerPaused: true,
 		Heartbeat: time.Second, Reboot: 2 * time.Second})
-	bin := sandboxtest.Binary(t)
 
 	// The repository: its ghcrsync.hcl on the base branch, the credential file under
 	// clusters/prod/; the pull request's commit (on the remote) changes only that file.
@@ -405,12 +424,11 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	git(ws, "push", "-q", "origin", "HEAD:refs/pull/1/head")
 	git(ws, "checkout", "-q", "main")
 
-	// `go install …/cmd/ghcrsync@$GHCRSYNC_VERSION` puts the pinned release on PATH: the version
-	// is not published from here, so a go on PATH answers that one command with this build.
-	tools := t.TempDir()
-	shim := "#!/bin/sh\ncase \"$1 $2\" in\n\"install github.com/ghcrsync/ghcrsync/cmd/ghcrsync@\"v*) cp " + bin + " " + tools + "/ghcrsync ;;\n" +
-		"*) exec " + goTool(t) + " \"$@\" ;;\nesac\n"
-	if err := os.WriteFile(filepath.Join(tools, "go"), []byte(shim), 0o700); err != nil {
+	// GitHub's releases, played by a gh stub over a folder: release.yml publishes into it (gh
+	// release create), every other workflow's install step downloads from it (gh release
+	// download) and checks what it got.
+	tools, releases := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(tools, "gh"), []byte(strings.ReplaceAll(ghStub, "STORE", releases)), 0o700); err != nil {
 		t.Fatal(err)
 	}
 
@@ -418,12 +436,30 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	talosconfig, _ := os.ReadFile(sb.Path(sandbox.TalosconfigFile))
 	age, _ := os.ReadFile(sb.Path(sandbox.AgeKeyFile))
 
-	newRunner := func(inputs map[string]string) *runner {
-		r := &runner{t: t, workspace: ws, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), outputs: map[string]map[string]string{}, outcomes: map[string]string{},
+	// The runner's own environment: a home of its own (where the install step puts ghcrsync),
+	// this machine's Go caches (a release builds with them warm), one platform for make release.
+	home := t.TempDir()
+	baseEnv := append(os.Environ(), "HOME="+home, "PLATFORMS=linux/"+runtime.GOARCH)
+
+	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+		out, _ := exec.Command(goTool(t), "env", v).Output()
+		baseEnv = append(baseEnv, v+"="+strings.TrimSpace(string(out)))
+	}
+
+	if os.Getenv("XDG_CACHE_HOME") == "" {
+		baseEnv = append(baseEnv, "XDG_CACHE_HOME="+filepath.Join(os.Getenv("HOME"), ".cache"))
+	}
+
+	newRunnerIn := func(workspace string, inputs map[string]string) *runner {
+		r := &runner{t: t, workspace: workspace, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), env: baseEnv,
+			outputs: map[string]map[string]string{}, outcomes: map[string]string{},
 			values: map[string]string{
 				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig),
 				"secrets.RELEASE_KUBECONFIG": string(kubeconfig), "secrets.TALOSCONFIG": string(talosconfig),
-				"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test",
+				"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "",
+				"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test", "github.ref_name": "v0.3.0",
+				"github.server_url": "https://github.com", "github.repository": "ghcrsync/fleet", "github.run_id": "7001",
+				"github.workflow": "ghcrsync plan", "github.job": "plan", "strategy.job-index": "0",
 			}}
 		for k, v := range inputs {
 			r.values["inputs."+k] = v
@@ -433,6 +469,44 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 
 		return r
 	}
+	newRunner := func(inputs map[string]string) *runner { return newRunnerIn(ws, inputs) }
+
+	// release.yml, on a clone of this repository at its commit, with the tag the other workflows
+	// pin: make release's archive, SBOM, provenance and SHA256SUMS published as the release.
+	src := t.TempDir()
+	if out, err := exec.Command("git", "clone", "-q", "../..", src).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+
+	rel := newRunnerIn(src, nil)
+	if trace := rel.run("../../docs/workflows/release.yml"); rel.failed || !slices.Contains(trace, "Image: skipped") {
+		t.Fatalf("release.yml: %v", trace)
+	}
+
+	published, _ := filepath.Glob(filepath.Join(releases, "v0.3.0", "*"))
+	for _, want := range []string{"SHA256SUMS", "ghcrsync_v0.3.0.cdx.json", "ghcrsync_v0.3.0.intoto.jsonl", "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"} {
+		if !slices.Contains(published, filepath.Join(releases, "v0.3.0", want)) {
+			t.Fatalf("release.yml published %v, not %s", published, want)
+		}
+	}
+
+	// The merge queue's required check: validate.yml on the base branch's files passes; on a
+	// configuration with an error it fails, annotating the error on its line.
+	check := newRunner(nil)
+	if trace := check.run("../../docs/workflows/validate.yml"); check.failed || !slices.Contains(trace, "Valid: exit 0") ||
+		!slices.Contains(trace, "Formatted: exit 0") {
+		t.Fatalf("validate.yml: %v\n%s", trace, check.log.String())
+	}
+
+	good, _ := os.ReadFile(filepath.Join(ws, "ghcrsync.hcl"))
+	_ = os.WriteFile(filepath.Join(ws, "ghcrsync.hcl"), append(slices.Clone(good), "\nnodes {\n  drain_timout = \"1m\"\n}\n"...), 0o600)
+
+	broken := newRunner(nil)
+	if trace := broken.run("../../docs/workflows/validate.yml"); !broken.failed || !strings.Contains(broken.log.String(), "::error file=ghcrsync.hcl,line=") {
+		t.Fatalf("validate.yml on a broken configuration: %v\n%s", trace, broken.log.String())
+	}
+
+	_ = os.WriteFile(filepath.Join(ws, "ghcrsync.hcl"), good, 0o600)
 
 	// The pull request already has: the bot's plan comment for this cluster (to update), its
 	// comment for another cluster of a matrix, and someone else's comment forged with this
@@ -472,6 +546,18 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 
 	if fresh.run("../../docs/workflows/plan.yml"); len(fresh.edits) != 1 || fresh.edits[0].Op != "create" {
 		t.Fatalf("plan.yml's comment step with no comment of its own: %+v", fresh.edits)
+	}
+
+	// A plan that fails (an identity that cannot reach the cluster) replaces this job's last
+	// plan with a failure note: a green plan must not outlive the failure.
+	failing := newRunner(nil)
+	failing.values["secrets.PLAN_KUBECONFIG"] = "not a kubeconfig"
+	failing.existing = []prComment{comment(12, "github-actions[bot]", "Bot", view.MarkdownMarker+" cluster=another-cluster -->\nthe other cluster's plan"),
+		comment(14, "github-actions[bot]", "Bot", plan.edits[0].Body)}
+
+	if trace := failing.run("../../docs/workflows/plan.yml"); !failing.failed || len(failing.edits) != 1 || failing.edits[0].ID != 14 ||
+		!strings.Contains(failing.edits[0].Body, "### ghcrsync plan: failed") {
+		t.Fatalf("plan.yml with a failing plan: %v, edits %+v", trace, failing.edits)
 	}
 
 	if s, _ := os.ReadFile(plan.summary); !strings.Contains(string(s), "### ghcrsync plan: ") {
@@ -519,6 +605,35 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		t.Fatalf("recover.yml: %v", trace)
 	}
 }
+
+// ghStub plays the gh commands the workflows run, over a folder of releases (STORE/TAG/FILE):
+// release create copies the files named into the tag's folder, release download copies the
+// files its patterns name out of it (and fails on one that is not there, as gh does).
+const ghStub = `#!/bin/sh
+set -e
+store=STORE
+case "$1 $2" in
+"release create")
+	tag=$3; shift 3; mkdir -p "$store/$tag"
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--title|--notes|--repo) shift 2 ;;
+		--*) shift ;;
+		*) cp "$1" "$store/$tag/"; shift ;;
+		esac
+	done ;;
+"release download")
+	tag=$3; shift 3
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--pattern) cp "$store/$tag/$2" . ; shift 2 ;;
+		--repo) shift 2 ;;
+		*) shift ;;
+		esac
+	done ;;
+*) echo "gh stub: $* is not played" >&2; exit 1 ;;
+esac
+`
 
 func goTool(t *testing.T) string {
 	t.Helper()
