@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -136,4 +137,97 @@ func TestReadmeExitCodesAreCIsTable(t *testing.T) {
 	if len(fromTable) == 0 || !slices.Equal(fromReadme, fromTable) {
 		t.Fatalf("README.md lists exit codes %v, docs/ci.md's table %v", fromReadme, fromTable)
 	}
+}
+
+// The pairs a team reads side by side say the same thing (issue 42's contradictions), each
+// checked where it can be: a side changed alone fails here, naming the pair.
+func TestDocsPairsAgree(t *testing.T) {
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return string(b)
+	}
+
+	t.Run("one_sops_file_name", func(t *testing.T) {
+		// The production example's SOPS file is the one every doc and workflow names.
+		want := regexp.MustCompile(`sops_file\s*=\s*"([^"]+)"`).FindStringSubmatch(read("config/examples/production.hcl"))[1]
+		named := regexp.MustCompile(`clusters/[\w./-]+\.(?:enc|sops)\.ya?ml`)
+
+		files, _ := filepath.Glob("../../docs/*.md")
+		more, _ := filepath.Glob("../../docs/workflows/*.yml")
+
+		for _, f := range append(append(files, more...), "../../README.md") {
+			rel := strings.TrimPrefix(f, "../../")
+			for _, m := range named.FindAllString(read(rel), -1) {
+				if m != want {
+					t.Errorf("%s names the SOPS file %s; config/examples/production.hcl and the workflows name %s", rel, m, want)
+				}
+			}
+		}
+	})
+
+	t.Run("image_name_is_the_build_scripts", func(t *testing.T) {
+		// make image passes IMAGE and VERSION to the build script, which tags IMAGE:VERSION;
+		// the README's make image line names the image the Job runs.
+		out, err := exec.Command("make", "-C", "../..", "-n", "image", "IMAGE=registry.example.com/x/ghcrsync", "VERSION=v9.9.9").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "scripts/build-image.sh registry.example.com/x/ghcrsync v9.9.9") {
+			t.Fatalf("make -n image: %v\n%s", err, out)
+		}
+
+		if script := read("scripts/build-image.sh"); strings.Count(script, `-t "$image:$version"`) != 2 {
+			t.Errorf("scripts/build-image.sh does not tag \"$image:$version\" with every builder")
+		}
+
+		m := regexp.MustCompile("make image IMAGE=(\\S+)\\s*(?:#\\s*)?VERSION=(\\S+)`").FindStringSubmatch(read("README.md"))
+		if m == nil {
+			t.Fatal("README.md has no `make image IMAGE=… VERSION=…` line")
+		}
+
+		image := m[1] + ":" + m[2]
+		for _, f := range []string{"README.md", "docs/deploy/job.yaml", "docs/deploy/cronjob.yaml"} {
+			if !strings.Contains(read(f), image) {
+				t.Errorf("%s does not name %s, the image README.md's make image line builds", f, image)
+			}
+		}
+	})
+
+	t.Run("detailed_exitcode_2", func(t *testing.T) {
+		// 2 means changes or an old credential still in use, in both.
+		for _, f := range []string{"README.md", "docs/ci.md"} {
+			if !regexp.MustCompile(`(?s)2.{0,40}changes.{0,30}or.{0,60}(old\s+credential\s+still\s+in\s+use|still\s+uses\s+the\s+old\s+credential)`).MatchString(read(f)) {
+				t.Errorf("%s does not say that plan --detailed-exitcode's 2 also means an old credential still in use", f)
+			}
+		}
+	})
+
+	t.Run("links_stay_in_the_repository", func(t *testing.T) {
+		// A relative link or path in the docs resolves inside the repository (a clone has no
+		// ../shared).
+		link := regexp.MustCompile(`\]\(([^)#\s]+)(?:#[^)]*)?\)`)
+		files, _ := filepath.Glob("../../docs/*.md")
+
+		for _, f := range append(files, "../../README.md") {
+			text := read(strings.TrimPrefix(f, "../../"))
+			if strings.Contains(text, "../shared") {
+				t.Errorf("%s points outside the repository (../shared)", f)
+			}
+
+			for _, m := range link.FindAllStringSubmatch(text, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+
+				p := filepath.Clean(filepath.Join(filepath.Dir(f), target))
+				if !strings.HasPrefix(p, filepath.Clean("../..")+string(filepath.Separator)) && p != filepath.Clean("../..") {
+					t.Errorf("%s links %s, outside the repository", f, target)
+				} else if _, err := os.Stat(p); err != nil {
+					t.Errorf("%s links %s, which does not exist", f, target)
+				}
+			}
+		}
+	})
 }

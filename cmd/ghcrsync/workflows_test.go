@@ -490,8 +490,10 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		}
 	}
 
-	// The merge queue's required check: validate.yml on the base branch's files passes; on a
+	// The merge queue's required check: validate.yml on the pull request's files passes; on a
 	// configuration with an error it fails, annotating the error on its line.
+	git(ws, "checkout", "-q", prSHA)
+
 	check := newRunner(nil)
 	if trace := check.run("../../docs/workflows/validate.yml"); check.failed || !slices.Contains(trace, "Valid: exit 0") ||
 		!slices.Contains(trace, "Formatted: exit 0") {
@@ -507,6 +509,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	}
 
 	_ = os.WriteFile(filepath.Join(ws, "ghcrsync.hcl"), good, 0o600)
+	git(ws, "checkout", "-q", "main")
 
 	// The pull request already has: the bot's plan comment for this cluster (to update), its
 	// comment for another cluster of a matrix, and someone else's comment forged with this
