@@ -38,7 +38,7 @@ type runner struct {
 	path      string            // PATH: the gh stub first, then what steps added ($GITHUB_PATH)
 	env       []string          // the environment every step starts from (a runner's own)
 	summary   string
-	log       strings.Builder   // every step's output
+	log       strings.Builder // every step's output
 	failed    bool
 	outputs   map[string]map[string]string // step id -> outputs
 	outcomes  map[string]string            // step id -> success, failure, skipped
