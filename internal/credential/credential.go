@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -278,15 +280,12 @@ func Parse(dockerconfigjson []byte, registry string) (*Credential, error) {
 		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, jsonErr(err))
 	}
 
-	e, ok := doc.Auths[registry]
-	if !ok {
-		hosts := make([]string, 0, len(doc.Auths))
-		for h := range doc.Auths {
-			hosts = append(hosts, h)
-		}
-
-		return nil, fmt.Errorf("%w: no auths entry for %q (entries: %s)", ErrInvalid, registry, strings.Join(hosts, ", "))
+	key, err := authsKey(slices.Collect(maps.Keys(doc.Auths)), registry)
+	if err != nil {
+		return nil, err
 	}
+
+	e := doc.Auths[key]
 
 	user, pass := e.Username, e.Password
 
@@ -312,7 +311,77 @@ func Parse(dockerconfigjson []byte, registry string) (*Credential, error) {
 		return nil, fmt.Errorf("%w: auths[%q] needs a non-empty username and password (or auth)", ErrInvalid, registry)
 	}
 
-	return &Credential{Registry: registry, Username: user, password: pass, raw: append([]byte(nil), dockerconfigjson...)}, nil
+	raw := append([]byte(nil), dockerconfigjson...)
+	if key != registry {
+		if raw, err = renameAuths(dockerconfigjson, key, registry); err != nil {
+			return nil, err
+		}
+	}
+
+	return &Credential{Registry: registry, Username: user, password: pass, raw: raw}, nil
+}
+
+// authsHost is the registry host an auths key names, as the kubelet and Docker read it: the
+// key may carry a scheme and a path ("https://ghcr.io", "https://ghcr.io/v2/").
+func authsHost(key string) string {
+	h := key
+	if _, rest, ok := strings.Cut(h, "://"); ok {
+		h = rest
+	}
+
+	h, _, _ = strings.Cut(h, "/")
+
+	return strings.ToLower(h)
+}
+
+// authsKey is the one auths key for registry: the key itself, or a key that names the same
+// host with a scheme or a path. None is an error that lists the keys; so are two (the kubelet
+// would try both, and a second credential for the registry would outlive the rotation).
+func authsKey(keys []string, registry string) (string, error) {
+	slices.Sort(keys)
+
+	var match []string
+
+	for _, k := range keys {
+		if authsHost(k) == strings.ToLower(registry) {
+			match = append(match, k)
+		}
+	}
+
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return "", fmt.Errorf("%w: no auths entry for %q (entries: %s)", ErrInvalid, registry, strings.Join(keys, ", "))
+	}
+
+	return "", fmt.Errorf("%w: auths entries %s all name %q: keep one (\"%s\")", ErrInvalid, strings.Join(match, ", "), registry, registry)
+}
+
+// renameAuths is the document with its auths key from renamed to to, everything else kept: the
+// credential is written out under the registry's name, which every consumer reads.
+func renameAuths(dockerconfigjson []byte, from, to string) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(dockerconfigjson, &doc); err != nil {
+		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, jsonErr(err))
+	}
+
+	var auths map[string]json.RawMessage
+	if err := json.Unmarshal(doc["auths"], &auths); err != nil {
+		return nil, fmt.Errorf("%w: auths (%s)", ErrInvalid, jsonErr(err))
+	}
+
+	auths[to] = auths[from]
+	delete(auths, from)
+
+	b, err := json.Marshal(auths)
+	if err != nil {
+		return nil, err
+	}
+
+	doc["auths"] = b
+
+	return json.Marshal(doc)
 }
 
 // jsonErr describes a JSON syntax error without quoting the input (which may hold the secret).

@@ -306,3 +306,49 @@ func TestProveSendsThePasswordOnlyToAPinnedRealm(t *testing.T) {
 		t.Fatalf("a trusted realm: %v, received the password %d time(s)", err, got.Load())
 	}
 }
+
+// An auths key written with a scheme or a path ("https://ghcr.io", as `docker login` and some
+// tools write it) names the registry as the kubelet reads it: it is normalised — the credential
+// found, and written out under the registry's own name — not refused. Two keys for one registry
+// are refused (the kubelet would try both: a second credential would outlive the rotation), and
+// so is a key for another host.
+func TestAuthsKeyNormalised(t *testing.T) {
+	entry := fmt.Sprintf(`{"username":%q,"password":%q}`, user, pass)
+
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{name: "plain", doc: `{"auths":{"ghcr.io":` + entry + `}}`},
+		{name: "https_scheme", doc: `{"auths":{"https://ghcr.io":` + entry + `}}`},
+		{name: "scheme_and_path", doc: `{"auths":{"https://ghcr.io/v2/":` + entry + `},"credsStore":"x"}`},
+		{name: "upper_case_host", doc: `{"auths":{"https://GHCR.io":` + entry + `}}`},
+		{name: "plain_and_scheme_keys", doc: `{"auths":{"ghcr.io":` + entry + `,"https://ghcr.io":{"username":"a","password":"b"}}}`, want: `all name "ghcr.io"`},
+		{name: "two_keys_for_one_host", doc: `{"auths":{"https://ghcr.io":` + entry + `,"http://ghcr.io/v1/":` + entry + `}}`, want: `all name "ghcr.io"`},
+		{name: "another_host", doc: `{"auths":{"https://ghcr.io.example.com":` + entry + `}}`, want: `no auths entry for "ghcr.io"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc), "ghcr.io")
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), pass) {
+					t.Fatalf("want an error saying %q, got %v", tc.want, err)
+				}
+
+				return
+			}
+
+			if err != nil || c.Username != user || c.Password() != pass {
+				t.Fatalf("%v", err)
+			}
+
+			// Written out under "ghcr.io": it parses again with the plain key, nothing else lost.
+			out := string(c.DockerConfigJSON())
+			if !strings.Contains(out, `"ghcr.io":`) || strings.Contains(out, "://") {
+				t.Fatalf("written out as %s", strings.ReplaceAll(out, pass, "<password>"))
+			}
+
+			if strings.Contains(tc.doc, "credsStore") && !strings.Contains(out, "credsStore") {
+				t.Fatal("another field of the document was lost")
+			}
+		})
+	}
+}
