@@ -469,6 +469,7 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	}
 
 	w = append(w, controlPlaneWarnings(p, s, in)...)
+	w = append(w, probeArchWarnings(p, s)...)
 
 	if hidden := staleBehindValidConfig(p); p.Emergency() && len(hidden) > 0 {
 		w = append(w, fmt.Sprintf("Emergency: the container runtime of %s has not loaded the credential its Talos config holds (it started before the "+

@@ -129,8 +129,11 @@ type Node struct {
 	Deleting         *time.Time  `json:"deleting,omitempty"`
 	Ready            bool        `json:"ready"`
 	BootID           string      `json:"boot_id,omitempty"`
-	Talos            *TalosFacts `json:"talos,omitempty"`
-	TalosError       string      `json:"talos_error,omitempty"`
+	// Arch is its CPU architecture (the kubernetes.io/arch label): the probe's image must have
+	// a variant for it.
+	Arch       string      `json:"arch,omitempty"`
+	Talos      *TalosFacts `json:"talos,omitempty"`
+	TalosError string      `json:"talos_error,omitempty"`
 	// TalosDenied: the node's Talos refused the read to this identity (PermissionDenied): the
 	// talosconfig's role is too small, not the node unwell (plan fails, naming the role).
 	TalosDenied bool `json:"talos_denied,omitempty"`
@@ -279,6 +282,9 @@ type Probe struct {
 	Images         []string `json:"images,omitempty"`
 	Namespace      string   `json:"namespace"`
 	ServiceAccount string   `json:"service_account"`
+	// Platforms are, for each image the probe pulls, the platforms (os/arch) the registry's
+	// manifest offers, as proved (absent: not known, or a plan made without the proof).
+	Platforms map[string][]string `json:"platforms,omitempty"`
 }
 
 // Pulls are the images the probe pulls on each node.

@@ -2,6 +2,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -255,6 +256,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
 		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
 		HeldUnproven:     HeldUnproven(n),
+		Arch:             cmp.Or(n.Labels[corev1.LabelArchStable], n.Status.NodeInfo.Architecture),
 	}
 
 	_, out.Autoscaled = n.Labels[NodeGroupLabel]

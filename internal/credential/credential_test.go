@@ -352,3 +352,44 @@ func TestAuthsKeyNormalised(t *testing.T) {
 		})
 	}
 }
+
+// The proof reads the platforms a target offers: an image index's (buildx's multi-arch image),
+// a single image's from its config; an image that names none gives none (nothing is guessed).
+func TestProveReadsPlatforms(t *testing.T) {
+	ctx := context.Background()
+
+	reg, err := registry.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(ctx) })
+	reg.AddCredential(user, pass)
+
+	if err := reg.PushIndex("ghcrsync/multi-probe:v1", "linux/amd64", "linux/arm64/v8"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := reg.PushIndex("ghcrsync/amd-probe:v1", "linux/amd64"); err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		target string
+		want   string
+	}{
+		{"ghcrsync/multi-probe:v1", "linux/amd64 linux/arm64/v8"},
+		{"ghcrsync/amd-probe:v1", "linux/amd64"},
+		{"ghcrsync/private-probe:v1", ""}, // a seeded image whose config names no platform
+	} {
+		proof, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, []string{tc.target})
+		if err != nil || strings.Join(proof.Platforms[tc.target], " ") != tc.want {
+			t.Fatalf("%s: platforms %v, want %q (%v)", tc.target, proof.Platforms[tc.target], tc.want, err)
+		}
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
@@ -109,7 +111,7 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 	rt := newPinned(r.realmHosts(c), timeout)
 	defer rt.close()
 
-	proof := Proof{Digests: map[string]string{}}
+	proof := Proof{Digests: map[string]string{}, Platforms: map[string][]string{}}
 	auth := authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})
 
 	// The challenge is the registry's, not a target's: asked once (failing, it is named by the
@@ -125,12 +127,15 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 			}
 		}
 
-		d, err := p.prove(opts, ch)
+		d, platforms, err := p.prove(opts, ch)
 		if err != nil {
 			return Proof{}, rt.waitFor(err)
 		}
 
 		proof.Digests[t] = d
+		if len(platforms) > 0 {
+			proof.Platforms[t] = platforms
+		}
 	}
 
 	proof.Expires = rt.expiry()
@@ -206,31 +211,86 @@ func (p *prover) challenge() (*transport.Challenge, error) {
 	return ch, nil
 }
 
-func (p *prover) prove(opts []name.Option, ch *transport.Challenge) (string, error) {
+func (p *prover) prove(opts []name.Option, ch *transport.Challenge) (string, []string, error) {
 	p.realm = ch.Parameters["realm"]
 
 	ref, err := p.reference(opts)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 
 	scopes := []string{ref.Scope(transport.PullScope)}
 
 	if p.anonymous(ref, ch, scopes) {
-		return "", p.say("challenge", "%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target)
+		return "", nil, p.say("challenge", "%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target)
 	}
 
 	tok, err := transport.Exchange(p.ctx, p.reg, p.auth, p.rt, scopes, ch)
 	if err != nil {
-		return "", p.fail("token", err)
+		return "", nil, p.fail("token", err)
 	}
 
 	desc, err := p.get(ref, ch, p.auth, tok)
 	if err != nil {
-		return "", p.fail("manifest", err)
+		return "", nil, p.fail("manifest", err)
 	}
 
-	return desc.Digest.String(), nil
+	return desc.Digest.String(), platforms(desc), nil
+}
+
+// platforms are the os/arch[/variant] an image offers: an index's entries (attestation
+// manifests, "unknown/unknown", left out), or a single image's config. Nil when they cannot be
+// read: the caller then knows nothing, and warns of nothing.
+func platforms(desc *remote.Descriptor) []string {
+	var out []string
+
+	add := func(pl *v1.Platform) {
+		if pl == nil || pl.OS == "" || pl.OS == "unknown" || pl.Architecture == "" || pl.Architecture == "unknown" {
+			return
+		}
+
+		s := pl.OS + "/" + pl.Architecture
+		if pl.Variant != "" {
+			s += "/" + pl.Variant
+		}
+
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+
+	switch {
+	case desc.MediaType.IsIndex():
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			return nil
+		}
+
+		m, err := idx.IndexManifest()
+		if err != nil {
+			return nil
+		}
+
+		for _, d := range m.Manifests {
+			add(d.Platform)
+		}
+	case desc.MediaType.IsImage():
+		img, err := desc.Image()
+		if err != nil {
+			return nil
+		}
+
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil
+		}
+
+		add(cf.Platform())
+	}
+
+	slices.Sort(out)
+
+	return out
 }
 
 // reference is the target on this registry.
@@ -347,6 +407,8 @@ func clip(s string) string {
 type Proof struct {
 	// Digests are the targets' manifest digests.
 	Digests map[string]string
+	// Platforms are the platforms each target offers (os/arch[/variant]), where readable.
+	Platforms map[string][]string
 	// Expires is when the credential stops working, as the registry reported it with its token
 	// (GitHub's GitHub-Authentication-Token-Expiration header); zero when it did not.
 	Expires time.Time

@@ -58,6 +58,10 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		if len(pinned) > 1 {
 			in.Probe.Images = pinned
 		}
+
+		if len(proved.Platforms) > 0 {
+			in.Probe.Platforms = proved.Platforms
+		}
 	}
 
 	snap, held, err := w.snapshot(ctx)

@@ -271,6 +271,9 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 type Proved struct {
 	// Probes are the runtime probe's images by their proved digests (REGISTRY/repo@sha256:…).
 	Probes []string
+	// Platforms are each probe image's platforms (by its Probes entry), where the registry's
+	// manifest names them.
+	Platforms map[string][]string
 	// Expires is when the credential expires, where the registry reports it (zero: it does not).
 	Expires time.Time
 	// Retries is the registry's trouble waited out on the way ("" when it answered at once).
@@ -305,9 +308,14 @@ func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
 	}
 
-	out := Proved{Expires: proof.Expires, Retries: tried.String()}
+	out := Proved{Expires: proof.Expires, Retries: tried.String(), Platforms: map[string][]string{}}
 	for i, target := range probes {
-		out.Probes = append(out.Probes, ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target]))
+		pinned := ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target])
+		out.Probes = append(out.Probes, pinned)
+
+		if pl := proof.Platforms[target]; len(pl) > 0 {
+			out.Platforms[pinned] = pl
+		}
 	}
 
 	return out, nil

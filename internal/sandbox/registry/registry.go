@@ -25,9 +25,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Registry is a real OCI registry (go-containerregistry's) behind Docker token auth, as
@@ -271,6 +275,51 @@ func (r *Registry) push(images ...string) error {
 	}
 
 	return nil
+}
+
+// PushIndex adds a private multi-platform image: an image index of one image per platform
+// ("linux/amd64", "linux/arm64/v8"), each with its platform in the index and in its config, as
+// `docker buildx build --platform` publishes one.
+func (r *Registry) PushIndex(image string, platforms ...string) error {
+	ts := httptest.NewServer(r.inner)
+	defer ts.Close()
+
+	var adds []mutate.IndexAddendum
+
+	for i, p := range platforms {
+		parts := strings.SplitN(p, "/", 3)
+		pl := v1.Platform{OS: parts[0], Architecture: parts[1]}
+
+		if len(parts) == 3 {
+			pl.Variant = parts[2]
+		}
+
+		img, err := random.Image(256, 1, random.WithSource(mathrand.NewSource(int64(i+1))))
+		if err != nil {
+			return err
+		}
+
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return err
+		}
+
+		cf.OS, cf.Architecture, cf.Variant = pl.OS, pl.Architecture, pl.Variant
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			return err
+		}
+
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &pl}})
+	}
+
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+
+	ref, err := name.ParseReference(strings.TrimPrefix(ts.URL, "http://")+"/"+strings.TrimPrefix(image, RegistryHost+"/"), name.Insecure)
+	if err != nil {
+		return err
+	}
+
+	return remote.WriteIndex(ref, idx)
 }
 
 // Publish adds image ("org/name:tag", or with the registry host) as a public package: anyone
