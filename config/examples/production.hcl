@@ -48,6 +48,13 @@ consumers {
   service_accounts = ["default"]
 }
 
+# The Flux Kustomization that applies this cluster from Git: suspended for the run (a recorded
+# fence, resumed at the end and by `ghcrsync release`), so that a Flux reconcile in the middle
+# of the rotation cannot put a pull secret back before the nodes hold the new credential.
+flux {
+  suspend = ["flux-system/flux-system"]
+}
+
 flux_root {
   namespace      = "flux-system"
   secret         = "ghcr-auth"
@@ -63,5 +70,8 @@ node_template "hcloud-workers" {
   format    = "hcloud-cluster-config"
   pools     = ["workers"]
   # The autoscaler reads HCLOUD_CLUSTER_CONFIG once, when it starts: restart it after the write.
-  restart_deployment = "kube-system/cluster-autoscaler"
+  # The official chart (kubernetes.github.io/autoscaler, cloudProvider=hetzner) names its
+  # Deployment RELEASE-hetzner-cluster-autoscaler: here the release "cluster-autoscaler". Check
+  # yours: kubectl -n kube-system get deploy -l app.kubernetes.io/name=hetzner-cluster-autoscaler
+  restart_deployment = "kube-system/cluster-autoscaler-hetzner-cluster-autoscaler"
 }
