@@ -9,7 +9,7 @@ export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talo
 # The real cluster-autoscaler (Hetzner provider) of `--autoscaler real` (built once, outside the clone).
 export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/cluster-autoscaler/ca-1.33.0-hetzner/cluster-autoscaler
 
-.PHONY: all build release image control-plane talosctl cluster-autoscaler test unit demo bench vet check-leaks check-build clean chaos fuzz
+.PHONY: all build release image control-plane talosctl cluster-autoscaler runtime test unit demo bench vet check-leaks check-build clean chaos fuzz
 
 all: build
 
@@ -53,13 +53,20 @@ talosctl:
 cluster-autoscaler:
 	@scripts/build-cluster-autoscaler.sh >/dev/null
 
+# A real container runtime for the sandbox's real-runtime tests: Debian's containerd and runc,
+# installed with apt-get when missing (as root). Without root or apt it says so; the tests that
+# need it then skip, saying why.
+runtime:
+	@scripts/install-runtime.sh
+
 vet:
 	$(GO) vet ./...
 
 # All tests, including the sandbox ones (a real control plane per test package, and the real
 # talosctl against the simulated machines), then a check that no sandbox process outlived them.
-test: control-plane talosctl cluster-autoscaler vet check-build
-	$(GO) test -count=1 -timeout 40m ./...
+test: control-plane talosctl cluster-autoscaler runtime vet check-build
+	GHCRSYNC_REAL_RUNTIME=$$(command -v containerd >/dev/null && [ "$$(id -u)" = 0 ] && echo required) \
+		$(GO) test -count=1 -timeout 40m ./...
 	@FUZZTIME=3s scripts/fuzz.sh
 	@scripts/check-leaks.sh
 

@@ -57,6 +57,8 @@ type Registry struct {
 	expiry map[string]time.Time
 	// flap is a burst of trouble under way (Flap): zero when none.
 	flap flap
+	// access is the access log (AccessLog).
+	access []Access
 }
 
 // flap is a burst of the registry's trouble: until then, each request is answered with one of
@@ -424,25 +426,69 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// token is the token endpoint as Docker's token spec and real registries serve it, for the two
+// ways a client asks:
+//
+//   - GET with the credential in Basic auth (go-containerregistry, docker), or none for an
+//     anonymous token;
+//   - POST with an OAuth2 password grant (grant_type=password, username and password in the
+//     form), as containerd's resolver asks first. A refresh_token grant is refused (400: this
+//     registry hands out no refresh tokens), so a client falls back to its credential.
+//
+// A credential that is wrong, revoked or expired is refused (401) on both; only a request with
+// no credential at all gets an anonymous token.
 func (r *Registry) token(w http.ResponseWriter, req *http.Request) {
-	user, pass, hasBasic := req.BasicAuth()
+	var (
+		user, pass string
+		given      bool
+	)
+
+	switch req.Method {
+	case http.MethodGet:
+		user, pass, given = req.BasicAuth()
+	case http.MethodPost:
+		if err := req.ParseForm(); err != nil {
+			oauthError(w, http.StatusBadRequest, "invalid_request", "the form does not parse")
+
+			return
+		}
+
+		switch req.PostForm.Get("grant_type") {
+		case "password":
+			user, pass, given = req.PostForm.Get("username"), req.PostForm.Get("password"), true
+		case "refresh_token":
+			oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "refresh tokens are not issued: ask with the credential")
+
+			return
+		default:
+			oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "grant_type must be password")
+
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		registryError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", "the token endpoint answers GET and POST")
+
+		return
+	}
 
 	r.mu.Lock()
 	want, known := r.users[user]
 	expires, expiring := r.expiry[user]
 	r.mu.Unlock()
 
-	if hasBasic && (!known || want != pass || (expiring && time.Now().After(expires))) {
+	if given && (!known || want != pass || (expiring && time.Now().After(expires))) {
+		r.record(req, user, "token", http.StatusUnauthorized)
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: invalid username or password")
 
 		return
 	}
 
-	if hasBasic && expiring {
+	if given && expiring {
 		w.Header().Set(ExpirationHeader, expires.UTC().Format(ExpirationLayout))
 	}
 
-	if !hasBasic {
+	if !given {
 		user = ""
 	}
 
@@ -454,8 +500,43 @@ func (r *Registry) token(w http.ResponseWriter, req *http.Request) {
 	r.tokens[tok] = grant{user: user, expires: time.Now().Add(5 * time.Minute)}
 	r.mu.Unlock()
 
+	r.record(req, user, "token", http.StatusOK)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "access_token": tok, "expires_in": 300})
+	_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "access_token": tok, "expires_in": 300, "issued_at": time.Now().UTC().Format(time.RFC3339)})
+}
+
+func oauthError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": msg})
+}
+
+// Access is one line of the registry's access log: who asked for what, and the answer. The
+// password is never kept.
+type Access struct {
+	Method, Path, UserAgent string
+	User                    string // "" for anonymous
+	What                    string // "token", "manifest", "blob"
+	Status                  int
+}
+
+// record appends to the access log (bounded: the last 4096 requests).
+func (r *Registry) record(req *http.Request, user, what string, status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.access = append(r.access, Access{Method: req.Method, Path: req.URL.Path, UserAgent: req.UserAgent(), User: user, What: what, Status: status})
+	if len(r.access) > 4096 {
+		r.access = r.access[len(r.access)-4096:]
+	}
+}
+
+// AccessLog is what the registry was asked, oldest first.
+func (r *Registry) AccessLog() []Access {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	return slices.Clone(r.access)
 }
 
 func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
@@ -495,18 +576,26 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	public := r.public[repo]
 	r.mu.Unlock()
 
+	what := "manifest"
+	if strings.Contains(req.URL.Path, "/blobs/") {
+		what = "blob"
+	}
+
 	switch {
 	case !valid || time.Now().After(g.expires) || (g.user != "" && !userLive):
+		r.record(req, g.user, what, http.StatusUnauthorized)
 		w.Header().Set("WWW-Authenticate", challenge)
 		registryError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 
 		return
 	case g.user == "" && strings.HasPrefix(repo, PrivateOrg+"/") && !public, denied:
+		r.record(req, g.user, what, http.StatusForbidden)
 		registryError(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
 
 		return
 	}
 
+	r.record(req, g.user, what, http.StatusOK)
 	r.inner.ServeHTTP(w, req)
 }
 

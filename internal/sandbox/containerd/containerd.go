@@ -1,0 +1,242 @@
+// Package containerd runs a real container runtime for a sandbox node: Debian's containerd
+// (1.6) with its CRI plugin, its own root, state and socket, configured from the node's Talos
+// registry auth the way Talos renders it, and asked to pull through the CRI image service as the
+// kubelet asks. Nothing here simulates a pull: the registry sees containerd's own requests.
+//
+// How a machine's config becomes containerd's (Talos's internal/pkg/containers/cri/containerd:
+// GenerateCRIConfig and GenerateHosts):
+//
+//   - each RegistryAuthConfig (machine.registries.config.HOST.auth) becomes the CRI plugin's
+//     registry.configs."HOST".auth (username, password, auth, identitytoken), HOST as
+//     containerd's docker.DefaultHost gives it (docker.io → registry-1.docker.io);
+//   - each mirror becomes a hosts.toml under registry.config_path (/etc/cri/conf.d/hosts/NAME),
+//     one [host."ENDPOINT"] per endpoint with capabilities pull and resolve.
+//
+// containerd looks the credential up by the host it contacts, so with ghcr.io mirrored to the
+// sandbox registry (which stands in for ghcr.io on loopback) the credential is keyed by the
+// mirror's address here, where Talos, reaching ghcr.io itself, keys it ghcr.io. That is the one
+// place the sandbox's rendering differs, and only in the key.
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Auth is a registry credential: the node's (its Talos config) or a pull secret's.
+type Auth struct {
+	Username, Password string
+}
+
+// Available says why a real containerd cannot run here, or nil: the binaries (apt-get install
+// containerd runc) and root (containerd mounts snapshots).
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("a real containerd needs root (it mounts overlayfs snapshots); run the tests as root")
+	}
+
+	for _, bin := range []string{"containerd", "runc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is not installed: make runtime installs Debian's containerd and runc (apt-get install containerd runc)", bin)
+		}
+	}
+
+	return nil
+}
+
+// Node is one machine's containerd.
+type Node struct {
+	dir      string
+	registry string // the sandbox registry's host:port, the mirror of ghcr.io
+	cmd      *exec.Cmd
+	log      *os.File
+}
+
+// Socket is where its CRI and containerd APIs listen.
+func (n *Node) Socket() string { return filepath.Join(n.dir, "containerd.sock") }
+
+// LogPath is containerd's own log.
+func (n *Node) LogPath() string { return filepath.Join(n.dir, "containerd.log") }
+
+// Start renders the config from auth (nil: the machine's config holds no credential for the
+// registry) and starts containerd.
+func Start(ctx context.Context, dir, registry string, auth *Auth) (*Node, error) {
+	n := &Node{dir: dir, registry: registry}
+
+	return n, n.start(ctx, auth)
+}
+
+// Reboot stops containerd and starts it again with the config auth renders: what a Talos 1.13
+// node does at boot (it loads registry auth only then).
+func (n *Node) Reboot(ctx context.Context, auth *Auth) error {
+	n.Stop()
+
+	return n.start(ctx, auth)
+}
+
+func (n *Node) start(ctx context.Context, auth *Auth) error {
+	if err := n.render(auth); err != nil {
+		return err
+	}
+
+	log, err := os.OpenFile(n.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+
+	n.log = log
+	n.cmd = exec.Command("containerd", "--config", filepath.Join(n.dir, "config.toml"))
+	n.cmd.Stdout, n.cmd.Stderr = log, log
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	if err := n.cmd.Start(); err != nil {
+		return fmt.Errorf("start containerd: %w", err)
+	}
+
+	// Ready when the CRI image service answers.
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := n.images(cctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+			return c.ImageFsInfo(cctx, &runtimeapi.ImageFsInfoRequest{})
+		})
+
+		cancel()
+
+		if err == nil {
+			return nil
+		}
+
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.Stop()
+			out, _ := os.ReadFile(n.LogPath())
+
+			return fmt.Errorf("containerd did not serve CRI within 30s: %w\n%s", err, tail(string(out), 20))
+		}
+
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// render writes config.toml and the ghcr.io mirror's hosts.toml, as Talos renders a machine's
+// registry auth and mirrors (see the package doc). The password is written to the config file
+// only (mode 0600), as on a Talos machine; never to argv or a log.
+func (n *Node) render(auth *Auth) error {
+	hosts := filepath.Join(n.dir, "hosts", "ghcr.io")
+	if err := os.MkdirAll(hosts, 0o700); err != nil {
+		return err
+	}
+
+	mirror := "http://" + n.registry
+	hostsToml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", mirror, mirror)
+
+	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(hostsToml), 0o600); err != nil {
+		return err
+	}
+
+	var b strings.Builder
+
+	fmt.Fprintf(&b, "version = 2\nroot = %q\nstate = %q\n\n[grpc]\n  address = %q\n\n", filepath.Join(n.dir, "root"), filepath.Join(n.dir, "state"), n.Socket())
+	fmt.Fprintf(&b, "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"ghcr.io/ghcrsync/pause:v1\"\n")
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n    snapshotter = \"overlayfs\"\n")
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", filepath.Join(n.dir, "cni", "bin"), filepath.Join(n.dir, "cni", "conf"))
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", filepath.Join(n.dir, "hosts"))
+
+	if auth != nil {
+		fmt.Fprintf(&b, "    [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.%q.auth]\n      username = %q\n      password = %q\n",
+			n.registry, auth.Username, auth.Password)
+	}
+
+	return os.WriteFile(filepath.Join(n.dir, "config.toml"), []byte(b.String()), 0o600)
+}
+
+// Pull asks containerd's CRI image service to pull image as the kubelet does: with the pull
+// secret's credential when pullSecret is set, else with what the node's config holds. It returns
+// the image's id (its config digest).
+func (n *Node) Pull(ctx context.Context, image string, pullSecret *Auth) (string, error) {
+	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}
+	if pullSecret != nil {
+		req.Auth = &runtimeapi.AuthConfig{Username: pullSecret.Username, Password: pullSecret.Password}
+	}
+
+	resp, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) { return c.PullImage(ctx, req) })
+	if err != nil {
+		return "", err
+	}
+
+	return resp.(*runtimeapi.PullImageResponse).ImageRef, nil
+}
+
+// Remove deletes image from the node (a pull after it goes to the registry again).
+func (n *Node) Remove(ctx context.Context, image string) error {
+	_, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+		return c.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	})
+
+	return err
+}
+
+// Has reports whether image is on the node.
+func (n *Node) Has(ctx context.Context, image string) (bool, error) {
+	resp, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+		return c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	})
+	if err != nil {
+		return false, err
+	}
+
+	return resp.(*runtimeapi.ImageStatusResponse).Image != nil, nil
+}
+
+func (n *Node) images(ctx context.Context, call func(runtimeapi.ImageServiceClient) (any, error)) (any, error) {
+	conn, err := grpc.NewClient("unix://"+n.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
+	return call(runtimeapi.NewImageServiceClient(conn))
+}
+
+// Stop stops containerd (SIGTERM, then SIGKILL after 10 s).
+func (n *Node) Stop() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+
+	done := make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(done) }()
+
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+
+	n.cmd = nil
+	_ = n.log.Close()
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+
+	return strings.Join(l, "\n")
+}
