@@ -1,16 +1,27 @@
 // Package workflows checks the GitHub Actions workflows ghcrsync ships for teams to copy
-// (docs/workflows/*.yml): actionlint finds no error in them, and no `run:` script interpolates
-// an expression (a secret or an input reaches a script through `env` only: a quote in the value
-// cannot break the script, which GitHub's hardening guide warns against).
+// (docs/workflows/*.yml) as an organisation that requires it reads them: actionlint finds no
+// error; no `run:` script interpolates an expression (a secret or an input reaches a script
+// through `env` only: a quote in the value cannot break the script, which GitHub's hardening
+// guide warns against); every action is pinned by a full commit SHA with its version in a
+// comment; every job has a timeout that leaves the budget's safe stop room (GHCRSYNC_WITHIN + 15
+// ≤ timeout-minutes ≤ 60, the merge queue's eviction); the install step is one text in every
+// workflow; the required check (validate.yml) runs on every pull request and merge-queue entry
+// with no path filter and no secret; plan.yml has a concurrency group per pull request; apply.yml
+// runs on a change of the configuration as of the credential. cmd/ghcrsync's workflow test
+// plays them on the sandbox.
 package workflows
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rhysd/actionlint"
 )
@@ -19,8 +30,8 @@ func shipped(t *testing.T) []string {
 	t.Helper()
 
 	files, err := filepath.Glob("../../docs/workflows/*.yml")
-	if err != nil || len(files) != 4 {
-		t.Fatalf("docs/workflows: %v %v (want plan, apply, continue and recover)", files, err)
+	if err != nil || len(files) != 6 {
+		t.Fatalf("docs/workflows: %v %v (want validate, plan, apply, continue, recover and release)", files, err)
 	}
 
 	return files
@@ -82,10 +93,178 @@ func TestShippedWorkflowsLint(t *testing.T) {
 				t.Errorf("%s interpolates an expression into a script (pass it through env): %v", filepath.Base(path), bad)
 			}
 
-			if !strings.Contains(string(content), "go install \"github.com/ghcrsync/ghcrsync/cmd/ghcrsync@$GHCRSYNC_VERSION\"") {
-				t.Errorf("%s does not install a pinned ghcrsync", filepath.Base(path))
+			for _, u := range unpinned(content) {
+				t.Errorf("%s: %s is not pinned by a full commit SHA with `# vX.Y.Z`", filepath.Base(path), u)
+			}
+
+			for _, p := range timeouts(t, content) {
+				t.Errorf("%s: %s", filepath.Base(path), p)
 			}
 		})
+	}
+}
+
+var pinned = regexp.MustCompile(`^\s*(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+){0,2}$`)
+
+// unpinned are the uses: lines not pinned by a full commit SHA with the version in a comment.
+func unpinned(content []byte) []string {
+	var out []string
+
+	for i, line := range strings.Split(string(content), "\n") {
+		if strings.Contains(line, "uses:") && !pinned.MatchString(line) {
+			out = append(out, fmt.Sprintf("line %d %q", i+1, strings.TrimSpace(line)))
+		}
+	}
+
+	return out
+}
+
+// timeouts are the jobs without timeout-minutes, over the hour, or too short for their budget
+// (GHCRSYNC_WITHIN + 15 minutes: the install, the plan, the recovery).
+func timeouts(t *testing.T, content []byte) []string {
+	t.Helper()
+
+	wf, errs := actionlint.Parse(content)
+	if len(errs) > 0 {
+		t.Fatalf("parse: %v", errs[0])
+	}
+
+	var out []string
+
+	for id, job := range wf.Jobs {
+		if job.TimeoutMinutes == nil {
+			out = append(out, "job "+id+" has no timeout-minutes")
+
+			continue
+		}
+
+		timeout := time.Duration(job.TimeoutMinutes.Value) * time.Minute
+		if timeout > time.Hour {
+			out = append(out, fmt.Sprintf("job %s's timeout-minutes %v is over the merge queue's hour", id, timeout))
+		}
+
+		for _, v := range envVars(job.Env) {
+			if v.Name.Value != "GHCRSYNC_WITHIN" {
+				continue
+			}
+
+			if d, err := time.ParseDuration(v.Value.Value); err != nil || d+15*time.Minute > timeout {
+				out = append(out, fmt.Sprintf("job %s: GHCRSYNC_WITHIN %s + 15m is over timeout-minutes %v: the job would be killed before the budget's safe stop", id, v.Value.Value, timeout))
+			}
+		}
+	}
+
+	return out
+}
+
+func envVars(e *actionlint.Env) []*actionlint.EnvVar {
+	if e == nil {
+		return nil
+	}
+
+	out := make([]*actionlint.EnvVar, 0, len(e.Vars))
+	for _, v := range e.Vars {
+		out = append(out, v)
+	}
+
+	return out
+}
+
+func hooks(wf *actionlint.Workflow) map[string]*actionlint.WebhookEvent {
+	out := map[string]*actionlint.WebhookEvent{}
+
+	for _, ev := range wf.On {
+		if w, ok := ev.(*actionlint.WebhookEvent); ok {
+			out[w.Hook.Value] = w
+		}
+	}
+
+	return out
+}
+
+func parse(t *testing.T, name string) (*actionlint.Workflow, []byte) {
+	t.Helper()
+
+	content, err := os.ReadFile(filepath.Join("..", "..", "docs", "workflows", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wf, errs := actionlint.Parse(content)
+	if len(errs) > 0 {
+		t.Fatalf("%s: %v", name, errs[0])
+	}
+
+	return wf, content
+}
+
+// The merge queue's shape: the required check always reports and holds no secret; the plan is
+// cancelled by a newer push; apply runs on a change of either input.
+func TestShippedWorkflowsFitAMergeQueue(t *testing.T) {
+	validate, content := parse(t, "validate.yml")
+	on := hooks(validate)
+
+	if len(on) != 2 || on["pull_request"] == nil || on["merge_group"] == nil {
+		t.Errorf("validate.yml runs on %v, want pull_request and merge_group", on)
+	}
+
+	for name, w := range on {
+		if w.Paths != nil || w.PathsIgnore != nil || w.Branches != nil {
+			t.Errorf("validate.yml: its %s trigger is filtered: a required check must always report", name)
+		}
+	}
+
+	if strings.Contains(string(content), "secrets.") {
+		t.Error("validate.yml reads a secret: the required check must hold none")
+	}
+
+	if plan, _ := parse(t, "plan.yml"); plan.Concurrency == nil || !strings.Contains(plan.Concurrency.Group.Value, "pull_request.number") {
+		t.Error("plan.yml has no concurrency group per pull request")
+	}
+
+	apply, _ := parse(t, "apply.yml")
+
+	var paths []string
+	if push := hooks(apply)["push"]; push != nil && push.Paths != nil {
+		for _, p := range push.Paths.Values {
+			paths = append(paths, p.Value)
+		}
+	}
+
+	if !slices.Contains(paths, "ghcrsync.hcl") || !slices.Contains(paths, "clusters/prod/ghcr-secret.enc.yaml") {
+		t.Errorf("apply.yml runs on a push of %v: a change of the configuration or of the credential must both apply", paths)
+	}
+}
+
+// Every workflow that runs ghcrsync installs it with the same step (a download of the pinned
+// release, its checksum checked), never by compiling it.
+func TestShippedWorkflowsInstallOneWay(t *testing.T) {
+	installs := map[string]string{}
+
+	for _, path := range shipped(t) {
+		wf, content := parse(t, filepath.Base(path))
+		if strings.Contains(string(content), "go install") {
+			t.Errorf("%s compiles ghcrsync (go install): install the release", filepath.Base(path))
+		}
+
+		for _, job := range wf.Jobs {
+			for _, step := range job.Steps {
+				if run, ok := step.Exec.(*actionlint.ExecRun); ok && step.Name != nil && step.Name.Value == "Install ghcrsync" {
+					installs[filepath.Base(path)] = run.Run.Value
+				}
+			}
+		}
+	}
+
+	if len(installs) != 5 {
+		t.Fatalf("%d workflows install ghcrsync from a release, want the 5 that run it: %v", len(installs), installs)
+	}
+
+	first := installs["validate.yml"]
+	for name, script := range installs {
+		if script != first || !strings.Contains(script, "sha256sum --check") {
+			t.Errorf("%s's Install ghcrsync step differs from validate.yml's or checks no checksum: keep them one step, copied", name)
+		}
 	}
 }
 
@@ -115,5 +294,29 @@ jobs:
 `)
 	if errs := lint(t, "broken.yml", broken); len(errs) == 0 {
 		t.Fatal("actionlint found nothing in a broken workflow")
+	}
+
+	tagPinned := []byte("      - uses: actions/checkout@v6\n      - uses: actions/cache@9255dc7a253b0ccc959486e2bca901246202afeb\n")
+	if bad := unpinned(tagPinned); len(bad) != 2 {
+		t.Fatalf("a tag pin and a SHA pin without its version were not both found: %v", bad)
+	}
+
+	short := []byte(`name: x
+on: push
+jobs:
+  a:
+    runs-on: ubuntu-latest
+    timeout-minutes: 50
+    env:
+      GHCRSYNC_WITHIN: 40m
+    steps:
+      - run: echo
+  b:
+    runs-on: ubuntu-latest
+    steps:
+      - run: echo
+`)
+	if bad := timeouts(t, short); len(bad) != 2 {
+		t.Fatalf("a timeout shorter than its budget + 15 and a job without one were not both found: %v", bad)
 	}
 }
