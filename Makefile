@@ -9,7 +9,7 @@ export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talo
 # The real cluster-autoscaler (Hetzner provider) of `--autoscaler real` (built once, outside the clone).
 export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/cluster-autoscaler/ca-1.33.0-hetzner/cluster-autoscaler
 
-.PHONY: all build release image control-plane talosctl cluster-autoscaler runtime test unit demo bench vet check-leaks check-build clean chaos fuzz
+.PHONY: all build release image control-plane talosctl cluster-autoscaler runtime kubelet test unit demo bench vet check-leaks check-build clean chaos fuzz
 
 all: build
 
@@ -59,12 +59,17 @@ cluster-autoscaler:
 runtime:
 	@scripts/install-runtime.sh
 
+# The real kubelet of the sandbox's real nodes: 1.35, the last release that runs on containerd
+# 1.x (scripts/build-kubelet.sh says why), built once into ~/.cache/ghcrsync/kubelet.
+kubelet:
+	@scripts/build-kubelet.sh >/dev/null
+
 vet:
 	$(GO) vet ./...
 
 # All tests, including the sandbox ones (a real control plane per test package, and the real
 # talosctl against the simulated machines), then a check that no sandbox process outlived them.
-test: control-plane talosctl cluster-autoscaler runtime vet check-build
+test: control-plane talosctl cluster-autoscaler runtime kubelet vet check-build
 	GHCRSYNC_REAL_RUNTIME=$$(command -v containerd >/dev/null && [ "$$(id -u)" = 0 ] && echo required) \
 		$(GO) test -count=1 -timeout 40m ./...
 	@FUZZTIME=3s scripts/fuzz.sh

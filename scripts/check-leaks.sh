@@ -12,7 +12,7 @@ for p in /proc/[0-9]*; do
   state=$(awk '{print $3}' "$p/stat" 2>/dev/null)
   [ "$state" = "Z" ] && continue
   case "$exe" in
-    "$cp_root"/*|*/ghcrsync-sandbox|*/ghcrsync/cluster-autoscaler/*) leaks+=("$pid $exe") ;;
+    "$cp_root"/*|*/ghcrsync-sandbox|*/ghcrsync/cluster-autoscaler/*|*/ghcrsync/kubelet/*) leaks+=("$pid $exe") ;;
     # A sandbox node's real containerd runs with a config under a test's temporary folder.
     */containerd)
       case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"--config /tmp/"*) leaks+=("$pid $exe") ;; esac ;;

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,9 +60,15 @@ func Available() error {
 type Node struct {
 	dir      string
 	registry string // the sandbox registry's host:port, the mirror of ghcr.io
-	cmd      *exec.Cmd
-	log      *os.File
+	// subnet is the pod network's (a bridge CNI network), "" for none: a node that only pulls.
+	subnet string
+	cmd    *exec.Cmd
+	log    *os.File
 }
+
+// Bridge is the pod network's bridge on this machine (StartWithPods): one per machine, removed
+// by RemoveBridge.
+const Bridge = "ghcrsync0"
 
 // Socket is where its CRI and containerd APIs listen.
 func (n *Node) Socket() string { return filepath.Join(n.dir, "containerd.sock") }
@@ -76,6 +83,17 @@ func Start(ctx context.Context, dir, registry string, auth *Auth) (*Node, error)
 
 	return n, n.start(ctx, auth)
 }
+
+// StartWithPods is Start with a pod network (a bridge CNI network on subnet, the plugins of
+// Debian's containernetworking-plugins), for a kubelet to run pods on.
+func StartWithPods(ctx context.Context, dir, registry, subnet string, auth *Auth) (*Node, error) {
+	n := &Node{dir: dir, registry: registry, subnet: subnet}
+
+	return n, n.start(ctx, auth)
+}
+
+// RemoveBridge deletes the pod network's bridge (it outlives containerd).
+func RemoveBridge() { _ = exec.Command("ip", "link", "del", Bridge).Run() }
 
 // Reboot stops containerd and starts it again with the config auth renders: what a Talos 1.13
 // node does at boot (it loads registry auth only then).
@@ -134,24 +152,40 @@ func (n *Node) start(ctx context.Context, auth *Auth) error {
 // registry auth and mirrors (see the package doc). The password is written to the config file
 // only (mode 0600), as on a Talos machine; never to argv or a log.
 func (n *Node) render(auth *Auth) error {
-	hosts := filepath.Join(n.dir, "hosts", "ghcr.io")
-	if err := os.MkdirAll(hosts, 0o700); err != nil {
-		return err
-	}
-
+	// ghcr.io's mirror, and the registry under its own address (plain HTTP on loopback).
 	mirror := "http://" + n.registry
-	hostsToml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", mirror, mirror)
+	for _, name := range []string{"ghcr.io", n.registry} {
+		hosts := filepath.Join(n.dir, "hosts", name)
+		if err := os.MkdirAll(hosts, 0o700); err != nil {
+			return err
+		}
 
-	if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(hostsToml), 0o600); err != nil {
-		return err
+		hostsToml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", mirror, mirror)
+
+		if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(hostsToml), 0o600); err != nil {
+			return err
+		}
 	}
 
 	var b strings.Builder
 
 	fmt.Fprintf(&b, "version = 2\nroot = %q\nstate = %q\n\n[grpc]\n  address = %q\n\n", filepath.Join(n.dir, "root"), filepath.Join(n.dir, "state"), n.Socket())
-	fmt.Fprintf(&b, "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"ghcr.io/ghcrsync/pause:v1\"\n")
+	// restrict_oom_score_adj: root on these machines (Firecracker VMs, as CI) lacks
+	// CAP_SYS_RESOURCE, so no process may lower its oom_score_adj; the kubelet asks -998 for a pod
+	// sandbox and runc's nsexec fails ("can't get final child's PID from pipe: EOF"). Restricted,
+	// containerd never asks below its own score, as for a rootless containerd.
+	fmt.Fprintf(&b, "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"ghcr.io/ghcrsync/pause:v1\"\n  restrict_oom_score_adj = true\n")
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n    snapshotter = \"overlayfs\"\n")
-	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", filepath.Join(n.dir, "cni", "bin"), filepath.Join(n.dir, "cni", "conf"))
+
+	cniBin, cniConf := filepath.Join(n.dir, "cni", "bin"), filepath.Join(n.dir, "cni", "conf")
+	if n.subnet != "" {
+		cniBin = "/usr/lib/cni"
+		if err := n.writeNetwork(cniConf); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", cniBin, cniConf)
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", filepath.Join(n.dir, "hosts"))
 
 	if auth != nil {
@@ -160,6 +194,22 @@ func (n *Node) render(auth *Auth) error {
 	}
 
 	return os.WriteFile(filepath.Join(n.dir, "config.toml"), []byte(b.String()), 0o600)
+}
+
+// writeNetwork is the pod network: a bridge with host-local addresses, no masquerade.
+func (n *Node) writeNetwork(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+
+	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "ghcrsync-sandbox", "plugins": [
+  {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}},
+  {"type": "loopback"}
+]}
+`, Bridge, n.subnet, filepath.Join(n.dir, "cni", "ipam"))
+
+	return os.WriteFile(filepath.Join(dir, "10-bridge.conflist"), []byte(conf), 0o600)
 }
 
 // Pull asks containerd's CRI image service to pull image as the kubelet does: with the pull
@@ -239,4 +289,79 @@ func tail(s string, lines int) string {
 	}
 
 	return strings.Join(l, "\n")
+}
+
+// Teardown removes every pod sandbox (and so every container) the node runs, stops containerd,
+// ends any shim it left, and unmounts what it mounted under its folder: nothing of the node
+// outlives the test.
+func (n *Node) Teardown(ctx context.Context) {
+	if n.cmd != nil {
+		_, _ = n.runtime(ctx, func(c runtimeapi.RuntimeServiceClient) (any, error) {
+			list, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			if err != nil {
+				return nil, err
+			}
+
+			for _, s := range list.Items {
+				_, _ = c.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
+				_, _ = c.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+			}
+
+			return nil, nil
+		})
+	}
+
+	n.Stop()
+	killShimsOf(n.Socket())
+	UnmountUnder(n.dir)
+}
+
+func (n *Node) runtime(ctx context.Context, call func(runtimeapi.RuntimeServiceClient) (any, error)) (any, error) {
+	conn, err := grpc.NewClient("unix://"+n.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
+	return call(runtimeapi.NewRuntimeServiceClient(conn))
+}
+
+// killShimsOf kills the containerd shims serving the containerd at socket.
+func killShimsOf(socket string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "containerd-shim") || !strings.Contains(string(b), socket) {
+			continue
+		}
+
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// UnmountUnder unmounts every mount point under dir, deepest first (lazily: a mount still busy
+// goes when its last user does).
+func UnmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+
+	var points []string
+
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
 }

@@ -3,6 +3,8 @@
 package registry
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,6 +19,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +36,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -322,6 +328,71 @@ func (r *Registry) PushIndex(image string, platforms ...string) error {
 	}
 
 	return remote.WriteIndex(ref, idx)
+}
+
+// PushRunnable adds an image a real runtime can run: one layer holding binary at /NAME (mode
+// 0755), entrypoint args, linux and this machine's architecture. public makes it a public
+// package (as registry.k8s.io/pause is), else it needs a credential like every PrivateOrg image.
+func (r *Registry) PushRunnable(image, binary string, entrypoint []string, public bool) error {
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+
+	var buf bytes.Buffer
+
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(entrypoint[0]), Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+
+	if _, err := tw.Write(b); err != nil {
+		return err
+	}
+
+	if err := tw.Close(); err != nil {
+		return err
+	}
+
+	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return err
+	}
+
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config.Entrypoint = entrypoint
+
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+
+	image = strings.TrimPrefix(image, RegistryHost+"/")
+
+	if public {
+		r.mu.Lock()
+		r.public[repoOf(image)] = true
+		r.mu.Unlock()
+	}
+
+	ts := httptest.NewServer(r.inner)
+	defer ts.Close()
+
+	ref, err := name.ParseReference(strings.TrimPrefix(ts.URL, "http://")+"/"+image, name.Insecure)
+	if err != nil {
+		return err
+	}
+
+	return remote.Write(ref, img)
 }
 
 // Publish adds image ("org/name:tag", or with the registry host) as a public package: anyone

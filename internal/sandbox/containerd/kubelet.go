@@ -1,0 +1,119 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// KubeletConfig is one real node's kubelet: the binary (scripts/build-kubelet.sh), its folder,
+// the Node's name and address, a kubeconfig of its node identity (system:node:NAME), the port
+// it serves on, and the node's containerd.
+type KubeletConfig struct {
+	Binary, Dir, NodeName, NodeIP, Kubeconfig string
+	Port                                      int
+	Runtime                                   *Node
+}
+
+// Kubelet is a running kubelet.
+type Kubelet struct {
+	cfg KubeletConfig
+	cmd *exec.Cmd
+	log *os.File
+}
+
+// LogPath is the kubelet's log.
+func (k *Kubelet) LogPath() string { return filepath.Join(k.cfg.Dir, "kubelet.log") }
+
+// StartKubelet starts a kubelet that registers cfg.NodeName with the API server and runs pods
+// on cfg.Runtime. It is told what this machine is: cgroup v1 with the cgroupfs driver (allowed
+// explicitly, failCgroupV1: false), no QoS cgroups or node allocatable enforcement (the
+// machine's resources are shared with the other sandbox nodes), no eviction thresholds and no
+// image garbage collection (a test decides what is on the node).
+func StartKubelet(ctx context.Context, cfg KubeletConfig) (*Kubelet, error) {
+	for _, d := range []string{"root", "certs", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+
+	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %q
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: "unix://%s"
+podLogsDir: %q
+resolvConf: ""
+registerNode: true
+serializeImagePulls: false
+evictionHard: {"memory.available": "0%%", "nodefs.available": "0%%", "imagefs.available": "0%%", "nodefs.inodesFree": "0%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+makeIPTablesUtilChains: false
+nodeStatusUpdateFrequency: 5s
+syncFrequency: 5s
+`, cfg.NodeIP, cfg.Port, cfg.Runtime.Socket(), filepath.Join(cfg.Dir, "logs"))
+
+	confPath := filepath.Join(cfg.Dir, "kubelet.yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+
+	log, err := os.OpenFile(filepath.Join(cfg.Dir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+
+	k := &Kubelet{cfg: cfg, log: log}
+	k.cmd = exec.CommandContext(ctx, cfg.Binary, "--config", confPath, "--kubeconfig", cfg.Kubeconfig,
+		"--root-dir", filepath.Join(cfg.Dir, "root"), "--cert-dir", filepath.Join(cfg.Dir, "certs"),
+		"--hostname-override", cfg.NodeName, "--node-ip", cfg.NodeIP, "--v", "2")
+	k.cmd.Stdout, k.cmd.Stderr = log, log
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	if err := k.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start kubelet: %w", err)
+	}
+
+	return k, nil
+}
+
+// Stop stops the kubelet (SIGTERM, then SIGKILL after 10 s). Its pods' containers stay, as on
+// a kubelet restart.
+func (k *Kubelet) Stop() {
+	if k.cmd == nil || k.cmd.Process == nil {
+		return
+	}
+
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+
+	done := make(chan struct{})
+	go func() { _ = k.cmd.Wait(); close(done) }()
+
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+
+	k.cmd = nil
+	_ = k.log.Close()
+	UnmountUnder(k.cfg.Dir) // the volumes it mounted for pods
+}
