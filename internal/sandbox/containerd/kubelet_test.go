@@ -149,7 +149,7 @@ func TestRealKubeletRunsAPodWithAPullSecret(t *testing.T) {
 			NodeName: name, RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: new(bool),
 			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}},
 			Tolerations:      []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{Name: "app", Image: reg.Addr() + "/ghcrsync/real-app:v1", ImagePullPolicy: corev1.PullAlways}},
+			Containers:       []corev1.Container{{Name: "app", Image: reg.Addr() + "/ghcrsync/real-app:v1", ImagePullPolicy: corev1.PullAlways}},
 		}}
 	}
 	state := func(podName string) (running bool, waiting string) {
