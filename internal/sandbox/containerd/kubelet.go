@@ -17,6 +17,10 @@ type KubeletConfig struct {
 	Binary, Dir, NodeName, NodeIP, Kubeconfig string
 	Port                                      int
 	Runtime                                   *Node
+	// BootID, when set, is the boot id the kubelet reports (status.nodeInfo.bootID): it runs in
+	// a mount namespace of its own where a file holding it is bind-mounted over
+	// /proc/sys/kernel/random/boot_id, so a machine's reboot shows a new boot as a real one does.
+	BootID string
 }
 
 // Kubelet is a running kubelet.
@@ -81,9 +85,21 @@ syncFrequency: 5s
 	}
 
 	k := &Kubelet{cfg: cfg, log: log}
-	k.cmd = exec.CommandContext(ctx, cfg.Binary, "--config", confPath, "--kubeconfig", cfg.Kubeconfig,
+	args := []string{cfg.Binary, "--config", confPath, "--kubeconfig", cfg.Kubeconfig,
 		"--root-dir", filepath.Join(cfg.Dir, "root"), "--cert-dir", filepath.Join(cfg.Dir, "certs"),
-		"--hostname-override", cfg.NodeName, "--node-ip", cfg.NodeIP, "--v", "2")
+		"--hostname-override", cfg.NodeName, "--node-ip", cfg.NodeIP, "--v", "2"}
+
+	if cfg.BootID != "" {
+		bootFile := filepath.Join(cfg.Dir, "boot_id")
+		if err := os.WriteFile(bootFile, []byte(cfg.BootID+"\n"), 0o444); err != nil {
+			return nil, err
+		}
+
+		args = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"`, bootFile}, args...)
+	}
+
+	k.cmd = exec.CommandContext(ctx, args[0], args[1:]...)
 	k.cmd.Stdout, k.cmd.Stderr = log, log
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
