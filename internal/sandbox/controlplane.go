@@ -272,7 +272,7 @@ func (cp *controlPlane) waitHealthy(ctx context.Context, kube kubernetes.Interfa
 
 func (cp *controlPlane) exited() error {
 	for _, p := range cp.procs {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return err
 		}
 	}
@@ -284,7 +284,7 @@ func (cp *controlPlane) exited() error {
 func (cp *controlPlane) pids() []int {
 	var out []int
 	for _, p := range cp.procs {
-		out = append(out, p.pid())
+		out = append(out, p.Pid())
 	}
 
 	return out
@@ -293,7 +293,7 @@ func (cp *controlPlane) pids() []int {
 func (cp *controlPlane) stop() {
 	// Controllers first, etcd last.
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		_ = cp.procs[i].stop(10 * time.Second)
+		_ = cp.procs[i].Stop(10 * time.Second)
 	}
 }
 
@@ -305,7 +305,7 @@ func waitHTTP(ctx context.Context, p *process, url string, client *http.Client, 
 	deadline := time.Now().Add(timeout)
 
 	for {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return err
 		}
 
@@ -319,7 +319,7 @@ func waitHTTP(ctx context.Context, p *process, url string, client *http.Client, 
 		}
 
 		if time.Now().After(deadline) {
-			return fmt.Errorf("sandbox: %s not healthy at %s after %s", p.name, url, timeout)
+			return fmt.Errorf("sandbox: %s not healthy at %s after %s", p.Name(), url, timeout)
 		}
 
 		select {

@@ -146,7 +146,7 @@ func (a *realAutoscaler) run() error {
 
 			var exited <-chan struct{} // nil (paused): never
 			if p != nil {
-				exited = p.done
+				exited = p.Done()
 			}
 
 			select {
@@ -169,7 +169,7 @@ func (a *realAutoscaler) run() error {
 			a.mu.Unlock()
 
 			if again {
-				a.f.log.Warn("cluster-autoscaler exited; starting it again as its Deployment would", "error", p.err)
+				a.f.log.Warn("cluster-autoscaler exited; starting it again as its Deployment would", "error", p.Err())
 
 				if err := a.restart(); err != nil {
 					a.f.log.Warn("cluster-autoscaler did not start", "error", err)
@@ -188,7 +188,7 @@ func (a *realAutoscaler) restart() error {
 	defer a.mu.Unlock()
 
 	if a.proc != nil {
-		_ = a.proc.stop(10 * time.Second)
+		_ = a.proc.Stop(10 * time.Second)
 		a.proc = nil
 	}
 
@@ -276,7 +276,7 @@ func (a *realAutoscaler) stop() {
 	a.proc = nil
 	a.mu.Unlock()
 
-	_ = p.stop(10 * time.Second)
+	_ = p.Stop(10 * time.Second)
 	a.api.close()
 }
 

@@ -33,6 +33,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/child"
 )
 
 // Auth is a registry credential: the node's (its Talos config) or a pull secret's.
@@ -62,9 +64,11 @@ type Node struct {
 	registry string // the sandbox registry's host:port, the mirror of ghcr.io
 	// subnet is the pod network's (a bridge CNI network), "" for none: a node that only pulls.
 	subnet string
-	cmd    *exec.Cmd
-	log    *os.File
+	proc   *child.Process
 }
+
+// path is a node's PATH: containerd finds runc in /usr/sbin, its shims in /usr/bin.
+const path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Bridge is the pod network's bridge on this machine (StartWithPods): one per machine, removed
 // by RemoveBridge.
@@ -108,26 +112,19 @@ func (n *Node) start(ctx context.Context, auth *Auth) error {
 		return err
 	}
 
-	log, err := os.OpenFile(n.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	proc, err := child.Start("containerd", "containerd", []string{"--config", filepath.Join(n.dir, "config.toml")}, []string{path}, n.dir)
 	if err != nil {
 		return err
 	}
 
-	n.log = log
-	n.cmd = exec.Command("containerd", "--config", filepath.Join(n.dir, "config.toml"))
-	n.cmd.Stdout, n.cmd.Stderr = log, log
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
-	if err := n.cmd.Start(); err != nil {
-		return fmt.Errorf("start containerd: %w", err)
-	}
+	n.proc = proc
 
 	// Ready when the CRI image service answers.
 	deadline := time.Now().Add(30 * time.Second)
 
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := n.images(cctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+		_, err := n.images(func(c runtimeapi.ImageServiceClient) (any, error) {
 			return c.ImageFsInfo(cctx, &runtimeapi.ImageFsInfoRequest{})
 		})
 
@@ -137,7 +134,7 @@ func (n *Node) start(ctx context.Context, auth *Auth) error {
 			return nil
 		}
 
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if exited := n.proc.Exited(); exited != nil || time.Now().After(deadline) || ctx.Err() != nil {
 			n.Stop()
 			out, _ := os.ReadFile(n.LogPath())
 
@@ -221,7 +218,7 @@ func (n *Node) Pull(ctx context.Context, image string, pullSecret *Auth) (string
 		req.Auth = &runtimeapi.AuthConfig{Username: pullSecret.Username, Password: pullSecret.Password}
 	}
 
-	resp, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) { return c.PullImage(ctx, req) })
+	resp, err := n.images(func(c runtimeapi.ImageServiceClient) (any, error) { return c.PullImage(ctx, req) })
 	if err != nil {
 		return "", err
 	}
@@ -231,7 +228,7 @@ func (n *Node) Pull(ctx context.Context, image string, pullSecret *Auth) (string
 
 // Remove deletes image from the node (a pull after it goes to the registry again).
 func (n *Node) Remove(ctx context.Context, image string) error {
-	_, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+	_, err := n.images(func(c runtimeapi.ImageServiceClient) (any, error) {
 		return c.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 	})
 
@@ -240,7 +237,7 @@ func (n *Node) Remove(ctx context.Context, image string) error {
 
 // Has reports whether image is on the node.
 func (n *Node) Has(ctx context.Context, image string) (bool, error) {
-	resp, err := n.images(ctx, func(c runtimeapi.ImageServiceClient) (any, error) {
+	resp, err := n.images(func(c runtimeapi.ImageServiceClient) (any, error) {
 		return c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 	})
 	if err != nil {
@@ -250,36 +247,29 @@ func (n *Node) Has(ctx context.Context, image string) (bool, error) {
 	return resp.(*runtimeapi.ImageStatusResponse).Image != nil, nil
 }
 
-func (n *Node) images(ctx context.Context, call func(runtimeapi.ImageServiceClient) (any, error)) (any, error) {
+// images and runtime call the node's CRI image and runtime services over its socket.
+func (n *Node) images(call func(runtimeapi.ImageServiceClient) (any, error)) (any, error) {
+	return n.cri(func(conn *grpc.ClientConn) (any, error) { return call(runtimeapi.NewImageServiceClient(conn)) })
+}
+
+func (n *Node) runtime(call func(runtimeapi.RuntimeServiceClient) (any, error)) (any, error) {
+	return n.cri(func(conn *grpc.ClientConn) (any, error) { return call(runtimeapi.NewRuntimeServiceClient(conn)) })
+}
+
+func (n *Node) cri(call func(*grpc.ClientConn) (any, error)) (any, error) {
 	conn, err := grpc.NewClient("unix://"+n.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 
-	return call(runtimeapi.NewImageServiceClient(conn))
+	return call(conn)
 }
 
 // Stop stops containerd (SIGTERM, then SIGKILL after 10 s).
 func (n *Node) Stop() {
-	if n.cmd == nil || n.cmd.Process == nil {
-		return
-	}
-
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
-
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-
-	n.cmd = nil
-	_ = n.log.Close()
+	_ = n.proc.Stop(10 * time.Second)
+	n.proc = nil
 }
 
 func tail(s string, lines int) string {
@@ -295,8 +285,8 @@ func tail(s string, lines int) string {
 // ends any shim it left, and unmounts what it mounted under its folder: nothing of the node
 // outlives the test.
 func (n *Node) Teardown(ctx context.Context) {
-	if n.cmd != nil {
-		_, _ = n.runtime(ctx, func(c runtimeapi.RuntimeServiceClient) (any, error) {
+	if n.proc != nil {
+		_, _ = n.runtime(func(c runtimeapi.RuntimeServiceClient) (any, error) {
 			list, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 			if err != nil {
 				return nil, err
@@ -316,15 +306,6 @@ func (n *Node) Teardown(ctx context.Context) {
 	UnmountUnder(n.dir)
 }
 
-func (n *Node) runtime(ctx context.Context, call func(runtimeapi.RuntimeServiceClient) (any, error)) (any, error) {
-	conn, err := grpc.NewClient("unix://"+n.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-
-	return call(runtimeapi.NewRuntimeServiceClient(conn))
-}
 
 // killShimsOf kills the containerd shims serving the containerd at socket.
 func killShimsOf(socket string) {

@@ -1,13 +1,12 @@
 package containerd
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/child"
 )
 
 // KubeletConfig is one real node's kubelet: the binary (scripts/build-kubelet.sh), its folder,
@@ -25,9 +24,8 @@ type KubeletConfig struct {
 
 // Kubelet is a running kubelet.
 type Kubelet struct {
-	cfg KubeletConfig
-	cmd *exec.Cmd
-	log *os.File
+	cfg  KubeletConfig
+	proc *child.Process
 }
 
 // LogPath is the kubelet's log.
@@ -38,7 +36,7 @@ func (k *Kubelet) LogPath() string { return filepath.Join(k.cfg.Dir, "kubelet.lo
 // explicitly, failCgroupV1: false), no QoS cgroups or node allocatable enforcement (the
 // machine's resources are shared with the other sandbox nodes), no eviction thresholds and no
 // image garbage collection (a test decides what is on the node).
-func StartKubelet(ctx context.Context, cfg KubeletConfig) (*Kubelet, error) {
+func StartKubelet(cfg KubeletConfig) (*Kubelet, error) {
 	for _, d := range []string{"root", "certs", "logs"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
 			return nil, err
@@ -79,12 +77,6 @@ syncFrequency: 5s
 		return nil, err
 	}
 
-	log, err := os.OpenFile(filepath.Join(cfg.Dir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-
-	k := &Kubelet{cfg: cfg, log: log}
 	args := []string{cfg.Binary, "--config", confPath, "--kubeconfig", cfg.Kubeconfig,
 		"--root-dir", filepath.Join(cfg.Dir, "root"), "--cert-dir", filepath.Join(cfg.Dir, "certs"),
 		"--hostname-override", cfg.NodeName, "--node-ip", cfg.NodeIP, "--v", "2"}
@@ -99,37 +91,17 @@ syncFrequency: 5s
 			`mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"`, bootFile}, args...)
 	}
 
-	k.cmd = exec.CommandContext(ctx, args[0], args[1:]...)
-	k.cmd.Stdout, k.cmd.Stderr = log, log
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
-	if err := k.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start kubelet: %w", err)
+	proc, err := child.Start("kubelet", args[0], args[1:], []string{path}, cfg.Dir)
+	if err != nil {
+		return nil, err
 	}
 
-	return k, nil
+	return &Kubelet{cfg: cfg, proc: proc}, nil
 }
 
 // Stop stops the kubelet (SIGTERM, then SIGKILL after 10 s). Its pods' containers stay, as on
 // a kubelet restart.
 func (k *Kubelet) Stop() {
-	if k.cmd == nil || k.cmd.Process == nil {
-		return
-	}
-
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-
-	done := make(chan struct{})
-	go func() { _ = k.cmd.Wait(); close(done) }()
-
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-
-	k.cmd = nil
-	_ = k.log.Close()
+	_ = k.proc.Stop(10 * time.Second)
 	UnmountUnder(k.cfg.Dir) // the volumes it mounted for pods
 }

@@ -115,7 +115,7 @@ func (r *realNode) startKubelet(bootID string) {
 		r.t.Fatal(err)
 	}
 
-	kl, err := containerd.StartKubelet(r.ctx, containerd.KubeletConfig{Binary: r.bin, Dir: filepath.Join(r.dir, "kubelet"), NodeName: r.name,
+	kl, err := containerd.StartKubelet(containerd.KubeletConfig{Binary: r.bin, Dir: filepath.Join(r.dir, "kubelet"), NodeName: r.name,
 		NodeIP: "127.0.0.1", Kubeconfig: kubeconfig, Port: r.port, Runtime: r.node, BootID: bootID})
 	if err != nil {
 		r.t.Fatal(err)
