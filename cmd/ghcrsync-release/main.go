@@ -102,12 +102,13 @@ func run(args []string) error {
 		return err
 	}
 
-	all, err := release.Subjects(*dist, append(published, provenance))
+	// The archives and the SBOM are hashed once, for the provenance: only the statement is added.
+	stated, err := release.Subjects(*dist, []string{provenance})
 	if err != nil {
 		return err
 	}
 
-	return os.WriteFile(filepath.Join(*dist, "SHA256SUMS"), release.Checksums(all), 0o644)
+	return os.WriteFile(filepath.Join(*dist, "SHA256SUMS"), release.Checksums(append(subjects, stated...)), 0o644)
 }
 
 // publishedFiles are the regular files of dist but SHA256SUMS and provenance: the archives and

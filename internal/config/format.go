@@ -1,8 +1,6 @@
 package config
 
 import (
-	"bytes"
-
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/hcl/v2/hclwrite"
@@ -19,14 +17,4 @@ func Format(src []byte, filename string) ([]byte, error) {
 	}
 
 	return hclwrite.Format(src), nil
-}
-
-// Formatted reports whether src is in the layout Format gives.
-func Formatted(src []byte, filename string) (bool, error) {
-	out, err := Format(src, filename)
-	if err != nil {
-		return false, err
-	}
-
-	return bytes.Equal(out, src), nil
 }

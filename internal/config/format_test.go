@@ -34,8 +34,8 @@ func TestFormat(t *testing.T) {
 				t.Fatalf("Format: %v\n%q\nwant\n%q", err, got, tc.want)
 			}
 
-			if ok, _ := config.Formatted([]byte(tc.src), "x.hcl"); ok != tc.formatted {
-				t.Fatalf("Formatted = %v, want %v", ok, tc.formatted)
+			if formatted := string(got) == tc.src; formatted != tc.formatted {
+				t.Fatalf("formatted already = %v, want %v", formatted, tc.formatted)
 			}
 		})
 	}

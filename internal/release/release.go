@@ -102,17 +102,22 @@ func Subjects(dir string, names []string) ([]Subject, error) {
 		out = append(out, Subject{Name: n, Digest: Digest{SHA256: hex.EncodeToString(h.Sum(nil))}})
 	}
 
-	slices.SortFunc(out, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
-
-	return out, nil
+	return sortedByName(out), nil
 }
 
-// Checksums is the SHA256SUMS file of subjects, in sha256sum's format (sha256sum --check
-// reads it).
+func sortedByName(subjects []Subject) []Subject {
+	out := slices.Clone(subjects)
+	slices.SortFunc(out, func(a, b Subject) int { return strings.Compare(a.Name, b.Name) })
+
+	return out
+}
+
+// Checksums is the SHA256SUMS file of subjects, by name, in sha256sum's format (sha256sum
+// --check reads it).
 func Checksums(subjects []Subject) []byte {
 	var b strings.Builder
 
-	for _, s := range subjects {
+	for _, s := range sortedByName(subjects) {
 		fmt.Fprintf(&b, "%s  %s\n", s.Digest.SHA256, s.Name)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,13 @@ func TestChecksumsAndProvenance(t *testing.T) {
 		t.Fatalf("%v %+v", err, subjects)
 	}
 
-	_ = os.WriteFile(filepath.Join(dir, "SHA256SUMS"), release.Checksums(subjects), 0o644)
+	// Checksums writes by name, whatever order it is given.
+	sums := release.Checksums([]release.Subject{subjects[1], subjects[0]})
+	if !strings.HasPrefix(string(sums), subjects[0].Digest.SHA256+"  a.cdx.json\n") {
+		t.Fatalf("SHA256SUMS not by name:\n%s", sums)
+	}
+
+	_ = os.WriteFile(filepath.Join(dir, "SHA256SUMS"), sums, 0o644)
 
 	c := exec.Command("sha256sum", "--check", "--strict", "SHA256SUMS")
 	c.Dir = dir

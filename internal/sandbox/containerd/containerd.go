@@ -306,7 +306,6 @@ func (n *Node) Teardown(ctx context.Context) {
 	UnmountUnder(n.dir)
 }
 
-
 // killShimsOf kills the containerd shims serving the containerd at socket.
 func killShimsOf(socket string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
