@@ -257,13 +257,29 @@ func (r *Registry) seed() error {
 	return r.push(append(slices.Clone(PrivateImages), PublicImage)...)
 }
 
-// push writes images straight into the unauthenticated inner handler.
-func (r *Registry) push(images ...string) error {
+// write puts one image or index, as put writes it, straight into the unauthenticated inner
+// handler under image ("org/name:tag", or with RegistryHost).
+func (r *Registry) write(image string, put func(name.Reference) error) error {
 	ts := httptest.NewServer(r.inner)
 	defer ts.Close()
 
-	host := strings.TrimPrefix(ts.URL, "http://")
+	ref, err := name.ParseReference(strings.TrimPrefix(ts.URL, "http://")+"/"+strings.TrimPrefix(image, RegistryHost+"/"), name.Insecure)
+	if err != nil {
+		return err
+	}
 
+	return put(ref)
+}
+
+// markPublic makes image's repository a public package: anyone pulls it.
+func (r *Registry) markPublic(image string) {
+	r.mu.Lock()
+	r.public[repoOf(strings.TrimPrefix(image, RegistryHost+"/"))] = true
+	r.mu.Unlock()
+}
+
+// push writes images, each a random image its name seeds, into the inner handler.
+func (r *Registry) push(images ...string) error {
 	for _, image := range images {
 		sum := sha256.Sum256([]byte(image))
 
@@ -272,12 +288,7 @@ func (r *Registry) push(images ...string) error {
 			return err
 		}
 
-		ref, err := name.ParseReference(host+"/"+image, name.Insecure)
-		if err != nil {
-			return err
-		}
-
-		if err := remote.Write(ref, img); err != nil {
+		if err := r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) }); err != nil {
 			return fmt.Errorf("sandbox: seed registry image %s: %w", image, err)
 		}
 	}
@@ -289,9 +300,6 @@ func (r *Registry) push(images ...string) error {
 // ("linux/amd64", "linux/arm64/v8"), each with its platform in the index and in its config, as
 // `docker buildx build --platform` publishes one.
 func (r *Registry) PushIndex(image string, platforms ...string) error {
-	ts := httptest.NewServer(r.inner)
-	defer ts.Close()
-
 	var adds []mutate.IndexAddendum
 
 	for i, p := range platforms {
@@ -322,12 +330,7 @@ func (r *Registry) PushIndex(image string, platforms ...string) error {
 
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
 
-	ref, err := name.ParseReference(strings.TrimPrefix(ts.URL, "http://")+"/"+strings.TrimPrefix(image, RegistryHost+"/"), name.Insecure)
-	if err != nil {
-		return err
-	}
-
-	return remote.WriteIndex(ref, idx)
+	return r.write(image, func(ref name.Reference) error { return remote.WriteIndex(ref, idx) })
 }
 
 // PushRunnable adds an image a real runtime can run: one layer holding binary at /NAME (mode
@@ -376,35 +379,19 @@ func (r *Registry) PushRunnable(image, binary string, entrypoint []string, publi
 		return err
 	}
 
-	image = strings.TrimPrefix(image, RegistryHost+"/")
-
 	if public {
-		r.mu.Lock()
-		r.public[repoOf(image)] = true
-		r.mu.Unlock()
+		r.markPublic(image)
 	}
 
-	ts := httptest.NewServer(r.inner)
-	defer ts.Close()
-
-	ref, err := name.ParseReference(strings.TrimPrefix(ts.URL, "http://")+"/"+image, name.Insecure)
-	if err != nil {
-		return err
-	}
-
-	return remote.Write(ref, img)
+	return r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) })
 }
 
 // Publish adds image ("org/name:tag", or with the registry host) as a public package: anyone
 // pulls it, even under PrivateOrg (as ghcr.io/ghcrsync/ghcrsync is).
 func (r *Registry) Publish(image string) error {
-	image = strings.TrimPrefix(image, RegistryHost+"/")
+	r.markPublic(image)
 
-	r.mu.Lock()
-	r.public[repoOf(image)] = true
-	r.mu.Unlock()
-
-	return r.push(image)
+	return r.push(strings.TrimPrefix(image, RegistryHost+"/"))
 }
 
 // Addr is host:port of the registry (plain HTTP on loopback).
