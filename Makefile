@@ -8,6 +8,8 @@ export GHCRSYNC_CONTROL_PLANE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcr
 export GHCRSYNC_TALOSCTL ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/talosctl/v1.13.9/talosctl
 # The real cluster-autoscaler (Hetzner provider) of `--autoscaler real` (built once, outside the clone).
 export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/cluster-autoscaler/ca-1.33.0-hetzner/cluster-autoscaler
+# The static binary of the images a sandbox's real nodes run (pause, and the probe's entrypoint).
+export GHCRSYNC_PAUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/pause/pause
 
 .PHONY: all build release image control-plane talosctl cluster-autoscaler runtime kubelet test unit demo bench vet check-leaks check-build clean chaos fuzz
 
@@ -60,9 +62,11 @@ runtime:
 	@scripts/install-runtime.sh
 
 # The real kubelet of the sandbox's real nodes: 1.35, the last release that runs on containerd
-# 1.x (scripts/build-kubelet.sh says why), built once into ~/.cache/ghcrsync/kubelet.
+# 1.x (scripts/build-kubelet.sh says why), built once into ~/.cache/ghcrsync/kubelet; and the
+# static binary of the images they run (seconds: rebuilt every time, so never stale).
 kubelet:
 	@scripts/build-kubelet.sh >/dev/null
+	@CGO_ENABLED=0 $(GO) build -trimpath -o $(GHCRSYNC_PAUSE) ./internal/sandbox/containerd/pause
 
 vet:
 	$(GO) vet ./...

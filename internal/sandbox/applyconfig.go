@@ -241,6 +241,8 @@ func (m *Machine) reloadActive(ctx context.Context) {
 	m.mu.Lock()
 	m.effective = cred
 	m.mu.Unlock()
+
+	m.agent.reload(ctx)
 }
 
 // tryFor rolls the active config back to the persisted one after timeout (try mode); a later

@@ -76,6 +76,11 @@ type Fleet struct {
 	pods        map[string]*podLife // by uid: the pods the kubelets ran (Disruption)
 
 	processImages map[string]ProcessImage // images the kubelets run as processes (RunImage)
+
+	// realNames are the machines that run a real containerd and kubelet (Options.RealNodes),
+	// with the binaries they run.
+	realNames            map[string]bool
+	realKubelet, realPause string
 }
 
 // PullSource says where the credential of a pod's last successful pull came from: "node" (the
@@ -371,11 +376,21 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	index := f.nextIndex
 	ip := f.net.host(index)
 	f.nextIndex++
+	real := f.realNames[name]
 	f.mu.Unlock()
 
 	tag, err := talosTagFor(f.opts.TalosVersion, index)
 	if err != nil {
 		return nil, err
+	}
+
+	var sl slot
+	if real {
+		if sl, err = claimSlot(); err != nil {
+			return nil, err
+		}
+
+		ip = sl.ip()
 	}
 
 	m := &Machine{
@@ -392,14 +407,20 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 		if data, err = renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred); err != nil {
 			return nil, err
 		}
-	} else {
-		provider, err := configloader.NewFromBytes(data)
-		if err != nil {
-			return nil, err
-		}
-
-		m.effective = registryCredential(provider)
 	}
+
+	if real {
+		// A real node's containerd reaches ghcr.io and registry.k8s.io through mirrors, as
+		// its machine config says.
+		data = append(data, mirrorDocuments(f.reg.URL())...)
+	}
+
+	provider, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, err
+	}
+
+	m.effective = registryCredential(provider)
 
 	if err := m.initConfig(ctx, data); err != nil {
 		return nil, err
@@ -413,23 +434,37 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 		return nil, err
 	}
 
-	cfg := rest.CopyConfig(f.cp.admin)
-	cfg.CertData, cfg.KeyData = kp.CrtPEM, kp.KeyPEM
-	cfg.QPS, cfg.Burst = 50, 100
+	if real {
+		r, err := f.newRealNode(m, sl, f.realKubelet, func(path string) error {
+			return writeKubeconfig(path, f.endpoint.url(), f.cp.kubeCA.certPEM(), kp.CrtPEM, kp.KeyPEM)
+		})
+		if err != nil {
+			sl.release()
 
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
+			return nil, err
+		}
 
-	m.kubelet = &kubelet{m: m, client: client}
+		m.agent, m.real = r, r
+	} else {
+		cfg := rest.CopyConfig(f.cp.admin)
+		cfg.CertData, cfg.KeyData = kp.CrtPEM, kp.KeyPEM
+		cfg.QPS, cfg.Burst = 50, 100
 
-	if err := m.kubelet.register(ctx); err != nil {
-		return nil, fmt.Errorf("sandbox: register node %s: %w", name, err)
-	}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
 
-	if err := f.labelNode(ctx, m); err != nil {
-		return nil, err
+		m.kubelet = &kubelet{m: m, client: client}
+		m.agent = m.kubelet
+
+		if err := m.kubelet.register(ctx); err != nil {
+			return nil, fmt.Errorf("sandbox: register node %s: %w", name, err)
+		}
+
+		if err := f.labelNode(ctx, m); err != nil {
+			return nil, err
+		}
 	}
 
 	f.mu.Lock()
@@ -438,7 +473,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	f.mu.Unlock()
 
 	m.bootEvents(ctx)
-	m.kubelet.boot()
+	m.agent.boot()
 
 	return m, nil
 }
@@ -515,7 +550,7 @@ func (f *Fleet) controlPlanesUp() int {
 
 func (f *Fleet) stop() {
 	for _, m := range f.Machines() {
-		m.kubelet.stop()
+		m.agent.stop()
 	}
 }
 

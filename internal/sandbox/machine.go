@@ -46,7 +46,9 @@ type Machine struct {
 	cosi     state.State
 	core     state.CoreState
 	api      state.CoreState // core behind Talos's access policy: what the API serves
-	kubelet  *kubelet
+	agent    agent           // what runs while it is up: kubelet, or real
+	kubelet  *kubelet        // the simulated kubelet; nil on a real node
+	real     *realNode       // a real containerd and kubelet (Options.RealNodes); nil if simulated
 	logs     *logBook
 
 	mu         sync.Mutex
@@ -391,7 +393,7 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	f := m.fleet
 	ctx := f.ctx
 
-	m.kubelet.shutdown(ctx)
+	m.agent.shutdown(ctx)
 	f.endpointDown(m)
 
 	select {
@@ -443,7 +445,7 @@ func (m *Machine) rebootCycle(done chan struct{}) {
 	f.log.Info("machine booted", "node", m.Name, "boot_id", m.bootID)
 	m.bootEvents(ctx)
 	f.endpointUp(m)
-	m.kubelet.boot()
+	m.agent.boot()
 }
 
 // PowerOff takes the machine down (as a reboot does) and keeps it down until PowerOn: an
@@ -505,8 +507,11 @@ func (m *Machine) remove() {
 
 	events.shutdown()
 
-	m.kubelet.stop()
+	m.agent.stop()
 }
+
+// Real reports whether the machine runs a real containerd and kubelet (Options.RealNodes).
+func (m *Machine) Real() bool { return m.real != nil }
 
 func talosMinor(tag string) int {
 	var major, minor int

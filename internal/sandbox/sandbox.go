@@ -69,7 +69,11 @@ type Options struct {
 	// the cluster.
 	TalosLatency time.Duration
 	APILatency   time.Duration
-	Logger       hclog.Logger
+	// RealNodes is how many static workers (prod-worker-1, …) run a real containerd (Debian's,
+	// with runc) and a real kubelet instead of the simulated one; their Talos API, boot and
+	// reboot stay simulated (make runtime kubelet; RealNodeBinaries).
+	RealNodes int
+	Logger    hclog.Logger
 }
 
 func (o *Options) defaults() {
@@ -144,6 +148,8 @@ type Sandbox struct {
 	delays    []*delayLine
 	talosAddr string
 
+	realKubelet string // the real nodes' kubelet binary
+
 	credMu           sync.Mutex
 	oldCred, newCred Credential
 	ageRecipient     string
@@ -188,6 +194,10 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 
 	if err := validTalosVersions(opts.TalosVersion); err != nil {
 		return nil, err
+	}
+
+	if opts.RealNodes > opts.Workers {
+		return nil, fmt.Errorf("sandbox: %d real nodes of %d workers: real nodes are static workers", opts.RealNodes, opts.Workers)
 	}
 
 	if opts.Autoscaler != AutoscalerSim && opts.Autoscaler != AutoscalerReal {
@@ -257,6 +267,12 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
+	if opts.RealNodes > 0 {
+		if err := s.realNodes(); err != nil {
+			return nil, err
+		}
+	}
+
 	s.oldCred, s.newCred = newCredential("fleet-old"), newCredential("fleet-new")
 	s.registry.AddCredential(s.oldCred.Username, s.oldCred.Password)
 	s.registry.AddCredential(s.newCred.Username, s.newCred.Password)
@@ -272,6 +288,7 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 
 	f := &Fleet{
 		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
+		realNames: map[string]bool{}, realKubelet: s.realKubelet,
 		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
 		machines: map[string]*Machine{}, byIP: map[string]*Machine{}, started: time.Now(),
 		stats:       Stats{TalosWrites: map[string]int{}, Reboots: map[string]int{}},
@@ -308,6 +325,10 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		if _, err := f.addMachine(ctx, fmt.Sprintf("prod-control-plane-%d", i+1), RoleControlPlane, false, fleetCred, nil); err != nil {
 			return nil, err
 		}
+	}
+
+	for i := range opts.RealNodes {
+		f.realNames[fmt.Sprintf("prod-worker-%d", i+1)] = true
 	}
 
 	for i := range opts.Workers {

@@ -1,27 +1,28 @@
 // Package containerd runs a real container runtime for a sandbox node: Debian's containerd
-// (1.6) with its CRI plugin, its own root, state and socket, configured from the node's Talos
-// registry auth the way Talos renders it, and asked to pull through the CRI image service as the
-// kubelet asks. Nothing here simulates a pull: the registry sees containerd's own requests.
+// (1.6) with its CRI plugin and runc, its own root, state and socket, configured from the
+// node's Talos machine config the way Talos renders it, and a real kubelet on it. Nothing here
+// simulates a pull: the registry sees containerd's own requests.
 //
 // How a machine's config becomes containerd's (Talos's internal/pkg/containers/cri/containerd:
-// GenerateCRIConfig and GenerateHosts):
+// GenerateCRIConfig and GenerateHosts; FromTalos here):
 //
-//   - each RegistryAuthConfig (machine.registries.config.HOST.auth) becomes the CRI plugin's
-//     registry.configs."HOST".auth (username, password, auth, identitytoken), HOST as
-//     containerd's docker.DefaultHost gives it (docker.io → registry-1.docker.io);
-//   - each mirror becomes a hosts.toml under registry.config_path (/etc/cri/conf.d/hosts/NAME),
-//     one [host."ENDPOINT"] per endpoint with capabilities pull and resolve.
+//   - each RegistryAuthConfig (or machine.registries.config.HOST.auth) becomes the CRI plugin's
+//     registry.configs."HOST".auth (username and password, or its base64 auth);
+//   - each RegistryMirrorConfig becomes a hosts.toml under registry.config_path, one
+//     [host."ENDPOINT"] per endpoint with capabilities pull and resolve, the registry itself as
+//     server unless skipFallback.
 //
-// containerd looks the credential up by the host it contacts, so with ghcr.io mirrored to the
-// sandbox registry (which stands in for ghcr.io on loopback) the credential is keyed by the
-// mirror's address here, where Talos, reaching ghcr.io itself, keys it ghcr.io. That is the one
-// place the sandbox's rendering differs, and only in the key.
+// containerd looks a credential up by the host it contacts, so with ghcr.io mirrored to the
+// sandbox registry (which stands in for ghcr.io on loopback) the credential is also keyed by
+// the mirror's address, where Talos, reaching ghcr.io itself, needs only ghcr.io. That is the
+// one place the sandbox's rendering adds to Talos's.
 package containerd
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,59 +61,76 @@ func Available() error {
 
 // Node is one machine's containerd.
 type Node struct {
-	dir      string
-	registry string // the sandbox registry's host:port, the mirror of ghcr.io
-	// subnet is the pod network's (a bridge CNI network), "" for none: a node that only pulls.
-	subnet string
-	proc   *child.Process
+	spec Spec
+	proc *child.Process
+	// rendered is the config.toml and hosts files of the running containerd.
+	rendered map[string]string
+}
+
+// Spec is where a node's containerd lives and the pod network it gives a kubelet.
+type Spec struct {
+	Dir string
+	// Bridge and Subnet are the pod network (a bridge CNI network, the plugins of Debian's
+	// containernetworking-plugins), one bridge per node; "" for none: a node that only pulls.
+	Bridge, Subnet string
+	// SandboxImage is the pod sandbox ("pause") image: Talos's is registry.k8s.io/pause.
+	SandboxImage string
 }
 
 // path is a node's PATH: containerd finds runc in /usr/sbin, its shims in /usr/bin.
 const path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Bridge is the pod network's bridge on this machine (StartWithPods): one per machine, removed
-// by RemoveBridge.
-const Bridge = "ghcrsync0"
-
 // Socket is where its CRI and containerd APIs listen.
-func (n *Node) Socket() string { return filepath.Join(n.dir, "containerd.sock") }
+func (n *Node) Socket() string { return filepath.Join(n.spec.Dir, "containerd.sock") }
 
 // LogPath is containerd's own log.
-func (n *Node) LogPath() string { return filepath.Join(n.dir, "containerd.log") }
+func (n *Node) LogPath() string { return filepath.Join(n.spec.Dir, "containerd.log") }
 
-// Start renders the config from auth (nil: the machine's config holds no credential for the
-// registry) and starts containerd.
-func Start(ctx context.Context, dir, registry string, auth *Auth) (*Node, error) {
-	n := &Node{dir: dir, registry: registry}
+// Start renders containerd's config from the machine's registries and starts it.
+func Start(ctx context.Context, spec Spec, reg Registries) (*Node, error) {
+	n := &Node{spec: spec}
 
-	return n, n.start(ctx, auth)
+	return n, n.start(ctx, reg)
 }
 
-// StartWithPods is Start with a pod network (a bridge CNI network on subnet, the plugins of
-// Debian's containernetworking-plugins), for a kubelet to run pods on.
-func StartWithPods(ctx context.Context, dir, registry, subnet string, auth *Auth) (*Node, error) {
-	n := &Node{dir: dir, registry: registry, subnet: subnet}
-
-	return n, n.start(ctx, auth)
+// RemoveBridge deletes the node's pod network bridge (it outlives containerd).
+func (n *Node) RemoveBridge() {
+	if n.spec.Bridge != "" {
+		_ = exec.Command("ip", "link", "del", n.spec.Bridge).Run()
+	}
 }
 
-// RemoveBridge deletes the pod network's bridge (it outlives containerd).
-func RemoveBridge() { _ = exec.Command("ip", "link", "del", Bridge).Run() }
+// Reboot is what a machine's reboot does to its runtime: every pod and container ends, and
+// containerd starts again with the config reg renders (a Talos 1.13 node loads registry auth
+// only at boot). Its image store stays, as /var does.
+func (n *Node) Reboot(ctx context.Context, reg Registries) error {
+	n.Shutdown(ctx)
 
-// Reboot stops containerd and starts it again with the config auth renders: what a Talos 1.13
-// node does at boot (it loads registry auth only then).
-func (n *Node) Reboot(ctx context.Context, auth *Auth) error {
+	return n.start(ctx, reg)
+}
+
+// Reload restarts containerd if the config reg renders differs from the running one, as
+// Talos 1.14 restarts its CRI when the rendered registry config changes; the containers keep
+// running under their shims. It reports whether it restarted.
+func (n *Node) Reload(ctx context.Context, reg Registries) (bool, error) {
+	if maps.Equal(n.files(reg), n.rendered) {
+		return false, nil
+	}
+
 	n.Stop()
 
-	return n.start(ctx, auth)
+	return true, n.start(ctx, reg)
 }
 
-func (n *Node) start(ctx context.Context, auth *Auth) error {
-	if err := n.render(auth); err != nil {
+func (n *Node) start(ctx context.Context, reg Registries) error {
+	files := n.files(reg)
+	if err := n.write(files); err != nil {
 		return err
 	}
 
-	proc, err := child.Start("containerd", "containerd", []string{"--config", filepath.Join(n.dir, "config.toml")}, []string{path}, n.dir)
+	n.rendered = files
+
+	proc, err := child.Start("containerd", "containerd", []string{"--config", filepath.Join(n.spec.Dir, "config.toml")}, []string{path}, n.spec.Dir)
 	if err != nil {
 		return err
 	}
@@ -145,68 +163,73 @@ func (n *Node) start(ctx context.Context, auth *Auth) error {
 	}
 }
 
-// render writes config.toml and the ghcr.io mirror's hosts.toml, as Talos renders a machine's
-// registry auth and mirrors (see the package doc). The password is written to the config file
-// only (mode 0600), as on a Talos machine; never to argv or a log.
-func (n *Node) render(auth *Auth) error {
-	// ghcr.io's mirror, and the registry under its own address (plain HTTP on loopback).
-	mirror := "http://" + n.registry
-	for _, name := range []string{"ghcr.io", n.registry} {
-		hosts := filepath.Join(n.dir, "hosts", name)
-		if err := os.MkdirAll(hosts, 0o700); err != nil {
-			return err
-		}
+// files renders config.toml and a hosts.toml per mirrored registry (paths relative to the
+// node's folder), as Talos renders a machine's registry documents (see the package doc). The
+// passwords go to the config file only (mode 0600), as on a Talos machine; never to argv or a log.
+func (n *Node) files(reg Registries) map[string]string {
+	dir := n.spec.Dir
+	files := map[string]string{}
 
-		hostsToml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", mirror, mirror)
-
-		if err := os.WriteFile(filepath.Join(hosts, "hosts.toml"), []byte(hostsToml), 0o600); err != nil {
-			return err
-		}
+	for _, name := range sortedKeys(reg.Mirrors) {
+		files[filepath.Join("hosts", name, "hosts.toml")] = hostsToml(name, reg.Mirrors[name], reg.NoFallback[name])
 	}
 
 	var b strings.Builder
 
-	fmt.Fprintf(&b, "version = 2\nroot = %q\nstate = %q\n\n[grpc]\n  address = %q\n\n", filepath.Join(n.dir, "root"), filepath.Join(n.dir, "state"), n.Socket())
+	fmt.Fprintf(&b, "version = 2\nroot = %q\nstate = %q\n\n[grpc]\n  address = %q\n\n", filepath.Join(dir, "root"), filepath.Join(dir, "state"), n.Socket())
 	// restrict_oom_score_adj: root on these machines (Firecracker VMs, as CI) lacks
 	// CAP_SYS_RESOURCE, so no process may lower its oom_score_adj; the kubelet asks -998 for a pod
 	// sandbox and runc's nsexec fails ("can't get final child's PID from pipe: EOF"). Restricted,
 	// containerd never asks below its own score, as for a rootless containerd.
-	fmt.Fprintf(&b, "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"ghcr.io/ghcrsync/pause:v1\"\n  restrict_oom_score_adj = true\n")
+	fmt.Fprintf(&b, "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = %q\n  restrict_oom_score_adj = true\n", n.spec.SandboxImage)
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n    snapshotter = \"overlayfs\"\n")
 
-	cniBin, cniConf := filepath.Join(n.dir, "cni", "bin"), filepath.Join(n.dir, "cni", "conf")
-	if n.subnet != "" {
+	cniBin, cniConf := filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf")
+	if n.spec.Subnet != "" {
 		cniBin = "/usr/lib/cni"
-		if err := n.writeNetwork(cniConf); err != nil {
+		files[filepath.Join("cni", "conf", "10-bridge.conflist")] = n.network()
+	}
+
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", cniBin, cniConf)
+	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", filepath.Join(dir, "hosts"))
+
+	for _, host := range sortedKeys(reg.Auths) {
+		a := reg.Auths[host]
+		fmt.Fprintf(&b, "    [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.%q.auth]\n      username = %q\n      password = %q\n", host, a.Username, a.Password)
+	}
+
+	files["config.toml"] = b.String()
+
+	return files
+}
+
+// write puts the rendered files in place, and removes the hosts.toml of a registry no longer
+// mirrored.
+func (n *Node) write(files map[string]string) error {
+	_ = os.RemoveAll(filepath.Join(n.spec.Dir, "hosts"))
+
+	for _, rel := range sortedKeys(files) {
+		p := filepath.Join(n.spec.Dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+
+		if err := os.WriteFile(p, []byte(files[rel]), 0o600); err != nil {
 			return err
 		}
 	}
 
-	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", cniBin, cniConf)
-	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", filepath.Join(n.dir, "hosts"))
-
-	if auth != nil {
-		fmt.Fprintf(&b, "    [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.%q.auth]\n      username = %q\n      password = %q\n",
-			n.registry, auth.Username, auth.Password)
-	}
-
-	return os.WriteFile(filepath.Join(n.dir, "config.toml"), []byte(b.String()), 0o600)
+	return nil
 }
 
-// writeNetwork is the pod network: a bridge with host-local addresses, no masquerade.
-func (n *Node) writeNetwork(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-
-	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "ghcrsync-sandbox", "plugins": [
+// network is the pod network: a bridge with host-local addresses, no masquerade.
+func (n *Node) network() string {
+	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "ghcrsync-sandbox", "plugins": [
   {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}},
   {"type": "loopback"}
 ]}
-`, Bridge, n.subnet, filepath.Join(n.dir, "cni", "ipam"))
-
-	return os.WriteFile(filepath.Join(dir, "10-bridge.conflist"), []byte(conf), 0o600)
+`, n.spec.Bridge, n.spec.Subnet, filepath.Join(n.spec.Dir, "cni", "ipam"))
 }
 
 // Pull asks containerd's CRI image service to pull image as the kubelet does: with the pull
@@ -266,10 +289,13 @@ func (n *Node) cri(call func(*grpc.ClientConn) (any, error)) (any, error) {
 	return call(conn)
 }
 
-// Stop stops containerd (SIGTERM, then SIGKILL after 10 s).
+// Stop stops containerd (SIGTERM, then SIGKILL after 10 s); its containers run on under their
+// shims.
 func (n *Node) Stop() {
-	_ = n.proc.Stop(10 * time.Second)
-	n.proc = nil
+	if n.proc != nil {
+		_ = n.proc.Stop(10 * time.Second)
+		n.proc = nil
+	}
 }
 
 func tail(s string, lines int) string {
@@ -281,10 +307,10 @@ func tail(s string, lines int) string {
 	return strings.Join(l, "\n")
 }
 
-// Teardown removes every pod sandbox (and so every container) the node runs, stops containerd,
-// ends any shim it left, and unmounts what it mounted under its folder: nothing of the node
-// outlives the test.
-func (n *Node) Teardown(ctx context.Context) {
+// Shutdown is a machine going down: every pod sandbox (and so every container) the node runs
+// is removed, containerd stops, any shim it left ends, and what it mounted under its folder is
+// unmounted. Its image store stays for the next start.
+func (n *Node) Shutdown(ctx context.Context) {
 	if n.proc != nil {
 		_, _ = n.runtime(func(c runtimeapi.RuntimeServiceClient) (any, error) {
 			list, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
@@ -303,7 +329,13 @@ func (n *Node) Teardown(ctx context.Context) {
 
 	n.Stop()
 	killShimsOf(n.Socket())
-	UnmountUnder(n.dir)
+	UnmountUnder(n.spec.Dir)
+}
+
+// Teardown is Shutdown and the pod network's bridge removed: nothing of the node outlives it.
+func (n *Node) Teardown(ctx context.Context) {
+	n.Shutdown(ctx)
+	n.RemoveBridge()
 }
 
 // killShimsOf kills the containerd shims serving the containerd at socket.

@@ -42,12 +42,18 @@ func TestRealContainerdPullsWithTheNodesCredential(t *testing.T) {
 	reg.AddCredential("fleet-old", "old-secret")
 	reg.AddCredential("fleet-new", "new-secret")
 
-	node, err := containerd.Start(ctx, t.TempDir(), reg.Addr(), &containerd.Auth{Username: "fleet-old", Password: "old-secret"})
+	// ghcr.io mirrored to the sandbox registry, as a real node's machine config says.
+	mirrored := containerd.Mirrored(reg.URL(), registry.RegistryHost)
+	withAuth := func(user, password string) containerd.Registries {
+		return mirrored.WithAuth(registry.RegistryHost, &containerd.Auth{Username: user, Password: password})
+	}
+
+	node, err := containerd.Start(ctx, containerd.Spec{Dir: t.TempDir()}, withAuth("fleet-old", "old-secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(node.Stop)
+	t.Cleanup(func() { node.Teardown(context.Background()) })
 
 	const image = "ghcr.io/" + registry.PrivateOrg + "/private-probe:v1"
 
@@ -114,7 +120,7 @@ func TestRealContainerdPullsWithTheNodesCredential(t *testing.T) {
 	})
 
 	t.Run("reboot_loads_the_new_credential", func(t *testing.T) {
-		if err := node.Reboot(ctx, &containerd.Auth{Username: "fleet-new", Password: "new-secret"}); err != nil {
+		if err := node.Reboot(ctx, withAuth("fleet-new", "new-secret")); err != nil {
 			t.Fatal(err)
 		}
 
@@ -122,11 +128,25 @@ func TestRealContainerdPullsWithTheNodesCredential(t *testing.T) {
 	})
 
 	t.Run("no_credential", func(t *testing.T) {
-		if err := node.Reboot(ctx, nil); err != nil {
+		if err := node.Reboot(ctx, mirrored); err != nil {
 			t.Fatal(err)
 		}
 
 		refused(t, nil)
+	})
+
+	t.Run("live_reload_restarts_on_a_change_only", func(t *testing.T) {
+		// Talos 1.14: the same registry config leaves containerd running; a new credential
+		// restarts it on the new config.
+		if restarted, err := node.Reload(ctx, mirrored); restarted || err != nil {
+			t.Fatalf("an unchanged config restarted containerd (%v, %v)", restarted, err)
+		}
+
+		if restarted, err := node.Reload(ctx, withAuth("fleet-new", "new-secret")); !restarted || err != nil {
+			t.Fatalf("a new credential did not restart containerd (%v, %v)", restarted, err)
+		}
+
+		pulled(t, nil)
 	})
 
 	// The passwords went to containerd's config file only: not in its log.

@@ -20,6 +20,8 @@ type KubeletConfig struct {
 	// a mount namespace of its own where a file holding it is bind-mounted over
 	// /proc/sys/kernel/random/boot_id, so a machine's reboot shows a new boot as a real one does.
 	BootID string
+	// ProviderID is the Node's spec.providerID (the cloud's name for the machine), "" none.
+	ProviderID string
 }
 
 // Kubelet is a running kubelet.
@@ -70,7 +72,8 @@ localStorageCapacityIsolation: false
 makeIPTablesUtilChains: false
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 5s
-`, cfg.NodeIP, cfg.Port, cfg.Runtime.Socket(), filepath.Join(cfg.Dir, "logs"))
+providerID: %q
+`, cfg.NodeIP, cfg.Port, cfg.Runtime.Socket(), filepath.Join(cfg.Dir, "logs"), cfg.ProviderID)
 
 	confPath := filepath.Join(cfg.Dir, "kubelet.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {

@@ -18,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/hashicorp/go-hclog"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -32,6 +35,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 )
 
@@ -642,4 +646,32 @@ func Mutations(t testing.TB, sb *sandbox.Sandbox, user string) []string {
 	}
 
 	return out
+}
+
+// StageCredential writes cred into node's machine config as a person would (the operator's
+// talosconfig, not ghcrsync's), staged: Talos loads it at the next boot.
+func StageCredential(t testing.TB, sb *sandbox.Sandbox, node string, cred sandbox.Credential) {
+	t.Helper()
+
+	m, ok := sb.Fleet().Machine(node)
+	if !ok {
+		t.Fatalf("no machine %s", node)
+	}
+
+	ctx := client.WithNode(context.Background(), m.IP)
+	tc := TalosFor(t, sb, sandbox.TalosconfigOperatorFile)
+
+	active, err := safe.StateGetByID[*talosconfig.MachineConfig](ctx, tc.COSI, talosconfig.ActiveID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	data, err := registryauth.With(active.Provider(), sandbox.RegistryHost, cred.Username, cred.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := tc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_STAGED}); err != nil {
+		t.Fatalf("stage a credential on %s: %v", node, err)
+	}
 }
