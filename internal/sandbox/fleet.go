@@ -79,7 +79,7 @@ type Fleet struct {
 
 	// realNames are the machines that run a real containerd and kubelet (Options.RealNodes),
 	// with the binaries they run.
-	realNames            map[string]bool
+	realNames              map[string]bool
 	realKubelet, realPause string
 }
 
