@@ -42,6 +42,8 @@ type Talos interface {
 	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
 	Configure(ctx context.Context, node, registry, username, password string, live bool) error
 	Reboot(ctx context.Context, node string) error
+	// RuntimeStarted is when the node's container runtime last started.
+	RuntimeStarted(ctx context.Context, node string) (time.Time, error)
 	// Etcd reads a control plane's etcd member: members, alarms, its status.
 	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
 	// Nodename is the Kubernetes node name the machine at an address says it is.

@@ -46,12 +46,26 @@ type world struct {
 	// live configure writes the active one, a staged configure the next boot's, which a reboot
 	// makes active.
 	active, staged map[string]string
+	// configUpdated and criStarted are when each node's active config last changed and its
+	// container runtime last started, on the world's own clock (ticks); runtimeStays makes a
+	// node's runtime not restart after a live write (Talos's CRI controller stuck).
+	configUpdated, criStarted map[string]time.Time
+	runtimeStays              map[string]bool
+	ticks                     int
+}
+
+// tick is the world's clock, one second a step from a fixed epoch: times in a transcript are
+// the same on every run.
+func (w *world) tick() time.Time {
+	w.ticks++
+
+	return time.Date(2026, 1, 1, 0, 0, w.ticks, 0, time.UTC)
 }
 
 func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
 		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{},
-		due: map[string]*dueEvent{}}
+		due: map[string]*dueEvent{}, configUpdated: map[string]time.Time{}, criStarted: map[string]time.Time{}, runtimeStays: map[string]bool{}}
 }
 
 // dueEvent lands on a node at its reads-th read from now.
@@ -347,7 +361,14 @@ func (f fakeTalos) ConfigFacts(_ context.Context, ip, _ string) (*plan.TalosFact
 
 	node := nodeOfIP(ip)
 
-	return &plan.TalosFacts{ConfiguredDigest: digestOf(f.w.active, node), StagedDigest: digestOf(f.w.staged, node)}, nil
+	return &plan.TalosFacts{ConfiguredDigest: digestOf(f.w.active, node), StagedDigest: digestOf(f.w.staged, node), ConfigUpdated: f.w.configUpdated[node]}, nil
+}
+
+func (f fakeTalos) RuntimeStarted(_ context.Context, ip string) (time.Time, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	return f.w.criStarted[nodeOfIP(ip)], nil
 }
 
 func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool) error {
@@ -367,7 +388,11 @@ func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool)
 
 	f.w.staged[node] = "new"
 	if live {
-		f.w.active[node] = "new"
+		// Talos 1.14: the active config changes, and its CRI controller restarts the runtime.
+		f.w.active[node], f.w.configUpdated[node] = "new", f.w.tick()
+		if !f.w.runtimeStays[node] {
+			f.w.criStarted[node] = f.w.tick()
+		}
 	}
 
 	return nil
@@ -384,6 +409,7 @@ func (f fakeTalos) Reboot(ctx context.Context, ip string) error {
 	f.w.record("talos reboot %s", nodeOfIP(ip))
 	f.w.editLocked(nodeOfIP(ip), func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2-" + n.Name })
 	f.w.active[nodeOfIP(ip)] = digestOf(f.w.staged, nodeOfIP(ip))
+	f.w.configUpdated[nodeOfIP(ip)], f.w.criStarted[nodeOfIP(ip)] = f.w.tick(), f.w.tick()
 
 	return nil
 }

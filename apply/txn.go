@@ -55,7 +55,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 
 	if t.np.Action == plan.ActionApplyLive {
 		// live: configured → proved → released, with no cordon and no reboot.
-		steps, done = []phaseStep{{"configure", t.configureLive}, {"prove", t.prove}}, t.rotatedLive
+		steps, done = []phaseStep{{"configure", t.configureLive}, {"restart", t.awaitRuntime}, {"prove", t.prove}}, t.rotatedLive
 
 		if t.np.Role == plan.RoleControlPlane { // a CRI restart can leave static pods down
 			steps = append(steps, phaseStep{"settle", t.settled})
@@ -394,6 +394,47 @@ func awaited(newBoot, ready, lifecycle bool) string {
 	}
 
 	return strings.Join(want, ", ")
+}
+
+// awaitRuntime waits, after a live write, until the node's container runtime has restarted on
+// the config now active: Talos 1.14 restarts it when the rendered registry config changed, a
+// moment after the write answered, and until then the runtime pulls with the credential it
+// started with — a proof taken before would prove the old credential. A runtime that does not
+// restart within the ready timeout fails the node: its config holds the new credential, its
+// runtime may not, and the next plan fences it (a reboot loads it for sure).
+func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
+	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+
+	for {
+		facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+		if err != nil {
+			return t.callFailed(ctx, "its active Talos config could not be read after the live write", err)
+		}
+
+		started, err := t.e.talos.RuntimeStarted(ctx, t.ip)
+		if err != nil {
+			return t.callFailed(ctx, "its container runtime's start could not be read after the live write", err)
+		}
+
+		if started.After(facts.ConfigUpdated) {
+			return nil
+		}
+
+		if t.e.now().After(deadline) {
+			last := "its last start is unknown"
+			if !started.IsZero() {
+				last = "it last started at " + human.Clock(started)
+			}
+
+			return t.fail(fmt.Sprintf("its container runtime did not restart within %s after its registry config changed at %s (%s): "+
+				"until it does it pulls with the credential it started with, so nothing is proved; the next plan fences it (a reboot loads the credential)",
+				t.e.o.ReadyTimeout, human.Clock(facts.ConfigUpdated), last))
+		}
+
+		if err := t.e.sleepOr(ctx, nil); err != nil {
+			return t.failOrInterrupted(t.answer(err))
+		}
+	}
 }
 
 // prove proves the runtime pulls with the node's credential, then marks the node verified.

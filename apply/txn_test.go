@@ -246,6 +246,8 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 		h.w.drainErr[f[1]] = errors.New(rest(2))
 	case "probe-fails":
 		h.w.probeErr[f[1]] = errors.New(rest(2))
+	case "runtime-stays":
+		h.w.runtimeStays[f[1]] = true
 	case "state-fails":
 		h.store.err = errors.New(rest(1))
 	}
@@ -421,7 +423,7 @@ func (s *txnScript) parse(text string) error {
 		if err = need(3); err == nil {
 			s.faults = append(s.faults, text)
 		}
-	case "state-fails":
+	case "state-fails", "runtime-stays":
 		if err = need(2); err == nil {
 			s.faults = append(s.faults, text)
 		}
@@ -431,7 +433,7 @@ func (s *txnScript) parse(text string) error {
 			s.events = append(s.events, text)
 		}
 	default:
-		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, at)", text)
+		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, runtime-stays, at)", text)
 	}
 
 	return err

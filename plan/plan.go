@@ -190,7 +190,7 @@ func needs(n Node, in Input) (Action, Reason, string) {
 	live := version.AtLeast(TalosLiveRegistryAuth)
 
 	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" && !n.HeldUnproven {
-		if proof := runtimeProof(n, in, live); proof != "" {
+		if proof := runtimeProof(n, in); proof != "" {
 			return ActionNoOp, ReasonInSync, ReasonInSync.Sentence(human.Short(in.CredentialRevision)) + ": " + proof
 		}
 	}
@@ -203,8 +203,15 @@ func needs(n Node, in Input) (Action, Reason, string) {
 		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
 	}
 
-	if live {
+	// A live write restarts the runtime only when it changes the rendered config: a config that
+	// already holds the credential, with a runtime not known to have loaded it, takes a reboot.
+	if live && n.Talos.ConfiguredDigest != in.AuthDigest {
 		return ActionApplyLive, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
+	}
+
+	if live {
+		return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version +
+			" restarts its runtime only when a write changes its registry config, and this one would change nothing: a reboot loads it"
 	}
 
 	return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
@@ -225,8 +232,9 @@ func staleBehindValidConfig(p *Plan) []string {
 }
 
 // staleRuntimes are the nodes (of the fleet and outside it) whose runtime has not loaded the
-// credential their config holds: their Talos reloads none live, their runtime started before the
-// config last changed, and no proof on this boot says otherwise.
+// credential their config holds: their runtime started before the config last changed (a live
+// reload, Talos 1.14's, is a restart of the runtime too), and no proof on this boot says
+// otherwise.
 func staleRuntimes(s Snapshot, in Input) []string {
 	var out []string
 
@@ -235,11 +243,12 @@ func staleRuntimes(s Snapshot, in Input) []string {
 			continue
 		}
 
-		v, err := ParseTalosVersion(n.Talos.Version)
-		if err != nil || v.AtLeast(TalosLiveRegistryAuth) {
+		if _, err := ParseTalosVersion(n.Talos.Version); err != nil {
 			continue
 		}
 
+		// Talos 1.14 loads registry auth live by restarting the runtime when its rendered
+		// config changes: the same evidence as a reboot's, a runtime started after the config.
 		loaded := n.Talos.CRIStarted.After(n.Talos.ConfigUpdated) ||
 			n.Talos.ConfiguredDigest == in.AuthDigest && n.VerifiedRevision == in.CredentialRevision && n.VerifiedBoot != "" && n.VerifiedBoot == n.BootID
 		if !loaded {
@@ -251,11 +260,10 @@ func staleRuntimes(s Snapshot, in Input) []string {
 }
 
 // runtimeProof says why a node whose config carries the credential is known to use it ("" if
-// nothing proves it).
-func runtimeProof(n Node, in Input, live bool) string {
+// nothing proves it). Whatever its Talos version: a live reload (1.14) is a runtime restart a
+// moment after the write, and until then the runtime pulls with what it started with.
+func runtimeProof(n Node, in Input) string {
 	switch {
-	case live:
-		return "Talos " + n.Talos.Version + " loads registry auth live"
 	case n.VerifiedRevision == in.CredentialRevision && n.VerifiedBoot != "" && n.VerifiedBoot == n.BootID:
 		// A marker is about the boot it was taken on: after another boot, the runtime's start
 		// (below) is the proof, not the marker.

@@ -91,6 +91,7 @@ func newUp() *cobra.Command {
 	f.BoolVar(&o.VIP, "vip", false, "serve the API endpoint on a VIP that fails over across control planes")
 	f.BoolVar(&o.InSync, "in-sync", false, "start the fleet on the secret file's credential (nothing to rotate)")
 	f.BoolVar(&o.NoWorkloads, "no-workloads", false, "do not create the demo DaemonSet and Deployment")
+	f.IntVar(&o.RealNodes, "real-nodes", 0, "static workers that run a real containerd and kubelet (as root; build them with: make runtime kubelet)")
 	f.DurationVar(&o.TalosLatency, "talos-latency", 0, "round-trip added between clients and the Talos API endpoint (a WAN between a CI runner and the cluster)")
 	f.DurationVar(&o.APILatency, "api-latency", 0, "round-trip added between clients and the Kubernetes API endpoint")
 	f.BoolVar(&detach, "detach", false, "start in the background and return once ready (stop it with: ghcrsync-sandbox down)")
@@ -541,6 +542,10 @@ func printFleet(w io.Writer, fleet []sandbox.MachineInfo) {
 
 		if m.Endpoint {
 			role += " (API endpoint)"
+		}
+
+		if m.Real {
+			role += " (real kubelet, containerd)"
 		}
 
 		sync := "rotation due"

@@ -145,6 +145,7 @@ type MachineInfo struct {
 	Effective    string `json:"effective_credential"`
 	InSync       bool   `json:"in_sync_with_secret_file"`
 	Endpoint     bool   `json:"api_endpoint"`
+	Real         bool   `json:"real_node"` // a real containerd and kubelet
 }
 
 // Fleet describes the machines.
@@ -157,7 +158,7 @@ func (s *Sandbox) FleetInfo() []MachineInfo {
 			Name: m.Name, Role: string(m.Role), Autoscaled: m.Autoscaled, IP: m.IP, TalosVersion: m.TalosTag,
 			BootID: m.BootID(), Configured: conf.Username, Effective: eff.Username,
 			InSync:   conf == s.NewCredential() && eff == s.NewCredential(),
-			Endpoint: s.fleet.endpoint.owner == m.Name,
+			Endpoint: s.fleet.endpoint.owner == m.Name, Real: m.Real(),
 		})
 	}
 

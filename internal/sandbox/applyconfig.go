@@ -225,8 +225,11 @@ func (m *Machine) commit(ctx context.Context, mode machine.ApplyConfigurationReq
 	return nil
 }
 
-// reloadActive makes the active config effective at once: the registry resources follow it,
-// and the runtime takes its credential where it loads registry auth live.
+// reloadActive makes the active config effective: the registry resources follow it at once;
+// where Talos reloads registry auth live (1.14+), its CRI service controller restarts the
+// container runtime when the rendered CRI config changed (Talos's cri.ServiceController: the
+// config file's version moved), a moment after the apply answered — until then the runtime
+// still pulls with the credential it started with.
 func (m *Machine) reloadActive(ctx context.Context) {
 	if err := m.syncRegistries(ctx); err != nil {
 		m.fleet.log.Warn("sync registries", "node", m.Name, "error", err)
@@ -236,13 +239,36 @@ func (m *Machine) reloadActive(ctx context.Context) {
 		return
 	}
 
+	go func() {
+		select {
+		case <-m.fleet.ctx.Done():
+			return
+		case <-time.After(m.fleet.opts.CRIRestart):
+		}
+
+		m.restartCRI(m.fleet.ctx)
+	}()
+}
+
+// restartCRI is the CRI service controller's restart: the runtime restarts if its rendered
+// config changed, and then pulls with the active config's credential, its service reporting
+// the new start.
+func (m *Machine) restartCRI(ctx context.Context) {
+	m.mu.Lock()
+	down := m.down || m.gone
+	m.mu.Unlock()
+
+	if down || !m.agent.reload(ctx) {
+		return
+	}
+
 	cred := m.Configured()
 
 	m.mu.Lock()
-	m.effective = cred
+	m.effective, m.criStarted = cred, time.Now()
 	m.mu.Unlock()
 
-	m.agent.reload(ctx)
+	m.fleet.log.Info("container runtime restarted on its new registry config", "node", m.Name)
 }
 
 // tryFor rolls the active config back to the persisted one after timeout (try mode); a later

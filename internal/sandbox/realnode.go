@@ -23,13 +23,14 @@ type agent interface {
 	boot()                        // the machine booted: start, report the new boot
 	shutdown(ctx context.Context) // the machine goes down for a reboot
 	stop()                        // the machine is gone, or the sandbox stops
-	// reload is Talos 1.14 rendering the active config's registries for a live runtime.
-	reload(ctx context.Context)
+	// reload is Talos 1.14 rendering the active config's registries for a live runtime: the
+	// runtime restarts if the rendered config changed. It reports whether it restarted.
+	reload(ctx context.Context) bool
 }
 
-// reload on the simulated kubelet is nothing: its runtime reads the machine's effective
-// credential at every pull.
-func (k *kubelet) reload(context.Context) {}
+// reload on the simulated kubelet: the rendered config changed when the configured credential
+// differs from the one its runtime pulls with (which it reads at every pull).
+func (k *kubelet) reload(context.Context) bool { return k.m.Configured() != k.m.Effective() }
 
 // KubeletVersion is the real kubelet real nodes run: 1.35, the last release that supports
 // containerd 1.x (Debian's), and within the skew policy of the 1.37 control plane (a kubelet
@@ -150,7 +151,7 @@ func claimSlot() (slot, error) {
 			return slot(n), nil
 		}
 
-		if !strings.Contains(string(out), "exists") {
+		if !strings.Contains(string(out), "exists") && !strings.Contains(string(out), "already assigned") {
 			return 0, fmt.Errorf("sandbox: a real node's address %s on lo: %v: %s", addr, err, strings.TrimSpace(string(out)))
 		}
 	}
@@ -262,7 +263,7 @@ func (r *realNode) start(ctx context.Context) error {
 	r.kubelet, err = containerd.StartKubelet(containerd.KubeletConfig{
 		Binary: r.binary, Dir: filepath.Join(r.dir, "kubelet"), NodeName: r.m.Name, NodeIP: r.slot.ip(),
 		Kubeconfig: r.kubeconfig, Port: r.port, Runtime: r.runtime, BootID: r.m.BootID(),
-		ProviderID: fmt.Sprintf("%s%d", HcloudProviderIDPrefix, r.m.ServerID),
+		ProviderID: fmt.Sprintf("%s%d", HcloudProviderIDPrefix, r.m.ServerID), Heartbeat: r.m.fleet.opts.Heartbeat,
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
@@ -328,23 +329,25 @@ func (r *realNode) removeFiles() {
 }
 
 // reload is Talos 1.14's live reload: containerd restarted when the rendered config changed.
-func (r *realNode) reload(ctx context.Context) {
+func (r *realNode) reload(ctx context.Context) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
 	if r.runtime == nil || r.stopped {
-		return
+		return false
 	}
 
 	reg, err := r.registries(ctx)
-	if err == nil {
-		var restarted bool
-		if restarted, err = r.runtime.Reload(ctx, reg); restarted {
-			r.m.fleet.log.Info("real node's containerd restarted on its new registry config", "node", r.m.Name)
-		}
+	if err != nil {
+		r.m.fleet.log.Error("real node's registry config", "node", r.m.Name, "error", err)
+
+		return false
 	}
 
+	restarted, err := r.runtime.Reload(ctx, reg)
 	if err != nil {
-		r.m.fleet.log.Error("real node's containerd did not reload", "node", r.m.Name, "error", err)
+		r.m.fleet.log.Error("real node's containerd did not restart", "node", r.m.Name, "error", err)
 	}
+
+	return restarted
 }

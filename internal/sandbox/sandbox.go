@@ -73,7 +73,10 @@ type Options struct {
 	// with runc) and a real kubelet instead of the simulated one; their Talos API, boot and
 	// reboot stay simulated (make runtime kubelet; RealNodeBinaries).
 	RealNodes int
-	Logger    hclog.Logger
+	// CRIRestart is how long after a live apply (Talos 1.14+) the machine's CRI service
+	// controller restarts the runtime on its new registry config; default 1 s.
+	CRIRestart time.Duration
+	Logger     hclog.Logger
 }
 
 func (o *Options) defaults() {
@@ -95,6 +98,10 @@ func (o *Options) defaults() {
 
 	if o.AutoscalerInterval == 0 {
 		o.AutoscalerInterval = 10 * time.Second
+	}
+
+	if o.CRIRestart == 0 {
+		o.CRIRestart = time.Second
 	}
 
 	if o.TalosVersion == "" {

@@ -217,6 +217,20 @@ func digest(mc *talosconfig.MachineConfig, registry string) string {
 	return registryauth.Digest(mc.Config(), registry)
 }
 
+// RuntimeStarted is when the node's container runtime (its cri service) last entered Running:
+// a Talos 1.14 live reload restarts it when the rendered registry config changed.
+func (c *Client) RuntimeStarted(ctx context.Context, node string) (time.Time, error) {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	services, err := c.c.ServiceList(nctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("service list: %w", err)
+	}
+
+	return CRIStarted(services), nil
+}
+
 // CRIStarted is when the cri service last entered Running (zero if unknown).
 func CRIStarted(resp *machine.ServiceListResponse) time.Time {
 	var started time.Time

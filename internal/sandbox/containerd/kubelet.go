@@ -22,6 +22,9 @@ type KubeletConfig struct {
 	BootID string
 	// ProviderID is the Node's spec.providerID (the cloud's name for the machine), "" none.
 	ProviderID string
+	// Heartbeat is how often it reports the Node's status and renews its Lease (the sandbox's
+	// node-monitor grace period is four of them); 0 for 5 s.
+	Heartbeat time.Duration
 }
 
 // Kubelet is a running kubelet.
@@ -44,6 +47,14 @@ func StartKubelet(cfg KubeletConfig) (*Kubelet, error) {
 			return nil, err
 		}
 	}
+
+	// The Lease is renewed every quarter of its duration: one heartbeat.
+	heartbeat := cfg.Heartbeat
+	if heartbeat <= 0 {
+		heartbeat = 5 * time.Second
+	}
+
+	leaseSeconds := max(1, int((4*heartbeat+time.Second-1)/time.Second))
 
 	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -70,10 +81,12 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
 makeIPTablesUtilChains: false
-nodeStatusUpdateFrequency: 5s
+nodeStatusUpdateFrequency: %s
+nodeStatusReportFrequency: %s
+nodeLeaseDurationSeconds: %d
 syncFrequency: 5s
 providerID: %q
-`, cfg.NodeIP, cfg.Port, cfg.Runtime.Socket(), filepath.Join(cfg.Dir, "logs"), cfg.ProviderID)
+`, cfg.NodeIP, cfg.Port, cfg.Runtime.Socket(), filepath.Join(cfg.Dir, "logs"), heartbeat, heartbeat, leaseSeconds, cfg.ProviderID)
 
 	confPath := filepath.Join(cfg.Dir, "kubelet.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
