@@ -255,10 +255,10 @@ func (m *Machine) reloadActive(ctx context.Context) {
 // the new start.
 func (m *Machine) restartCRI(ctx context.Context) {
 	m.mu.Lock()
-	down := m.down || m.gone
+	skip := m.down || m.gone || m.criStuck
 	m.mu.Unlock()
 
-	if down || !m.agent.reload(ctx) {
+	if skip || !m.agent.reload(ctx) {
 		return
 	}
 

@@ -82,6 +82,9 @@ type Machine struct {
 	// several: a Node that cannot name one machine).
 	reportedIPs []string
 	reportsIPs  bool
+	// criStuck: its Talos's CRI controller does not restart the runtime after a live write
+	// (HoldRuntime): the runtime keeps the credential it started with.
+	criStuck bool
 	// lostAnswers is how many of its next Talos writes (apply, reboot) are carried out with
 	// their answer lost.
 	lostAnswers int
@@ -204,6 +207,15 @@ func (m *Machine) notReadyReason() string {
 	defer m.mu.Unlock()
 
 	return m.notReady
+}
+
+// HoldRuntime makes the machine's Talos leave its container runtime running after a live write
+// changed the registry config (its CRI controller stuck), or restart it again as Talos does.
+func (m *Machine) HoldRuntime(hold bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	m.criStuck = hold
 }
 
 // SetLatency makes the machine's Talos API answer each call d late (0: at once).

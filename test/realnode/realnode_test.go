@@ -53,9 +53,19 @@ func fleet(t *testing.T) *sandbox.Sandbox {
 func apply(t *testing.T, sb *sandbox.Sandbox) (code int, stdout, stderr string) {
 	t.Helper()
 
-	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), nil)
+	return run(t, sb, "apply", "--auto-approve")
+}
 
-	return sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg)
+// run runs ghcrsync with the sandbox's configuration (ready_timeout 30s: a node that does not
+// come back fails the test sooner).
+func run(t *testing.T, sb *sandbox.Sandbox, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+
+	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
+		return strings.Replace(s, `ready_timeout         = "2m"`, `ready_timeout         = "30s"`, 1)
+	})
+
+	return sandboxtest.Run(t, sb, append(args, "--config", cfg)...)
 }
 
 // pulls runs a pod pulling the private app image with imagePullPolicy Always and no pull
@@ -179,6 +189,42 @@ func TestRotationOnRealNodes(t *testing.T) {
 
 		if got := pulls(t, sb, "after-emergency"); got[live] != "ok" || got[fenced] != "ok" {
 			t.Fatalf("after the emergency rotation, the real nodes pull: %v, want ok on both", got)
+		}
+	})
+
+	// Talos 1.14 loads the credential by restarting containerd a moment after the write; until
+	// then a proof pulls with the old credential, which still works. With the restart held back
+	// (Talos's CRI controller stuck) apply proves nothing on that node and refuses the verdict,
+	// exit 5; the next plan fences it (a live write would change nothing), and that apply ends
+	// with both real nodes pulling after the revocation.
+	t.Run("live_proof_waits_for_the_runtime_restart", func(t *testing.T) {
+		old := sb.NewCredential()
+		if _, err := sb.RotateSecret("live"); err != nil {
+			t.Fatal(err)
+		}
+
+		m, _ := sb.Fleet().Machine(live)
+		m.HoldRuntime(true)
+
+		code, stdout, stderr := apply(t, sb)
+		m.HoldRuntime(false)
+
+		if code != 5 || !strings.Contains(stdout, live+" (apply-live): its container runtime did not restart") || strings.Contains(stdout, "It is safe to revoke") {
+			t.Fatalf("apply with %s's runtime not restarted: exit %d, want 5 naming it\n%s\n%s", live, code, stdout, stderr)
+		}
+
+		if _, stdout, stderr := run(t, sb, "plan"); !strings.Contains(stdout, live+" (worker, Talos v1.14.0) will be fenced") {
+			t.Fatalf("the next plan does not fence %s:\n%s\n%s", live, stdout, stderr)
+		}
+
+		if code, stdout, stderr := apply(t, sb); code != 0 || !strings.Contains(stdout, "It is safe to revoke") {
+			t.Fatalf("apply after the held restart: exit %d, want 0\n%s\n%s", code, stdout, stderr)
+		}
+
+		reg.RevokeCredential(old.Username)
+
+		if got := pulls(t, sb, "after-held-restart"); got[live] != "ok" || got[fenced] != "ok" {
+			t.Fatalf("with the old credential revoked, the real nodes pull: %v, want ok on both", got)
 		}
 	})
 }
