@@ -97,8 +97,8 @@ unit: vet
 	$(GO) test -count=1 -short ./...
 
 # The main job on the local sandbox.
-demo: control-plane build
-	@scripts/demo.sh
+demo: control-plane build $(if $(filter-out 0,$(REAL_NODES)),runtime kubelet)
+	@REAL_NODES=$(REAL_NODES) scripts/demo.sh
 
 # Every benchmark in one go (scripts/bench.sh): the pure hot paths (BENCH_PKGS; packages with a
 # sandbox TestMain are left out: they would start a control plane for nothing), plan at 10 / 100

@@ -9,8 +9,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "==> Starting the sandbox (3 control planes, 3 workers, 2 autoscaled; Talos 1.13)"
-bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 1s --reboot 2s --autoscaler-interval 3s --autoscaler-scale-rate 0
+# REAL_NODES=N: the first N workers run a real kubelet and containerd (make runtime kubelet).
+real_nodes=${REAL_NODES:-0}
+echo "==> Starting the sandbox (3 control planes, 3 workers ($real_nodes real), 2 autoscaled; Talos 1.13)"
+bin/ghcrsync-sandbox up --dir "$dir" --detach --heartbeat 1s --reboot 2s --autoscaler-interval 3s --autoscaler-scale-rate 0 \
+  --real-nodes "$real_nodes"
 # shellcheck disable=SC1091
 source "$dir/env"
 echo
