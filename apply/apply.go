@@ -468,7 +468,10 @@ func (r *run) nodes(ctx context.Context) error {
 		return err
 	}
 
-	r.exec = newExecutor(r.in.Kube, tc, r.lease, r.in.Store, r.in.State, execOptions{
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+
+	r.exec = newExecutor(r.destinations(wctx), tc, r.lease, r.in.Store, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
@@ -484,6 +487,44 @@ func (r *run) nodes(ctx context.Context) error {
 	r.res.Nodes = r.exec.run(ctx, r.p)
 
 	return nil
+}
+
+// destinations is where the drains read the Nodes an evicted pod may land on: one Node watch for
+// the run when it drains a node (started here, ended with ctx), else the API as asked.
+func (r *run) destinations(ctx context.Context) Nodes {
+	if !r.drains() {
+		return r.in.Kube
+	}
+
+	w, err := r.in.Kube.WatchNodes(ctx, r.in.Config.Nodes.ReadyTimeout)
+	if err != nil {
+		r.log.Warn("the drains list every Node before each eviction instead", "error", err)
+
+		return r.in.Kube
+	}
+
+	return watchedNodes{Nodes: r.in.Kube, watch: w}
+}
+
+// watchedNodes is the cluster with the drains' destinations served by the run's Node watch.
+type watchedNodes struct {
+	Nodes
+	watch *cluster.NodeWatch
+}
+
+func (w watchedNodes) Destinations(ctx context.Context) ([]plan.Destination, error) {
+	return w.watch.Destinations(ctx)
+}
+
+// drains reports whether the plan drains a node (a fence drains before its reboot).
+func (r *run) drains() bool {
+	for _, n := range r.p.Nodes {
+		if n.Action == plan.ActionFence {
+			return true
+		}
+	}
+
+	return false
 }
 
 // recheck is how the drains ask the registry again about the credentials the nodes hold

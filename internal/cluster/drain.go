@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/kubectl/pkg/drain"
 
@@ -141,8 +143,13 @@ type RefusedError struct{ Why error }
 func (e *RefusedError) Error() string { return "an eviction was refused: " + e.Why.Error() }
 func (e *RefusedError) Unwrap() error { return e.Why }
 
-// evictRetry is the pause before asking again for an eviction a budget refused.
-const evictRetry = 2 * time.Second
+// evictBackoff paces the requests for one pod's eviction while a budget holds it (429), the
+// API does not answer, or its destinations cannot be read: 1 s, doubling to 8 s, each drawn up
+// to half again longer, so that the pods one budget holds do not ask in lockstep (a drain's
+// requests while a budget holds grow with its log, not with the hold).
+func evictBackoff() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: 8 * time.Second}
+}
 
 // evict asks for the pod's eviction until its budget allows it, then waits for the pod to go.
 // Each request runs to its answer (bounded by the client's request timeout) whatever ctx says;
@@ -154,7 +161,15 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
 	}
 
-	for {
+	backoff := evictBackoff()
+	pause := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff.Step()):
+		}
+	}
+
+	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return fmt.Errorf("pod %s not evicted: %w", name, ctx.Err())
 		}
@@ -165,12 +180,8 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 				return refused
 			}
 
-			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: evictRetry, Why: redact.Error(err), Destinations: true})
-
-			select {
-			case <-ctx.Done():
-			case <-time.After(evictRetry):
-			}
+			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: backoff.Duration, Why: redact.Error(err), Destinations: true, Attempt: attempt})
+			pause()
 
 			continue
 		}
@@ -188,12 +199,8 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 			Transient(err):
 			// A budget holds it, or the API did not answer (the answer may be lost: asking
 			// again finds the pod gone, or evicts it).
-			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: evictRetry, Why: redact.Error(err)})
-
-			select {
-			case <-ctx.Done():
-			case <-time.After(evictRetry):
-			}
+			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: backoff.Duration, Why: redact.Error(err), Attempt: attempt})
+			pause()
 		default:
 			return fmt.Errorf("eviction of pod %s: %w", name, err)
 		}

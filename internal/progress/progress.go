@@ -28,9 +28,10 @@ type Evicting struct{ Node, Pod string }
 // Destinations — where it could go could not be read); the drain asks again In.
 type EvictionRetry struct {
 	Node, Pod    string
-	In           time.Duration
+	In           time.Duration // the next pause's base (its draw is up to half again longer)
 	Why          string
 	Destinations bool
+	Attempt      int // the eviction requests asked for this pod so far
 }
 
 // Drainer is a line of kubectl's drain helper (the pods it found, what it ignores).

@@ -38,10 +38,10 @@ func progressLine(e progress.Event) string {
 		return "evicting pod " + e.Pod
 	case progress.EvictionRetry:
 		if e.Destinations {
-			return fmt.Sprintf("pod %s not evicted yet: its destinations could not be read (asking again in %s): %s", e.Pod, e.In, e.Why)
+			return fmt.Sprintf("pod %s not evicted yet: its destinations could not be read (asking again in %s or a little more): %s", e.Pod, e.In, e.Why)
 		}
 
-		return fmt.Sprintf("pod %s not evicted yet (asking again in %s): %s", e.Pod, e.In, e.Why)
+		return fmt.Sprintf("pod %s not evicted yet, attempt %d (asking again in %s or a little more): %s", e.Pod, e.Attempt, e.In, e.Why)
 	case progress.Drainer:
 		return e.Line
 	case progress.WaitingReady:

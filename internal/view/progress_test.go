@@ -18,10 +18,10 @@ func TestProgressWording(t *testing.T) {
 		want string
 	}{
 		{"evicting", progress.Evicting{Node: "w1", Pod: "shop/web-1"}, "w1: evicting pod shop/web-1\n"},
-		{"held by a budget", progress.EvictionRetry{Node: "w1", Pod: "shop/web-1", In: 5 * time.Second, Why: "429 TooManyRequests"},
-			"w1: pod shop/web-1 not evicted yet (asking again in 5s): 429 TooManyRequests\n"},
+		{"held by a budget", progress.EvictionRetry{Node: "w1", Pod: "shop/web-1", In: 4 * time.Second, Why: "429 TooManyRequests", Attempt: 3},
+			"w1: pod shop/web-1 not evicted yet, attempt 3 (asking again in 4s or a little more): 429 TooManyRequests\n"},
 		{"destinations unread", progress.EvictionRetry{Node: "w1", Pod: "shop/web-1", In: 5 * time.Second, Why: "timeout", Destinations: true},
-			"w1: pod shop/web-1 not evicted yet: its destinations could not be read (asking again in 5s): timeout\n"},
+			"w1: pod shop/web-1 not evicted yet: its destinations could not be read (asking again in 5s or a little more): timeout\n"},
 		{"kubectl's line", progress.Drainer{Node: "w1", Line: "evicting pod shop/web-1\nforged: line"}, "w1: evicting pod shop/web-1 forged: line\n"},
 		{"waiting ready", progress.WaitingReady{Node: "w1", Elapsed: 61400 * time.Millisecond, Timeout: 2 * time.Minute, Awaited: "Ready"},
 			"w1: rebooting, 1m1s elapsed of ready_timeout 2m0s: waiting for Ready\n"},

@@ -1,0 +1,73 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// NodeWatch keeps every Node of the cluster as the API server last said, from one list and one
+// watch for the whole run: the drains' destination check, asked before every eviction attempt
+// of every pod, reads it instead of listing every Node again (a drain of 100 pods on a 500-node
+// cluster would otherwise list 500 Nodes 100 times, and once more every retry of a pod a budget
+// holds). The watch's state is as fresh as a new list, less its event's flight.
+type NodeWatch struct {
+	informer cache.SharedIndexInformer
+}
+
+// WatchNodes starts the watch, which ends with ctx, and waits (up to timeout) for its first
+// list. Node images and managed fields are dropped as they arrive: a Node carries its image
+// list (10–40 KB), which no decision here reads.
+func (c *Connection) WatchNodes(ctx context.Context, timeout time.Duration) (*NodeWatch, error) {
+	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "nodes", "", fields.Everything())
+	informer := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+
+	if err := informer.SetTransform(slimNode); err != nil {
+		return nil, err
+	}
+
+	go informer.Run(ctx.Done())
+
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	if !cache.WaitForCacheSync(sctx.Done(), informer.HasSynced) {
+		return nil, fmt.Errorf("watch nodes: the first list did not arrive within %s", timeout)
+	}
+
+	return &NodeWatch{informer: informer}, nil
+}
+
+// slimNode drops what no decision reads from a Node before it is kept.
+func slimNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status.Images, n.ManagedFields = nil, nil
+	}
+
+	return obj, nil
+}
+
+// Destinations are every Node as an evicted pod's scheduler sees it, as the watch holds them.
+func (w *NodeWatch) Destinations(context.Context) ([]plan.Destination, error) {
+	if !w.informer.HasSynced() {
+		return nil, errors.New("watch nodes: not synced")
+	}
+
+	items := w.informer.GetStore().List()
+	out := make([]plan.Destination, 0, len(items))
+
+	for _, obj := range items {
+		if n, ok := obj.(*corev1.Node); ok {
+			out = append(out, plan.DestinationOf(FromNode(n)))
+		}
+	}
+
+	return out, nil
+}
