@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -166,16 +167,21 @@ func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
 					t.Error(err)
 				}
 
-				n := node(t, sb, first)
-				var keep []corev1.Taint
-				for _, x := range n.Spec.Taints {
-					if x.Key != taints.CiliumAgentNotReady {
-						keep = append(keep, x)
+				// Read and update again when a kubelet heartbeat lands in between.
+				if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					n := node(t, sb, first)
+					var keep []corev1.Taint
+					for _, x := range n.Spec.Taints {
+						if x.Key != taints.CiliumAgentNotReady {
+							keep = append(keep, x)
+						}
 					}
-				}
 
-				n.Spec.Taints = keep
-				if _, err := kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					n.Spec.Taints = keep
+					_, err := kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+
+					return err
+				}); err != nil {
 					t.Error(err)
 				}
 			}
