@@ -18,6 +18,12 @@ for p in /proc/[0-9]*; do
       case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"--config /tmp/"*) leaks+=("$pid $exe") ;; esac ;;
   esac
 done
+# A real node's address on lo, its pod bridge, its files (internal/sandbox/realnode.go).
+if command -v ip >/dev/null; then
+  while read -r a; do leaks+=("address $a on lo (a real node's)"); done < <(ip -o -4 addr show dev lo 2>/dev/null | awk '$4 ~ /^198\.18\./ {print $4}')
+  while read -r b; do leaks+=("bridge $b (a real node's pod network)"); done < <(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^ghcrsync[0-9]+(@|$)/ {print $2}')
+fi
+for d in "${TMPDIR:-/tmp}"/ghcrsync-node-*; do [ -e "$d" ] && leaks+=("folder $d (a real node's)"); done
 if [ ${#leaks[@]} -gt 0 ]; then
   echo "check-leaks: sandbox processes still running:" >&2
   printf '  %s\n' "${leaks[@]}" >&2

@@ -219,6 +219,24 @@ func (f *Fleet) newRealNode(m *Machine, sl slot, kubeletBinary string, kubeconfi
 	return r, nil
 }
 
+// pids are its containerd's and kubelet's process ids, while they run.
+func (r *realNode) pids() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	var out []int
+
+	if r.runtime != nil && r.runtime.Pid() != 0 {
+		out = append(out, r.runtime.Pid())
+	}
+
+	if r.kubelet != nil {
+		out = append(out, r.kubelet.Pid())
+	}
+
+	return out
+}
+
 // registries is what the machine's active config gives containerd.
 func (r *realNode) registries(ctx context.Context) (containerd.Registries, error) {
 	mc, err := r.m.config(ctx, talosconfig.ActiveID)

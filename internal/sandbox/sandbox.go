@@ -804,7 +804,20 @@ func (s *Sandbox) APIServerAddr() string         { return s.cp.apiAddr }
 func (s *Sandbox) EndpointURL() string           { return s.fleet.endpoint.url() }
 func (s *Sandbox) TalosEndpoint() string         { return s.talosAddr }
 func (s *Sandbox) CIURL() string                 { return s.ci.url() }
-func (s *Sandbox) ChildPIDs() []int              { return s.cp.pids() }
+
+// ChildPIDs are the processes the sandbox started: the control plane's, and each real node's
+// containerd and kubelet.
+func (s *Sandbox) ChildPIDs() []int {
+	pids := s.cp.pids()
+
+	for _, m := range s.fleet.Machines() {
+		if m.real != nil {
+			pids = append(pids, m.real.pids()...)
+		}
+	}
+
+	return pids
+}
 
 // OldCredential is the credential the fleet starts on (unless InSync).
 func (s *Sandbox) OldCredential() Credential {

@@ -83,6 +83,15 @@ const path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 // Socket is where its CRI and containerd APIs listen.
 func (n *Node) Socket() string { return filepath.Join(n.spec.Dir, "containerd.sock") }
 
+// Pid is containerd's process id (0 when stopped), for leak checks.
+func (n *Node) Pid() int {
+	if n.proc == nil {
+		return 0
+	}
+
+	return n.proc.Pid()
+}
+
 // LogPath is containerd's own log.
 func (n *Node) LogPath() string { return filepath.Join(n.spec.Dir, "containerd.log") }
 

@@ -33,6 +33,9 @@ type Kubelet struct {
 	proc *child.Process
 }
 
+// Pid is the kubelet's process id, for leak checks.
+func (k *Kubelet) Pid() int { return k.proc.Pid() }
+
 // LogPath is the kubelet's log.
 func (k *Kubelet) LogPath() string { return filepath.Join(k.cfg.Dir, "kubelet.log") }
 
