@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -129,23 +130,35 @@ func TestPlanDeselectionReasons(t *testing.T) {
 		}
 	}
 
+	// withTaint adds taint to the Node, and takes it off at the end, each read and updated again
+	// when a kubelet heartbeat lands in between.
 	withTaint := func(name string, taint corev1.Taint) {
 		t.Helper()
 
-		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		edit := func(change func(*corev1.Node)) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+
+				change(n)
+				_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+
+				return err
+			})
 		}
 
-		n.Spec.Taints = append(n.Spec.Taints, taint)
-		if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		if err := edit(func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) }); err != nil {
 			t.Fatal(err)
 		}
 
 		t.Cleanup(func() {
-			n, _ := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taint.Key })
-			_, _ = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			if err := edit(func(n *corev1.Node) {
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taint.Key })
+			}); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 
