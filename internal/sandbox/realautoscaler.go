@@ -31,17 +31,7 @@ const ClusterAutoscalerVersion = "1.33.0"
 
 // ClusterAutoscalerBinary is where scripts/build-cluster-autoscaler.sh caches the binary.
 func ClusterAutoscalerBinary() string {
-	if p := os.Getenv("GHCRSYNC_CLUSTER_AUTOSCALER"); p != "" {
-		return p
-	}
-
-	root := os.Getenv("XDG_CACHE_HOME")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache")
-	}
-
-	return filepath.Join(root, "ghcrsync", "cluster-autoscaler", "ca-"+ClusterAutoscalerVersion+"-hetzner", "cluster-autoscaler")
+	return CachePath("GHCRSYNC_CLUSTER_AUTOSCALER", "cluster-autoscaler", "ca-"+ClusterAutoscalerVersion+"-hetzner", "cluster-autoscaler")
 }
 
 // The autoscaler's identity towards the apiserver: its writes are told apart by this user.

@@ -44,9 +44,8 @@ func RealNodeBinaries() (kubelet, pause string, err error) {
 		return "", "", err
 	}
 
-	cache := cacheDir()
-	kubelet = envOr("GHCRSYNC_KUBELET", filepath.Join(cache, "kubelet", KubeletVersion, "kubelet"))
-	pause = envOr("GHCRSYNC_PAUSE", filepath.Join(cache, "pause", "pause"))
+	kubelet = CachePath("GHCRSYNC_KUBELET", "kubelet", KubeletVersion, "kubelet")
+	pause = CachePath("GHCRSYNC_PAUSE", "pause", "pause")
 
 	for _, p := range []string{kubelet, pause} {
 		if _, err := os.Stat(p); err != nil {
@@ -57,23 +56,20 @@ func RealNodeBinaries() (kubelet, pause string, err error) {
 	return kubelet, pause, nil
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// CachePath is where a built binary is cached: the environment variable env when set, else
+// ~/.cache/ghcrsync/ELEMS… (XDG_CACHE_HOME honoured), outside any clone.
+func CachePath(env string, elems ...string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
 	}
 
-	return def
-}
-
-// cacheDir is ~/.cache/ghcrsync (XDG_CACHE_HOME honoured).
-func cacheDir() string {
 	cache := os.Getenv("XDG_CACHE_HOME")
 	if cache == "" {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache")
 	}
 
-	return filepath.Join(cache, "ghcrsync")
+	return filepath.Join(append([]string{cache, "ghcrsync"}, elems...)...)
 }
 
 // The sandbox's runnable images for real nodes: the pod sandbox image Talos configures, served

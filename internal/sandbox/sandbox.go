@@ -123,17 +123,7 @@ func (o *Options) defaults() {
 
 // ControlPlaneDir is where scripts/build-control-plane.sh caches the binaries.
 func ControlPlaneDir() string {
-	if d := os.Getenv("GHCRSYNC_CONTROL_PLANE_DIR"); d != "" {
-		return d
-	}
-
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-
-	return filepath.Join(cache, "ghcrsync", "control-plane", "k8s-v1.37.2-etcd-v3.6.16")
+	return CachePath("GHCRSYNC_CONTROL_PLANE_DIR", "control-plane", "k8s-v1.37.2-etcd-v3.6.16")
 }
 
 // Sandbox is a running sandbox.

@@ -518,16 +518,7 @@ type Talosctl struct {
 func NewTalosctl(t testing.TB, talosconfig string) Talosctl {
 	t.Helper()
 
-	bin := os.Getenv("GHCRSYNC_TALOSCTL")
-	if bin == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-
-		bin = filepath.Join(cache, "ghcrsync", "talosctl", "v1.13.9", "talosctl")
-	}
+	bin := sandbox.CachePath("GHCRSYNC_TALOSCTL", "talosctl", "v1.13.9", "talosctl")
 
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no talosctl at %s (build it with `make talosctl`): %v", bin, err)
