@@ -161,12 +161,7 @@ func TestRotationOnRealNodes(t *testing.T) {
 			t.Fatalf("with the old credential revoked after exit 0, the real nodes pull: %v, want ok on both", got)
 		}
 
-		var asNew bool
-		for _, a := range reg.AccessLog() {
-			asNew = asNew || (a.User == next.Username && a.What == "manifest" && a.Status == 200 && strings.Contains(strings.ToLower(a.UserAgent), "containerd"))
-		}
-
-		if !asNew {
+		if !reg.ServedManifest(next.Username, "containerd") {
 			t.Fatalf("the registry never answered a real node's containerd as %s", next.Username)
 		}
 	})

@@ -179,7 +179,7 @@ func (n *Node) files(reg Registries) map[string]string {
 	dir := n.spec.Dir
 	files := map[string]string{}
 
-	for _, name := range sortedKeys(reg.Mirrors) {
+	for _, name := range slices.Sorted(maps.Keys(reg.Mirrors)) {
 		files[filepath.Join("hosts", name, "hosts.toml")] = hostsToml(name, reg.Mirrors[name], reg.NoFallback[name])
 	}
 
@@ -202,7 +202,7 @@ func (n *Node) files(reg Registries) map[string]string {
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = %q\n    conf_dir = %q\n", cniBin, cniConf)
 	fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = %q\n", filepath.Join(dir, "hosts"))
 
-	for _, host := range sortedKeys(reg.Auths) {
+	for _, host := range slices.Sorted(maps.Keys(reg.Auths)) {
 		a := reg.Auths[host]
 		fmt.Fprintf(&b, "    [plugins.\"io.containerd.grpc.v1.cri\".registry.configs.%q.auth]\n      username = %q\n      password = %q\n", host, a.Username, a.Password)
 	}
@@ -217,7 +217,7 @@ func (n *Node) files(reg Registries) map[string]string {
 func (n *Node) write(files map[string]string) error {
 	_ = os.RemoveAll(filepath.Join(n.spec.Dir, "hosts"))
 
-	for _, rel := range sortedKeys(files) {
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
 		p := filepath.Join(n.spec.Dir, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return err

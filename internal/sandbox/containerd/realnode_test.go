@@ -269,12 +269,7 @@ func TestRealNodeRuntimeProofFollowsTheNodesTalosConfig(t *testing.T) {
 		t.Fatalf("the probe after the reboot that loaded the new credential: %s", got)
 	}
 
-	var asNew bool
-	for _, a := range reg.AccessLog() {
-		asNew = asNew || (a.User == next.Username && a.What == "manifest" && a.Status == 200 && strings.Contains(strings.ToLower(a.UserAgent), "containerd"))
-	}
-
-	if !asNew {
+	if !reg.ServedManifest(next.Username, "containerd") {
 		t.Fatalf("the registry never answered the node's containerd as %s", next.Username)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
@@ -48,12 +47,8 @@ func FromTalos(cfg talosconfig.Config) Registries {
 			continue
 		}
 
-		r.Auths[name] = auth
-
-		for _, endpoint := range r.Mirrors[name] {
-			if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
-				r.Auths[u.Host] = auth
-			}
+		for _, host := range r.hostsOf(name) {
+			r.Auths[host] = auth
 		}
 	}
 
@@ -101,15 +96,7 @@ func (r Registries) WithAuth(registry string, auth *Auth) Registries {
 		out.Auths[host] = a
 	}
 
-	hosts := []string{registry}
-
-	for _, endpoint := range r.Mirrors[registry] {
-		if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
-			hosts = append(hosts, u.Host)
-		}
-	}
-
-	for _, h := range hosts {
+	for _, h := range r.hostsOf(registry) {
 		if auth == nil {
 			delete(out.Auths, h)
 		} else {
@@ -118,6 +105,20 @@ func (r Registries) WithAuth(registry string, auth *Auth) Registries {
 	}
 
 	return out
+}
+
+// hostsOf are the hosts containerd may contact for registry, whose credential they carry: the
+// registry itself and each of its mirror endpoints' hosts.
+func (r Registries) hostsOf(registry string) []string {
+	hosts := []string{registry}
+
+	for _, endpoint := range r.Mirrors[registry] {
+		if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+			hosts = append(hosts, u.Host)
+		}
+	}
+
+	return hosts
 }
 
 // hostsToml is one registry's hosts.toml: its mirrors in order, each able to pull and resolve,
@@ -137,16 +138,4 @@ func hostsToml(registry string, endpoints []string, noFallback bool) string {
 	}
 
 	return b.String()
-}
-
-// sortedKeys returns m's keys in order (a stable rendering: the same config, the same file).
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-
-	slices.Sort(keys)
-
-	return keys
 }

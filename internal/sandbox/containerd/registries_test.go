@@ -1,8 +1,10 @@
 package containerd
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,7 +65,7 @@ func TestFromTalosRendersAsTalos(t *testing.T) {
 			files := n.files(FromTalos(provider))
 
 			var all strings.Builder
-			for _, rel := range sortedKeys(files) {
+			for _, rel := range slices.Sorted(maps.Keys(files)) {
 				all.WriteString(rel + ":" + files[rel] + "\n")
 			}
 

@@ -597,6 +597,14 @@ func (r *Registry) AccessLog() []Access {
 	return slices.Clone(r.access)
 }
 
+// ServedManifest reports whether the registry answered a manifest request as user (200) to a
+// client whose user agent names agent ("containerd": a real node's runtime, not ghcrsync).
+func (r *Registry) ServedManifest(user, agent string) bool {
+	return slices.ContainsFunc(r.AccessLog(), func(a Access) bool {
+		return a.User == user && a.What == "manifest" && a.Status == http.StatusOK && strings.Contains(strings.ToLower(a.UserAgent), agent)
+	})
+}
+
 func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		registryError(w, http.StatusForbidden, "DENIED", "this registry is read-only")
