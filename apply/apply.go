@@ -30,6 +30,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -224,6 +225,8 @@ type run struct {
 	exec  *executor
 	done  map[string]bool // the nodes the run has acted on (lateNodes)
 	res   *Result
+
+	stopWatch func() // ends the run's Node and probe watches (watched)
 }
 
 // Run executes the plan under the Lease, writing the state before every mutation.
@@ -248,30 +251,31 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 		p.Rebudget(r.res.Budget, in.Config.Run.Reserve)
 	}
 
-	if err := r.checkPlan(ctx); err != nil {
+	if err := r.checkPlan(requests.WithStep(ctx, "run: check")); err != nil {
 		return nil, err
 	}
 
 	if !p.Changes() { // nothing to write: the verdict says whether revoking is safe already
-		r.verdict(ctx)
+		r.verdict(requests.WithStep(ctx, "run: verdict"))
 
 		return r.res, nil
 	}
 
-	if err := in.Cluster.Preflight(ctx); err != nil {
+	if err := in.Cluster.Preflight(requests.WithStep(ctx, "run: check")); err != nil {
 		return nil, err
 	}
 
 	for _, step := range []func(context.Context) error{r.prove, r.reclaim, r.acquire} {
-		if err := step(ctx); err != nil {
+		if err := step(requests.WithStep(ctx, "run: begin")); err != nil {
 			return nil, err
 		}
 	}
 
 	defer r.releaseLease(ctx)
-	defer r.resume(ctx) // before the Lease goes: a suspension is never left by a finished run
+	defer r.resume(ctx)    // before the Lease goes: a suspension is never left by a finished run
+	defer r.stopWatching() // the run's watches serve its late nodes and its undoes too
 
-	if err := r.suspend(ctx); err != nil {
+	if err := r.suspend(requests.WithStep(ctx, "run: begin")); err != nil {
 		return nil, err
 	}
 
@@ -280,7 +284,7 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 	}
 
 	r.settleSecrets()
-	r.verdict(ctx)
+	r.verdict(requests.WithStep(ctx, "run: verdict"))
 	r.record()
 
 	return r.res, nil
@@ -468,10 +472,7 @@ func (r *run) nodes(ctx context.Context) error {
 		return err
 	}
 
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-
-	r.exec = newExecutor(r.destinations(wctx), tc, r.lease, r.in.Store, r.in.State, execOptions{
+	r.exec = newExecutor(r.watched(ctx), tc, r.lease, r.in.Store, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
@@ -487,44 +488,6 @@ func (r *run) nodes(ctx context.Context) error {
 	r.res.Nodes = r.exec.run(ctx, r.p)
 
 	return nil
-}
-
-// destinations is where the drains read the Nodes an evicted pod may land on: one Node watch for
-// the run when it drains a node (started here, ended with ctx), else the API as asked.
-func (r *run) destinations(ctx context.Context) Nodes {
-	if !r.drains() {
-		return r.in.Kube
-	}
-
-	w, err := r.in.Kube.WatchNodes(ctx, r.in.Config.Nodes.ReadyTimeout)
-	if err != nil {
-		r.log.Warn("the drains list every Node before each eviction instead", "error", err)
-
-		return r.in.Kube
-	}
-
-	return watchedNodes{Nodes: r.in.Kube, watch: w}
-}
-
-// watchedNodes is the cluster with the drains' destinations served by the run's Node watch.
-type watchedNodes struct {
-	Nodes
-	watch *cluster.NodeWatch
-}
-
-func (w watchedNodes) Destinations(ctx context.Context) ([]plan.Destination, error) {
-	return w.watch.Destinations(ctx)
-}
-
-// drains reports whether the plan drains a node (a fence drains before its reboot).
-func (r *run) drains() bool {
-	for _, n := range r.p.Nodes {
-		if n.Action == plan.ActionFence {
-			return true
-		}
-	}
-
-	return false
 }
 
 // recheck is how the drains ask the registry again about the credentials the nodes hold
@@ -580,6 +543,8 @@ func (r *run) templates(ctx context.Context) {
 
 // consumers writes the consumer pull secrets.
 func (r *run) consumers(ctx context.Context) {
+	ctx = requests.WithStep(ctx, "run: secrets")
+
 	for _, s := range fanout.Consumers(ctx, r.in.Kube.Client, r.p, r.fanoutOptions()) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.secretOutcome(ctx, s)
@@ -589,6 +554,8 @@ func (r *run) consumers(ctx context.Context) {
 // root judges the cluster as it is — every node, consumer and template read again — and writes
 // the root Flux secret only when nothing but the root itself still uses the old credential.
 func (r *run) root(ctx context.Context) {
+	ctx = requests.WithStep(ctx, "run: root")
+
 	if h := r.o.Hooks.BeforeRoot; h != nil {
 		h()
 	}
@@ -750,6 +717,26 @@ func (r *run) releaseLease(ctx context.Context) {
 	r.res.ReleaseErr = r.lease.Release(rctx)
 	if r.res.ReleaseErr == nil {
 		cfg := r.in.Config
-		r.event(rctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased", "run "+r.res.Holder+" released the Lease", false)
+		r.event(rctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased",
+			"run "+r.res.Holder+" released the Lease"+r.rotatedLive(), false)
 	}
+}
+
+// rotatedLive says how many nodes the run rotated live: they have no Event of their own (a live
+// update disrupts nothing, and 1,000 Events would double the run's requests); each Node carries
+// its verified marker, and the state file names each.
+func (r *run) rotatedLive() string {
+	n := 0
+
+	for _, res := range r.res.Nodes {
+		if res.Action == plan.ActionApplyLive && res.Outcome == state.OutcomeDone {
+			n++
+		}
+	}
+
+	if n == 0 {
+		return ""
+	}
+
+	return fmt.Sprintf("; %d node(s) rotated live (no cordon, no reboot; each Node carries its verified marker)", n)
 }

@@ -148,7 +148,7 @@ func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) Node
 		msg += "; and the state could not be written: " + t.answer(err)
 	}
 
-	if reason, ok := outcomeEvents[outcome]; ok {
+	if reason, ok := outcomeEvents[outcome]; ok && !(t.live() && outcome == state.OutcomeDone) {
 		t.event(reason, msg, outcome == state.OutcomeFailed || outcome == state.OutcomeCancelled)
 	}
 

@@ -9,11 +9,14 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // The Events a node's transaction writes on its Node: what ghcrsync is about to do at each
-// phase, and how the transaction ended. Messages carry digests and the holder id, no secret.
+// phase, and how the transaction ended. Messages carry digests and the holder id, no secret. A
+// node rotated live has none of its own unless it did not end done (a live update disrupts
+// nothing): the Lease's release Event counts them (run.rotatedLive).
 var (
 	phaseEvents = map[state.Phase]string{
 		state.PhaseClaimed:    "GhcrsyncClaim",
@@ -33,7 +36,7 @@ var (
 
 func (t *txn) phaseEvent(phase state.Phase) {
 	reason, ok := phaseEvents[phase]
-	if !ok {
+	if !ok || t.live() {
 		return
 	}
 
@@ -50,6 +53,9 @@ func (t *txn) phaseEvent(phase state.Phase) {
 
 	t.event(reason, msg, false)
 }
+
+// live reports whether the transaction is a live update.
+func (t *txn) live() bool { return t.np.Action == plan.ActionApplyLive }
 
 // answer is err's text for the result, the state and the Events, with the Kubernetes API's and
 // Talos's own text replaced by its class (redact.Error); the full text goes to the debug log.

@@ -13,6 +13,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -53,7 +54,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	}
 	done := t.rotated
 
-	if t.np.Action == plan.ActionApplyLive {
+	if t.live() {
 		// live: configured → proved → released, with no cordon and no reboot.
 		steps, done = []phaseStep{{"configure", t.configureLive}, {"restart", t.awaitRuntime}, {"prove", t.prove}}, t.rotatedLive
 
@@ -70,7 +71,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 
 	for _, step := range steps {
 		start := t.e.now()
-		r := step.run(ctx)
+		r := step.run(requests.WithStep(ctx, step.name)) // --verbose tallies its calls by step
 		timings = append(timings, Timing{Step: step.name, Duration: t.e.now().Sub(start)})
 
 		if r != nil {
@@ -108,7 +109,7 @@ func (t *txn) quorum(ctx context.Context) *NodeResult {
 // nextStep names what the transaction is about to do, for the gate's message.
 func (t *txn) nextStep() string {
 	switch {
-	case t.np.Action == plan.ActionApplyLive:
+	case t.live():
 		return "its live update"
 	case t.rec.Phase.AtOrAfter(state.PhaseClaimed):
 		return "its reboot"

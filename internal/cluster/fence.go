@@ -75,10 +75,23 @@ func (c *Connection) ControlPlanes(ctx context.Context) ([]corev1.Node, error) {
 // genuine change — check's error — fails it. The node as patched is returned.
 func (c *Connection) CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 	build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error) {
+	return c.CASPatchFrom(ctx, nil, name, attempts, check, build, between)
+}
+
+// CASPatchFrom is CASPatch whose first attempt starts from first (a read already made, e.g. the
+// run's Node watch) instead of a new read; nil reads. The read may be stale: the patch carries
+// its resourceVersion, so a stale read only costs a 409 and a fresh read.
+func (c *Connection) CASPatchFrom(ctx context.Context, first *corev1.Node, name string, attempts int, check func(*corev1.Node) error,
+	build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error) {
 	for attempt := 0; attempt < attempts; attempt++ {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, err
+		n := first
+		first = nil
+
+		if n == nil {
+			var err error
+			if n, err = c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return nil, err
+			}
 		}
 
 		if err := check(n); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,9 @@ import (
 // holds). The watch's state is as fresh as a new list, less its event's flight.
 type NodeWatch struct {
 	informer cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	waiters map[string][]chan struct{} // Changes: by node name
 }
 
 // WatchNodes starts the watch, which ends with ctx, and waits (up to timeout) for its first
@@ -42,7 +47,78 @@ func (c *Connection) WatchNodes(ctx context.Context, timeout time.Duration) (*No
 		return nil, fmt.Errorf("watch nodes: the first list did not arrive within %s", timeout)
 	}
 
-	return &NodeWatch{informer: informer}, nil
+	w := &NodeWatch{informer: informer, waiters: map[string][]chan struct{}{}}
+
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.signal,
+		UpdateFunc: func(_, obj any) { w.signal(obj) },
+		DeleteFunc: w.signal,
+	}); err != nil {
+		return nil, err
+	}
+
+	return w, nil
+}
+
+// signal wakes the waits on the node obj is (or was: a deletion's last state).
+func (w *NodeWatch) signal(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	for _, ch := range w.waiters[n.Name] {
+		select {
+		case ch <- struct{}{}:
+		default: // one pending signal is enough
+		}
+	}
+}
+
+// Get is the Node as the watch last saw it (a copy: the caller may change it); ok is false when
+// the watch holds no such Node (deleted, or never seen).
+func (w *NodeWatch) Get(name string) (n *corev1.Node, ok bool) {
+	obj, ok, err := w.informer.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return nil, false
+	}
+
+	return node.DeepCopy(), true
+}
+
+// Changes signals, best effort, each time the watch sees the Node change, until ctx ends.
+func (w *NodeWatch) Changes(ctx context.Context, name string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+
+	w.mu.Lock()
+	w.waiters[name] = append(w.waiters[name], ch)
+	w.mu.Unlock()
+
+	go func() {
+		<-ctx.Done()
+
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		w.waiters[name] = slices.DeleteFunc(w.waiters[name], func(c chan struct{}) bool { return c == ch })
+		if len(w.waiters[name]) == 0 {
+			delete(w.waiters, name)
+		}
+	}()
+
+	return ch
 }
 
 // slimNode drops what no decision reads from a Node before it is kept.

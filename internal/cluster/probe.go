@@ -150,8 +150,23 @@ func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Pro
 // asked. ErrImagePull, or no pull before timeout, is a failed proof. The pod is deleted
 // afterwards.
 func (c *Connection) ProveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration) error {
+	return c.proveRuntime(ctx, node, probe, timeout, c)
+}
+
+// probeSource is where a proof follows its pod and reads its kubelet's Events: the API, a watch
+// and a list per proof (Connection), or the run's ProbeWatch.
+type probeSource interface {
+	await(ctx context.Context, p *corev1.Pod, timeout time.Duration, judge func(*corev1.Pod) bool) error
+	podEvents(ctx context.Context, p *corev1.Pod, reason string) ([]corev1.Event, error)
+	// eventsChanged signals a change of the pod's Events (nil: never; the reader polls).
+	eventsChanged(p *corev1.Pod) (<-chan struct{}, func())
+	// retireLater deletes the pod of a finished proof: at once, or with the watch's next batch.
+	retireLater(p *corev1.Pod)
+}
+
+func (c *Connection) proveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration, src probeSource) error {
 	for _, p := range each(probe) {
-		if err := c.proveImage(ctx, node, p, timeout); err != nil {
+		if err := c.proveImage(ctx, node, p, timeout, src); err != nil {
 			return err
 		}
 	}
@@ -160,7 +175,7 @@ func (c *Connection) ProveRuntime(ctx context.Context, node string, probe Probe,
 }
 
 // proveImage is one image's proof on the node: one pod, one real pull.
-func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeout time.Duration) error {
+func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeout time.Duration, src probeSource) error {
 	namespace, image := p.Namespace, p.Image
 
 	if err := c.probeNamespace(ctx, namespace); err != nil {
@@ -172,12 +187,7 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 		return err
 	}
 
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-
-		_ = c.Client.CoreV1().Pods(namespace).Delete(dctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-	}()
+	defer src.retireLater(pod)
 
 	if err := admitted(pod, p); err != nil {
 		return err
@@ -196,19 +206,19 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 		return done
 	}
 
-	if err := c.awaitPod(ctx, pod, timeout, judge); err != nil {
+	if err := src.await(ctx, pod, timeout, judge); err != nil {
 		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, describePod(seen))
 	}
 
 	if pe, ok := verdict.(*PullError); ok && pe.Reason == "ImagePullBackOff" {
-		pe.Message = c.failedPull(ctx, pod, pe.Message)
+		pe.Message = failedPull(ctx, src, pod, pe.Message)
 	}
 
 	if verdict != nil {
 		return verdict
 	}
 
-	return c.pulled(ctx, node, pod, image, min(timeout, pulledEventWait))
+	return pulled(ctx, src, node, pod, image, min(timeout, pulledEventWait))
 }
 
 // probeVerdict judges one sight of a probe pod on node: done when it pulled image (verdict nil),
@@ -259,18 +269,19 @@ const pulledEventWait = 15 * time.Second
 // "Successfully pulled image". An image ID in the status alone may be a copy already on the node
 // (the event then says "already present on machine"), which proves nothing about the credential
 // the runtime holds now.
-func (c *Connection) pulled(ctx context.Context, node string, pod *corev1.Pod, image string, wait time.Duration) error {
-	events := c.Client.CoreV1().Events(pod.Namespace)
-	selector := fields.Set{"involvedObject.uid": string(pod.UID), "reason": "Pulled"}.String()
+func pulled(ctx context.Context, src probeSource, node string, pod *corev1.Pod, image string, wait time.Duration) error {
+	changed, stop := src.eventsChanged(pod)
+	defer stop()
+
 	deadline := time.Now().Add(wait)
 
 	for {
-		list, err := events.List(ctx, metav1.ListOptions{FieldSelector: selector})
+		events, err := src.podEvents(ctx, pod, "Pulled")
 		if err != nil {
 			return fmt.Errorf("runtime probe %s/%s on %s: read its kubelet's events (list events in %s): %w", pod.Namespace, pod.Name, node, pod.Namespace, err)
 		}
 
-		if verdict, ok := pullEvidence(list.Items); ok {
+		if verdict, ok := pullEvidence(events); ok {
 			if verdict != "" {
 				return fmt.Errorf("the container runtime of %s did not pull %s for the probe: %s; a copy on the node proves nothing about its credential: "+
 					"make sure nothing rewrites the probe's pull policy (Always), then run plan and apply again", node, image, verdict)
@@ -287,6 +298,7 @@ func (c *Connection) pulled(ctx context.Context, node string, pod *corev1.Pod, i
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("runtime probe %s/%s on %s: %w", pod.Namespace, pod.Name, node, ctx.Err())
+		case <-changed:
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -295,16 +307,14 @@ func (c *Connection) pulled(ctx context.Context, node string, pod *corev1.Pod, i
 // failedPull is the runtime's words for the probe pod's last failed pull (its kubelet's Failed
 // event): what a back-off's own message may leave out. The back-off's message where there is
 // no such event.
-func (c *Connection) failedPull(ctx context.Context, pod *corev1.Pod, backoff string) string {
-	selector := fields.Set{"involvedObject.uid": string(pod.UID), "reason": "Failed"}.String()
-
-	list, err := c.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
-	if err != nil || len(list.Items) == 0 {
+func failedPull(ctx context.Context, src probeSource, pod *corev1.Pod, backoff string) string {
+	events, err := src.podEvents(ctx, pod, "Failed")
+	if err != nil || len(events) == 0 {
 		return backoff
 	}
 
-	last := list.Items[0]
-	for _, e := range list.Items[1:] {
+	last := events[0]
+	for _, e := range events[1:] {
 		if e.LastTimestamp.After(last.LastTimestamp.Time) || e.EventTime.After(last.EventTime.Time) {
 			last = e
 		}
@@ -418,10 +428,10 @@ func newAttempt() string {
 	return hex.EncodeToString(b)
 }
 
-// awaitPod follows a pod by watch from the version given until judge decides (the moment the
+// await follows a pod by watch from the version given until judge decides (the moment the
 // kubelet reports, not the next poll). A watch that ends — the apiserver restarted, the watch
 // timed out — is read again and reopened; a pod deleted under it is an error at once.
-func (c *Connection) awaitPod(ctx context.Context, p *corev1.Pod, timeout time.Duration, judge func(*corev1.Pod) bool) error {
+func (c *Connection) await(ctx context.Context, p *corev1.Pod, timeout time.Duration, judge func(*corev1.Pod) bool) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
@@ -469,6 +479,29 @@ func (c *Connection) awaitPod(ctx context.Context, p *corev1.Pod, timeout time.D
 		}
 	}
 }
+
+// podEvents lists the Events about the pod with reason.
+func (c *Connection) podEvents(ctx context.Context, p *corev1.Pod, reason string) ([]corev1.Event, error) {
+	selector := fields.Set{"involvedObject.uid": string(p.UID), "reason": reason}.String()
+
+	list, err := c.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+
+	return list.Items, nil
+}
+
+// retireLater deletes the probe pod at once, even while the run winds down.
+func (c *Connection) retireLater(p *corev1.Pod) {
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_ = c.Client.CoreV1().Pods(p.Namespace).Delete(dctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+}
+
+// eventsChanged: the API is polled.
+func (c *Connection) eventsChanged(*corev1.Pod) (<-chan struct{}, func()) { return nil, func() {} }
 
 // probeNamespace checks once per connection that the runtime probe namespace exists.
 func (c *Connection) probeNamespace(ctx context.Context, namespace string) error {

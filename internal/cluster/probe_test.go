@@ -19,7 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// awaitPod's rules with a fake clientset (pure: the sandbox tests prove a probe on a real
+// await's rules with a fake clientset (pure: the sandbox tests prove a probe on a real
 // kubelet): it decides on the watch event that carries the answer, fails at once when the pod is
 // deleted under it, times out naming the timeout, and says cancelled when the run is.
 func TestAwaitPod(t *testing.T) {
@@ -80,7 +80,7 @@ func TestAwaitPod(t *testing.T) {
 
 			done := make(chan error, 1)
 
-			go func() { done <- c.awaitPod(ctx, pod, tt.timeout, pulled) }()
+			go func() { done <- c.await(ctx, pod, tt.timeout, pulled) }()
 
 			// The fake records the watch just before its tracker registers the watcher: wait for
 			// the action, then a moment more.
@@ -98,12 +98,12 @@ func TestAwaitPod(t *testing.T) {
 			case err := <-done:
 				switch {
 				case tt.wantErr == "" && err != nil:
-					t.Fatalf("awaitPod: %v", err)
+					t.Fatalf("await: %v", err)
 				case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-					t.Fatalf("awaitPod = %v, want an error containing %q", err, tt.wantErr)
+					t.Fatalf("await = %v, want an error containing %q", err, tt.wantErr)
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatal("awaitPod did not return")
+				t.Fatal("await did not return")
 			}
 		})
 	}

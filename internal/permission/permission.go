@@ -143,8 +143,11 @@ func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bo
 		access("list", "policy", "poddisruptionbudgets", "", ""),
 		access("get", "", "namespaces", "", probe),
 		access("create", "", "pods", probe, ""), access("delete", "", "pods", probe, ""), access("watch", "", "pods", probe, ""),
+		// The finished proofs' pods, deleted a batch per request (their attempts' label).
+		access("deletecollection", "", "pods", probe, ""),
 		// The kubelet's Pulled event on the probe pod: the proof is a pull, not a copy on the node.
-		access("list", "", "events", probe, ""),
+		// One watch of the probe pods' Events serves every proof of the run.
+		access("list", "", "events", probe, ""), access("watch", "", "events", probe, ""),
 		access("create", "coordination.k8s.io", "leases", cfg.Lease.Namespace, ""),
 		access("update", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
 		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),

@@ -47,14 +47,19 @@ func (s Streams) gitHub(command string, annotate, summary func(io.Writer)) {
 	}
 }
 
-// Counted are the calls a command made so far: to Kubernetes (by verb) and Talos (by method).
-type Counted func() (kube, talos string)
+// Counted are the calls a command made so far: to Kubernetes (by verb) and Talos (by method),
+// and both by the step that made them (one line per step, or "").
+type Counted func() (kube, talos, steps string)
 
-// requests is the --verbose line of the calls made.
+// requests is the --verbose line of the calls made, then the calls by step.
 func (s Streams) requests(counted Counted) {
 	if s.Verbose && counted != nil {
-		kube, talos := counted()
+		kube, talos, steps := counted()
 		requestsLine(s.Err, kube, talos)
+
+		if steps != "" {
+			fmt.Fprint(s.Err, "Requests by step:\n"+steps)
+		}
 	}
 }
 

@@ -20,7 +20,9 @@ func TestApplyViewStreams(t *testing.T) {
 	res := &apply.Result{Plan: changed, Holder: "h", MaxFailures: 1, Nodes: []apply.NodeResult{
 		{Node: "w1", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Message: "not proved"}, // annotated
 	}}
-	counted := func() (string, string) { return "get=3", "0" }
+	counted := func() (string, string, string) {
+		return "get=3", "0", "  prove        Kubernetes 1 (POST 1); Talos 0\n"
+	}
 
 	for _, tc := range []struct {
 		name                   string
@@ -30,7 +32,7 @@ func TestApplyViewStreams(t *testing.T) {
 		outNot                 []string
 	}{
 		{name: "human", s: view.Streams{}, outHas: []string{"Lease released (holder h)", "✗ w1"}, errNot: []string{"Requests:", "::"}, outNot: []string{"::"}},
-		{name: "verbose", s: view.Streams{Verbose: true}, errHas: []string{"Requests: Kubernetes get=3; Talos 0."}},
+		{name: "verbose", s: view.Streams{Verbose: true}, errHas: []string{"Requests: Kubernetes get=3; Talos 0.", "Requests by step:\n  prove        Kubernetes 1 (POST 1)"}},
 		{name: "json", s: view.Streams{JSON: true}, outHas: []string{`"type":"summary"`}, outNot: []string{"Lease released"}},
 		{name: "github", s: view.Streams{GitHub: true}, summary: "file", outHas: []string{"::"}, errNot: []string{"::"}},
 		{name: "github_json_annotates_stderr", s: view.Streams{GitHub: true, JSON: true}, summary: "file", errHas: []string{"::"}, outNot: []string{"::"}},

@@ -22,6 +22,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -217,14 +218,17 @@ func (w *Workspace) Close() {
 }
 
 // Requests are the calls made so far: to the Kubernetes API, and to Talos (zero when no Talos
-// client was opened).
-func (w *Workspace) Requests() (kube, talos string) {
+// client was opened), and both by the step that made them (requests.Steps).
+func (w *Workspace) Requests() (kube, talos, steps string) {
+	var tc *requests.Counter
+
 	talos = "0"
 	if w.talos != nil {
-		talos = w.talos.Requests.String()
+		tc = w.talos.Requests
+		talos = tc.String()
 	}
 
-	return w.Kube.Requests.String(), talos
+	return w.Kube.Requests.String(), talos, requests.Steps(w.Kube.Requests, tc)
 }
 
 // Now is the workspace's clock.

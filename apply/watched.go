@@ -1,0 +1,132 @@
+package apply
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// watched serves the executor's Node reads from one Node watch for the run (started here,
+// ended with ctx): the guards' reads before each step, the waits' wake-ups and the drains'
+// destinations; and the proofs' pods and Events from one probe watch. Should a watch not
+// start, its reads go to the API as asked.
+func (r *run) watched(ctx context.Context) Nodes {
+	// The watches last until the run returns (stopWatching), a cancelled run's undoes included.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopWatch = cancel
+
+	w, err := r.in.Kube.WatchNodes(ctx, r.in.Config.Nodes.ReadyTimeout)
+	if err != nil {
+		r.log.Warn("the Node watch did not start: every guard and drain reads the API instead", "error", err)
+
+		return r.in.Kube
+	}
+
+	wn := &watchedNodes{Nodes: r.in.Kube, kube: r.in.Kube, watch: w, wrote: map[string]*corev1.Node{}}
+
+	if ns := r.probe().Namespace; ns != "" {
+		if wn.probes, err = r.in.Kube.WatchProbes(ctx, ns, r.in.Config.Nodes.ReadyTimeout); err != nil {
+			r.log.Warn("the probe watch did not start: each proof follows its pod and lists its Events itself", "error", err)
+		} else {
+			r.stopWatch = func() { cancel(); wn.probes.Wait() } // the last proofs' pods deleted
+		}
+	}
+
+	return wn
+}
+
+// stopWatching ends the run's watches, once its proofs' pods are deleted.
+func (r *run) stopWatching() {
+	if r.stopWatch != nil {
+		r.stopWatch()
+	}
+}
+
+// watchedNodes is the cluster with its Node reads served by the run's Node watch.
+//
+// A read from the watch is as fresh as the watch, less an event's flight. That is safe here:
+// every write to a Node is a compare-and-swap carrying the resourceVersion read, so a stale read
+// costs a 409 and a fresh read (CASPatchFrom), never a lost update; and the run's own writes
+// are read back at once (wrote), newer than the watch until the watch catches up.
+type watchedNodes struct {
+	Nodes
+	kube interface {
+		CASPatchFrom(ctx context.Context, first *corev1.Node, name string, attempts int, check func(*corev1.Node) error,
+			build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
+	}
+	watch  *cluster.NodeWatch
+	probes *cluster.ProbeWatch // nil: each proof follows its own pod
+
+	mu    sync.Mutex
+	wrote map[string]*corev1.Node // each Node as the run's last write to it answered
+}
+
+// Get is the newer of the watch's Node and the run's own last write to it; a Node the watch
+// does not hold is read from the API (it may have joined a moment ago, or be gone: NotFound).
+func (w *watchedNodes) Get(ctx context.Context, name string) (*corev1.Node, error) {
+	n, ok := w.watch.Get(name)
+
+	w.mu.Lock()
+	own := w.wrote[name]
+	w.mu.Unlock()
+
+	switch {
+	case ok && own != nil && newer(own, n):
+		return own.DeepCopy(), nil
+	case ok:
+		return n, nil
+	}
+
+	return w.Nodes.Get(ctx, name)
+}
+
+// newer reports whether a is a later version of the Node than b: resourceVersions are opaque,
+// but the API server's are etcd revisions, which only grow; one that is not a number is not
+// taken to be newer (the watch's copy is used).
+func newer(a, b *corev1.Node) bool {
+	av, aerr := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	bv, berr := strconv.ParseUint(b.ResourceVersion, 10, 64)
+
+	return aerr == nil && berr == nil && av > bv
+}
+
+// CASPatch starts from the Node as read (Get): a stale read answers 409 and is read afresh.
+func (w *watchedNodes) CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
+	build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error) {
+	first, err := w.Get(ctx, name)
+	if err != nil {
+		first = nil // the patch reads it itself, and answers as the API does
+	}
+
+	out, err := w.kube.CASPatchFrom(ctx, first, name, attempts, check, build, between)
+	if err == nil && out != nil {
+		w.mu.Lock()
+		w.wrote[name] = out.DeepCopy()
+		w.mu.Unlock()
+	}
+
+	return out, err
+}
+
+// ProveRuntime follows the probe's pod and its Events in the run's probe watch.
+func (w *watchedNodes) ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error {
+	if w.probes == nil {
+		return w.Nodes.ProveRuntime(ctx, node, probe, timeout)
+	}
+
+	return w.probes.ProveRuntime(ctx, node, probe, timeout)
+}
+
+func (w *watchedNodes) Destinations(ctx context.Context) ([]plan.Destination, error) {
+	return w.watch.Destinations(ctx)
+}
+
+func (w *watchedNodes) Changes(ctx context.Context, name string) <-chan struct{} {
+	return w.watch.Changes(ctx, name)
+}
