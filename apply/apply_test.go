@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -311,13 +310,7 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 func updateNode(t *testing.T, sb *sandbox.Sandbox, name string, change func(*corev1.Node)) {
 	t.Helper()
 
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n := node0(t, sb, name)
-		change(n)
-		_, err := sb.Kube().CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
-
-		return err
-	}); err != nil {
+	if err := sandboxtest.EditNode(context.Background(), sb.Kube(), name, change); err != nil {
 		t.Error(err)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -330,24 +329,11 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 
 	// Read-modify-writes that retry the kubelet's heartbeats, as kubectl does.
 	taint := func(add bool) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n := node0(t, sb, name)
-			kept := n.Spec.Taints[:0]
-
-			for _, tt := range n.Spec.Taints {
-				if tt.Key != "example.com/maintenance" {
-					kept = append(kept, tt)
-				}
-			}
-
-			n.Spec.Taints = kept
+		return sandboxtest.EditNode(ctx, kube, name, func(n *corev1.Node) {
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == "example.com/maintenance" })
 			if add {
 				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
 			}
-
-			_, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-
-			return err
 		})
 	}
 	t.Cleanup(func() { _ = taint(false) })

@@ -2,13 +2,13 @@ package apply_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -168,19 +168,8 @@ func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
 				}
 
 				// Read and update again when a kubelet heartbeat lands in between.
-				if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-					n := node(t, sb, first)
-					var keep []corev1.Taint
-					for _, x := range n.Spec.Taints {
-						if x.Key != taints.CiliumAgentNotReady {
-							keep = append(keep, x)
-						}
-					}
-
-					n.Spec.Taints = keep
-					_, err := kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
-
-					return err
+				if err := sandboxtest.EditNode(context.Background(), kube, first, func(n *corev1.Node) {
+					n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == taints.CiliumAgentNotReady })
 				}); err != nil {
 					t.Error(err)
 				}

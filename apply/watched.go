@@ -50,10 +50,13 @@ func (r *run) stopWatching() {
 
 // watchedNodes is the cluster with its Node reads served by the run's Node watch.
 //
-// A read from the watch is as fresh as the watch, less an event's flight. That is safe here:
-// every write to a Node is a compare-and-swap carrying the resourceVersion read, so a stale read
-// costs a 409 and a fresh read (CASPatchFrom), never a lost update; and the run's own writes
-// are read back at once (wrote), newer than the watch until the watch catches up.
+// A read from the watch is as fresh as the watch, less an event's flight, and is made only while
+// the watch is busy (watchFresh). That is safe here: every write to a Node is a compare-and-swap
+// carrying the resourceVersion read, so a stale read costs a 409 and a fresh read
+// (CASPatchFrom), never a lost update; the run's own writes are read back at once (wrote),
+// newer than the watch until it catches up; and a Talos write judged on a read from the watch
+// is judged on the Node as it was at most an event's flight ago — a GET is stale by its own
+// round-trip too, and nothing is read and written atomically across the two APIs.
 type watchedNodes struct {
 	Nodes
 	kube interface {
@@ -67,9 +70,19 @@ type watchedNodes struct {
 	wrote map[string]*corev1.Node // each Node as the run's last write to it answered
 }
 
+// watchFresh is how recent the Node watch's last change must be for its Nodes to be read
+// instead of the API's: a read from the watch is then at most this much staler than a GET.
+const watchFresh = 2 * time.Second
+
 // Get is the newer of the watch's Node and the run's own last write to it; a Node the watch
-// does not hold is read from the API (it may have joined a moment ago, or be gone: NotFound).
+// does not hold is read from the API (it may have joined a moment ago, or be gone: NotFound),
+// and so is every Node while the watch is quiet (Fresh): an API outage is then met, and ridden
+// out, as without the watch.
 func (w *watchedNodes) Get(ctx context.Context, name string) (*corev1.Node, error) {
+	if !w.watch.Fresh(watchFresh) { // quiet, or cut off: the API answers, or says it cannot
+		return w.Nodes.Get(ctx, name)
+	}
+
 	n, ok := w.watch.Get(name)
 
 	w.mu.Lock()

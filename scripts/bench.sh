@@ -2,7 +2,9 @@
 # bench.sh: every benchmark in one go (`make bench`). Prints each table, writes the rows to
 # bench/results.json, and replaces the measured tables in docs/performance.md (between its
 # `bench:begin` and `bench:end` markers; the analysis around them is written by hand).
-#   PLAN_SIZES (default "10 100 1000"), LIVE_WORKERS (99: 100 nodes), REBOOT_WORKERS (6),
+#   PLAN_SIZES (default "10 100 1000"), LIVE_WORKERS (99: 100 nodes, live_parallelism 1 and 10),
+#   LIVE_LARGE_WORKERS (999: 1,000 nodes) at LIVE_LARGE_PARALLELISM ("10 50"), DRAIN_WORKERS
+#   (499) and DRAIN_HOLD (60 s), REBOOT_WORKERS (6),
 #   REBOOT_CPS (3), K (the worker_parallelism values, "1 3 10").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,15 +40,22 @@ scripts/bench-plan.sh "${sizes[@]}" | tee -a "$tables"
 
 section "apply, live (Talos 1.14: no cordon, no reboot)"
 scripts/bench-live.sh "${LIVE_WORKERS:-99}" >&2
+LIVE_PARALLELISM=${LIVE_LARGE_PARALLELISM:-10 50} scripts/bench-live.sh "${LIVE_LARGE_WORKERS:-999}" >&2
 python3 - "$BENCH_ROWS" <<'PY' | tee -a "$tables"
 import json, sys
-print("| nodes | live_parallelism | wall | cordons | then in sync, plan + apply again: Talos / Kubernetes writes |")
-print("|---:|---:|---:|---:|---:|")
+print("| nodes | live_parallelism | wall | Kubernetes requests | per node | floor at 50 QPS | wall / floor | cordons | then in sync, plan + apply again: Talos / Kubernetes writes |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["bench"] == "apply-live":
-        print(f"| {r['nodes']} | {r['live_parallelism']} | {r['wall_s']:.1f} s | {r['cordons']} | {r['in_sync_talos_writes']} / {r['in_sync_kubernetes_writes']} |")
+        req = r.get("kubernetes_requests", 0)
+        floor = req / 50
+        ratio = f"{r['wall_s'] / floor:.2f}" if floor else "—"
+        print(f"| {r['nodes']} | {r['live_parallelism']} | {r['wall_s']:.1f} s | {req} | {req / r['nodes']:.2f} | {floor:.1f} s | {ratio} | {r['cordons']} | {r['in_sync_talos_writes']} / {r['in_sync_kubernetes_writes']} |")
 PY
+
+section "a drain a budget holds (one worker fenced, its only pod held by a PodDisruptionBudget)"
+scripts/bench-drain.sh "${DRAIN_WORKERS:-499}" "${DRAIN_HOLD:-60}" | tee -a "$tables"
 
 section "apply with reboots (Talos 1.13, 5 s reboot)"
 scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tables"

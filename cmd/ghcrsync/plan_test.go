@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
@@ -135,19 +134,7 @@ func TestPlanDeselectionReasons(t *testing.T) {
 	withTaint := func(name string, taint corev1.Taint) {
 		t.Helper()
 
-		edit := func(change func(*corev1.Node)) error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-
-				change(n)
-				_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-
-				return err
-			})
-		}
+		edit := func(change func(*corev1.Node)) error { return sandboxtest.EditNode(ctx, kube, name, change) }
 
 		if err := edit(func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) }); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,8 @@ type NodeWatch struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan struct{} // Changes: by node name
+
+	lastEvent atomic.Int64 // unix nanoseconds of the last change the watch delivered (Fresh)
 }
 
 // WatchNodes starts the watch, which ends with ctx, and waits (up to timeout) for its first
@@ -71,6 +74,8 @@ func (w *NodeWatch) signal(obj any) {
 		return
 	}
 
+	w.lastEvent.Store(time.Now().UnixNano())
+
 	w.mu.Lock()
 	defer w.mu.Unlock()
 
@@ -80,6 +85,14 @@ func (w *NodeWatch) signal(obj any) {
 		default: // one pending signal is enough
 		}
 	}
+}
+
+// Fresh reports whether the watch delivered a change within the last d: a watch cut off (its
+// API endpoint away) delivers none, and the client-go reflector retries a refused watch without
+// telling. A cluster's Nodes change every few seconds (each kubelet's status), so a busy watch
+// is a live one; a quiet one is not trusted, and its reader asks the API.
+func (w *NodeWatch) Fresh(d time.Duration) bool {
+	return time.Since(time.Unix(0, w.lastEvent.Load())) <= d
 }
 
 // Get is the Node as the watch last saw it (a copy: the caller may change it); ok is false when

@@ -1,13 +1,16 @@
-// Package apiload checks that ghcrsync's load on the API server stays flat while a drain waits:
-// a pod a PodDisruptionBudget holds is asked for again with a backoff, and the check before each
+// Package apiload checks ghcrsync's load on the API server. It stays flat while a drain waits: a
+// pod a PodDisruptionBudget holds is asked for again with a backoff, and the check before each
 // eviction (where may the pod land?) reads the run's one Node watch, never a new list of every
-// Node. Counted by ghcrsync's own tally of its requests (`apply --verbose`).
+// Node. And a live rotation costs each node its probe pod's create and its verified marker's
+// patch: the guards read the run's Node watch, one watch follows every probe, the probe pods go
+// a batch per request. Counted by ghcrsync's own tally of its requests (`apply --verbose`).
 package apiload
 
 import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +24,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 1, Workers: 2, AutoscalerPaused: true, NoWorkloads: true, Heartbeat: time.Second, Seed: 44})
+	// prod-worker-1 and -2 run Talos 1.13 (a fence: the drain tests), prod-worker-3 to -8 Talos
+	// 1.14 (live: the live path's count).
+	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 1, Workers: 8, AutoscalerPaused: true, NoWorkloads: true, Heartbeat: time.Second, Seed: 44,
+		TalosVersion: "1.13,1.13,1.13,1.14,1.14,1.14,1.14,1.14,1.14"})
 }
 
 // requests reads apply --verbose's tally: how many requests of kind (LIST, WATCH, POST…).
@@ -125,4 +131,107 @@ func podRunsOn(ctx context.Context, sb *sandbox.Sandbox, node string) error {
 	}
 
 	return fmt.Errorf("%d pods, none running on %s", len(pods.Items), node)
+}
+
+// liveNodes are the workers on Talos 1.14 (TestMain).
+var liveNodes = []string{"prod-worker-3", "prod-worker-4", "prod-worker-5", "prod-worker-6", "prod-worker-7", "prod-worker-8"}
+
+// stepCounts reads apply --verbose's "Requests by step" line for step: Kubernetes requests by
+// kind (none: an empty map).
+func stepCounts(t *testing.T, stderr, step string) map[string]int {
+	t.Helper()
+
+	out := map[string]int{}
+
+	for _, l := range strings.Split(stderr, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || !strings.HasPrefix(strings.TrimSpace(l), step+" ") || f[len(strings.Fields(step))] != "Kubernetes" {
+			continue
+		}
+
+		kube, _, _ := strings.Cut(l, "; Talos")
+		for _, m := range regexp.MustCompile(`([A-Z]+) (\d+)`).FindAllStringSubmatch(kube, -1) {
+			out[m[1]], _ = strconv.Atoi(m[2])
+		}
+	}
+
+	return out
+}
+
+// A live rotation of six nodes costs each its probe pod's create and its verified marker's
+// patch, and the run a few requests more: no node step reads a Node (the run's Node watch
+// answers; a patch that lost to a heartbeat reads once and tries again), none watches or lists
+// (one probe watch follows every proof), the probe pods go a batch per request, and a node
+// rotated live writes no Event of its own (the Lease's release Event counts them). Measured
+// before this: 7 requests a node in these steps (2 GETs before the Talos write, 2 more before the
+// marker, a WATCH and a LIST per proof, its DELETE) and 3 Events.
+func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	if _, err := sb.RotateSecret("apiload-live"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
+		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname in ("+strings.Join(liveNodes, ",")+")\"\n  verdict  = \"selected\"\n", 1)
+	})
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--verbose", "--config", cfg)
+	if code != 0 || strings.Count(stdout, "rotated live") != len(liveNodes) {
+		t.Fatalf("apply: exit %d, want every one of %v rotated live\n%s\n%s", code, liveNodes, stdout, stderr)
+	}
+
+	nodes := len(liveNodes)
+	sum := map[string]int{}
+
+	for _, step := range []string{"configure", "restart", "prove"} {
+		for k, v := range stepCounts(t, stderr, step) {
+			sum[k] += v
+		}
+	}
+
+	conflicts := sum["PATCH"] - nodes
+	t.Logf("the node steps' Kubernetes requests: %v for %d nodes (%d patches lost to a heartbeat); DELETE %d in all",
+		sum, nodes, conflicts, requests(t, stderr, "DELETE"))
+
+	switch {
+	case sum["POST"] != nodes:
+		t.Errorf("%d POSTs in the node steps, want one probe pod a node (%d)", sum["POST"], nodes)
+	case conflicts < 0:
+		t.Errorf("%d PATCHes, want one verified marker a node (%d)", sum["PATCH"], nodes)
+	case sum["WATCH"] != 0 || sum["LIST"] != 0:
+		t.Errorf("the node steps watched or listed (%v): one probe watch serves every proof", sum)
+	case sum["GET"] > 1+conflicts: // the probe namespace, once; a read after each lost patch
+		t.Errorf("the node steps made %d GETs (%d patches lost): their guards read the run's Node watch", sum["GET"], conflicts)
+	}
+
+	if d := requests(t, stderr, "DELETE"); d >= nodes {
+		t.Errorf("%d DELETEs for %d probe pods: finished probes' pods go a batch per request", d, nodes)
+	}
+
+	// No Event of their own; the Lease's release Event counts them.
+	events, err := sb.Kube().CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	counted := false
+
+	for _, ev := range events.Items {
+		if ev.Source.Component != "ghcrsync" {
+			continue
+		}
+
+		if ev.InvolvedObject.Kind == "Node" && slices.Contains(liveNodes, ev.InvolvedObject.Name) {
+			t.Errorf("a node rotated live has an Event of its own: %s %s", ev.Reason, ev.Message)
+		}
+
+		if ev.Reason == "GhcrsyncLeaseReleased" && strings.Contains(ev.Message, fmt.Sprintf("%d node(s) rotated live", nodes)) {
+			counted = true
+		}
+	}
+
+	if !counted {
+		t.Errorf("no GhcrsyncLeaseReleased Event counts the %d nodes rotated live", nodes)
+	}
 }

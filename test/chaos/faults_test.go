@@ -18,12 +18,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
 // A fault is one kind of trouble the campaign injects during an apply. inject blocks for the
@@ -299,20 +299,7 @@ func (r *seedRun) deleteBlockingPDB() {
 
 // updateNode is an operator's read-modify-write of a Node (kubectl does the same).
 func (r *seedRun) updateNode(ctx context.Context, name string, mutate func(*corev1.Node) bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := r.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-
-		if !mutate(n) {
-			return nil
-		}
-
-		_, err = r.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-
-		return err
-	})
+	return sandboxtest.EditNode(ctx, r.kube, name, func(n *corev1.Node) { mutate(n) }) // unchanged: a no-op update
 }
 
 // stageOperatorChange stages a label change for the node's next boot, as a person would, with

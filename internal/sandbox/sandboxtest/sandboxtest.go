@@ -348,6 +348,22 @@ func PatchNode(t testing.TB, kube kubernetes.Interface, name string, v map[strin
 	}
 }
 
+// EditNode is an operator's read-modify-write of a Node, as kubectl edit makes it: read, change,
+// update, and read and change again when a write (a kubelet heartbeat) landed in between.
+func EditNode(ctx context.Context, kube kubernetes.Interface, name string, change func(*corev1.Node)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		change(n)
+		_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+
+		return err
+	})
+}
+
 // Start starts a sandbox of the test's own (in a temporary folder, stopped when the test ends),
 // for a test that needs another shape than the package's; with -short it skips the test.
 func Start(t testing.TB, o sandbox.Options) *sandbox.Sandbox {
