@@ -21,7 +21,7 @@ func (r *run) watched(ctx context.Context) Nodes {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWatch = cancel
 
-	w, err := r.in.Kube.WatchNodes(ctx, r.in.Config.Nodes.ReadyTimeout)
+	w, err := r.in.Kube.WatchNodes(ctx, watchStart)
 	if err != nil {
 		r.log.Warn("the Node watch did not start: every guard and drain reads the API instead", "error", err)
 
@@ -31,7 +31,7 @@ func (r *run) watched(ctx context.Context) Nodes {
 	wn := &watchedNodes{Nodes: r.in.Kube, kube: r.in.Kube, watch: w, wrote: map[string]*corev1.Node{}}
 
 	if ns := r.probe().Namespace; ns != "" {
-		if wn.probes, err = r.in.Kube.WatchProbes(ctx, ns, r.in.Config.Nodes.ReadyTimeout); err != nil {
+		if wn.probes, err = r.in.Kube.WatchProbes(ctx, ns, watchStart); err != nil {
 			r.log.Warn("the probe watch did not start: each proof follows its pod and lists its Events itself", "error", err)
 		} else {
 			r.stopWatch = func() { cancel(); wn.probes.Wait() } // the last proofs' pods deleted
@@ -40,6 +40,10 @@ func (r *run) watched(ctx context.Context) Nodes {
 
 	return wn
 }
+
+// watchStart bounds the wait for a watch's first list: a watch that cannot start (the API slow,
+// a right missing) costs the run this much, then its reads go to the API.
+const watchStart = 30 * time.Second
 
 // stopWatching ends the run's watches, once its proofs' pods are deleted.
 func (r *run) stopWatching() {
