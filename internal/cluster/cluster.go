@@ -42,8 +42,10 @@ type Connection struct {
 	// events writes Events with its own client-side rate limit: the audit trail never queues
 	// a node's next step behind it.
 	events kubernetes.Interface
-	// probeNamespaces are the runtime probe namespaces already seen to exist.
-	probeNamespaces sync.Map
+	// probeNamespaces are the runtime probe namespaces already seen to exist; probeNamespaceMu
+	// makes the proofs that start together ask once.
+	probeNamespaces  sync.Map
+	probeNamespaceMu sync.Mutex
 	// clock is the API server's, read off its answers.
 	clock *serverClock
 }

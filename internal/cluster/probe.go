@@ -509,6 +509,13 @@ func (c *Connection) probeNamespace(ctx context.Context, namespace string) error
 		return nil
 	}
 
+	c.probeNamespaceMu.Lock()
+	defer c.probeNamespaceMu.Unlock()
+
+	if _, ok := c.probeNamespaces.Load(namespace); ok { // asked while this one waited
+		return nil
+	}
+
 	_, err := c.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("the runtime probe namespace %s does not exist: create it (deploy/rbac/namespace.yaml), or set nodes.runtime_probe.namespace", namespace)
