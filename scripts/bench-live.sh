@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 bin/ghcrsync-sandbox up --dir "$dir" --detach --control-planes 1 --workers "$workers" --autoscaled 0 \
-  --talos-version 1.14 --no-workloads --heartbeat 2s --reboot 2s >/dev/null
+  --talos-version 1.14 --no-workloads --heartbeat 10s --reboot 2s >/dev/null
 export SOPS_AGE_KEY_FILE="$dir/age.key"
 
 talos_writes() {

@@ -50,8 +50,16 @@ func pickSubnet(rng *rand.Rand) (subnet, error) {
 // vip is the address of the --vip API endpoint.
 func (s subnet) vip() string { return fmt.Sprintf("127.%d.%d.2", s.a, s.b) }
 
+// hostsPerOctet is how many machines one /24 holds (.10 to .249); the next ones go on in the
+// following /24s (127.a.b+1.10, …), so a fleet of 1,000 has 1,000 addresses. (Until 2026-12 the
+// address of the 247th machine on was not an IP address at all, 127.a.b.256, and plan left
+// those nodes alone: fleets over 245 machines measured a quarter of their nodes.)
+const hostsPerOctet = 240
+
 // host is the i-th machine's address.
-func (s subnet) host(i int) string { return fmt.Sprintf("127.%d.%d.%d", s.a, s.b, 10+i) }
+func (s subnet) host(i int) string {
+	return fmt.Sprintf("127.%d.%d.%d", s.a, (int(s.b)+i/hostsPerOctet)%256, 10+i%hostsPerOctet)
+}
 
 // apiPort is the Kubernetes API port served on the endpoint address, as on a real cluster.
 const apiPort = 6443
