@@ -8,6 +8,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -26,6 +27,8 @@ func (r *run) lateNodes(ctx context.Context) {
 	if r.exec == nil {
 		return
 	}
+
+	ctx = requests.WithStep(ctx, "run: late") // --verbose: the relists' cost (a late node's own steps are its own)
 
 	done := r.actedOn()
 	deadline := r.in.Now().Add(r.in.Config.Nodes.ReadyTimeout)

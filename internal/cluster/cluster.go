@@ -152,6 +152,18 @@ func (c *Connection) LeaseClient() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// watchClient is a client for the run's watches: no overall request timeout (a watch is bounded
+// by the API server's own timeout and its context; the connection's 30 s would cut it every
+// 30 s, each cut a klog warning on stderr), and a rate limit of its own (a relist never queues
+// behind the run's writes, nor they behind it). Its requests are counted with the rest.
+func (c *Connection) watchClient() (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Timeout = 0
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = 10, 20, nil
+
+	return kubernetes.NewForConfig(cfg)
+}
+
 // Wrap puts wrap around the transport of the connection's clients (a test's faults): they are
 // built again with it.
 func (c *Connection) Wrap(wrap func(http.RoundTripper) http.RoundTripper) error {

@@ -34,7 +34,12 @@ type NodeWatch struct {
 // list. Node images and managed fields are dropped as they arrive: a Node carries its image
 // list (10–40 KB), which no decision here reads.
 func (c *Connection) WatchNodes(ctx context.Context, timeout time.Duration) (*NodeWatch, error) {
-	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "nodes", "", fields.Everything())
+	client, err := c.watchClient()
+	if err != nil {
+		return nil, err
+	}
+
+	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "nodes", "", fields.Everything())
 	informer := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 
 	if err := informer.SetTransform(slimNode); err != nil {

@@ -42,7 +42,12 @@ const (
 // WatchProbes starts the watch of namespace's probe pods and their Events, which ends with ctx,
 // and waits (up to timeout) for the first lists.
 func (c *Connection) WatchProbes(ctx context.Context, namespace string, timeout time.Duration) (*ProbeWatch, error) {
-	core := c.Client.CoreV1()
+	client, err := c.watchClient()
+	if err != nil {
+		return nil, err
+	}
+
+	core := client.CoreV1()
 	w := &ProbeWatch{c: c, namespace: namespace, waiters: map[string][]chan struct{}{}, flushed: make(chan struct{})}
 
 	podOpts := func(o *metav1.ListOptions) { o.LabelSelector = ProbeLabel }
