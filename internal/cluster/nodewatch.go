@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +22,7 @@ import (
 type NodeWatch struct {
 	informer cache.SharedIndexInformer
 
-	mu      sync.Mutex
-	waiters map[string][]chan struct{} // Changes: by node name
+	waits wakers // Changes, by node name
 
 	lastEvent atomic.Int64 // unix nanoseconds of the last change the watch delivered (Fresh)
 }
@@ -55,7 +52,7 @@ func (c *Connection) WatchNodes(ctx context.Context, timeout time.Duration) (*No
 		return nil, fmt.Errorf("watch nodes: the first list did not arrive within %s", timeout)
 	}
 
-	w := &NodeWatch{informer: informer, waiters: map[string][]chan struct{}{}}
+	w := &NodeWatch{informer: informer}
 
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.signal,
@@ -80,16 +77,7 @@ func (w *NodeWatch) signal(obj any) {
 	}
 
 	w.lastEvent.Store(time.Now().UnixNano())
-
-	w.mu.Lock()
-	defer w.mu.Unlock()
-
-	for _, ch := range w.waiters[n.Name] {
-		select {
-		case ch <- struct{}{}:
-		default: // one pending signal is enough
-		}
-	}
+	w.waits.wake(n.Name)
 }
 
 // Fresh reports whether the watch delivered a change within the last d: a watch cut off (its
@@ -118,22 +106,11 @@ func (w *NodeWatch) Get(name string) (n *corev1.Node, ok bool) {
 
 // Changes signals, best effort, each time the watch sees the Node change, until ctx ends.
 func (w *NodeWatch) Changes(ctx context.Context, name string) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-
-	w.mu.Lock()
-	w.waiters[name] = append(w.waiters[name], ch)
-	w.mu.Unlock()
+	ch, stop := w.waits.add(name)
 
 	go func() {
 		<-ctx.Done()
-
-		w.mu.Lock()
-		defer w.mu.Unlock()
-
-		w.waiters[name] = slices.DeleteFunc(w.waiters[name], func(c chan struct{}) bool { return c == ch })
-		if len(w.waiters[name]) == 0 {
-			delete(w.waiters, name)
-		}
+		stop()
 	}()
 
 	return ch

@@ -26,10 +26,12 @@ type ProbeWatch struct {
 	namespace    string
 	pods, events cache.SharedIndexInformer
 
+	waits wakers // by pod name: its changes and its Events
+
 	mu      sync.Mutex
-	waiters map[string][]chan struct{} // by pod name: its changes and its Events
-	retired []*corev1.Pod              // finished proofs' pods, awaiting their batch's deletion
-	flushed chan struct{}              // closed when the last batch is deleted (ctx ended)
+	retired []*corev1.Pod // finished proofs' pods, awaiting their batch's deletion
+	closed  bool          // the last batch is taken: a pod retired now is deleted at once
+	flushed chan struct{} // closed when the last batch is deleted (ctx ended)
 }
 
 // retireEvery is how often the pods of finished proofs are deleted, in one request; retireBatch
@@ -48,17 +50,17 @@ func (c *Connection) WatchProbes(ctx context.Context, namespace string, timeout 
 	}
 
 	core := client.CoreV1()
-	w := &ProbeWatch{c: c, namespace: namespace, waiters: map[string][]chan struct{}{}, flushed: make(chan struct{})}
+	w := &ProbeWatch{c: c, namespace: namespace, flushed: make(chan struct{})}
 
 	podOpts := func(o *metav1.ListOptions) { o.LabelSelector = ProbeLabel }
 	eventOpts := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("involvedObject.kind", "Pod").String()
 	}
 
-	w.pods = informer(ctx, &corev1.Pod{}, podOpts,
+	w.pods = informer(&corev1.Pod{}, podOpts,
 		func(o metav1.ListOptions) (runtime.Object, error) { return core.Pods(namespace).List(ctx, o) },
 		func(o metav1.ListOptions) (watch.Interface, error) { return core.Pods(namespace).Watch(ctx, o) })
-	w.events = informer(ctx, &corev1.Event{}, eventOpts,
+	w.events = informer(&corev1.Event{}, eventOpts,
 		func(o metav1.ListOptions) (runtime.Object, error) { return core.Events(namespace).List(ctx, o) },
 		func(o metav1.ListOptions) (watch.Interface, error) { return core.Events(namespace).Watch(ctx, o) })
 
@@ -89,18 +91,17 @@ func (w *ProbeWatch) Wait() { <-w.flushed }
 
 // retire queues a finished proof's pod for deletion with the next batch.
 func (w *ProbeWatch) retire(p *corev1.Pod) {
-	select {
-	case <-w.flushed: // the watch has ended: no batch follows
-		w.c.retireLater(p)
-
-		return
-	default:
-	}
-
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	closed := w.closed
 
-	w.retired = append(w.retired, p)
+	if !closed {
+		w.retired = append(w.retired, p)
+	}
+	w.mu.Unlock()
+
+	if closed { // the watch has ended: no batch follows
+		w.c.retireLater(p)
+	}
 }
 
 // retiring deletes the finished proofs' pods every retireEvery, and the last ones when ctx ends.
@@ -115,6 +116,10 @@ func (w *ProbeWatch) retiring(ctx context.Context) {
 		case <-tick.C:
 			w.deleteRetired(ctx)
 		case <-ctx.Done():
+			w.mu.Lock()
+			w.closed = true // the batch below is the last: later pods are deleted at once
+			w.mu.Unlock()
+
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			w.deleteRetired(dctx)
 			cancel()
@@ -153,7 +158,7 @@ func (w *ProbeWatch) deleteRetired(ctx context.Context) {
 }
 
 // informer is a list and watch of one kind, narrowed by opts.
-func informer(_ context.Context, obj runtime.Object, opts func(*metav1.ListOptions),
+func informer(obj runtime.Object, opts func(*metav1.ListOptions),
 	list func(metav1.ListOptions) (runtime.Object, error), watchFn func(metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListFunc:  func(o metav1.ListOptions) (runtime.Object, error) { opts(&o); return list(o) },
@@ -169,51 +174,11 @@ func (w *ProbeWatch) signal(obj any) {
 		obj = d.Obj
 	}
 
-	var name string
-
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		name = o.Name
+		w.waits.wake(o.Name)
 	case *corev1.Event:
-		name = o.InvolvedObject.Name
-	default:
-		return
-	}
-
-	w.mu.Lock()
-	defer w.mu.Unlock()
-
-	for _, ch := range w.waiters[name] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// changes signals each change of the pod, or of its Events, until stop is called.
-func (w *ProbeWatch) changes(name string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-
-	w.mu.Lock()
-	w.waiters[name] = append(w.waiters[name], ch)
-	w.mu.Unlock()
-
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-
-		for i, c := range w.waiters[name] {
-			if c == ch {
-				w.waiters[name] = append(w.waiters[name][:i], w.waiters[name][i+1:]...)
-
-				break
-			}
-		}
-
-		if len(w.waiters[name]) == 0 {
-			delete(w.waiters, name)
-		}
+		w.waits.wake(o.InvolvedObject.Name)
 	}
 }
 
@@ -230,7 +195,7 @@ func (w *ProbeWatch) await(ctx context.Context, p *corev1.Pod, timeout time.Dura
 		return w.c.await(ctx, p, timeout, judge)
 	}
 
-	changed, stop := w.changes(p.Name)
+	changed, stop := w.waits.add(p.Name)
 	defer stop()
 
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -296,5 +261,5 @@ func (w *ProbeWatch) eventsChanged(p *corev1.Pod) (<-chan struct{}, func()) {
 		return nil, func() {}
 	}
 
-	return w.changes(p.Name)
+	return w.waits.add(p.Name)
 }
