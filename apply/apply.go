@@ -224,6 +224,7 @@ type run struct {
 	lease *lease.Lease
 	exec  *executor
 	done  map[string]bool // the nodes the run has acted on (lateNodes)
+	fleet string          // the fleet's last listing (fleetOf): the plan's, then each relist's
 	res   *Result
 
 	stopWatch func() // ends the run's Node and probe watches (watched)

@@ -21,8 +21,11 @@ const lateRounds = 3
 // that joined during the run (a scale-up), and nodes the plan or the run left alone that the
 // planner's judgement now lets through (a scale-down candidate whose taint went, a node that is
 // Ready again). The fleet is listed again and planned with the plan's own rules until two
-// lists in a row agree and find nothing to do, at most lateRounds times with work. A node the
-// cluster is deleting is waited for (bounded by ready_timeout): gone is fine.
+// listings in a row agree and find nothing to do, at most lateRounds times with work. The
+// listing before the first relist is the last one the run made (the plan's, at first): a fleet
+// that has not changed since is confirmed by one relist, not two — each reads every node's
+// Talos facts, thousands of calls on a large fleet. A node the cluster is deleting is waited
+// for (bounded by ready_timeout): gone is fine.
 func (r *run) lateNodes(ctx context.Context) {
 	if r.exec == nil {
 		return
@@ -32,7 +35,11 @@ func (r *run) lateNodes(ctx context.Context) {
 
 	done := r.actedOn()
 	deadline := r.in.Now().Add(r.in.Config.Nodes.ReadyTimeout)
-	previous, worked := "", 0
+	worked := 0
+
+	if r.fleet == "" {
+		r.fleet = fleetOf(r.p)
+	}
 
 	for list := 1; ; list++ {
 		if ctx.Err() != nil || r.exec.stopped() || r.exec.budgetSpent() {
@@ -58,7 +65,8 @@ func (r *run) lateNodes(ctx context.Context) {
 			}
 		}
 
-		fleet := fleetOf(fresh)
+		fleet, previous := fleetOf(fresh), r.fleet
+		r.fleet = fleet
 
 		switch {
 		case len(todo) > 0 && worked < lateRounds:
@@ -75,10 +83,8 @@ func (r *run) lateNodes(ctx context.Context) {
 				return
 			}
 		case fleet == previous:
-			return // two lists in a row agree, with nothing to do
+			return // two listings in a row agree, with nothing to do
 		}
-
-		previous = fleet
 	}
 }
 

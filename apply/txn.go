@@ -402,16 +402,17 @@ func awaited(newBoot, ready, lifecycle bool) string {
 // moment after the write answered, and until then the runtime pulls with the credential it
 // started with — a proof taken before would prove the old credential. A runtime that does not
 // restart within the ready timeout fails the node: its config holds the new credential, its
-// runtime may not, and the next plan fences it (a reboot loads it for sure).
+// runtime may not, and the next plan fences it (a reboot loads it for sure). When the config
+// changed is read once; each poll asks only for the runtime's last start.
 func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
 
-	for {
-		facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
-		if err != nil {
-			return t.callFailed(ctx, "its active Talos config could not be read after the live write", err)
-		}
+	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+	if err != nil {
+		return t.callFailed(ctx, "its active Talos config could not be read after the live write", err)
+	}
 
+	for {
 		started, err := t.e.talos.RuntimeStarted(ctx, t.ip)
 		if err != nil {
 			return t.callFailed(ctx, "its container runtime's start could not be read after the live write", err)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc/codes"
@@ -70,18 +72,19 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 }
 
 // DryRun asks the node's Talos what it would do with exactly the config Configure would write
-// (ApplyConfiguration with dry_run: the mode it would take, never a write). refused is Talos's
-// own refusal of the config; err is a call that did not get an answer (nothing is known).
-func (c *Client) DryRun(ctx context.Context, node, registry, username, password string, live bool) (mode, refused string, err error) {
+// (ApplyConfiguration with dry_run: the mode it would take, never a write), built on the
+// next-boot config FillFacts read (read again when it kept none). refused is Talos's own refusal
+// of the config; err is a call that did not get an answer (nothing is known).
+func (c *Client) DryRun(ctx context.Context, node string, read Read, registry, username, password string, live bool) (mode, refused string, err error) {
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
-	_, next, err := c.configs(nctx)
+	next, err := c.base(nctx, read)
 	if err != nil {
 		return "", "", fmt.Errorf("read machine config of %s: %w", node, err)
 	}
 
-	data, err := registryauth.With(next.Provider(), registry, username, password)
+	data, err := registryauth.With(next, registry, username, password)
 	if err != nil {
 		return "", "", fmt.Errorf("build machine config for %s: %w", node, err)
 	}
@@ -107,6 +110,22 @@ func (c *Client) DryRun(ctx context.Context, node, registry, username, password 
 	}
 
 	return m.String(), "", nil
+}
+
+// base is the next-boot config a change is built on: the one FillFacts read, or a fresh read.
+func (c *Client) base(nctx context.Context, read Read) (config.Provider, error) {
+	if read.next != nil {
+		if p, err := configloader.NewFromBytes(read.next); err == nil {
+			return p, nil
+		}
+	}
+
+	_, next, err := c.configs(nctx)
+	if err != nil {
+		return nil, err
+	}
+
+	return next.Provider(), nil
 }
 
 // dryRunSummary is machined's dry-run answer in one line: the mode, and what it would have done

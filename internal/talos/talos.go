@@ -153,12 +153,12 @@ func (c *Client) configFacts(nctx context.Context, registry string) (*plan.Talos
 	return facts, err
 }
 
-// configFactsAndCredential is configFacts, with the registry credential the active config holds
-// (nil if none, or one ghcrsync cannot read).
-func (c *Client) configFactsAndCredential(nctx context.Context, registry string) (*plan.TalosFacts, *credential.Credential, error) {
+// configFactsAndCredential is configFacts, with what the node's configs hold that stays in
+// memory (Read).
+func (c *Client) configFactsAndCredential(nctx context.Context, registry string) (*plan.TalosFacts, Read, error) {
 	active, next, err := c.configs(nctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, Read{}, err
 	}
 
 	facts := &plan.TalosFacts{ConfiguredDigest: digest(active, registry), ConfigUpdated: active.Metadata().Updated().UTC()}
@@ -172,7 +172,12 @@ func (c *Client) configFactsAndCredential(nctx context.Context, registry string)
 		facts.StagedDiffers = errA != nil || errB != nil || !bytes.Equal(a, b)
 	}
 
-	return facts, registryauth.Credential(active.Provider(), registry), nil
+	read := Read{Credential: registryauth.Credential(active.Provider(), registry)}
+	if b, err := next.Provider().Bytes(); err == nil {
+		read.next = b
+	}
+
+	return facts, read, nil
 }
 
 // configs reads the active machine config and the next-boot one (the active one when nothing is
@@ -265,22 +270,29 @@ func criStarted(msg *machine.ServiceList) time.Time {
 // FleetBatch bounds the nodes one one-to-many call addresses.
 const FleetBatch = 250
 
+// Read is what FillFacts learns of a node and keeps in memory only, never in its facts (they go
+// into the plan file).
+type Read struct {
+	// Credential is the registry credential the node's active config holds (nil: none, or one
+	// ghcrsync cannot read): plan asks the registry whether the credentials in use still pull.
+	Credential *credential.Credential
+	next       []byte // the next-boot config as read: the base DryRun builds the change on
+}
+
 // FillFacts reads every node's facts in as few round-trips as the Talos API allows: the version
 // and the service list of up to FleetBatch nodes per call (one-to-many: apid fans the call out to
-// the nodes its metadata names and answers for each), then the machine configs — COSI reads
-// address one node each — with at most parallel in flight. Every call is bounded by the client's
-// timeout; a batch whose call fails as a whole (a node that never answers holds it to the
-// deadline) is read again node by node, so one bad node fails alone. A node whose facts cannot be
-// read gets TalosError instead: the planner fails closed.
+// the nodes its metadata names and answers for each), then the machine configs and the machine's
+// own name together — COSI reads address one node each — with at most parallel nodes in flight.
+// Every call is bounded by the client's timeout; a batch whose call fails as a whole (a node
+// that never answers holds it to the deadline) is read again node by node, so one bad node fails
+// alone. A node whose facts cannot be read gets TalosError instead: the planner fails closed.
 //
-// It returns, by node name, the registry credential each node's active config holds (nodes
-// with none are absent): kept in memory only, for `plan` to ask the registry whether the
-// credentials in use still pull — never in the facts, which go into the plan file.
-func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) map[string]*credential.Credential {
+// It returns, by node name, what it read that stays in memory (Read).
+func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) map[string]Read {
 	var (
 		reach []*plan.Node
 		mu    sync.Mutex
-		inUse = map[string]*credential.Credential{}
+		reads = map[string]Read{}
 	)
 
 	for i := range nodes {
@@ -308,32 +320,33 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 		nctx, cancel := c.bounded(ctx, n.InternalIP)
 		defer cancel()
 
-		// The machine at the address is asked its name in the same pass: the facts of another
-		// machine there (an address reused, a server replaced) are not this Node's.
-		if err := c.isTheNode(nctx, n); err != nil {
-			n.TalosError, n.Talos, n.TalosDenied = err.Error(), nil, Denied(err)
+		// The machine at the address is asked its name in the same round-trip: the facts of
+		// another machine there (an address reused, a server replaced) are not this Node's.
+		named := make(chan error, 1)
+		go func() { named <- c.isTheNode(nctx, n) }()
+
+		cf, read, err := c.configFactsAndCredential(nctx, registry)
+		if errName := <-named; errName != nil {
+			n.TalosError, n.Talos, n.TalosDenied = errName.Error(), nil, Denied(errName)
 
 			return
 		}
 
-		cf, cred, err := c.configFactsAndCredential(nctx, registry)
 		if err != nil {
 			n.TalosError, n.Talos, n.TalosDenied = redact.Error(err), nil, Denied(err)
 
 			return
 		}
 
-		if cred != nil {
-			mu.Lock()
-			inUse[n.Name] = cred
-			mu.Unlock()
-		}
+		mu.Lock()
+		reads[n.Name] = read
+		mu.Unlock()
 
 		cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
 		n.Talos = cf
 	})
 
-	return inUse
+	return reads
 }
 
 // isTheNode asks the machine the node's context reaches for its Kubernetes node name (Talos's

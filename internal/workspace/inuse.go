@@ -166,9 +166,9 @@ func (w *Workspace) HeldByNodes(ctx context.Context, desired string) (Recheck, e
 
 	var held []Held
 
-	for name, c := range tc.FillFacts(ctx, nodes, w.Config.Credential.Registry, w.Config.Talos.Concurrency) {
-		if c != nil {
-			held = append(held, Held{Node: name, Cred: c})
+	for name, read := range tc.FillFacts(ctx, nodes, w.Config.Credential.Registry, w.Config.Talos.Concurrency) {
+		if read.Credential != nil {
+			held = append(held, Held{Node: name, Cred: read.Credential})
 		}
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -64,7 +65,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		}
 	}
 
-	snap, held, err := w.snapshot(ctx)
+	snap, mem, err := w.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -73,10 +74,10 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		return nil, err
 	}
 
-	snap.InUse = w.CheckInUse(ctx, held, in.AuthDigest, o.SkipProof)
+	snap.InUse = w.CheckInUse(ctx, mem.held, in.AuthDigest, o.SkipProof)
 	p := plan.Make(snap, in)
 
-	if !o.SkipProof && w.dryRun(ctx, snap, p) > 0 {
+	if !o.SkipProof && w.dryRun(ctx, snap, mem.talos, p) > 0 {
 		p = plan.Make(snap, in) // with Talos's answers: a refused change is deselected
 	}
 
@@ -138,7 +139,7 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 // (ApplyConfiguration dry_run: no write), in parallel (talos.concurrency), and records each
 // answer in the node's facts. It returns how many answered; a node that did not answer keeps no
 // answer (its facts were read just before: apply meets what Talos says then).
-func (w *Workspace) dryRun(ctx context.Context, snap plan.Snapshot, p *plan.Plan) int {
+func (w *Workspace) dryRun(ctx context.Context, snap plan.Snapshot, reads map[string]talos.Read, p *plan.Plan) int {
 	cred, err := w.Credential()
 	if err != nil {
 		return 0
@@ -175,7 +176,7 @@ func (w *Workspace) dryRun(ctx context.Context, snap plan.Snapshot, p *plan.Plan
 			slots <- struct{}{}
 			defer func() { <-slots }()
 
-			mode, refused, err := tc.DryRun(ctx, n.InternalIP, w.Config.Credential.Registry, cred.Username, cred.Password(), np.Action == plan.ActionApplyLive)
+			mode, refused, err := tc.DryRun(ctx, n.InternalIP, reads[n.Name], w.Config.Credential.Registry, cred.Username, cred.Password(), np.Action == plan.ActionApplyLive)
 			if err != nil {
 				return
 			}
@@ -262,93 +263,100 @@ type Held struct {
 	Cred         *credential.Credential
 }
 
+// memory is what a snapshot read that stays in memory, never in the snapshot (it goes into the
+// plan file): the credentials in use, and each node's Talos read (the base of its dry run).
+type memory struct {
+	held  []Held
+	talos map[string]talos.Read
+}
+
 // snapshot observes the fleet: one LIST of Nodes with each node's Talos facts and pods, the run
-// Lease, the configured pull secrets, node templates and Flux Kustomizations; and the
-// credentials they hold.
-func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, []Held, error) {
+// Lease, the configured pull secrets, node templates and Flux Kustomizations; and, in memory,
+// the credentials they hold.
+func (w *Workspace) snapshot(ctx context.Context) (plan.Snapshot, memory, error) {
 	cfg := w.Config
 
 	uid, err := w.Kube.ClusterUID(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
-	nodes, outside, refs, held, err := w.nodes(ctx)
+	nodes, outside, refs, mem, err := w.nodes(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
 	lease, err := w.Kube.Lease(ctx, cfg.Lease.Namespace, cfg.Lease.Name)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
 	secrets, heldBySecrets, err := w.secrets(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
-	held = append(held, heldBySecrets...)
+	mem.held = append(mem.held, heldBySecrets...)
 
 	templates, err := w.Templates(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
 	kustomizations, err := w.Kustomizations(ctx)
 	if err != nil {
-		return plan.Snapshot{}, nil, err
+		return plan.Snapshot{}, memory{}, err
 	}
 
 	var autoscaler *plan.AutoscalerObs
 
 	if len(cfg.NodeTemplates) > 0 { // machines it creates boot from a template ghcrsync rewrites
 		if autoscaler, err = w.Kube.Provisioning(ctx); err != nil {
-			return plan.Snapshot{}, nil, err
+			return plan.Snapshot{}, memory{}, err
 		}
 	}
 
 	return plan.Snapshot{TakenAt: w.now().UTC(), APIEndpoint: w.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: plan.Identities(outside),
-		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations, PullSecretRefs: refs, Autoscaler: autoscaler}, held, nil
+		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations, PullSecretRefs: refs, Autoscaler: autoscaler}, mem, nil
 }
 
 // nodes observes the selected nodes — each with its Talos facts, its evictable pods and what
 // would hold their eviction — the nodes outside the selector with their Talos facts too (the
 // verdict judges every Node of the cluster), in one batched read, the pull secrets pods
 // reference for the registry's images, and the credentials the selected nodes hold.
-func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, refs []plan.PullSecretRef, held []Held, err error) {
+func (w *Workspace) nodes(ctx context.Context) (nodes, outside []plan.Node, refs []plan.PullSecretRef, mem memory, err error) {
 	cfg := w.Config
 
 	nodes, outside, err = w.Kube.Nodes(ctx, cfg.Nodes.Selector)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, memory{}, err
 	}
 
 	tc, err := w.Talos(ctx)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, memory{}, err
 	}
 
 	all := append(nodes, outside...) //nolint:gocritic // one batched read; split below
-	inUse := tc.FillFacts(ctx, all, cfg.Credential.Registry, cfg.Talos.Concurrency)
+	mem.talos = tc.FillFacts(ctx, all, cfg.Credential.Registry, cfg.Talos.Concurrency)
 	nodes, outside = all[:len(nodes):len(nodes)], all[len(nodes):]
 
 	for _, n := range nodes {
-		if c := inUse[n.Name]; c != nil {
-			held = append(held, Held{Node: n.Name, Cred: c})
+		if c := mem.talos[n.Name].Credential; c != nil {
+			mem.held = append(mem.held, Held{Node: n.Name, Cred: c})
 		}
 	}
 
 	pods, err := w.Kube.Pods(ctx, cfg.Credential.Registry)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, memory{}, err
 	}
 
 	for i := range nodes {
 		nodes[i].Pods, nodes[i].Blockers = pods.Evictable[nodes[i].Name], pods.Blockers[nodes[i].Name]
 	}
 
-	return nodes, outside, pods.Refs, held, nil
+	return nodes, outside, pods.Refs, mem, nil
 }
 
 // secrets observes every pull secret the run writes, and the credentials they hold.

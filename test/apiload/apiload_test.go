@@ -136,12 +136,10 @@ func podRunsOn(ctx context.Context, sb *sandbox.Sandbox, node string) error {
 // liveNodes are the workers on Talos 1.14 (TestMain).
 var liveNodes = []string{"prod-worker-3", "prod-worker-4", "prod-worker-5", "prod-worker-6", "prod-worker-7", "prod-worker-8"}
 
-// stepCounts reads apply --verbose's "Requests by step" line for step: Kubernetes requests by
-// kind (none: an empty map).
-func stepCounts(t *testing.T, stderr, step string) map[string]int {
+// stepCounts reads apply --verbose's "Requests by step" line for step: side's requests
+// ("Kubernetes" by kind, "Talos" by method; none: an empty map).
+func stepCounts(t *testing.T, stderr, step, side string) map[string]int {
 	t.Helper()
-
-	out := map[string]int{}
 
 	for _, l := range strings.Split(stderr, "\n") {
 		f := strings.Fields(l)
@@ -149,8 +147,24 @@ func stepCounts(t *testing.T, stderr, step string) map[string]int {
 			continue
 		}
 
-		kube, _, _ := strings.Cut(l, "; Talos")
-		for _, m := range regexp.MustCompile(`([A-Z]+) (\d+)`).FindAllStringSubmatch(kube, -1) {
+		return sideCounts(l, side)
+	}
+
+	return map[string]int{}
+}
+
+// sideCounts reads one tally line ("Kubernetes 3 (GET 2, LIST 1); Talos 4 (List 4)"): side's
+// requests by kind.
+func sideCounts(line, side string) map[string]int {
+	out := map[string]int{}
+
+	kube, talos, _ := strings.Cut(line, "; Talos")
+	if side == "Talos" {
+		kube = talos
+	}
+
+	for _, m := range regexp.MustCompile(`([A-Za-z]+) (\d+)`).FindAllStringSubmatch(kube, -1) {
+		if m[1] != "Kubernetes" { // the side's total
 			out[m[1]], _ = strconv.Atoi(m[2])
 		}
 	}
@@ -185,7 +199,7 @@ func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
 	sum := map[string]int{}
 
 	for _, step := range []string{"configure", "restart", "prove"} {
-		for k, v := range stepCounts(t, stderr, step) {
+		for k, v := range stepCounts(t, stderr, step, "Kubernetes") {
 			sum[k] += v
 		}
 	}
@@ -203,6 +217,20 @@ func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
 		t.Errorf("the node steps watched or listed (%v): one probe watch serves every proof", sum)
 	case sum["GET"] > 1+conflicts: // the probe namespace, once; a read after each lost patch
 		t.Errorf("the node steps made %d GETs (%d patches lost): their guards read the run's Node watch", sum["GET"], conflicts)
+	}
+
+	// Waiting for the runtime's restart (1 s after the write, on the sandbox) reads when the
+	// config changed once a node, and polls only the runtime's start.
+	if restart := stepCounts(t, stderr, "restart", "Talos"); restart["List"] != nodes || restart["ServiceList"] < nodes {
+		t.Errorf("waiting for the runtimes' restart made Talos calls %v for %d nodes: want one config read a node, the polls of its runtime's start", restart, nodes)
+	}
+
+	// The fleet did not change during the run: each of the run's two passes for late nodes
+	// lists it once (the listing before is the plan's, then the first pass's), not twice. The
+	// verdict reads every machine's configs once: the yardstick.
+	late, verdict := stepCounts(t, stderr, "run: late", "Talos")["List"], stepCounts(t, stderr, "run: verdict", "Talos")["List"]
+	if verdict == 0 || late != 2*verdict {
+		t.Errorf("the late-node passes read the machine configs %d times, the verdict %d: want one relist a pass (2 × the verdict's)", late, verdict)
 	}
 
 	if d := requests(t, stderr, "DELETE"); d >= nodes {
@@ -233,5 +261,38 @@ func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
 
 	if !counted {
 		t.Errorf("no GhcrsyncLeaseReleased Event counts the %d nodes rotated live", nodes)
+	}
+}
+
+// plan reads each machine once: its name and configs together, and the dry run of the change
+// builds on the configs that read returned instead of reading them again (4 Talos calls a node
+// before, at 1,001 nodes 2,002 Lists).
+func TestAPlanReadsEachMachineOnce(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	if _, err := sb.RotateSecret("apiload-plan"); err != nil {
+		t.Fatal(err)
+	}
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--verbose", "--config", sb.Path(sandbox.ConfigFile))
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	var talos map[string]int
+
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "Requests: Kubernetes") {
+			talos = sideCounts(l, "Talos")
+		}
+	}
+
+	t.Logf("plan's Talos calls: %v", talos)
+
+	switch {
+	case talos["ApplyConfiguration"] == 0:
+		t.Fatalf("plan made no dry run (%v): nothing to compare with", talos)
+	case talos["Get"] == 0 || talos["List"] != talos["Get"]:
+		t.Errorf("plan listed machine configs %d times for %d machines read (%v): the dry runs build on the first read", talos["List"], talos["Get"], talos)
 	}
 }
