@@ -373,6 +373,105 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 	_ = errors.New
 }
 
+// A consumer namespace deleted between plan and apply is reported, not failed: one gone (the
+// API server's namespace controller finished it) and one still going (a finalizer holds it
+// Terminating, where the API server refuses new content) each get a skipped outcome naming the
+// deletion, no pull secret fails, and the verdict holds nothing against them. The control: a
+// namespace still there in the same run gets its secret.
+func TestAConsumerNamespaceDeletedSinceThePlanIsReported(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	hold := "ghcrsync.dev/test-hold"
+
+	for _, ns := range []string{"team-gone", "team-going", "team-staying"} {
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{sandbox.ConsumerLabel: "ghcr"}}}
+		if ns == "team-going" {
+			obj.Finalizers = []string{hold}
+		}
+
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		t.Cleanup(func() {
+			sandboxtest.Eventually(t, 30*time.Second, "namespace "+ns+" released", func() error {
+				n, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || (err == nil && len(n.Finalizers) == 0) {
+					return nil
+				} else if err != nil {
+					return err
+				}
+
+				n.Finalizers = nil
+				_, err = kube.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+
+				return err
+			})
+			dropConsumerNamespace(t, kube, ns)
+		})
+	}
+
+	r := newRotation(t, sb, nil)
+	path := r.plan()
+
+	for _, ns := range []string{"team-gone", "team-going", "team-staying"} {
+		if !slices.ContainsFunc(r.planned.Secrets, func(sp plan.SecretPlan) bool { return sp.Namespace == ns && sp.Action == plan.SecretCreate }) {
+			t.Fatalf("the plan does not create %s's pull secret: %+v", ns, r.planned.Secrets)
+		}
+	}
+
+	for _, ns := range []string{"team-gone", "team-going"} {
+		if err := kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	sandboxtest.Eventually(t, 60*time.Second, "team-gone deleted", func() error {
+		if _, err := kube.CoreV1().Namespaces().Get(ctx, "team-gone", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+
+		return nil
+	})
+
+	res, err := r.apply(path, apply.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got := map[string]fanout.Result{}
+	for _, s := range res.Secrets {
+		got[s.Namespace] = s
+	}
+
+	for _, ns := range []string{"team-gone", "team-going"} {
+		t.Logf("%s: %s: %s", ns, got[ns].Outcome, got[ns].Message)
+
+		if s := got[ns]; s.Outcome != fanout.Skipped || !strings.Contains(s.Message, "namespace was deleted since the plan") {
+			t.Errorf("%s, deleted since the plan: %+v, want skipped, naming the deletion", ns, s)
+		}
+	}
+
+	if s := got["team-staying"]; s.Outcome != fanout.Written {
+		t.Errorf("team-staying, still there: %+v, want written", s)
+	}
+
+	// Nothing failed for it: the pull secrets all landed or were reported (the root is held back
+	// here only because this rotation selects no node, and an empty inventory proves nothing).
+	for _, s := range res.Secrets {
+		if s.Outcome == fanout.Failed {
+			t.Errorf("a pull secret failed: %+v", s)
+		}
+	}
+
+	for _, u := range res.Verdict.Uses {
+		if strings.HasPrefix(u.Name, "team-go") && u.State != plan.UseNew {
+			t.Errorf("the verdict counts a namespace deleted since the plan: %+v", u)
+		}
+	}
+}
+
 // dropConsumerNamespace takes a test's consumer namespace away: its label first (a terminating
 // namespace still matches the selector), then the namespace.
 func dropConsumerNamespace(t *testing.T, kube kubernetes.Interface, ns string) {

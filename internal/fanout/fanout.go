@@ -167,7 +167,24 @@ func skippedOrUnchanged(sp plan.SecretPlan) Outcome {
 	return Unchanged
 }
 
-var errForeign = errors.New("managed by another controller")
+var (
+	errForeign       = errors.New("managed by another controller")
+	errNamespaceGone = errors.New("its namespace was deleted since the plan")
+)
+
+// namespaceGone reports whether a create was refused because the namespace no longer exists or
+// is being deleted.
+func namespaceGone(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+
+	details := st.Status().Details
+
+	return (apierrors.IsNotFound(err) && details != nil && details.Kind == "namespaces") ||
+		apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}
 
 // write creates or compare-and-swap updates the secret, reads it back, and adds it to its
 // service accounts.
@@ -190,6 +207,14 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	where := sp.Namespace + "/" + sp.Secret
 
 	retries, err := put(ctx, secrets, sp, o)
+	if errors.Is(err, errNamespaceGone) {
+		if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(Skipped)); err != nil {
+			return fail(err)
+		}
+
+		return result(sp, Skipped, err.Error()+" (or is being deleted): no pod there can pull with it; nothing written")
+	}
+
 	if err != nil {
 		return fail(err)
 	}
@@ -247,6 +272,9 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 				Type: corev1.SecretTypeDockerConfigJson,
 				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
 			}, metav1.CreateOptions{DryRun: o.writeMode()})
+			if namespaceGone(err) {
+				return fmt.Errorf("%s: %w", where, errNamespaceGone)
+			}
 		case err != nil:
 			return fmt.Errorf("read %s: %w", where, err)
 		case cluster.Foreign(cur) != "":
