@@ -429,7 +429,7 @@ func (r *run) acquire(ctx context.Context) error {
 		return err
 	}
 
-	l.Start(ctx)
+	l.Start(requests.WithStep(ctx, "run: lease")) // --verbose: its renewals, apart from the run's start
 	r.lease = l
 	r.log.Info("lease acquired", "lease", cfg.Lease.Namespace+"/"+cfg.Lease.Name, "holder", r.res.Holder)
 	r.event(ctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
