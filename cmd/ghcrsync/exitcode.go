@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 )
 
@@ -14,7 +15,7 @@ const (
 	exitOK          = 0 // done; plan: no changes
 	exitFailure     = 1 // an error: bad input, an unreachable cluster, a missing permission…
 	exitChanges     = 2 // plan --detailed-exitcode: changes present; fences --exit-code: fences held
-	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format
+	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format; plan: the credential pulls an image it must not (credential.deny)
 	exitLeaseHeld   = 4 // the run Lease is held by another run
 	exitPartial     = 5 // not done: a node or secret failed, a fence is still held, or the old credential is still used (the verdict names it)
 	exitProgressed  = 6 // apply: stopped on its time budget with nothing failed: it did what fitted, the next run continues
@@ -30,6 +31,7 @@ func exitCode(err error) int {
 	var (
 		ee exitError
 		le *lease.Error
+		ni *credential.NotIsolatedError
 	)
 
 	switch {
@@ -37,7 +39,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case apply.IsRefused(err):
+	case apply.IsRefused(err), errors.As(err, &ni):
 		return exitRefusedPlan
 	case errors.As(err, &le) && le.Class == lease.HeldByAnother:
 		return exitLeaseHeld

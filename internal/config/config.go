@@ -112,6 +112,9 @@ type Credential struct {
 	SopsFile string   // absolute
 	Key      []string // path of the dockerconfigjson in the decrypted document
 	Prove    []string // repository:tag references the credential must pull
+	// Deny are repository:tag references the credential must NOT pull (a proof of isolation:
+	// another tenant's packages); the registry must refuse each.
+	Deny []string
 	// TrustedHosts are the hosts besides the endpoint's that the registry's token realm may be
 	// on: the password is sent there (HTTP Basic) to trade it for a pull token.
 	TrustedHosts []string
@@ -310,6 +313,7 @@ type credentialBlock struct {
 	SopsFile     hcl.Expression `hcl:"sops_file"`
 	Key          []string       `hcl:"key,optional"`
 	Prove        []string       `hcl:"prove,optional"`
+	Deny         []string       `hcl:"deny,optional"`
 	TrustedHosts []string       `hcl:"trusted_hosts,optional"`
 	RetryWindow  hcl.Expression `hcl:"retry_window,optional"`
 	DeniedWindow hcl.Expression `hcl:"denied_window,optional"`
@@ -964,6 +968,7 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 		SopsFile: sops,
 		Key:      []string{"stringData", "ghcr_dockerconfigjson"},
 		Prove:    c.Prove,
+		Deny:     c.Deny,
 	}
 
 	if c.Registry == "" || strings.Contains(c.Registry, "/") {
@@ -1001,6 +1006,17 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 		if !proveRef.MatchString(p) {
 			d.errorf(attrRange(body, "credential", "prove"), "Invalid image reference",
 				"prove entries are repository:tag (or repository@sha256:…) on the registry, like \"org/private-image:v1\"; %q is not.", p)
+		}
+	}
+
+	for _, p := range c.Deny {
+		switch {
+		case !proveRef.MatchString(p):
+			d.errorf(attrRange(body, "credential", "deny"), "Invalid image reference",
+				"deny entries are repository:tag (or repository@sha256:…) on the registry the credential must not pull, like \"other-team/private-image:v1\"; %q is not.", p)
+		case slices.Contains(c.Prove, p):
+			d.errorf(attrRange(body, "credential", "deny"), "Image both proved and denied",
+				"%q is in credential.prove (must pull) and credential.deny (must not pull): keep it in one.", p)
 		}
 	}
 }

@@ -189,6 +189,12 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"GHCRSYNC_SURELY_UNSET is not set"}},
 		{"bad_prove", func(s string) string { return strings.Replace(s, `"org/private:v1"`, `"https://ghcr.io/org/x"`, 1) },
 			[]string{"Invalid image reference"}},
+		{"bad_deny", func(s string) string {
+			return strings.Replace(s, `prove`, `deny      = ["other team/x"]`+"\n  prove", 1)
+		}, []string{"ghcrsync.hcl:", "Invalid image reference", "must not pull", `"other team/x"`}},
+		{"deny_also_proved", func(s string) string {
+			return strings.Replace(s, `prove`, `deny      = ["org/private:v1"]`+"\n  prove", 1)
+		}, []string{"ghcrsync.hcl:", "Image both proved and denied", `"org/private:v1"`}},
 		{"endpoint_over_plain_http", func(s string) string {
 			return strings.Replace(s, `"http://127.0.0.1:5000"`, `"http://registry.example.com"`, 1)
 		}, []string{"ghcrsync.hcl:", "Invalid endpoint", "receives the credential", "must be https", "loopback host only"}},

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -391,5 +392,70 @@ func TestProveReadsPlatforms(t *testing.T) {
 		if err != nil || strings.Join(proof.Platforms[tc.target], " ") != tc.want {
 			t.Fatalf("%s: platforms %v, want %q (%v)", tc.target, proof.Platforms[tc.target], tc.want, err)
 		}
+	}
+}
+
+// Isolation against a real token-auth registry: a package the registry refuses the credential
+// (403 at the manifest, as GHCR answers a package not granted) proves isolation; one granted, or
+// one anyone may read, is named as pulled; a missing image or an unreachable registry proves
+// nothing either way and is an error, never "isolated".
+func TestIsolation(t *testing.T) {
+	ctx := context.Background()
+
+	reg, err := registry.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(ctx) })
+
+	reg.AddCredential(user, pass)
+
+	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	other := "ghcrsync/app:v1" // another tenant's package
+	at := Registry{Endpoint: reg.URL()}
+
+	for _, tc := range []struct {
+		name    string
+		denied  bool
+		targets []string
+		pulls   []string
+		err     string
+	}{
+		{"refused: isolated", true, []string{other}, nil, ""},
+		{"granted: pulled", false, []string{other}, []string{other}, ""},
+		{"public: anyone pulls it", true, []string{other, registry.PublicImage}, []string{registry.PublicImage}, ""},
+		{"missing: unknown", true, []string{other, "ghcrsync/absent:v1"}, nil, "absent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.denied {
+				reg.DenyRepository(user, "ghcrsync/app")
+				t.Cleanup(func() { reg.AllowRepository(user, "ghcrsync/app") })
+			}
+
+			pulls, err := Isolation(ctx, at, c, tc.targets)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("Isolation: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("Isolation = %v, %v; want an error naming %s", pulls, err, tc.err)
+			case tc.err == "" && !slices.Equal(pulls, tc.pulls):
+				t.Fatalf("Isolation pulls %v, want %v", pulls, tc.pulls)
+			}
+
+			if err != nil && strings.Contains(err.Error(), pass) {
+				t.Fatalf("the password in an error: %v", err)
+			}
+		})
+	}
+
+	reg.Close(ctx)
+
+	if _, err := Isolation(ctx, at, c, []string{other}); err == nil {
+		t.Fatal("an unreachable registry proved isolation")
 	}
 }

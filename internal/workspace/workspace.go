@@ -312,6 +312,15 @@ func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
 	}
 
+	// Isolation, right after the proof: the credential just pulled, so a refusal is of the image,
+	// not of a credential that works nowhere.
+	switch pulls, err := credential.Isolation(ctx, w.registry(), cred, cfg.Deny); {
+	case err != nil:
+		return Proved{}, fmt.Errorf("credential %q (%s): its isolation (credential.deny) could not be proved, so it is not assumed: %w", cfg.Name, cfg.SopsFile, err)
+	case len(pulls) > 0:
+		return Proved{}, &credential.NotIsolatedError{Credential: cfg.Name, Images: pulls}
+	}
+
 	out := Proved{Expires: proof.Expires, Retries: tried.String(), Platforms: map[string][]string{}}
 	for i, target := range probes {
 		pinned := ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target])
