@@ -26,6 +26,7 @@ func Make(s Snapshot, in Input) *Plan {
 		Registry:            in.Registry,
 		ProofSkipped:        in.ProofSkipped,
 		CredentialExpiresAt: in.CredentialExpires,
+		IsolatedFrom:        in.IsolatedFrom,
 		ConfigDigest:        in.ConfigDigest,
 		State:               in.State,
 		APIEndpoint:         s.APIEndpoint,

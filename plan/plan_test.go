@@ -25,6 +25,7 @@ type goldenInput struct {
 	Registry           string            `json:"registry"`
 	ProofSkipped       bool              `json:"proof_skipped"`
 	CredentialExpires  time.Time         `json:"credential_expires"`
+	IsolatedFrom       []string          `json:"isolated_from"`
 	ConfigDigest       string            `json:"config_digest"`
 	Exclude            []string          `json:"exclude"`
 	SelfNode           string            `json:"self_node"`
@@ -80,7 +81,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 
 	return s, plan.Input{
 		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
-		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, ConfigDigest: in.ConfigDigest,
+		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, IsolatedFrom: in.IsolatedFrom, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
 		SelectedVerdict: in.SelectedVerdict, Timing: timing, Rotation: in.Rotation,
 	}

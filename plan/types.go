@@ -250,6 +250,8 @@ type Input struct {
 	CredentialExpires time.Time
 	// ProofRetries is the registry's passing trouble the proof waited out ("": none).
 	ProofRetries string
+	// IsolatedFrom are the images the registry refused the credential (credential.deny).
+	IsolatedFrom []string
 	ConfigDigest string
 	Exclude      []string
 	// SelfNode is the node this ghcrsync runs on, in a cluster (SelfNodeEnv): never fenced.
@@ -336,11 +338,14 @@ type Plan struct {
 	// CredentialExpiresAt is when the new credential stops working, as the registry reported it
 	// (zero: not reported).
 	CredentialExpiresAt time.Time `json:"credential_expires_at,omitzero"`
-	ConfigDigest        string    `json:"config_digest"`
-	State               StateRef  `json:"state"`
-	APIEndpoint         string    `json:"api_endpoint"`
-	ClusterUID          string    `json:"cluster_uid"` // the plan applies to this cluster only
-	EndpointNode        string    `json:"endpoint_node,omitempty"`
+	// IsolatedFrom are the images the registry refused the credential when it was proved
+	// (credential.deny: another tenant's packages).
+	IsolatedFrom []string `json:"isolated_from,omitempty"`
+	ConfigDigest string   `json:"config_digest"`
+	State        StateRef `json:"state"`
+	APIEndpoint  string   `json:"api_endpoint"`
+	ClusterUID   string   `json:"cluster_uid"` // the plan applies to this cluster only
+	EndpointNode string   `json:"endpoint_node,omitempty"`
 	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
 	// registry judged them (Refused, Emergency).
 	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`

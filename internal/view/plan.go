@@ -66,6 +66,10 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		fmt.Fprint(w, " (not proved: --skip-proof)")
 	}
 
+	if len(p.IsolatedFrom) > 0 {
+		fmt.Fprintf(w, "\nIsolated: the registry refuses it %s (credential.deny).", strings.Join(p.IsolatedFrom, ", "))
+	}
+
 	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", human.Clock(p.CreatedAt), human.Clock(p.ExpiresAt))
 
 	if p.Emergency() {
@@ -361,6 +365,8 @@ type PlanJSON struct {
 	Registry           string `json:"registry"`
 	ConfigDigest       string `json:"config_digest"`
 	ProofSkipped       bool   `json:"proof_skipped"`
+	// IsolatedFrom are the images the registry refused the credential (credential.deny).
+	IsolatedFrom []string `json:"isolated_from,omitempty"`
 	// CredentialExpiresAt is when the new credential expires, as the registry reported it ("":
 	// not reported); CredentialExpiring is true within 14 days of it (1.2).
 	CredentialExpiresAt string         `json:"credential_expires_at,omitempty"`
@@ -526,7 +532,7 @@ func newContinuingJSON(p *plan.Plan) *ContinuingJSON {
 func NewPlanJSON(p *plan.Plan) PlanJSON {
 	out := PlanJSON{
 		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
-		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
+		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, IsolatedFrom: p.IsolatedFrom, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),

@@ -49,7 +49,7 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		}
 
 		pinned := proved.Probes
-		in.CredentialExpires, in.ProofRetries = proved.Expires, proved.Retries
+		in.CredentialExpires, in.ProofRetries, in.IsolatedFrom = proved.Expires, proved.Retries, proved.IsolatedFrom
 
 		in.Probe.Image, in.Probe.Images = "", nil
 		if len(pinned) > 0 {

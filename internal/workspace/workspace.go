@@ -282,6 +282,8 @@ type Proved struct {
 	Expires time.Time
 	// Retries is the registry's trouble waited out on the way ("" when it answered at once).
 	Retries string
+	// IsolatedFrom are the images the registry refused the credential (credential.deny).
+	IsolatedFrom []string
 }
 
 // Prove proves the credential against the registry's token flow for every prove target and
@@ -321,7 +323,7 @@ func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 		return Proved{}, &credential.NotIsolatedError{Credential: cfg.Name, Images: pulls}
 	}
 
-	out := Proved{Expires: proof.Expires, Retries: tried.String(), Platforms: map[string][]string{}}
+	out := Proved{Expires: proof.Expires, Retries: tried.String(), Platforms: map[string][]string{}, IsolatedFrom: slices.Clone(cfg.Deny)}
 	for i, target := range probes {
 		pinned := ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target])
 		out.Probes = append(out.Probes, pinned)

@@ -45,8 +45,8 @@ func TestPlanProvesTheCredentialIsIsolated(t *testing.T) {
 	sb.Registry().DenyRepository(cred.Username, "ghcrsync/app")
 	t.Cleanup(func() { sb.Registry().AllowRepository(cred.Username, "ghcrsync/app") })
 
-	if code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg, "--out", out); code != 0 {
-		t.Fatalf("plan with the credential refused %s: exit %d, want 0\n%s\n%s", other, code, stdout, stderr)
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg, "--out", out); code != 0 || !strings.Contains(stdout, "Isolated: the registry refuses it "+other) {
+		t.Fatalf("plan with the credential refused %s: exit %d, want 0 and the isolation shown\n%s\n%s", other, code, stdout, stderr)
 	}
 
 	if _, err := os.Stat(out); err != nil {
