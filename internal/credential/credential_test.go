@@ -182,19 +182,7 @@ func TestParseExpiration(t *testing.T) {
 func TestProve(t *testing.T) {
 	ctx := context.Background()
 
-	reg, err := registry.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { reg.Close(ctx) })
-
-	reg.AddCredential(user, pass)
-
-	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, c := registryWithCredential(t)
 
 	targets := []string{"ghcrsync/private-probe:v1", "ghcrsync/app:v1"}
 	proof, err := Prove(ctx, Registry{Endpoint: reg.URL()}, c, targets)
@@ -402,19 +390,7 @@ func TestProveReadsPlatforms(t *testing.T) {
 func TestIsolation(t *testing.T) {
 	ctx := context.Background()
 
-	reg, err := registry.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	t.Cleanup(func() { reg.Close(ctx) })
-
-	reg.AddCredential(user, pass)
-
-	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, c := registryWithCredential(t)
 
 	other := "ghcrsync/app:v1" // another tenant's package
 	at := Registry{Endpoint: reg.URL()}
@@ -458,4 +434,26 @@ func TestIsolation(t *testing.T) {
 	if _, err := Isolation(ctx, at, c, []string{other}); err == nil {
 		t.Fatal("an unreachable registry proved isolation")
 	}
+}
+
+// registryWithCredential starts the sandbox's token-auth registry for the test, with the test's
+// credential added.
+func registryWithCredential(t *testing.T) (*registry.Registry, *Credential) {
+	t.Helper()
+
+	reg, err := registry.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { reg.Close(context.Background()) })
+
+	reg.AddCredential(user, pass)
+
+	c, err := Parse(secretfile.DockerConfigJSON("ghcr.io", user, pass), "ghcr.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return reg, c
 }

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
-
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 // Isolation proves the credential cannot pull what it must not (another tenant's packages): it
@@ -24,63 +20,23 @@ func Isolation(ctx context.Context, r Registry, c *Credential, targets []string)
 		return nil, nil
 	}
 
-	reg, opts, err := r.name()
+	s, err := r.open(c)
 	if err != nil {
-		return nil, &ProofError{Target: r.Endpoint, Step: "challenge", Err: err}
+		return nil, err
 	}
-
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-
-	rt := newPinned(r.realmHosts(c), timeout)
-	defer rt.close()
-
-	auth := authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})
-
-	var ch *transport.Challenge
+	defer s.close()
 
 	for _, t := range targets {
-		p := &prover{ctx: ctx, rt: rt, reg: reg, target: t, auth: auth}
-
-		if ch == nil {
-			if ch, err = p.challenge(); err != nil {
-				return nil, rt.waitFor(err)
-			}
-		}
-
-		p.realm = ch.Parameters["realm"]
-
-		ref, err := p.reference(opts)
+		p, err := s.prover(ctx, t)
 		if err != nil {
-			return nil, err
+			return nil, s.rt.waitFor(err)
 		}
 
-		scopes := []string{ref.Scope(transport.PullScope)}
-
-		if p.anonymous(ref, ch, scopes) {
-			pulls = append(pulls, t) // anyone may: so may the credential
-
-			continue
-		}
-
-		tok, err := transport.Exchange(p.ctx, p.reg, p.auth, p.rt, scopes, ch)
-		if err == nil {
-			_, err = p.get(ref, ch, p.auth, tok)
-			if err == nil {
-				pulls = append(pulls, t)
-
-				continue
-			}
-
-			err = p.fail("manifest", err)
-		} else {
-			err = p.fail("token", err)
-		}
-
-		if !refused(err) {
-			return nil, rt.waitFor(err)
+		switch _, _, err := p.read(s.opts, s.ch); {
+		case err == nil: // granted, or anyone may read it: so may the credential
+			pulls = append(pulls, t)
+		case !refused(err):
+			return nil, s.rt.waitFor(err)
 		}
 	}
 

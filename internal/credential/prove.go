@@ -98,38 +98,23 @@ func (r Registry) name() (name.Registry, []name.Option, error) {
 // proof made later can pull exactly the image proved here, and the credential's expiry where the
 // registry reports it.
 func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Proof, error) {
-	reg, opts, err := r.name()
+	s, err := r.open(c)
 	if err != nil {
-		return Proof{}, &ProofError{Target: r.Endpoint, Step: "challenge", Err: err}
+		return Proof{}, err
 	}
-
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-
-	rt := newPinned(r.realmHosts(c), timeout)
-	defer rt.close()
+	defer s.close()
 
 	proof := Proof{Digests: map[string]string{}, Platforms: map[string][]string{}}
-	auth := authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})
-
-	// The challenge is the registry's, not a target's: asked once (failing, it is named by the
-	// first target).
-	var ch *transport.Challenge
 
 	for _, t := range targets {
-		p := &prover{ctx: ctx, rt: rt, reg: reg, target: t, auth: auth}
-
-		if ch == nil {
-			if ch, err = p.challenge(); err != nil {
-				return Proof{}, rt.waitFor(err)
-			}
+		p, err := s.prover(ctx, t)
+		if err != nil {
+			return Proof{}, s.rt.waitFor(err)
 		}
 
-		d, platforms, err := p.prove(opts, ch)
+		d, platforms, err := p.prove(s.opts, s.ch)
 		if err != nil {
-			return Proof{}, rt.waitFor(err)
+			return Proof{}, s.rt.waitFor(err)
 		}
 
 		proof.Digests[t] = d
@@ -138,9 +123,54 @@ func Prove(ctx context.Context, r Registry, c *Credential, targets []string) (Pr
 		}
 	}
 
-	proof.Expires = rt.expiry()
+	proof.Expires = s.rt.expiry()
 
 	return proof, nil
+}
+
+// session is one proof's way to the registry: its name, the transport pinned to the hosts the
+// credential may go to, the credential's authenticator, and the registry's challenge once asked.
+type session struct {
+	reg  name.Registry
+	opts []name.Option
+	rt   *pinned
+	auth authn.Authenticator
+	ch   *transport.Challenge
+}
+
+// open starts a session with the registry for the credential; close ends it.
+func (r Registry) open(c *Credential) (*session, error) {
+	reg, opts, err := r.name()
+	if err != nil {
+		return nil, &ProofError{Target: r.Endpoint, Step: "challenge", Err: err}
+	}
+
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+
+	return &session{reg: reg, opts: opts, rt: newPinned(r.realmHosts(c), timeout),
+		auth: authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})}, nil
+}
+
+func (s *session) close() { s.rt.close() }
+
+// prover is the session's prover for one target. The challenge is the registry's, not a
+// target's: asked once, by the first target (which names it if it fails).
+func (s *session) prover(ctx context.Context, target string) (*prover, error) {
+	p := &prover{ctx: ctx, rt: s.rt, reg: s.reg, target: target, auth: s.auth}
+
+	if s.ch == nil {
+		ch, err := p.challenge()
+		if err != nil {
+			return nil, err
+		}
+
+		s.ch = ch
+	}
+
+	return p, nil
 }
 
 // waitFor notes on a transient proof error what the registry asked to be left alone for.
@@ -212,30 +242,44 @@ func (p *prover) challenge() (*transport.Challenge, error) {
 }
 
 func (p *prover) prove(opts []name.Option, ch *transport.Challenge) (string, []string, error) {
+	desc, anonymous, err := p.read(opts, ch)
+
+	switch {
+	case err != nil:
+		return "", nil, err
+	case anonymous:
+		return "", nil, p.say("challenge", "%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target)
+	}
+
+	return desc.Digest.String(), platforms(desc), nil
+}
+
+// read reads the target's manifest with the credential, by the token flow; anonymous when
+// anyone may read it (an anonymous token pulls it: the credential is then not asked).
+func (p *prover) read(opts []name.Option, ch *transport.Challenge) (desc *remote.Descriptor, anonymous bool, err error) {
 	p.realm = ch.Parameters["realm"]
 
 	ref, err := p.reference(opts)
 	if err != nil {
-		return "", nil, err
+		return nil, false, err
 	}
 
 	scopes := []string{ref.Scope(transport.PullScope)}
 
 	if p.anonymous(ref, ch, scopes) {
-		return "", nil, p.say("challenge", "%s is readable without credentials (an anonymous token pulls it), so it proves nothing: prove a private image", p.target)
+		return nil, true, nil
 	}
 
 	tok, err := transport.Exchange(p.ctx, p.reg, p.auth, p.rt, scopes, ch)
 	if err != nil {
-		return "", nil, p.fail("token", err)
+		return nil, false, p.fail("token", err)
 	}
 
-	desc, err := p.get(ref, ch, p.auth, tok)
-	if err != nil {
-		return "", nil, p.fail("manifest", err)
+	if desc, err = p.get(ref, ch, p.auth, tok); err != nil {
+		return nil, false, p.fail("manifest", err)
 	}
 
-	return desc.Digest.String(), platforms(desc), nil
+	return desc, false, nil
 }
 
 // platforms are the os/arch[/variant] an image offers: an index's entries (attestation
