@@ -438,7 +438,7 @@ func setNamespaceLabel(t *testing.T, kube kubernetes.Interface, ns, key, value s
 
 // A consumer reverted between its write and the root's (a GitOps controller, a reflector) is
 // read again before the root is decided: the root stays on the old credential and the verdict
-// names the consumer. The negative control: the same run without the revert writes the root.
+// names the consumer, and the writer that put it back (its field manager). The negative control: the same run without the revert writes the root.
 func TestConsumerRevertedBeforeTheRootIsCaught(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
@@ -466,8 +466,8 @@ func TestConsumerRevertedBeforeTheRootIsCaught(t *testing.T) {
 					return
 				}
 
-				s.Data = before.Data
-				if _, err := kube.CoreV1().Secrets(target).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				s.Data = before.Data // as a platform tool re-applying its own copy does (ksail's cluster update)
+				if _, err := kube.CoreV1().Secrets(target).Update(ctx, s, metav1.UpdateOptions{FieldManager: "ksail"}); err != nil {
 					t.Error(err)
 				}
 			}})
@@ -488,6 +488,17 @@ func TestConsumerRevertedBeforeTheRootIsCaught(t *testing.T) {
 			if res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.HeldBack || !strings.Contains(rootOutcome(res).Message, where) ||
 				!strings.Contains(res.Verdict.Sentence(), where) {
 				t.Fatalf("a consumer reverted before the root: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
+			}
+
+			// The verdict names the writer that put the old credential back, and what to do.
+			named := false
+			for _, u := range res.Verdict.Uses {
+				named = named || (u.Name == where && strings.Contains(u.Why, "ksail wrote it at") && strings.Contains(u.Why, "after this rotation began") &&
+					strings.Contains(u.Next, "stop ksail writing "+where))
+			}
+
+			if !named {
+				t.Fatalf("the verdict does not name ksail, which put the old credential back: %+v", res.Verdict.Uses)
 			}
 		})
 	}

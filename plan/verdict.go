@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/human"
 )
@@ -98,7 +99,7 @@ func Inventory(s Snapshot, in Input) Revocation {
 	}
 
 	for _, sec := range s.Secrets {
-		if u, ok := secretUse(sec, in.PullSecretRevision); ok {
+		if u, ok := secretUse(sec, in.PullSecretRevision, in.rotationStarted()); ok {
 			v.add(u)
 		}
 	}
@@ -245,8 +246,10 @@ func nodeUse(n Node, in Input, identity string) Use {
 }
 
 // secretUse: a pull secret is new when it holds the pull-secret revision, whoever manages it; a
-// missing namespace has nothing to use (ok is false).
-func secretUse(s SecretObs, revision string) (Use, bool) {
+// missing namespace has nothing to use (ok is false). One that holds another credential, which
+// another field manager wrote after the rotation began (since), names that writer: it puts the
+// old credential back.
+func secretUse(s SecretObs, revision string, since time.Time) (Use, bool) {
 	kind := UseSecret
 	if s.Role == RoleRoot {
 		kind = UseRoot
@@ -276,6 +279,11 @@ func secretUse(s SecretObs, revision string) (Use, bool) {
 		u.Next = "make it a kubernetes.io/dockerconfigjson Secret, or remove it from the configuration"
 	default:
 		u.State, u.Why = UseOld, fmt.Sprintf("%s holds another credential (%s)", where, human.ShortOrNone(s.Digest))
+
+		if w, ok := putBack(s.Writers, since); ok && s.Foreign == "" {
+			u.Why += fmt.Sprintf("; %s wrote it at %s, after this rotation began: it puts an old credential back", w.Manager, human.Clock(w.At))
+			u.Next = "stop " + w.Manager + " writing " + where + " (or give it the new credential), then run ghcrsync again"
+		}
 	}
 
 	if s.Foreign != "" && u.State != UseNew {
@@ -472,4 +480,29 @@ func (p *Plan) Leaves() []Use {
 	}
 
 	return out
+}
+
+// putBack is the last of a secret's other writers that wrote its credential at or after since
+// (zero since: no rotation in progress, nothing is "put back").
+func putBack(writers []Writer, since time.Time) (Writer, bool) {
+	var last Writer
+
+	since = since.Truncate(time.Second) // managedFields times are whole seconds
+
+	for _, w := range writers {
+		if !since.IsZero() && !w.At.Before(since) && w.At.After(last.At) {
+			last = w
+		}
+	}
+
+	return last, last.Manager != ""
+}
+
+// rotationStarted is when the rotation in progress began (zero: none).
+func (in Input) rotationStarted() time.Time {
+	if in.Rotation == nil || in.Rotation.Finished != nil {
+		return time.Time{}
+	}
+
+	return in.Rotation.Started
 }

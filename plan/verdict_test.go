@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // The verdict's rules, one named case each: what makes a use new, old or unknown.
@@ -52,10 +54,17 @@ func TestInventory(t *testing.T) {
 		{"dual_stack_is_one_machine", Snapshot{Nodes: []Node{func() Node { n := proved("w1"); n.InternalIPs = []string{"10.0.0.1", "fd00::1"}; return n }()}},
 			true, UseNew, "verified by ghcrsync"},
 		{"template_without_credential", Snapshot{Nodes: []Node{proved("w1")}, Templates: []TemplateObs{{Namespace: "kube-system", Secret: "t", Key: "k"}}}, false, UseOld, "carries no credential"},
+		// The rotation began at `at`: a writer of the old credential since then put it back.
+		{"put_back_during_the_rotation", Snapshot{Nodes: []Node{proved("w1")}, Secrets: []SecretObs{func() SecretObs {
+			s := secret("ghcr-pull", "ps-old", "")
+			s.Writers = []Writer{{Manager: "kubectl", At: at.Add(-time.Hour)}, {Manager: "ksail", Operation: "Update", At: at.Add(time.Minute)}}
+			return s
+		}()}}, false, UseOld, "ksail wrote it at 2026-12-01 10:01:00Z, after this rotation began"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := in
 			in.Exclude = []string{"w9"}
+			in.Rotation = &state.Rotation{Started: at.Add(300 * time.Millisecond)} // managedFields times are whole seconds
 
 			for i, n := range tc.snap.Nodes { // a valid record unless the case says otherwise
 				if n.UID == "" {
@@ -78,6 +87,35 @@ func TestInventory(t *testing.T) {
 
 			if want := map[bool]string{true: "It is safe to revoke.", false: "Do not revoke the old credential yet"}[tc.safe]; !strings.Contains(v.Sentence(), want) {
 				t.Fatalf("sentence %q lacks %q", v.Sentence(), want)
+			}
+		})
+	}
+}
+
+// Only a writer since the rotation began is named as putting the old credential back: one
+// before it (the credential's owner until ghcrsync took it over), no rotation in progress, or a
+// finished one, names nobody.
+func TestPutBackNamesOnlyAWriterSinceTheRotationBegan(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	writers := []Writer{{Manager: "kubectl", At: at.Add(-time.Second)}, {Manager: "ksail", At: at}, {Manager: "flux", At: at.Add(time.Minute)}}
+	finished := at.Add(time.Hour)
+
+	for _, tc := range []struct {
+		name     string
+		writers  []Writer
+		rotation *state.Rotation
+		want     string
+	}{
+		{"the last writer since the start", writers, &state.Rotation{Started: at.Add(300 * time.Millisecond)}, "flux"},
+		{"the same second as the start counts", writers[:2], &state.Rotation{Started: at.Add(300 * time.Millisecond)}, "ksail"},
+		{"before the start", writers[:1], &state.Rotation{Started: at}, ""},
+		{"no rotation in progress", writers, nil, ""},
+		{"a finished rotation", writers, &state.Rotation{Started: at, Finished: &finished}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, ok := putBack(tc.writers, Input{Rotation: tc.rotation}.rotationStarted())
+			if w.Manager != tc.want || ok != (tc.want != "") {
+				t.Fatalf("putBack = %q, %t; want %q", w.Manager, ok, tc.want)
 			}
 		})
 	}
