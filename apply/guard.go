@@ -74,16 +74,11 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 		return n, nil
 	}
 
-	if t.ip == "" {
-		t.ip = cluster.InternalIP(n)
-	}
-
-	// Before the claim, the facts it is judged on must be this node's: the machine at the
-	// address is asked who it is (the Talos writes ask again).
-	if step == plan.StepClaim {
-		if r := t.machineIsTheNode(ctx, step); r != nil {
-			return nil, r
-		}
+	// The facts it is judged on must be this node's: before the claim, the machine at the
+	// address is asked who it is; before the Talos write, the address must still be the one the
+	// claim pinned, and the machine there is asked again (isPinned).
+	if r := t.isPinned(ctx, n, step); r != nil {
+		return nil, r
 	}
 
 	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)

@@ -226,10 +226,8 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 		}
 	}
 
-	if r := t.sameMachine(ctx, plan.StepConfigure); r != nil {
-		return r
-	}
-
+	// The guard asks the machine at the pinned address who it is, and reads its Talos facts,
+	// before the phase is recorded (judged).
 	if _, r := t.advance(ctx, plan.StepConfigure, state.PhaseConfigured); r != nil {
 		return r
 	}
@@ -241,27 +239,29 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 	return nil
 }
 
-// sameMachine checks, before a Talos write, that the machine at the address the claim pinned
-// is this Node: the Node still reports that address, and the machine there says it is this
-// node (Talos's own node name). A moved or reused address would have ghcrsync configure or
-// reboot another, undrained machine.
+// sameMachine checks, before a reboot, that the machine at the address the claim pinned is this
+// Node (isPinned). The Talos config write's guard checks the same (judged).
 func (t *txn) sameMachine(ctx context.Context, step plan.Step) *NodeResult {
 	n, r := t.guard(ctx, step)
 	if r != nil {
 		return r
 	}
 
-	if t.ip == "" { // a live update: no claim pinned it; it is pinned now
+	return t.isPinned(ctx, n, step)
+}
+
+// isPinned checks, before a Talos write, that the machine at the address the claim pinned is
+// this Node: the Node still reports that address, and the machine there says it is this node
+// (Talos's own node name). A moved or reused address would have ghcrsync configure or reboot
+// another, undrained machine. A live update, which no claim pinned, is pinned here.
+func (t *txn) isPinned(ctx context.Context, n *corev1.Node, step plan.Step) *NodeResult {
+	if t.ip == "" {
 		t.ip = cluster.InternalIP(n)
 	}
 
-	refuse := func(why string) *NodeResult {
-		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
-			Detail: why + "; nothing was written to it"}, step)
-	}
-
 	if ip := cluster.InternalIP(n); ip != t.ip {
-		return refuse(fmt.Sprintf("its InternalIP changed from %s to %s since the claim", t.ip, ip))
+		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
+			Detail: fmt.Sprintf("its InternalIP changed from %s to %s since the claim; nothing was written to it", t.ip, ip)}, step)
 	}
 
 	return t.machineIsTheNode(ctx, step)

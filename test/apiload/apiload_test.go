@@ -219,6 +219,13 @@ func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
 		t.Errorf("the node steps made %d GETs (%d patches lost): their guards read the run's Node watch", sum["GET"], conflicts)
 	}
 
+	// The Talos write's guard reads the machine's configs once (the write reads them again, to
+	// build on the next-boot config): two Lists a node, and one machine-name Get besides the
+	// write's read-back.
+	if configure := stepCounts(t, stderr, "configure", "Talos"); configure["List"] != 2*nodes || configure["Get"] != 2*nodes {
+		t.Errorf("the Talos write made Talos calls %v for %d nodes: want 2 Lists and 2 Gets a node (one guard)", configure, nodes)
+	}
+
 	// Waiting for the runtime's restart (1 s after the write, on the sandbox) reads when the
 	// config changed once a node, and polls only the runtime's start.
 	if restart := stepCounts(t, stderr, "restart", "Talos"); restart["List"] != nodes || restart["ServiceList"] < nodes {
