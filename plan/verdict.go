@@ -485,12 +485,16 @@ func (p *Plan) Leaves() []Use {
 // putBack is the last of a secret's other writers that wrote its credential at or after since
 // (zero since: no rotation in progress, nothing is "put back").
 func putBack(writers []Writer, since time.Time) (Writer, bool) {
+	if since.IsZero() {
+		return Writer{}, false
+	}
+
 	var last Writer
 
 	since = since.Truncate(time.Second) // managedFields times are whole seconds
 
 	for _, w := range writers {
-		if !since.IsZero() && !w.At.Before(since) && w.At.After(last.At) {
+		if !w.At.Before(since) && w.At.After(last.At) {
 			last = w
 		}
 	}
