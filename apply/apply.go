@@ -43,15 +43,18 @@ type Inputs struct {
 	fence.Inputs // the fences' reclaim is handed them as they are
 
 	Credential *credential.Credential
-	Self       string
-	Cluster    Cluster
+	// Tenants are the tenant credentials, decrypted once, by name (none: one credential).
+	Tenants map[string]*credential.Credential
+	Self    string
+	Cluster Cluster
 }
 
 // Cluster is what a run asks of the cluster beyond its plain inputs (the workspace answers).
 type Cluster interface {
 	// Preflight checks apply's permissions (its writes) once the plan stands.
 	Preflight(ctx context.Context) error
-	// Prove proves the credential against the registry (waiting out its passing trouble).
+	// Prove proves the credentials against the registry (waiting out its passing trouble): the
+	// cluster's and each tenant's, with their isolation.
 	Prove(ctx context.Context) error
 	// Control asks the registry once, now, for the probe's images with the new credential: the
 	// control that tells a node's refused credential from a registry refusing everyone.
@@ -155,7 +158,7 @@ func (r *Result) Progressed() bool {
 }
 
 // SafeToRevoke reports whether the run ended with the old credential used by nothing.
-func (r *Result) SafeToRevoke() bool { return r.Verdict != nil && r.Verdict.SafeToRevoke }
+func (r *Result) SafeToRevoke() bool { return r.Verdict != nil && r.Verdict.Clean() }
 
 // Held lists the nodes the run left fenced (failed or cancelled after its claim landed).
 func (r *Result) Held() []string {
@@ -333,6 +336,10 @@ func (r *run) checkPlan(ctx context.Context) error {
 	}
 
 	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Kube.Server}, r.in.Now()); err != nil {
+		return err
+	}
+
+	if err := checkTenants(r.p, r.o.PlanPath, r.in.Config, r.in.Tenants); err != nil {
 		return err
 	}
 
@@ -522,15 +529,36 @@ func (r *run) fanoutOptions() fanout.Options {
 
 	st, store := r.in.State, r.in.Store
 
+	tenants := map[string][]byte{}
+	for name, c := range r.in.Tenants {
+		tenants[name] = c.PullSecretJSON()
+	}
+
 	return fanout.Options{
-		Data: r.cred.PullSecretJSON(), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
+		Data: r.cred.PullSecretJSON(), Tenants: tenants, OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
+		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name,
 		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
-			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, DesiredRevision: r.p.CredentialRevision, Outcome: outcome, Updated: r.in.Now().UTC()})
+			cred, revision := r.desired(ns, name)
+			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, Credential: cred, DesiredRevision: revision, Outcome: outcome, Updated: r.in.Now().UTC()})
 
 			return store.Write(st)
 		},
 	}
+}
+
+// desired is the credential a pull secret of the plan receives ("": the cluster's) and its
+// revision: the cluster credential's revision, or the tenant's.
+func (r *run) desired(namespace, name string) (credential, revision string) {
+	for _, sp := range r.p.Secrets {
+		if sp.Namespace == namespace && sp.Secret == name && sp.Credential != "" {
+			t, _ := r.p.Tenant(sp.Credential)
+
+			return sp.Credential, t.Revision
+		}
+	}
+
+	return "", r.p.CredentialRevision
 }
 
 // templates writes the node templates before any node is fenced: a machine the autoscaler
@@ -589,8 +617,12 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 
 	switch s.Outcome {
 	case fanout.Written:
-		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten",
-			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" ("+r.in.Config.Credential.Registry+" entry only)", false)
+		what := "credential revision " + human.Short(r.p.CredentialRevision) + " (" + r.in.Config.Credential.Registry + " entry only)"
+		if cred, revision := r.desired(s.Namespace, s.Secret); cred != "" {
+			what = "credential " + cred + " at revision " + human.Short(revision)
+		}
+
+		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten", "run "+r.res.Holder+" wrote "+what, false)
 	case fanout.Failed:
 		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
@@ -621,7 +653,7 @@ func (r *run) verdict(ctx context.Context) {
 
 	r.res.Verdict = &v
 
-	if v.SafeToRevoke {
+	if v.Clean() {
 		r.log.Info(v.Sentence())
 	} else {
 		r.log.Warn(v.Sentence())
@@ -656,7 +688,8 @@ func (r *run) settleSecrets() {
 		for _, rec := range st.Secrets {
 			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(fanout.Failed)
 			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && unsettled {
-				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), r.p.CredentialRevision, r.in.Now().UTC()
+				_, revision := r.desired(rec.Namespace, rec.Name)
+				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), revision, r.in.Now().UTC()
 				st.PutSecret(rec)
 				settled++
 			}
@@ -701,7 +734,7 @@ func (r *run) record() {
 		st.Run.Outcome = "succeeded"
 	}
 
-	if rot := st.Rotation; rot != nil && rot.Finished == nil && r.res.Verdict != nil && r.res.Verdict.SafeToRevoke {
+	if rot := st.Rotation; rot != nil && rot.Finished == nil && r.res.Verdict != nil && r.res.Verdict.Clean() {
 		rot.Finished = &finished
 	}
 

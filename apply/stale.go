@@ -76,6 +76,37 @@ func checkStale(p *plan.Plan, path string, cfg *config.Config, cred *credential.
 	return nil
 }
 
+// checkTenants refuses a plan whose tenant credentials are not the ones this run decrypted: a
+// tenant's SOPS file changed since the plan (its pull secrets would get another credential than
+// the one proved), or the plan names a tenant the run was not given.
+func checkTenants(p *plan.Plan, path string, cfg *config.Config, tenants map[string]*credential.Credential) error {
+	if path == "" {
+		path = "PLANFILE"
+	}
+
+	for _, t := range p.Tenants {
+		c, ok := tenants[t.Name]
+		switch {
+		case !ok:
+			return &StaleError{PlanPath: path, Why: fmt.Sprintf("it rotates credential %q, which this configuration does not name", t.Name)}
+		case c.PullSecretRevision() != t.Revision:
+			file := ""
+			if tc := cfg.Tenant(t.Name); tc != nil {
+				file = tc.Credential.SopsFile
+			}
+
+			return &StaleError{PlanPath: path, Why: fmt.Sprintf("it was made for another revision of credential %q (%s now holds %s, the plan %s)", t.Name, file,
+				human.Short(c.PullSecretRevision()), human.Short(t.Revision))}
+		}
+	}
+
+	if len(p.Tenants) != len(tenants) {
+		return &StaleError{PlanPath: path, Why: fmt.Sprintf("it rotates %d tenant credential(s) and the configuration names %d", len(p.Tenants), len(tenants))}
+	}
+
+	return nil
+}
+
 // NotAuthenticError is a saved plan whose authentication code does not verify, or was made by
 // an older ghcrsync with a retired scheme (Retired).
 type NotAuthenticError struct {

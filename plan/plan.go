@@ -27,6 +27,8 @@ func Make(s Snapshot, in Input) *Plan {
 		ProofSkipped:        in.ProofSkipped,
 		CredentialExpiresAt: in.CredentialExpires,
 		IsolatedFrom:        in.IsolatedFrom,
+		Credential:          in.Credential,
+		Tenants:             in.Tenants,
 		ConfigDigest:        in.ConfigDigest,
 		State:               in.State,
 		APIEndpoint:         s.APIEndpoint,
@@ -36,7 +38,7 @@ func Make(s Snapshot, in Input) *Plan {
 
 	p.Nodes, p.EndpointNode = planNodes(s, in)
 	order(p.Nodes)
-	p.Secrets = planSecrets(s.Secrets, in.PullSecretRevision)
+	p.Secrets = planSecrets(s.Secrets, in.revisionOf)
 	p.Templates = planTemplates(s.Templates, in.AuthDigest)
 	p.Summary = summarize(p.Nodes, p.Secrets, p.Templates)
 

@@ -19,9 +19,11 @@ const (
 
 // SecretObs is an observed target pull secret.
 type SecretObs struct {
-	Namespace        string   `json:"namespace"`
-	Name             string   `json:"name"`
-	Role             string   `json:"role"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	// Credential is the tenant credential it holds ("": the cluster credential).
+	Credential       string   `json:"credential,omitempty"`
 	NamespaceMissing bool     `json:"namespace_missing,omitempty"`
 	Exists           bool     `json:"exists"`
 	Type             string   `json:"type,omitempty"`
@@ -63,9 +65,11 @@ const (
 
 // SecretPlan is one pull secret's action.
 type SecretPlan struct {
-	Namespace       string       `json:"namespace"`
-	Secret          string       `json:"secret"`
-	Role            string       `json:"role"`
+	Namespace string `json:"namespace"`
+	Secret    string `json:"secret"`
+	Role      string `json:"role"`
+	// Credential is the tenant credential it receives ("": the cluster credential).
+	Credential      string       `json:"credential,omitempty"`
 	Action          SecretAction `json:"action"`
 	Reason          string       `json:"reason"`
 	ServiceAccounts []string     `json:"service_accounts,omitempty"` // to reference it
@@ -75,14 +79,32 @@ type SecretPlan struct {
 	WriteRefused string `json:"write_refused,omitempty"`
 }
 
+// revisionOf is what an in-sync pull secret of the credential holds: the cluster credential's
+// ("") or a tenant's ("" for a tenant the input does not rotate: nothing is in sync with it).
+func (in Input) revisionOf(credential string) string {
+	if credential == "" {
+		return in.PullSecretRevision
+	}
+
+	for _, t := range in.Tenants {
+		if t.Name == credential {
+			return t.Revision
+		}
+	}
+
+	return ""
+}
+
 // planSecrets decides every pull secret's action: consumers by namespace and name, the root
-// Flux secret last. revision is the digest an in-sync secret holds (SHA-256 of the
-// dockerconfigjson bytes the fan-out writes).
-func planSecrets(obs []SecretObs, revision string) []SecretPlan {
+// Flux secret last. revisionOf is the digest an in-sync secret of a credential holds (SHA-256 of
+// the dockerconfigjson bytes the fan-out writes).
+func planSecrets(obs []SecretObs, revisionOf func(credential string) string) []SecretPlan {
 	out := make([]SecretPlan, 0, len(obs))
 
 	for _, s := range obs {
-		sp := SecretPlan{Namespace: s.Namespace, Secret: s.Name, Role: s.Role, Digest: s.Digest, ServiceAccounts: s.MissingFrom, WriteRefused: s.WriteRefused}
+		revision := revisionOf(s.Credential)
+		sp := SecretPlan{Namespace: s.Namespace, Secret: s.Name, Role: s.Role, Credential: s.Credential, Digest: s.Digest, ServiceAccounts: s.MissingFrom,
+			WriteRefused: s.WriteRefused}
 		where := s.Namespace + "/" + s.Name
 
 		switch {

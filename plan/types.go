@@ -252,6 +252,10 @@ type Input struct {
 	ProofRetries string
 	// IsolatedFrom are the images the registry refused the credential (credential.deny).
 	IsolatedFrom []string
+	// Credential names the cluster credential when the configuration has tenants ("" otherwise);
+	// Tenants are the tenant credentials' rotations (several credential blocks).
+	Credential   string
+	Tenants      []TenantRotation
 	ConfigDigest string
 	Exclude      []string
 	// SelfNode is the node this ghcrsync runs on, in a cluster (SelfNodeEnv): never fenced.
@@ -341,11 +345,16 @@ type Plan struct {
 	// IsolatedFrom are the images the registry refused the credential when it was proved
 	// (credential.deny: another tenant's packages).
 	IsolatedFrom []string `json:"isolated_from,omitempty"`
-	ConfigDigest string   `json:"config_digest"`
-	State        StateRef `json:"state"`
-	APIEndpoint  string   `json:"api_endpoint"`
-	ClusterUID   string   `json:"cluster_uid"` // the plan applies to this cluster only
-	EndpointNode string   `json:"endpoint_node,omitempty"`
+	// Credential names the cluster credential (the nodes', the templates', the root's) when the
+	// configuration has tenant credentials; Tenants are theirs, each reaching its pull secrets
+	// only (absent with one credential).
+	Credential   string           `json:"credential,omitempty"`
+	Tenants      []TenantRotation `json:"tenants,omitempty"`
+	ConfigDigest string           `json:"config_digest"`
+	State        StateRef         `json:"state"`
+	APIEndpoint  string           `json:"api_endpoint"`
+	ClusterUID   string           `json:"cluster_uid"` // the plan applies to this cluster only
+	EndpointNode string           `json:"endpoint_node,omitempty"`
 	// CredentialsInUse are the credentials the fleet and the managed secrets held, as the
 	// registry judged them (Refused, Emergency).
 	CredentialsInUse []CredentialInUse `json:"credentials_in_use,omitempty"`
@@ -383,6 +392,31 @@ type Plan struct {
 	Continuing *state.Rotation `json:"continuing,omitempty"`
 
 	seal *seal // set when read from a file: what its MAC covers
+}
+
+// TenantRotation is a tenant credential's rotation: proved (and its isolation) on its own, it
+// reaches its consumers' pull secrets only, never a node, a template or the root.
+type TenantRotation struct {
+	Name string `json:"name"`
+	// Revision is what its pull secrets hold when in sync (the digest of the dockerconfigjson
+	// the fan-out writes); AuthDigest is the credential's.
+	Revision     string    `json:"revision"`
+	AuthDigest   string    `json:"auth_digest"`
+	Registry     string    `json:"registry"`
+	ProofSkipped bool      `json:"proof_skipped,omitempty"`
+	ExpiresAt    time.Time `json:"expires_at,omitzero"`
+	IsolatedFrom []string  `json:"isolated_from,omitempty"`
+}
+
+// Tenant is the plan's rotation of the named tenant credential.
+func (p *Plan) Tenant(name string) (TenantRotation, bool) {
+	for _, t := range p.Tenants {
+		if t.Name == name {
+			return t, true
+		}
+	}
+
+	return TenantRotation{}, false
 }
 
 // FormatVersion of Plan; additive changes keep the major version.
@@ -456,8 +490,9 @@ func (p *Plan) CredentialExpiring() bool {
 	return !p.CredentialExpiresAt.IsZero() && p.CredentialExpiresAt.Sub(p.CreatedAt) < ExpiryWarning
 }
 
-// SafeToRevoke reports whether, as the plan found the cluster, nothing uses the old credential.
-func (p *Plan) SafeToRevoke() bool { return p.Verdict != nil && p.Verdict.SafeToRevoke }
+// SafeToRevoke reports whether, as the plan found the cluster, nothing uses the old credential
+// (of any credential the configuration rotates).
+func (p *Plan) SafeToRevoke() bool { return p.Verdict != nil && p.Verdict.Clean() }
 
 // Node returns the plan's entry for the named node.
 func (p *Plan) Node(name string) (NodePlan, bool) {

@@ -60,6 +60,8 @@ type Use struct {
 
 // Revocation is the verdict on revoking the old credential: who uses which credential, and whether revoking the old one breaks nothing.
 type Revocation struct {
+	// Credential names the credential judged when the configuration has several ("" with one).
+	Credential string `json:"credential,omitempty"`
 	// Scope is what the verdict judged: every Node of the cluster (""), or only those
 	// nodes.selector selects (ScopeSelected, a setting of the configuration).
 	Scope string `json:"scope,omitempty"`
@@ -71,13 +73,36 @@ type Revocation struct {
 	Unknown      int    `json:"unknown"`
 	// Uses lists every object: the old and unknown ones first.
 	Uses []Use `json:"uses"`
+	// Tenants are the verdicts on the tenant credentials' old credentials, one each (several
+	// credential blocks): each judges its own pull secrets.
+	Tenants []Revocation `json:"tenants,omitempty"`
+}
+
+// Clean reports whether every credential's old one is safe to revoke: the cluster credential's
+// and each tenant's.
+func (v Revocation) Clean() bool {
+	for _, t := range v.Tenants {
+		if !t.SafeToRevoke {
+			return false
+		}
+	}
+
+	return v.SafeToRevoke
+}
+
+// All are the verdicts of every credential: the cluster credential's, then each tenant's.
+func (v Revocation) All() []Revocation {
+	own := v
+	own.Tenants = nil
+
+	return append([]Revocation{own}, v.Tenants...)
 }
 
 // Inventory is the verdict of a snapshot: every node (judged by the planner's own rule: in sync
 // with a proof it accepts, or not), every configured pull secret (consumers and the root) and
 // every node template. An empty fleet is no proof of anything: it is an unknown use.
 func Inventory(s Snapshot, in Input) Revocation {
-	v := Revocation{Revision: in.CredentialRevision}
+	v := Revocation{Revision: in.CredentialRevision, Credential: in.Credential}
 
 	if len(s.Nodes) == 0 {
 		v.add(Use{Kind: UseFleet, Name: "nodes", State: UseUnknown,
@@ -99,6 +124,10 @@ func Inventory(s Snapshot, in Input) Revocation {
 	}
 
 	for _, sec := range s.Secrets {
+		if sec.Credential != "" {
+			continue // a tenant's: judged in its own verdict
+		}
+
 		if u, ok := secretUse(sec, in.PullSecretRevision, in.rotationStarted()); ok {
 			v.add(u)
 		}
@@ -120,6 +149,39 @@ func Inventory(s Snapshot, in Input) Revocation {
 			Next: "wait until they join (apply rotates a machine that joins during its run), then run plan again"})
 	}
 
+	v.sortUses()
+	v.SafeToRevoke = v.Old == 0 && v.Unknown == 0
+
+	for _, t := range in.Tenants {
+		v.Tenants = append(v.Tenants, tenantInventory(s, in, t))
+	}
+
+	return v
+}
+
+// tenantInventory is the verdict on a tenant's old credential: its pull secrets, each judged
+// as the cluster credential's are.
+func tenantInventory(s Snapshot, in Input, t TenantRotation) Revocation {
+	v := Revocation{Credential: t.Name, Revision: t.Revision}
+
+	for _, sec := range s.Secrets {
+		if sec.Credential != t.Name {
+			continue
+		}
+
+		if u, ok := secretUse(sec, t.Revision, in.rotationStarted()); ok {
+			v.add(u)
+		}
+	}
+
+	v.sortUses()
+	v.SafeToRevoke = v.Old == 0 && v.Unknown == 0
+
+	return v
+}
+
+// sortUses puts the old and unknown uses first, by kind.
+func (v *Revocation) sortUses() {
 	rank := map[UseState]int{UseOld: 0, UseUnknown: 1, UseNew: 2}
 	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseProvisioning: 2, UseTemplate: 3, UseSecret: 4, UseUnmanaged: 5, UseRoot: 6}
 	sort.SliceStable(v.Uses, func(i, j int) bool {
@@ -130,10 +192,6 @@ func Inventory(s Snapshot, in Input) Revocation {
 
 		return kinds[a.Kind] < kinds[b.Kind]
 	})
-
-	v.SafeToRevoke = v.Old == 0 && v.Unknown == 0
-
-	return v
 }
 
 func (v *Revocation) add(u Use) {
@@ -336,9 +394,37 @@ func (v Revocation) Still() []Use {
 	return out
 }
 
+// Among are the uses of of that are also in uses (by kind and name): what a plan leaves of one
+// credential's.
+func Among(uses, of []Use) []Use {
+	var out []Use
+
+	for _, u := range of {
+		for _, x := range uses {
+			if x.Kind == u.Kind && x.Name == u.Name {
+				out = append(out, x)
+
+				break
+			}
+		}
+	}
+
+	return out
+}
+
+// stillAll are the uses of every credential's old one.
+func (v Revocation) stillAll() []Use {
+	var out []Use
+	for _, c := range v.All() {
+		out = append(out, c.Still()...)
+	}
+
+	return out
+}
+
 // Except is the verdict without the uses of one kind (the root, before it is written).
 func (v Revocation) Except(kind string) Revocation {
-	out := Revocation{Revision: v.Revision, Scope: v.Scope}
+	out := Revocation{Revision: v.Revision, Scope: v.Scope, Credential: v.Credential}
 
 	for _, u := range v.Uses {
 		if u.Kind != kind {
@@ -351,8 +437,31 @@ func (v Revocation) Except(kind string) Revocation {
 	return out
 }
 
-// Sentence is the verdict in words.
+// Sentence is the verdict in words: with several credentials, each one's, by name.
 func (v Revocation) Sentence() string {
+	if len(v.Tenants) == 0 {
+		return v.own()
+	}
+
+	parts := []string{v.Credential + ": " + v.own()}
+	for _, t := range v.Tenants {
+		parts = append(parts, t.Credential+": "+t.TenantSentence())
+	}
+
+	return strings.Join(parts, " ")
+}
+
+// TenantSentence is a tenant credential's verdict in words.
+func (v Revocation) TenantSentence() string {
+	if v.SafeToRevoke {
+		return fmt.Sprintf("safe to revoke its old credential: all %d of its pull secrets hold revision %s.", v.New, human.Short(v.Revision))
+	}
+
+	return "do not revoke its old credential yet: it is still used by " + v.StillUsedBy() + "."
+}
+
+// own is one credential's verdict in words.
+func (v Revocation) own() string {
 	if v.SafeToRevoke && v.Scope == ScopeSelected {
 		return fmt.Sprintf("The old credential is no longer used by any node nodes.selector selects, pull secret, node template or the root "+
 			"Flux secret: all %d hold revision %s. It is safe to revoke as far as those go: nodes outside nodes.selector were not judged "+
@@ -467,7 +576,7 @@ func (p *Plan) Leaves() []Use {
 
 	var out []Use
 
-	for _, u := range p.Verdict.Still() {
+	for _, u := range p.Verdict.stillAll() {
 		if acts[u.Kind+" "+u.Name] {
 			continue
 		}

@@ -222,9 +222,11 @@ func (s *State) DropSteer(node, owner string) {
 // SecretRecord is what the fan-out wrote, or is writing, to one pull secret (digests only). A
 // half-done fan-out is not a fence, but the state says what was written.
 type SecretRecord struct {
-	Namespace       string    `json:"namespace"`
-	Name            string    `json:"name"`
-	Role            string    `json:"role"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	// Credential is the tenant credential it receives ("": the cluster credential).
+	Credential      string    `json:"credential,omitempty"`
 	DesiredRevision string    `json:"desired_revision"`
 	Outcome         string    `json:"outcome"` // SecretWriting, then what the write became
 	Updated         time.Time `json:"updated"`

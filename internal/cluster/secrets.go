@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,11 @@ type SecretTarget struct {
 	Namespace, Name string
 	Role            string
 	ServiceAccounts []string
+	// Credential is the tenant credential the secret holds ("": the cluster credential).
+	Credential string
+	// Configuration is the identity of the configuration reading it: a Secret another
+	// configuration marked is foreign.
+	Configuration string
 	// OutsideRoles: the identity's roles cover nothing in the namespace (it gained the consumer
 	// label after they were rendered): the secret is neither read nor written.
 	OutsideRoles bool
@@ -49,11 +55,11 @@ func (c *Connection) SelectedNamespaces(ctx context.Context, selector string) ([
 
 // ConsumerTargets expands the configured consumers: explicit ones, and the secret in every
 // selected namespace (those a consumer selector matches), sorted by namespace and name.
-func ConsumerTargets(explicit []SecretTarget, selected []string, secret string, sas []string) []SecretTarget {
+func ConsumerTargets(explicit []SecretTarget, selected []string, secret string, sas []string, credential string) []SecretTarget {
 	out := append([]SecretTarget(nil), explicit...)
 
 	for _, ns := range selected {
-		t := SecretTarget{Namespace: ns, Name: secret, Role: plan.RoleConsumer, ServiceAccounts: sas}
+		t := SecretTarget{Namespace: ns, Name: secret, Role: plan.RoleConsumer, ServiceAccounts: sas, Credential: credential}
 		if !slices.ContainsFunc(out, func(x SecretTarget) bool { return x.Namespace == t.Namespace && x.Name == t.Name }) {
 			out = append(out, t)
 		}
@@ -62,6 +68,30 @@ func ConsumerTargets(explicit []SecretTarget, selected []string, secret string, 
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
 
 	return out
+}
+
+// The marks on every pull secret ghcrsync writes: the configuration that wrote it (its Lease,
+// namespace/name) and the credential it holds (the credential block's name).
+const (
+	ConfigurationAnnotation = "ghcrsync.dev/configuration"
+	CredentialAnnotation    = "ghcrsync.dev/credential"
+)
+
+// OtherConfiguration names the other ghcrsync configuration whose mark the Secret carries ("":
+// none, or self's): a pull secret two configurations write is a tug of war, and ghcrsync leaves
+// it to the one that marked it.
+func OtherConfiguration(s *corev1.Secret, self string) string {
+	v := s.Annotations[ConfigurationAnnotation]
+	if v == "" || v == self || self == "" {
+		return ""
+	}
+
+	what := "ghcrsync configuration " + strconv.Quote(v)
+	if c := s.Annotations[CredentialAnnotation]; c != "" {
+		what += " (credential " + strconv.Quote(c) + ")"
+	}
+
+	return what
 }
 
 // Foreign says which controller owns the Secret ("" if none): an ownerReference, an
@@ -92,7 +122,7 @@ func Foreign(s *corev1.Secret) string {
 func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry string) (plan.SecretObs, *credential.Credential, error) {
 	var held *credential.Credential
 
-	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role, OutsideRoles: t.OutsideRoles}
+	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role, Credential: t.Credential, OutsideRoles: t.OutsideRoles}
 	if t.OutsideRoles {
 		return obs, nil, nil
 	}
@@ -113,6 +143,10 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 		return obs, nil, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
+		if obs.Foreign == "" {
+			obs.Foreign = OtherConfiguration(s, t.Configuration)
+		}
+
 		obs.Writers = Writers(s.ObjectMeta, corev1.DockerConfigJsonKey)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
 			obs.Digest = authdigest.DockerConfig(data)

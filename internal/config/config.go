@@ -34,11 +34,16 @@ type Config struct {
 	Path   string // absolute path of the file
 	Digest string // hex SHA-256 of the file's bytes
 
-	Cluster    Cluster
-	Talos      Talos
+	Cluster Cluster
+	Talos   Talos
+	// Credential is the cluster's credential: the nodes' (Talos RegistryAuthConfig), the node
+	// templates', the root Flux secret's and the top-level consumers'.
 	Credential Credential
-	Nodes      Nodes
-	Consumers  []Consumer
+	// Tenants are the other credential blocks (several credentials in one configuration): each
+	// reaches the pull secrets of its own consumers only, never a node or the root.
+	Tenants   []Tenant
+	Nodes     Nodes
+	Consumers []Consumer
 	// ConsumerSelector selects more consumer namespaces by label (the consumers block).
 	ConsumerSelector *ConsumerSelector
 	FluxRoot         *FluxRoot
@@ -122,6 +127,60 @@ type Credential struct {
 	// DeniedWindow is how long a denial (401, 403) must last to be final ("refused (stable)").
 	RetryWindow  time.Duration
 	DeniedWindow time.Duration
+}
+
+// Tenant is a credential that reaches pull secrets only: its own consumers (a tenant's
+// namespaces), proved and isolated on its own, rotated in the same plan and run as the cluster's.
+type Tenant struct {
+	Credential       Credential
+	Consumers        []Consumer
+	ConsumerSelector *ConsumerSelector
+}
+
+// PullSecrets is one credential's consumers: the cluster credential's (Credential "", the
+// top-level consumer and consumers blocks) or a tenant's (the blocks nested in its credential).
+type PullSecrets struct {
+	Credential string // the tenant's credential name; "" for the cluster credential
+	Consumers  []Consumer
+	Selector   *ConsumerSelector
+}
+
+// Identity names the configuration on the pull secrets it writes (their
+// ghcrsync.dev/configuration annotation): its Lease, namespace/name, which one run at a time holds.
+func (c *Config) Identity() string { return c.Lease.Namespace + "/" + c.Lease.Name }
+
+// PullSecretSets are every credential's consumers, the cluster credential's first.
+func (c *Config) PullSecretSets() []PullSecrets {
+	out := []PullSecrets{{Consumers: c.Consumers, Selector: c.ConsumerSelector}}
+	for _, t := range c.Tenants {
+		out = append(out, PullSecrets{Credential: t.Credential.Name, Consumers: t.Consumers, Selector: t.ConsumerSelector})
+	}
+
+	return out
+}
+
+// Selectors are the consumer selectors of every credential (none: no consumers block).
+func (c *Config) Selectors() []string {
+	var out []string
+
+	for _, set := range c.PullSecretSets() {
+		if set.Selector != nil && !slices.Contains(out, set.Selector.Selector) {
+			out = append(out, set.Selector.Selector)
+		}
+	}
+
+	return out
+}
+
+// Tenant is the tenant credential named name (nil: none; "" is the cluster credential).
+func (c *Config) Tenant(name string) *Tenant {
+	for i := range c.Tenants {
+		if c.Tenants[i].Credential.Name == name {
+			return &c.Tenants[i]
+		}
+	}
+
+	return nil
 }
 
 // The registry's passing trouble is waited out this long by default: GHCR's incidents answer
@@ -317,7 +376,13 @@ type credentialBlock struct {
 	TrustedHosts []string       `hcl:"trusted_hosts,optional"`
 	RetryWindow  hcl.Expression `hcl:"retry_window,optional"`
 	DeniedWindow hcl.Expression `hcl:"denied_window,optional"`
+	// Consumers and Selected make it a tenant credential: it reaches these pull secrets only.
+	Consumers []consumerBlock `hcl:"consumer,block"`
+	Selected  *consumersBlock `hcl:"consumers,block"`
 }
+
+// tenant reports whether the block is a tenant credential's (it names consumers of its own).
+func (c credentialBlock) tenant() bool { return len(c.Consumers) > 0 || c.Selected != nil }
 
 type nodesBlock struct {
 	Selector             *string        `hcl:"selector,optional"`
@@ -647,6 +712,7 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.credential(raw, body, cfg)
 	d.nodes(raw, body, cfg)
 	d.consumers(raw, body, cfg)
+	d.distinctConsumers(body, cfg)
 	d.flux(raw, body, cfg)
 	d.templates(raw, body, cfg)
 	d.lease(raw, cfg)
@@ -740,8 +806,22 @@ func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 	}
 }
 
-// consumers decodes the consumer, consumers and flux_root blocks.
+// consumers decodes the top-level consumer, consumers and flux_root blocks (the cluster
+// credential's).
 func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
+	cfg.Consumers, cfg.ConsumerSelector = d.consumerBlocks(raw.Consumers, raw.Selected, attrRange(body, "consumers", "selector"), "")
+
+	if raw.FluxRoot != nil {
+		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret}
+		if raw.FluxRoot.OCIRepository != nil {
+			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
+		}
+	}
+}
+
+// consumerBlocks decodes one credential's consumer and consumers blocks (where, "" or
+// `credential "NAME": `, prefixes their messages).
+func (d *decoder) consumerBlocks(explicit []consumerBlock, selected *consumersBlock, rng hcl.Range, where string) ([]Consumer, *ConsumerSelector) {
 	sas := func(p *[]string) []string {
 		if p == nil {
 			return []string{"default"}
@@ -750,24 +830,23 @@ func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
 		return *p
 	}
 
-	for _, c := range raw.Consumers {
-		cfg.Consumers = append(cfg.Consumers, Consumer{Name: c.Name, Namespace: c.Namespace, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)})
+	var out []Consumer
+
+	for _, c := range explicit {
+		out = append(out, Consumer{Name: c.Name, Namespace: c.Namespace, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)})
 	}
 
-	if c := raw.Selected; c != nil {
+	var sel *ConsumerSelector
+
+	if c := selected; c != nil {
 		if _, err := labels.Parse(c.Selector); err != nil || c.Selector == "" {
-			d.errorf(attrRange(body, "consumers", "selector"), "Invalid selector", "consumers.selector %q is not a Kubernetes label selector.", c.Selector)
+			d.errorf(rng, "Invalid selector", "%sconsumers.selector %q is not a Kubernetes label selector.", where, c.Selector)
 		}
 
-		cfg.ConsumerSelector = &ConsumerSelector{Selector: c.Selector, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)}
+		sel = &ConsumerSelector{Selector: c.Selector, Secret: c.Secret, ServiceAccounts: sas(c.ServiceAccounts)}
 	}
 
-	if raw.FluxRoot != nil {
-		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret}
-		if raw.FluxRoot.OCIRepository != nil {
-			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
-		}
-	}
+	return out, sel
 }
 
 // flux decodes the flux block: each Kustomization to suspend for the run, as namespace/name,
@@ -940,28 +1019,97 @@ func (d *decoder) liveness(raw *file, body hcl.Body, cfg *Config) {
 	}
 }
 
+// credential decodes the credential blocks: one is the cluster's (it names no consumers of its
+// own), the others tenants' (each names its consumers).
 func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
-	switch len(raw.Credentials) {
-	case 0:
+	if len(raw.Credentials) == 0 {
 		d.errorf(body.MissingItemRange(), "Missing credential block",
 			"The configuration needs one credential \"NAME\" { registry, sops_file } block naming the SOPS file that holds the pull credential.")
 
 		return
-	case 1:
-	default:
-		d.errorf(attrRange(body, "credential", "registry"), "Duplicate credential block", "Only one credential block is supported.")
-
-		return
 	}
 
-	c := raw.Credentials[0]
+	var cluster []string
+
+	seen := map[string]bool{}
+
+	for _, c := range raw.Credentials {
+		rng := blockRange(body, "credential", c.Name, "")
+		if seen[c.Name] {
+			d.errorf(rng, "Duplicate credential block", "Two credential blocks are named %q: give each credential its own name.", c.Name)
+
+			continue
+		}
+
+		seen[c.Name] = true
+
+		if !credentialName.MatchString(c.Name) {
+			d.errorf(rng, "Invalid credential name",
+				"A credential's name is written into the plan, the state and an annotation of every Secret it reaches: lower-case letters, digits and '-', like \"tenant-a\"; %q is not.", c.Name)
+		}
+
+		cred := d.oneCredential(c, body)
+
+		switch {
+		case c.tenant() && len(raw.Credentials) == 1:
+			d.errorf(rng, "Consumers inside the only credential block",
+				"consumer and consumers blocks inside a credential block make it a tenant credential, which reaches those pull secrets only; "+
+					"with one credential, write them at the top level, where the cluster credential's consumers go.")
+		case c.tenant():
+			t := Tenant{Credential: cred}
+			t.Consumers, t.ConsumerSelector = d.consumerBlocks(c.Consumers, c.Selected, blockRange(body, "credential", c.Name, "consumers"), "credential \""+c.Name+"\": ")
+			cfg.Tenants = append(cfg.Tenants, t)
+		default:
+			cluster = append(cluster, c.Name)
+			cfg.Credential = cred
+		}
+	}
+
+	if len(raw.Credentials) > 1 && len(cluster) != 1 {
+		d.errorf(blockRange(body, "credential", raw.Credentials[0].Name, ""), "Which credential is the cluster's?",
+			"With several credential blocks, exactly one names no consumers of its own: the cluster's credential, which the nodes (Talos RegistryAuthConfig), "+
+				"the node templates, the root Flux secret and the top-level consumers receive; each other block names its tenant's consumers inside it "+
+				"(consumer or consumers blocks). Here %d name none (%s).", len(cluster), strings.Join(cluster, ", "))
+	}
+}
+
+// credentialName is what a credential may be called: a label value (it names the credential on
+// the Secrets it reaches).
+var credentialName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// distinctConsumers refuses a pull secret two credentials would write (explicit consumers; those
+// a selector finds are checked when plan lists them).
+func (d *decoder) distinctConsumers(body hcl.Body, cfg *Config) {
+	owner := map[string]string{}
+
+	for _, set := range cfg.PullSecretSets() {
+		name := set.Credential
+		if name == "" {
+			name = cfg.Credential.Name
+		}
+
+		for _, c := range set.Consumers {
+			key := c.Namespace + "/" + c.Secret
+			if prev, ok := owner[key]; ok && prev != name {
+				d.errorf(blockRange(body, "credential", set.Credential, "consumers"), "Pull secret of two credentials",
+					"%s is a consumer of credential %q and of credential %q: a pull secret holds one credential; name it in one block only.", key, prev, name)
+			}
+
+			owner[key] = name
+		}
+	}
+}
+
+// oneCredential decodes one credential block.
+func (d *decoder) oneCredential(c credentialBlock, body hcl.Body) Credential {
+	at := func(attr string) hcl.Range { return blockRange(body, "credential", c.Name, attr) }
 	sops, rng, ok := d.str(c.SopsFile, "")
 
 	if ok {
 		sops = d.existingFile(sops, rng, "sops_file")
 	}
 
-	cfg.Credential = Credential{
+	cred := Credential{
 		Name:     c.Name,
 		Registry: c.Registry,
 		Endpoint: "https://" + c.Registry,
@@ -972,39 +1120,39 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 	}
 
 	if c.Registry == "" || strings.Contains(c.Registry, "/") {
-		d.errorf(attrRange(body, "credential", "registry"), "Invalid registry",
+		d.errorf(at("registry"), "Invalid registry",
 			"registry is the host name the credential is keyed by in the dockerconfigjson (e.g. \"ghcr.io\"), not %q.", c.Registry)
 	}
 
-	cfg.Credential.TrustedHosts = d.hosts(c.TrustedHosts, attrRange(body, "credential", "trusted_hosts"))
-	cfg.Credential.RetryWindow = d.duration(c.RetryWindow, DefaultRetryWindow, "credential.retry_window")
-	cfg.Credential.DeniedWindow = d.duration(c.DeniedWindow, DefaultDeniedWindow, "credential.denied_window")
+	cred.TrustedHosts = d.hosts(c.TrustedHosts, at("trusted_hosts"))
+	cred.RetryWindow = d.duration(c.RetryWindow, DefaultRetryWindow, "credential.retry_window")
+	cred.DeniedWindow = d.duration(c.DeniedWindow, DefaultDeniedWindow, "credential.denied_window")
 
-	if cfg.Credential.DeniedWindow > cfg.Credential.RetryWindow {
-		d.errorf(attrRange(body, "credential", "denied_window"), "Invalid denied_window",
+	if cred.DeniedWindow > cred.RetryWindow {
+		d.errorf(at("denied_window"), "Invalid denied_window",
 			"credential.denied_window (%s) must not be longer than credential.retry_window (%s): a denial is asked again within the retry window.",
-			cfg.Credential.DeniedWindow, cfg.Credential.RetryWindow)
+			cred.DeniedWindow, cred.RetryWindow)
 	}
 
 	if c.Endpoint != nil {
-		cfg.Credential.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
-		err := pin.URL(cfg.Credential.Endpoint, nil)
+		cred.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
+		err := pin.URL(cred.Endpoint, nil)
 		if err == nil {
-			err = pin.Base(cfg.Credential.Endpoint)
+			err = pin.Base(cred.Endpoint)
 		}
 
 		if err != nil {
-			d.errorf(attrRange(body, "credential", "endpoint"), "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
+			d.errorf(at("endpoint"), "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
 		}
 	}
 
 	if len(c.Key) > 0 {
-		cfg.Credential.Key = c.Key
+		cred.Key = c.Key
 	}
 
 	for _, p := range c.Prove {
 		if !proveRef.MatchString(p) {
-			d.errorf(attrRange(body, "credential", "prove"), "Invalid image reference",
+			d.errorf(at("prove"), "Invalid image reference",
 				"prove entries are repository:tag (or repository@sha256:…) on the registry, like \"org/private-image:v1\"; %q is not.", p)
 		}
 	}
@@ -1012,13 +1160,38 @@ func (d *decoder) credential(raw *file, body hcl.Body, cfg *Config) {
 	for _, p := range c.Deny {
 		switch {
 		case !proveRef.MatchString(p):
-			d.errorf(attrRange(body, "credential", "deny"), "Invalid image reference",
+			d.errorf(at("deny"), "Invalid image reference",
 				"deny entries are repository:tag (or repository@sha256:…) on the registry the credential must not pull, like \"other-team/private-image:v1\"; %q is not.", p)
 		case slices.Contains(c.Prove, p):
-			d.errorf(attrRange(body, "credential", "deny"), "Image both proved and denied",
+			d.errorf(at("deny"), "Image both proved and denied",
 				"%q is in credential.prove (must pull) and credential.deny (must not pull): keep it in one.", p)
 		}
 	}
+
+	return cred
+}
+
+// blockRange is where attr of the labelled block (type, label) was written (attr "": the block's
+// header), for diagnostics about values decoded as plain Go types.
+func blockRange(body hcl.Body, block, label, attr string) hcl.Range {
+	content, _, _ := body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: block, LabelNames: []string{"name"}}}})
+	for _, b := range content.Blocks {
+		if len(b.Labels) != 1 || b.Labels[0] != label {
+			continue
+		}
+
+		if attr != "" {
+			if attrs, _ := b.Body.JustAttributes(); attrs != nil {
+				if a, ok := attrs[attr]; ok {
+					return a.Range
+				}
+			}
+		}
+
+		return b.DefRange
+	}
+
+	return attrRange(body, block, attr)
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {

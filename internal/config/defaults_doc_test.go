@@ -22,6 +22,18 @@ credential "ghcr" {
   sops_file = "secret.enc.yaml"
   prove     = ["org/private:v1"]
 }
+credential "tenant-a" {
+  registry  = "ghcr.io"
+  sops_file = "secret.enc.yaml"
+  consumer "a" {
+    namespace = "a"
+    secret    = "tenant-pull"
+  }
+  consumers {
+    selector = "tenant=a"
+    secret   = "tenant-pull"
+  }
+}
 consumer "web" {
   namespace = "web"
   secret    = "ghcr-pull"
@@ -51,41 +63,43 @@ liveness "github_actions" {
 	// What the decoder gave, by the table's key. A row is checked only where its default is a
 	// value the decoder applies; the others are named with why they are not.
 	got := map[string]string{
-		"cluster.timeout":                     fmt.Sprint(cfg.Cluster.Timeout),
-		"cluster.in_cluster":                  fmt.Sprint(cfg.Cluster.InCluster),
-		"cluster.service_account_dir":         cfg.Cluster.ServiceAccountDir,
-		"talos.timeout":                       fmt.Sprint(cfg.Talos.Timeout),
-		"talos.concurrency":                   fmt.Sprint(cfg.Talos.Concurrency),
-		"credential.endpoint":                 strings.Replace(cfg.Credential.Endpoint, cfg.Credential.Registry, "REGISTRY", 1),
-		"credential.key":                      list(cfg.Credential.Key),
-		"credential.retry_window":             fmt.Sprint(cfg.Credential.RetryWindow),
-		"credential.denied_window":            fmt.Sprint(cfg.Credential.DeniedWindow),
-		"nodes.autoscaler_candidates":         cfg.Nodes.AutoscalerCandidates,
-		"nodes.worker_parallelism":            fmt.Sprint(cfg.Nodes.WorkerParallelism),
-		"nodes.live_parallelism":              fmt.Sprint(cfg.Nodes.LiveParallelism),
-		"nodes.max_failures":                  fmt.Sprint(cfg.Nodes.MaxFailures),
-		"nodes.drain_timeout":                 fmt.Sprint(cfg.Nodes.DrainTimeout),
-		"nodes.ready_timeout":                 fmt.Sprint(cfg.Nodes.ReadyTimeout),
-		"nodes.allow_quorum_loss":             fmt.Sprint(cfg.Nodes.AllowQuorumLoss),
-		"nodes.verdict":                       `"` + cfg.Nodes.Verdict + `"`,
-		"nodes.expected_node_time":            fmt.Sprint(cfg.Nodes.ExpectedNodeTime),
-		"nodes.expected_live_time":            fmt.Sprint(cfg.Nodes.ExpectedLiveTime),
-		"nodes.runtime_probe.namespace":       cfg.Nodes.Probe.Namespace,
-		"nodes.runtime_probe.service_account": cfg.Nodes.Probe.ServiceAccount,
-		"consumer.service_accounts":           list(cfg.Consumers[0].ServiceAccounts),
-		"consumers.service_accounts":          list(cfg.ConsumerSelector.ServiceAccounts),
-		"node_template.format":                cfg.NodeTemplates[0].Format,
-		"lease.namespace":                     cfg.Lease.Namespace,
-		"lease.name":                          cfg.Lease.Name,
-		"lease.duration":                      fmt.Sprint(cfg.Lease.Duration),
-		"lease.heartbeat":                     fmt.Sprint(cfg.Lease.Heartbeat),
-		"state.backend":                       cfg.State.Backend,
-		"state.path":                          strings.TrimPrefix(cfg.State.Path, dir+string(filepath.Separator)),
-		"state.namespace":                     cfg.State.Namespace,
-		"state.secret":                        cfg.State.Secret,
-		"liveness.api_url":                    cfg.Liveness.APIURL,
-		"liveness.token_env":                  cfg.Liveness.TokenEnv,
-		"run.reserve":                         fmt.Sprint(cfg.Run.Reserve),
+		"cluster.timeout":                       fmt.Sprint(cfg.Cluster.Timeout),
+		"cluster.in_cluster":                    fmt.Sprint(cfg.Cluster.InCluster),
+		"cluster.service_account_dir":           cfg.Cluster.ServiceAccountDir,
+		"talos.timeout":                         fmt.Sprint(cfg.Talos.Timeout),
+		"talos.concurrency":                     fmt.Sprint(cfg.Talos.Concurrency),
+		"credential.endpoint":                   strings.Replace(cfg.Credential.Endpoint, cfg.Credential.Registry, "REGISTRY", 1),
+		"credential.key":                        list(cfg.Credential.Key),
+		"credential.retry_window":               fmt.Sprint(cfg.Credential.RetryWindow),
+		"credential.denied_window":              fmt.Sprint(cfg.Credential.DeniedWindow),
+		"nodes.autoscaler_candidates":           cfg.Nodes.AutoscalerCandidates,
+		"nodes.worker_parallelism":              fmt.Sprint(cfg.Nodes.WorkerParallelism),
+		"nodes.live_parallelism":                fmt.Sprint(cfg.Nodes.LiveParallelism),
+		"nodes.max_failures":                    fmt.Sprint(cfg.Nodes.MaxFailures),
+		"nodes.drain_timeout":                   fmt.Sprint(cfg.Nodes.DrainTimeout),
+		"nodes.ready_timeout":                   fmt.Sprint(cfg.Nodes.ReadyTimeout),
+		"nodes.allow_quorum_loss":               fmt.Sprint(cfg.Nodes.AllowQuorumLoss),
+		"nodes.verdict":                         `"` + cfg.Nodes.Verdict + `"`,
+		"nodes.expected_node_time":              fmt.Sprint(cfg.Nodes.ExpectedNodeTime),
+		"nodes.expected_live_time":              fmt.Sprint(cfg.Nodes.ExpectedLiveTime),
+		"nodes.runtime_probe.namespace":         cfg.Nodes.Probe.Namespace,
+		"nodes.runtime_probe.service_account":   cfg.Nodes.Probe.ServiceAccount,
+		"consumer.service_accounts":             list(cfg.Consumers[0].ServiceAccounts),
+		"consumers.service_accounts":            list(cfg.ConsumerSelector.ServiceAccounts),
+		"credential.consumer.service_accounts":  list(cfg.Tenants[0].Consumers[0].ServiceAccounts),
+		"credential.consumers.service_accounts": list(cfg.Tenants[0].ConsumerSelector.ServiceAccounts),
+		"node_template.format":                  cfg.NodeTemplates[0].Format,
+		"lease.namespace":                       cfg.Lease.Namespace,
+		"lease.name":                            cfg.Lease.Name,
+		"lease.duration":                        fmt.Sprint(cfg.Lease.Duration),
+		"lease.heartbeat":                       fmt.Sprint(cfg.Lease.Heartbeat),
+		"state.backend":                         cfg.State.Backend,
+		"state.path":                            strings.TrimPrefix(cfg.State.Path, dir+string(filepath.Separator)),
+		"state.namespace":                       cfg.State.Namespace,
+		"state.secret":                          cfg.State.Secret,
+		"liveness.api_url":                      cfg.Liveness.APIURL,
+		"liveness.token_env":                    cfg.Liveness.TokenEnv,
+		"run.reserve":                           fmt.Sprint(cfg.Run.Reserve),
 	}
 	notLiteral := map[string]string{
 		"cluster.kubeconfig":         "the kubeconfig loading rules decide, not the decoder",

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -75,6 +76,12 @@ type Hooks struct {
 // Options configure a fan-out.
 type Options struct {
 	Data []byte // the dockerconfigjson to write
+	// Tenants are the tenant credentials' dockerconfigjson, by credential name: a pull secret of
+	// a tenant (its plan entry's Credential) receives its tenant's, never Data.
+	Tenants map[string][]byte
+	// Configuration and Credential are the marks every written pull secret carries (the
+	// configuration's identity, the cluster credential's name; a tenant's secret its own).
+	Configuration, Credential string
 	// Registry, Username and Password are the credential the node templates receive.
 	Registry, Username, Password string
 	// Templates are the configured node templates (their plan entries say which need a write).
@@ -90,6 +97,35 @@ type Options struct {
 	Log hclog.Logger
 
 	dryRun bool // every write is a server-side dry run (DryRun)
+}
+
+// data is what the pull secret receives: its credential's dockerconfigjson (nil: a tenant this
+// run was not given, which writes nothing).
+func (o Options) data(sp plan.SecretPlan) []byte {
+	if sp.Credential == "" {
+		return o.Data
+	}
+
+	return o.Tenants[sp.Credential]
+}
+
+// marks are the annotations that say which configuration and credential wrote the secret.
+func (o Options) marks(sp plan.SecretPlan) map[string]string {
+	name := sp.Credential
+	if name == "" {
+		name = o.Credential
+	}
+
+	out := map[string]string{}
+	if o.Configuration != "" {
+		out[cluster.ConfigurationAnnotation] = o.Configuration
+	}
+
+	if name != "" {
+		out[cluster.CredentialAnnotation] = name
+	}
+
+	return out
 }
 
 // writeMode is the write's dryRun option: All in a dry run, none otherwise.
@@ -223,7 +259,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	switch {
 	case err != nil:
 		return fail(fmt.Errorf("read-back of %s failed: %w", where, err))
-	case !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.Data):
+	case !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.data(sp)):
 		return fail(fmt.Errorf("read-back of %s does not match what was written", where))
 	}
 
@@ -255,6 +291,11 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.SecretPlan, o Options) (retries int, err error) {
 	where := sp.Namespace + "/" + sp.Secret
 
+	data := o.data(sp)
+	if len(data) == 0 {
+		return 0, fmt.Errorf("%s: this run holds no credential %q to write; not written", where, sp.Credential)
+	}
+
 	return landed(where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
 
@@ -268,9 +309,9 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 
 			_, err = secrets.Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
-					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}},
+					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}, Annotations: o.marks(sp)},
 				Type: corev1.SecretTypeDockerConfigJson,
-				Data: map[string][]byte{corev1.DockerConfigJsonKey: o.Data},
+				Data: map[string][]byte{corev1.DockerConfigJsonKey: data},
 			}, metav1.CreateOptions{DryRun: o.writeMode()})
 			if namespaceGone(err) {
 				return fmt.Errorf("%s: %w", where, errNamespaceGone)
@@ -279,9 +320,11 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			return fmt.Errorf("read %s: %w", where, err)
 		case cluster.Foreign(cur) != "":
 			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
+		case cluster.OtherConfiguration(cur, o.Configuration) != "":
+			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.OtherConfiguration(cur, o.Configuration), errForeign)
 		case cur.Type != corev1.SecretTypeDockerConfigJson:
 			return fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
-		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], o.Data):
+		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data):
 			return nil
 		default:
 			o.Hooks.between(sp, attempt)
@@ -295,7 +338,13 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 				next.Data = map[string][]byte{}
 			}
 
-			next.Data[corev1.DockerConfigJsonKey] = o.Data
+			next.Data[corev1.DockerConfigJsonKey] = data
+
+			if next.Annotations == nil {
+				next.Annotations = map[string]string{}
+			}
+
+			maps.Copy(next.Annotations, o.marks(sp))
 			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{DryRun: o.writeMode()})
 		}
 

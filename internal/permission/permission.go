@@ -90,7 +90,7 @@ func ListNamespaces() cluster.Access { return access("list", "", "namespaces", "
 func readTargets(cfg *config.Config, targets []cluster.SecretTarget) []cluster.Access {
 	var needs []cluster.Access
 
-	if cfg.ConsumerSelector != nil {
+	if len(cfg.Selectors()) > 0 {
 		needs = append(needs, ListNamespaces())
 	}
 

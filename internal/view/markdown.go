@@ -157,6 +157,17 @@ func mdHeader(w io.Writer, p *plan.Plan) {
 		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),
 		p.CreatedAt.UTC().Format("2006-01-02 15:04Z"), p.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
 
+	if len(p.Tenants) > 0 {
+		fmt.Fprintf(w, "| Credential | Revision | Reaches | Isolated from |\n|---|---|---|---|\n")
+		fmt.Fprintf(w, "| %s | `%s` | nodes, node templates, root Flux secret, %s | |\n", md(p.Credential), human.Short(p.CredentialRevision), secretCount(p, ""))
+
+		for _, t := range p.Tenants {
+			fmt.Fprintf(w, "| %s | `%s` | %s | %s |\n", md(t.Name), human.Short(t.Revision), secretCount(p, t.Name), md(strings.Join(t.IsolatedFrom, ", ")))
+		}
+
+		fmt.Fprintln(w)
+	}
+
 	if p.Emergency() {
 		fmt.Fprintln(w, "> [!CAUTION]")
 		fmt.Fprintln(w, "> **Emergency rotation**: a credential in use is refused by the registry.")

@@ -72,6 +72,8 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 
 	fmt.Fprintf(w, "\nPlan created %s, valid until %s.\n\n", human.Clock(p.CreatedAt), human.Clock(p.ExpiresAt))
 
+	rotations(w, p)
+
 	if p.Emergency() {
 		fmt.Fprintln(w, "EMERGENCY ROTATION: a credential in use is refused by the registry.")
 
@@ -108,6 +110,53 @@ func PlanHuman(w io.Writer, p *plan.Plan) {
 		fmt.Fprintln(w)
 		planVerdict(w, p)
 	}
+}
+
+// rotations lists every credential of a plan that rotates several (tenants): the cluster's, then
+// each tenant's, with what it reaches and, for a tenant, what it proved it cannot pull.
+func rotations(w io.Writer, p *plan.Plan) {
+	if len(p.Tenants) == 0 {
+		return
+	}
+
+	fmt.Fprintf(w, "Credentials: %d in this plan, each rotated on its own pull secrets.\n", 1+len(p.Tenants))
+	fmt.Fprintf(w, "  %s: revision %s for %s — the nodes, node templates, root Flux secret and %s\n", Clean(p.Credential), human.Short(p.CredentialRevision),
+		p.Registry, secretCount(p, ""))
+
+	for _, t := range p.Tenants {
+		fmt.Fprintf(w, "  %s: revision %s for %s — %s only", Clean(t.Name), human.Short(t.Revision), t.Registry, secretCount(p, t.Name))
+
+		if t.ProofSkipped {
+			fmt.Fprint(w, " (not proved: --skip-proof)")
+		}
+
+		if len(t.IsolatedFrom) > 0 {
+			fmt.Fprintf(w, "; isolated: the registry refuses it %s", strings.Join(t.IsolatedFrom, ", "))
+		}
+
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintln(w)
+}
+
+// secretCount says how many of a credential's consumer pull secrets the plan writes.
+func secretCount(p *plan.Plan, credential string) string {
+	var all, write int
+
+	for _, sp := range p.Secrets {
+		if sp.Credential != credential || sp.Role == plan.RoleRoot {
+			continue
+		}
+
+		all++
+
+		if sp.Action == plan.SecretCreate || sp.Action == plan.SecretUpdate {
+			write++
+		}
+	}
+
+	return fmt.Sprintf("%d consumer %s (%d to write)", all, human.Plural(all, "pull secret", "pull secrets"), write)
 }
 
 // steering says where the drains' pods go: the taint, the worker rolled first and its pods'
@@ -225,7 +274,12 @@ func secrets(w io.Writer, p *plan.Plan) {
 	fmt.Fprintln(w)
 
 	for _, sp := range p.Secrets {
-		fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", secretSymbols[sp.Action], sp.Namespace, sp.Secret, sp.Role, secretVerbs[sp.Action], oneLine(sp.Reason))
+		role := sp.Role
+		if sp.Credential != "" {
+			role += ", credential " + Clean(sp.Credential)
+		}
+
+		fmt.Fprintf(w, "  %s %s/%s (%s) %s\n      # (because %s)\n", secretSymbols[sp.Action], sp.Namespace, sp.Secret, role, secretVerbs[sp.Action], oneLine(sp.Reason))
 
 		if len(sp.ServiceAccounts) > 0 && sp.Action != plan.SecretSkip {
 			fmt.Fprintf(w, "      # and referenced from service account(s) %s\n", strings.Join(sp.ServiceAccounts, ", "))
@@ -367,6 +421,10 @@ type PlanJSON struct {
 	ProofSkipped       bool   `json:"proof_skipped"`
 	// IsolatedFrom are the images the registry refused the credential (credential.deny).
 	IsolatedFrom []string `json:"isolated_from,omitempty"`
+	// Credential names the cluster credential and Tenants are the tenant credentials' rotations,
+	// when the configuration has several (absent with one).
+	Credential string                `json:"credential,omitempty"`
+	Tenants    []plan.TenantRotation `json:"tenants,omitempty"`
 	// CredentialExpiresAt is when the new credential expires, as the registry reported it ("":
 	// not reported); CredentialExpiring is true within 14 days of it (1.2).
 	CredentialExpiresAt string         `json:"credential_expires_at,omitempty"`
@@ -438,6 +496,8 @@ type SecretJSON struct {
 	Action          string   `json:"action"`
 	Reason          string   `json:"reason"`
 	ServiceAccounts []string `json:"service_accounts,omitempty"`
+	// Credential is the tenant credential it receives ("": the cluster credential).
+	Credential string `json:"credential,omitempty"`
 }
 
 // TemplateJSON is one node template config (a template, or one of its pools) of PlanJSON.
@@ -532,7 +592,7 @@ func newContinuingJSON(p *plan.Plan) *ContinuingJSON {
 func NewPlanJSON(p *plan.Plan) PlanJSON {
 	out := PlanJSON{
 		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
-		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, IsolatedFrom: p.IsolatedFrom, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
+		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, IsolatedFrom: p.IsolatedFrom, Credential: p.Credential, Tenants: p.Tenants, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
 		CreatedAt: p.CreatedAt.Format("2006-01-02T15:04:05Z"), ExpiresAt: p.ExpiresAt.Format("2006-01-02T15:04:05Z"),
 		State: p.State, APIEndpoint: p.APIEndpoint, EndpointNode: p.EndpointNode,
 		Nodes: []NodeJSON{}, Consumers: []SecretJSON{}, Templates: []TemplateJSON{}, PullSecretEntries: []string{p.Registry}, Warnings: append([]string{}, p.Warnings...),
@@ -553,6 +613,7 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 	for _, sp := range p.Secrets {
 		out.Consumers = append(out.Consumers, SecretJSON{
 			Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Action: string(sp.Action), Reason: sp.Reason, ServiceAccounts: sp.ServiceAccounts,
+			Credential: sp.Credential,
 		})
 	}
 

@@ -29,14 +29,41 @@ func verdictHuman(w io.Writer, v *plan.Revocation, verdictErr error) {
 		return
 	}
 
+	if len(v.Tenants) > 0 {
+		credentialsHuman(w, v, func(c plan.Revocation) []plan.Use { return c.Still() })
+
+		return
+	}
+
 	fmt.Fprintf(w, "Verdict: %s\n", oneLine(v.Sentence()))
 
-	for _, u := range v.Still() {
-		fmt.Fprintf(w, "  %s %s %s: %s\n", useMarks[u.State], useKinds[u.Kind], Clean(u.Name), oneLine(u.Why))
+	usesHuman(w, "  ", v.Still())
+}
+
+// usesHuman writes each use with why and what to do, indented.
+func usesHuman(w io.Writer, indent string, uses []plan.Use) {
+	for _, u := range uses {
+		fmt.Fprintf(w, "%s%s %s %s: %s\n", indent, useMarks[u.State], useKinds[u.Kind], Clean(u.Name), oneLine(u.Why))
 
 		if u.Next != "" {
-			fmt.Fprintf(w, "      → %s\n", oneLine(u.Next))
+			fmt.Fprintf(w, "%s    → %s\n", indent, oneLine(u.Next))
 		}
+	}
+}
+
+// credentialsHuman writes the verdict of several credentials: one line each, by name, then what
+// still uses its old one (uses picks them: the cluster's, or what a plan leaves).
+func credentialsHuman(w io.Writer, v *plan.Revocation, uses func(plan.Revocation) []plan.Use) {
+	fmt.Fprintln(w, "Verdict, by credential:")
+
+	for i, c := range v.All() {
+		sentence := c.Sentence()
+		if i > 0 {
+			sentence = c.TenantSentence()
+		}
+
+		fmt.Fprintf(w, "  %s: %s\n", Clean(c.Credential), oneLine(sentence))
+		usesHuman(w, "    ", uses(c))
 	}
 }
 
@@ -44,6 +71,13 @@ func verdictHuman(w io.Writer, v *plan.Revocation, verdictErr error) {
 // still leave on the old credential (each with why and what to do).
 func planVerdict(w io.Writer, p *plan.Plan) {
 	if p.Verdict == nil {
+		return
+	}
+
+	if len(p.Verdict.Tenants) > 0 {
+		leaves := p.Leaves()
+		credentialsHuman(w, p.Verdict, func(c plan.Revocation) []plan.Use { return plan.Among(leaves, c.Still()) })
+
 		return
 	}
 
@@ -81,6 +115,10 @@ type VerdictJSON struct {
 	Unknown      int       `json:"unknown"`
 	Still        []UseJSON `json:"still_used_by"`
 	Error        string    `json:"error,omitempty"`
+	// Credential names the credential judged, and Credentials are each credential's verdict,
+	// when the configuration has several (the fields above then judge them all together).
+	Credential  string        `json:"credential,omitempty"`
+	Credentials []VerdictJSON `json:"credentials,omitempty"`
 }
 
 // UseJSON is one use of the old credential.
@@ -102,7 +140,34 @@ func newVerdictJSON(v *plan.Revocation, verdictErr error) *VerdictJSON {
 		return nil
 	}
 
-	out := &VerdictJSON{SafeToRevoke: v.SafeToRevoke, Revision: v.Revision, Sentence: v.Sentence(), New: v.New, Old: v.Old, Unknown: v.Unknown, Still: []UseJSON{}}
+	out := oneVerdictJSON(*v)
+	if len(v.Tenants) == 0 {
+		return out
+	}
+
+	out.SafeToRevoke, out.Sentence, out.Credential = v.Clean(), v.Sentence(), ""
+
+	for i, c := range v.All() {
+		one := oneVerdictJSON(c)
+		if i > 0 {
+			one.Sentence = c.TenantSentence()
+			out.New, out.Old, out.Unknown = out.New+c.New, out.Old+c.Old, out.Unknown+c.Unknown
+			out.Still = append(out.Still, one.Still...)
+		}
+
+		out.Credentials = append(out.Credentials, *one)
+	}
+
+	return out
+}
+
+// oneVerdictJSON is one credential's verdict.
+func oneVerdictJSON(v plan.Revocation) *VerdictJSON {
+	own := v
+	own.Tenants = nil
+
+	out := &VerdictJSON{SafeToRevoke: v.SafeToRevoke, Revision: v.Revision, Sentence: own.Sentence(), New: v.New, Old: v.Old, Unknown: v.Unknown,
+		Still: []UseJSON{}, Credential: v.Credential}
 
 	for _, u := range v.Still() {
 		out.Still = append(out.Still, UseJSON{Kind: u.Kind, Name: u.Name, State: string(u.State), Holds: u.Holds, Why: u.Why, Next: u.Next})
@@ -114,6 +179,13 @@ func newVerdictJSON(v *plan.Revocation, verdictErr error) *VerdictJSON {
 // planVerdictMarkdown is planVerdict for a pull-request comment.
 func planVerdictMarkdown(w io.Writer, p *plan.Plan) {
 	if p.Verdict == nil {
+		return
+	}
+
+	if len(p.Verdict.Tenants) > 0 {
+		leaves := p.Leaves()
+		credentialsMarkdown(w, p.Verdict, "Left on the old credential by this plan", func(c plan.Revocation) []plan.Use { return plan.Among(leaves, c.Still()) })
+
 		return
 	}
 
@@ -158,6 +230,12 @@ func verdictMarkdown(w io.Writer, v *plan.Revocation, verdictErr error) {
 		return
 	}
 
+	if len(v.Tenants) > 0 {
+		credentialsMarkdown(w, v, "Still uses the old credential", plan.Revocation.Still)
+
+		return
+	}
+
 	head := "do not revoke the old credential yet"
 	if v.SafeToRevoke {
 		head = "safe to revoke the old credential"
@@ -170,6 +248,36 @@ func verdictMarkdown(w io.Writer, v *plan.Revocation, verdictErr error) {
 	}
 }
 
+// credentialsMarkdown is the verdict of several credentials: a line each, then one table of what
+// still uses an old credential (uses picks them: what is left, or what a plan leaves).
+func credentialsMarkdown(w io.Writer, v *plan.Revocation, title string, uses func(plan.Revocation) []plan.Use) {
+	head := "do not revoke every old credential yet"
+	if v.Clean() {
+		head = "safe to revoke the old credentials"
+	}
+
+	fmt.Fprintf(w, "#### Verdict: %s\n\n", head)
+
+	var still []plan.Use
+
+	for i, c := range v.All() {
+		sentence := c.Sentence()
+		if i > 0 {
+			sentence = c.TenantSentence()
+		}
+
+		fmt.Fprintf(w, "- **%s**: %s\n", md(c.Credential), md(sentence))
+
+		still = append(still, uses(c)...)
+	}
+
+	fmt.Fprintln(w)
+
+	if len(still) > 0 {
+		usesMarkdown(w, title, still)
+	}
+}
+
 // verdictAnnotation is the verdict as a workflow annotation: a notice when revoking is safe,
 // a warning otherwise.
 func verdictAnnotation(w io.Writer, v *plan.Revocation, verdictErr error) {
@@ -177,7 +285,7 @@ func verdictAnnotation(w io.Writer, v *plan.Revocation, verdictErr error) {
 	case verdictErr != nil:
 		Annotate(w, AnnotateWarning, "ghcrsync: do not revoke the old credential yet", verdictErr.Error())
 	case v == nil:
-	case v.SafeToRevoke:
+	case v.Clean():
 		Annotate(w, AnnotateNotice, "ghcrsync: safe to revoke the old credential", v.Sentence())
 	default:
 		Annotate(w, AnnotateWarning, "ghcrsync: do not revoke the old credential yet", v.Sentence())

@@ -24,7 +24,12 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		return apply.Inputs{}, err
 	}
 
-	return apply.Inputs{Inputs: w.Fences(), Credential: cred, Self: SelfNode(), Cluster: applyCluster{w}}, nil
+	tenants, err := w.Tenants()
+	if err != nil {
+		return apply.Inputs{}, err
+	}
+
+	return apply.Inputs{Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: SelfNode(), Cluster: applyCluster{w}}, nil
 }
 
 // applyCluster is the workspace as a run asks it (apply.Cluster).
@@ -33,7 +38,11 @@ type applyCluster struct{ w *Workspace }
 func (a applyCluster) Preflight(ctx context.Context) error { return a.w.Preflight(ctx, CommandApply) }
 
 func (a applyCluster) Prove(ctx context.Context) error {
-	_, err := a.w.Prove(ctx)
+	if _, err := a.w.Prove(ctx); err != nil {
+		return err
+	}
+
+	_, err := a.w.ProveTenants(ctx)
 
 	return err
 }

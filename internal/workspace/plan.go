@@ -63,6 +63,16 @@ func (w *Workspace) Plan(ctx context.Context, o PlanOptions) (*plan.Plan, error)
 		if len(proved.Platforms) > 0 {
 			in.Probe.Platforms = proved.Platforms
 		}
+
+		tenants, err := w.ProveTenants(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w; nothing was planned", err)
+		}
+
+		for i := range in.Tenants {
+			t := &in.Tenants[i]
+			t.ExpiresAt, t.IsolatedFrom = tenants[t.Name].Expires, tenants[t.Name].IsolatedFrom
+		}
 	}
 
 	snap, mem, err := w.snapshot(ctx)
@@ -102,9 +112,14 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 		return 0
 	}
 
+	tenants, err := w.Tenants()
+	if err != nil {
+		return 0
+	}
+
 	answers := fanout.DryRun(ctx, w.Kube.Client, p, fanout.Options{
-		Data: cred.PullSecretJSON(), Registry: w.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
-		Templates: w.Config.NodeTemplates,
+		Data: cred.PullSecretJSON(), Tenants: PullSecretJSON(tenants), Registry: w.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
+		Templates: w.Config.NodeTemplates, Configuration: w.Config.Identity(), Credential: w.Config.Credential.Name,
 	})
 
 	refused := 0
@@ -133,6 +148,17 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 	}
 
 	return refused
+}
+
+// PullSecretJSON is each tenant credential's dockerconfigjson, by name: what its pull secrets
+// receive.
+func PullSecretJSON(tenants map[string]*credential.Credential) map[string][]byte {
+	out := map[string][]byte{}
+	for name, c := range tenants {
+		out[name] = c.PullSecretJSON()
+	}
+
+	return out
 }
 
 // dryRun asks the Talos of every node the plan acts on what it would do with exactly the change
@@ -208,7 +234,18 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 
 	cfg := w.Config
 
+	tenants, err := w.tenantRotations(o.SkipProof)
+	if err != nil {
+		return plan.Input{}, err
+	}
+
+	name := ""
+	if len(tenants) > 0 {
+		name = cfg.Credential.Name
+	}
+
 	return plan.Input{
+		Credential: name, Tenants: tenants,
 		Now: w.now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
@@ -216,6 +253,24 @@ func (w *Workspace) Input(o PlanOptions) (plan.Input, error) {
 		State:           plan.StateRef{Lineage: w.State.Lineage, Serial: w.State.Serial}, Known: w.known(o.PreviousPlan),
 		AllowPending: o.AllowPending, Timing: w.Timing(o.Within), Rotation: w.State.Rotation,
 	}, nil
+}
+
+// tenantRotations are the tenant credentials' rotations, from their SOPS files (proved later,
+// by plan).
+func (w *Workspace) tenantRotations(skipped bool) ([]plan.TenantRotation, error) {
+	var out []plan.TenantRotation
+
+	for _, t := range w.Config.Tenants {
+		cred, err := w.TenantCredential(t.Credential.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		out = append(out, plan.TenantRotation{Name: t.Credential.Name, Revision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
+			Registry: t.Credential.Registry, ProofSkipped: skipped})
+	}
+
+	return out, nil
 }
 
 // Timing is the estimate's input: the state's recorded rotations, the configuration's defaults
@@ -371,12 +426,19 @@ func (w *Workspace) secrets(ctx context.Context) ([]plan.SecretObs, []Held, erro
 	var held []Held
 
 	for _, t := range targets {
-		obs, cred, err := w.Kube.ObserveSecret(ctx, t, w.Config.Credential.Registry)
+		registry := w.Config.Credential.Registry
+		if tenant := w.Config.Tenant(t.Credential); tenant != nil {
+			registry = tenant.Credential.Registry
+		}
+
+		obs, cred, err := w.Kube.ObserveSecret(ctx, t, registry)
 		if err != nil {
 			return nil, nil, err
 		}
 
-		if cred != nil {
+		// The credentials in use are judged against the cluster credential's packages: a tenant's
+		// pulls other packages, and its pull secrets are judged by its own verdict.
+		if cred != nil && t.Credential == "" {
 			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Cred: cred})
 		}
 
@@ -476,44 +538,89 @@ func (w *Workspace) SecretTargets(ctx context.Context) ([]cluster.SecretTarget, 
 }
 
 func (w *Workspace) secretTargets(ctx context.Context) ([]cluster.SecretTarget, error) {
-	var selected []string
+	selected := map[string][]string{}
 
-	if cs := w.Config.ConsumerSelector; cs != nil {
-		var err error
-		if selected, err = w.Kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
+	for _, sel := range w.Config.Selectors() {
+		names, err := w.Kube.SelectedNamespaces(ctx, sel)
+		if err != nil {
 			return nil, err
 		}
+
+		selected[sel] = names
 	}
 
-	return Targets(w.Config, selected), nil
+	return Targets(w.Config, selected)
 }
 
-// Targets are the pull secrets the configuration names, with the consumer selector's secret in
-// each of selected (the namespaces it matches): consumers by namespace and name, the root last.
-func Targets(cfg *config.Config, selected []string) []cluster.SecretTarget {
-	explicit := make([]cluster.SecretTarget, 0, len(cfg.Consumers))
-	for _, c := range cfg.Consumers {
-		explicit = append(explicit, cluster.SecretTarget{Namespace: c.Namespace, Name: c.Secret, Role: plan.RoleConsumer, ServiceAccounts: c.ServiceAccounts})
+// Targets are the pull secrets the configuration names, each credential's consumer selector's
+// secret in every namespace it matches (selected, by selector): consumers by namespace and name,
+// the root last. A pull secret two credentials would write is an error: it can hold only one.
+func Targets(cfg *config.Config, selected map[string][]string) ([]cluster.SecretTarget, error) {
+	var consumers []cluster.SecretTarget
+
+	for _, set := range cfg.PullSecretSets() {
+		explicit := make([]cluster.SecretTarget, 0, len(set.Consumers))
+		for _, c := range set.Consumers {
+			explicit = append(explicit, cluster.SecretTarget{Namespace: c.Namespace, Name: c.Secret, Role: plan.RoleConsumer, ServiceAccounts: c.ServiceAccounts,
+				Credential: set.Credential})
+		}
+
+		var (
+			secret string
+			sas    []string
+			nss    []string
+		)
+
+		if cs := set.Selector; cs != nil {
+			secret, sas, nss = cs.Secret, cs.ServiceAccounts, selected[cs.Selector]
+		}
+
+		consumers = append(consumers, cluster.ConsumerTargets(explicit, nss, secret, sas, set.Credential)...)
 	}
 
-	var (
-		secret string
-		sas    []string
-	)
-
-	if cs := cfg.ConsumerSelector; cs != nil {
-		secret, sas = cs.Secret, cs.ServiceAccounts
-	} else {
-		selected = nil
+	if err := claimedOnce(cfg, consumers); err != nil {
+		return nil, err
 	}
 
-	targets := cluster.ConsumerTargets(explicit, selected, secret, sas)
+	targets := cluster.ConsumerTargets(consumers, nil, "", nil, "")
 
 	if r := cfg.FluxRoot; r != nil {
 		targets = append(targets, cluster.SecretTarget{Namespace: r.Namespace, Name: r.Secret, Role: plan.RoleRoot})
 	}
 
-	return targets
+	for i := range targets {
+		targets[i].Configuration = cfg.Identity()
+	}
+
+	return targets, nil
+}
+
+// claimedOnce refuses a pull secret two credentials' consumers name (a namespace two consumer
+// selectors match, with the same secret name): which credential it should hold is the
+// configuration's to say.
+func claimedOnce(cfg *config.Config, targets []cluster.SecretTarget) error {
+	by := map[string]string{}
+
+	name := func(t cluster.SecretTarget) string {
+		if t.Credential == "" {
+			return cfg.Credential.Name
+		}
+
+		return t.Credential
+	}
+
+	for _, t := range targets {
+		key := t.Namespace + "/" + t.Name
+		if prev, ok := by[key]; ok && prev != name(t) {
+			return fmt.Errorf("pull secret %s is a consumer of credential %q and of credential %q (their consumer selectors both match namespace %s): "+
+				"a pull secret holds one credential; nothing was planned. Change a namespace's labels or a selector so one credential names it",
+				key, prev, name(t), t.Namespace)
+		}
+
+		by[key] = name(t)
+	}
+
+	return nil
 }
 
 // SelfNode is the node this ghcrsync runs on (plan.SelfNodeEnv), "" when it does not run in

@@ -96,8 +96,11 @@ func outsideRoles(needs, denied []cluster.Access, selected []string) (outside []
 // explicit consumer, not the root's).
 func selectorOnly(cfg *config.Config, targets []cluster.SecretTarget) []string {
 	named := map[string]bool{}
-	for _, c := range cfg.Consumers {
-		named[c.Namespace] = true
+
+	for _, set := range cfg.PullSecretSets() {
+		for _, c := range set.Consumers {
+			named[c.Namespace] = true
+		}
 	}
 
 	if r := cfg.FluxRoot; r != nil {
@@ -147,7 +150,7 @@ func (w *Workspace) targets(ctx context.Context, command string) ([]cluster.Secr
 		return nil, nil
 	}
 
-	if w.Config.ConsumerSelector != nil {
+	if len(w.Config.Selectors()) > 0 {
 		if denied, err := w.Kube.Denied(ctx, []cluster.Access{permission.ListNamespaces()}); err != nil || len(denied) > 0 {
 			return nil, err
 		}

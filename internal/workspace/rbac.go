@@ -48,7 +48,12 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		ns = permission.DefaultNamespace
 	}
 
-	ids := permission.Identities(cfg, Targets(cfg, selected))
+	targets, err := Targets(cfg, selected)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	ids := permission.Identities(cfg, targets)
 
 	if !o.Offline {
 		skipped = withoutAbsent(ids, ns, existing)
@@ -62,11 +67,23 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 	return permission.Render(ns, ids, permission.ProbeOf(cfg)), skipped, nil
 }
 
-// rbacNamespaces are the consumer namespaces to render for (the selector's, listed now, or
-// offline o.Selected) and, connected, every namespace that exists.
-func rbacNamespaces(ctx context.Context, cfg *config.Config, o RBACOptions) (selected, existing []string, err error) {
-	selected = o.Selected
+// rbacNamespaces are the consumer namespaces to render for (each selector's, listed now, or
+// offline o.Selected for the cluster credential's) and, connected, every namespace that exists.
+func rbacNamespaces(ctx context.Context, cfg *config.Config, o RBACOptions) (selected map[string][]string, existing []string, err error) {
+	selected = map[string][]string{}
+
 	if o.Offline {
+		for _, t := range cfg.Tenants {
+			if t.ConsumerSelector != nil {
+				return nil, nil, fmt.Errorf("credential %q selects its consumer namespaces by label (%s), which an offline rendering cannot list: "+
+					"render connected to the cluster, or name that tenant's consumers in consumer blocks", t.Credential.Name, t.ConsumerSelector.Selector)
+			}
+		}
+
+		if cs := cfg.ConsumerSelector; cs != nil {
+			selected[cs.Selector] = o.Selected
+		}
+
 		return selected, nil, nil
 	}
 
@@ -79,8 +96,8 @@ func rbacNamespaces(ctx context.Context, cfg *config.Config, o RBACOptions) (sel
 		return nil, nil, fmt.Errorf("%w: or render offline with --consumer-namespaces", err)
 	}
 
-	if cs := cfg.ConsumerSelector; cs != nil {
-		if selected, err = kube.SelectedNamespaces(ctx, cs.Selector); err != nil {
+	for _, sel := range cfg.Selectors() {
+		if selected[sel], err = kube.SelectedNamespaces(ctx, sel); err != nil {
 			return nil, nil, err
 		}
 	}

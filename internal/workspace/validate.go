@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
@@ -51,9 +52,31 @@ func Validate(path string) Validation {
 				"(its first image is the probe) or nodes.runtime_probe.image (docs/config.md)"))
 	}
 
-	if err := credential.CheckStructure(cfg.Credential.SopsFile, cfg.Credential.Key); err != nil {
-		v.add(diag.New(diag.Error, "Invalid SOPS file", err.Error()))
+	creds := []config.Credential{cfg.Credential}
+	for _, t := range cfg.Tenants {
+		creds = append(creds, t.Credential)
+	}
 
+	// Several credentials: each diagnostic names its credential (one: as it always read).
+	named := func(c config.Credential, msg string) string {
+		if len(creds) == 1 {
+			return msg
+		}
+
+		return fmt.Sprintf("credential %q: %s", c.Name, msg)
+	}
+
+	structured := true
+
+	for _, c := range creds {
+		if err := credential.CheckStructure(c.SopsFile, c.Key); err != nil {
+			v.add(diag.New(diag.Error, "Invalid SOPS file", named(c, err.Error())))
+
+			structured = false
+		}
+	}
+
+	if !structured {
 		return v
 	}
 
@@ -64,8 +87,10 @@ func Validate(path string) Validation {
 		return v
 	}
 
-	if _, err := credential.Load(cfg.Credential.SopsFile, cfg.Credential.Key, cfg.Credential.Registry); err != nil {
-		v.add(diag.New(diag.Error, "Invalid credential", redact.Error(err)))
+	for _, c := range creds {
+		if _, err := credential.Load(c.SopsFile, c.Key, c.Registry); err != nil {
+			v.add(diag.New(diag.Error, "Invalid credential", named(c, redact.Error(err))))
+		}
 	}
 
 	return v

@@ -75,7 +75,9 @@ type Workspace struct {
 	faults *Faults
 	locked bool
 	cred   *credential.Credential
-	talos  *talos.Client
+	// tenants are the tenant credentials, decrypted once each (by name).
+	tenants map[string]*credential.Credential
+	talos   *talos.Client
 	// outside are the consumer namespaces the identity's roles do not cover (the preflight found
 	// nothing granted there): their pull secrets are neither read nor written.
 	outside map[string]bool
@@ -250,6 +252,49 @@ func (w *Workspace) Credential() (*credential.Credential, error) {
 	return w.cred, nil
 }
 
+// TenantCredential decrypts and validates the named tenant credential (once).
+func (w *Workspace) TenantCredential(name string) (*credential.Credential, error) {
+	t := w.Config.Tenant(name)
+	if t == nil {
+		return nil, fmt.Errorf("the configuration has no credential %q: the plan was made with another configuration; plan again", name)
+	}
+
+	if c, ok := w.tenants[name]; ok {
+		return c, nil
+	}
+
+	c := t.Credential
+
+	cred, err := credential.Load(c.SopsFile, c.Key, c.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("credential %q: %w", name, err)
+	}
+
+	if w.tenants == nil {
+		w.tenants = map[string]*credential.Credential{}
+	}
+
+	w.tenants[name] = cred
+
+	return cred, nil
+}
+
+// Tenants are the tenant credentials, decrypted, by name (none: one credential).
+func (w *Workspace) Tenants() (map[string]*credential.Credential, error) {
+	out := map[string]*credential.Credential{}
+
+	for _, t := range w.Config.Tenants {
+		c, err := w.TenantCredential(t.Credential.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		out[t.Credential.Name] = c
+	}
+
+	return out, nil
+}
+
 // Talos connects the Talos client (once).
 func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	if w.talos == nil {
@@ -296,34 +341,15 @@ func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 		return Proved{}, err
 	}
 
-	cfg := w.Config.Credential
-
-	if len(cfg.Prove) == 0 {
-		return Proved{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
-	}
-
 	targets, probes := w.proveTargets()
 
-	proof, tried, err := w.Retry().Prove(ctx, w.registry(), cred, targets, proofTimeout, nil)
+	proof, out, err := w.prove(ctx, w.Config.Credential, cred, targets)
 	if err != nil {
-		return Proved{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+		return out, err
 	}
 
-	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
-		return Proved{Expires: e}, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
-			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
-	}
+	out.Platforms = map[string][]string{}
 
-	// Isolation, right after the proof: the credential just pulled, so a refusal is of the image,
-	// not of a credential that works nowhere.
-	switch pulls, err := credential.Isolation(ctx, w.registry(), cred, cfg.Deny); {
-	case err != nil:
-		return Proved{}, fmt.Errorf("credential %q (%s): its isolation (credential.deny) could not be proved, so it is not assumed: %w", cfg.Name, cfg.SopsFile, err)
-	case len(pulls) > 0:
-		return Proved{}, &credential.NotIsolatedError{Credential: cfg.Name, Images: pulls}
-	}
-
-	out := Proved{Expires: proof.Expires, Retries: tried.String(), Platforms: map[string][]string{}, IsolatedFrom: slices.Clone(cfg.Deny)}
 	for i, target := range probes {
 		pinned := ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target])
 		out.Probes = append(out.Probes, pinned)
@@ -334,6 +360,59 @@ func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
 	}
 
 	return out, nil
+}
+
+// ProveTenants proves every tenant credential as Prove does the cluster's — its prove targets,
+// then its isolation (deny) — each on its own: a tenant's proof says nothing of another's.
+func (w *Workspace) ProveTenants(ctx context.Context) (map[string]Proved, error) {
+	out := map[string]Proved{}
+
+	for _, t := range w.Config.Tenants {
+		cred, err := w.TenantCredential(t.Credential.Name)
+		if err != nil {
+			return nil, err
+		}
+
+		_, proved, err := w.prove(ctx, t.Credential, cred, t.Credential.Prove)
+		if err != nil {
+			return nil, err
+		}
+
+		out[t.Credential.Name] = proved
+	}
+
+	return out, nil
+}
+
+// prove proves one credential against targets (its prove targets, and the probe's for the
+// cluster's), checks it has not expired, and proves its isolation (deny).
+func (w *Workspace) prove(ctx context.Context, cfg config.Credential, cred *credential.Credential, targets []string) (credential.Proof, Proved, error) {
+	if len(cfg.Prove) == 0 {
+		return credential.Proof{}, Proved{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
+	}
+
+	reg := registryOf(cfg)
+
+	proof, tried, err := retryOf(cfg).Prove(ctx, reg, cred, targets, proofTimeout, nil)
+	if err != nil {
+		return proof, Proved{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
+	}
+
+	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
+		return proof, Proved{Expires: e}, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
+			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
+	}
+
+	// Isolation, right after the proof: the credential just pulled, so a refusal is of the image,
+	// not of a credential that works nowhere.
+	switch pulls, err := credential.Isolation(ctx, reg, cred, cfg.Deny); {
+	case err != nil:
+		return proof, Proved{}, fmt.Errorf("credential %q (%s): its isolation (credential.deny) could not be proved, so it is not assumed: %w", cfg.Name, cfg.SopsFile, err)
+	case len(pulls) > 0:
+		return proof, Proved{}, &credential.NotIsolatedError{Credential: cfg.Name, Images: pulls}
+	}
+
+	return proof, Proved{Expires: proof.Expires, Retries: tried.String(), IsolatedFrom: slices.Clone(cfg.Deny)}, nil
 }
 
 // Control asks the registry once, now, for the probe's images (by the digests the plan proved)
@@ -361,15 +440,17 @@ const proofTimeout = 60 * time.Second
 
 // Retry is how the registry's passing trouble is waited out (credential.retry_window,
 // credential.denied_window).
-func (w *Workspace) Retry() credential.Retry {
-	return credential.Retry{Window: w.Config.Credential.RetryWindow, Denied: w.Config.Credential.DeniedWindow}
+func (w *Workspace) Retry() credential.Retry { return retryOf(w.Config.Credential) }
+
+func retryOf(c config.Credential) credential.Retry {
+	return credential.Retry{Window: c.RetryWindow, Denied: c.DeniedWindow}
 }
 
 // registry is where the credential is proved.
-func (w *Workspace) registry() credential.Registry {
-	cfg := w.Config.Credential
+func (w *Workspace) registry() credential.Registry { return registryOf(w.Config.Credential) }
 
-	return credential.Registry{Endpoint: cfg.Endpoint, TrustedHosts: cfg.TrustedHosts}
+func registryOf(c config.Credential) credential.Registry {
+	return credential.Registry{Endpoint: c.Endpoint, TrustedHosts: c.TrustedHosts}
 }
 
 // proveTargets are the images a credential is proved against: the prove targets and the
