@@ -36,6 +36,23 @@ func (s *Sandbox) RotateSecret(user string) (Credential, error) {
 	return c, nil
 }
 
+// TenantSecret makes a new credential for user valid in the registry and writes it, encrypted
+// as the cluster's is, to DIR/NAME.enc.yaml: a tenant credential's SOPS file (several
+// credentials in one configuration). It returns the credential and the file's name.
+func (s *Sandbox) TenantSecret(name, user string) (Credential, string, error) {
+	c := newCredential(user)
+	s.registry.AddCredential(c.Username, c.Password)
+
+	enc, err := secretfile.Encrypt(DockerConfigJSON(c), s.ageRecipient)
+	if err != nil {
+		return Credential{}, "", err
+	}
+
+	file := name + ".enc.yaml"
+
+	return c, file, os.WriteFile(filepath.Join(s.opts.Dir, file), enc, 0o600)
+}
+
 // Reset brings the machines back to the fleet's starting shape after faults: every machine
 // powered on and answering at once, the API endpoint up, the autoscaled pool at its
 // configured size, every Node Ready. The autoscaler is left paused (ResumeAutoscaler). It

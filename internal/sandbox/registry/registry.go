@@ -386,6 +386,10 @@ func (r *Registry) PushRunnable(image, binary string, entrypoint []string, publi
 	return r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) })
 }
 
+// Push adds private images ("org/name:tag"): only a valid credential pulls them (each user
+// all of them, unless DenyRepository takes one away).
+func (r *Registry) Push(images ...string) error { return r.push(images...) }
+
 // Publish adds image ("org/name:tag", or with the registry host) as a public package: anyone
 // pulls it, even under PrivateOrg (as ghcr.io/ghcrsync/ghcrsync is).
 func (r *Registry) Publish(image string) error {
