@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
@@ -497,11 +498,13 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 	roots := kube.CoreV1().Secrets(sandbox.RootNamespace)
 
 	for _, tc := range []struct {
-		name, label string
-		written     bool
+		name, label, mark, refused string
+		written                    bool
 	}{
-		{"a concurrent annotation", "", true},
-		{"the root became Flux's", "kustomize.toolkit.fluxcd.io/name", false},
+		{"a concurrent annotation", "", "", "", true},
+		{"the root became Flux's", "kustomize.toolkit.fluxcd.io/name", "", "became managed by Flux", false},
+		// Another ghcrsync configuration marked it its own: a tug of war ghcrsync does not join.
+		{"the root became another configuration's", "", "tenants/rotate", `became managed by ghcrsync configuration "tenants/rotate"`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() {
@@ -509,6 +512,7 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 				if err == nil {
 					delete(s.Labels, "kustomize.toolkit.fluxcd.io/name")
 					delete(s.Annotations, "example.com/concurrent")
+					delete(s.Annotations, cluster.ConfigurationAnnotation)
 					_, _ = roots.Update(context.Background(), s, metav1.UpdateOptions{})
 				}
 			})
@@ -531,6 +535,10 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 							metav1.SetMetaDataLabel(&s.ObjectMeta, tc.label, "flux-system")
 						}
 
+						if tc.mark != "" {
+							metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, tc.mark)
+						}
+
 						_, err = roots.Update(ctx, s, metav1.UpdateOptions{})
 					}
 
@@ -547,7 +555,7 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 			s, _ := roots.Get(ctx, sandbox.RootSecret, metav1.GetOptions{})
 
 			if !tc.written {
-				if root.Outcome != fanout.Failed || !strings.Contains(root.Message, "became managed by Flux") || now != before {
+				if root.Outcome != fanout.Failed || !strings.Contains(root.Message, tc.refused) || now != before {
 					t.Fatalf("a root that became another controller's: %+v", root)
 				}
 
@@ -555,8 +563,9 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 			}
 
 			if root.Outcome != fanout.Written || !strings.Contains(root.Message, "after 1 concurrent write") || now != wantDigest(r.cred) ||
-				s.Annotations["example.com/concurrent"] != "kept" {
-				t.Fatalf("the root after a concurrent write: %+v (annotation %q)", root, s.Annotations["example.com/concurrent"])
+				s.Annotations["example.com/concurrent"] != "kept" || s.Annotations[cluster.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" ||
+				s.Annotations[cluster.CredentialAnnotation] == "" {
+				t.Fatalf("the root after a concurrent write: %+v (annotations %v: the concurrent one kept, ghcrsync's marks added)", root, s.Annotations)
 			}
 		})
 	}
