@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
