@@ -41,6 +41,9 @@ type goldenInput struct {
 		Samples           []state.Sample `json:"samples"`
 	} `json:"timing"`
 	Rotation *state.Rotation `json:"rotation"`
+	// Credential and Tenants: several credentials (tenant credential blocks).
+	Credential string                `json:"credential"`
+	Tenants    []plan.TenantRotation `json:"tenants"`
 }
 
 func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
@@ -83,7 +86,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 		Now: in.Now, TTL: time.Duration(in.TTLSeconds) * time.Second, CredentialRevision: in.CredentialRevision, PullSecretRevision: in.PullSecretRevision,
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, IsolatedFrom: in.IsolatedFrom, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
-		SelectedVerdict: in.SelectedVerdict, Timing: timing, Rotation: in.Rotation,
+		SelectedVerdict: in.SelectedVerdict, Timing: timing, Rotation: in.Rotation, Credential: in.Credential, Tenants: in.Tenants,
 	}
 }
 

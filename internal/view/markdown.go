@@ -265,7 +265,12 @@ func mdSecrets(w io.Writer, p *plan.Plan) {
 			why += "; REFUSED by the API server in a dry run: " + s.WriteRefused
 		}
 
-		rows = append(rows, []string{s.Namespace + "/" + s.Secret, s.Role, string(s.Action), why})
+		role := s.Role
+		if s.Credential != "" {
+			role += " (credential " + s.Credential + ")"
+		}
+
+		rows = append(rows, []string{s.Namespace + "/" + s.Secret, role, string(s.Action), why})
 	}
 
 	mdTable(w, "Pull secrets (each receives the "+md(p.Registry)+" entry only; the root Flux secret last)", []string{"Secret", "Role", "Action", "Why"}, rows)
