@@ -1,6 +1,11 @@
 package plan
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -88,4 +93,72 @@ func TestTenantPutBackNamedInItsVerdict(t *testing.T) {
 	if still := v.Tenants[0].Still(); len(still) != 1 || !strings.Contains(still[0].Why, "ksail wrote it") || !strings.Contains(still[0].Next, "stop ksail") {
 		t.Fatalf("tenant-b's verdict %+v: want ksail named", still)
 	}
+}
+
+// A saved plan's tenant fields are sealed with the rest: moving a pull secret to another
+// tenant's credential (which would write that tenant's credential into it) breaks the seal; the
+// control, the same bytes untouched, verifies.
+func TestTenantFieldsAreSealed(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	p := Make(Snapshot{Secrets: []SecretObs{{Namespace: "a1", Name: "ghcr-pull", Role: RoleConsumer, Credential: "tenant-a"}}},
+		Input{Now: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC), TTL: time.Hour, Credential: "ghcr",
+			Tenants: []TenantRotation{{Name: "tenant-a", Revision: "ra"}, {Name: "tenant-b", Revision: "rb"}}})
+
+	data, err := Encode(p, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		edit      func(string) string
+		authentic bool
+	}{
+		{"untouched", func(s string) string { return s }, true},
+		{"a_secret_moved_to_another_tenant", func(s string) string {
+			return regexp.MustCompile(`"credential":\s*"tenant-a"`).ReplaceAllString(s, `"credential": "tenant-b"`)
+		}, false},
+		{"a_tenant_revision_changed", func(s string) string {
+			return regexp.MustCompile(`"revision":\s*"rb"`).ReplaceAllString(s, `"revision": "rx"`)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			edited := tc.edit(string(data))
+			if !tc.authentic && edited == string(data) {
+				t.Fatal("the edit changed nothing: the case tests nothing")
+			}
+
+			got, err := Decode(withChecksum(t, edited), "plan.out") // as one who edits a plan does
+
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if got.Authentic(key) != tc.authentic {
+				t.Fatalf("authentic %v, want %v", got.Authentic(key), tc.authentic)
+			}
+		})
+	}
+}
+
+// withChecksum recomputes a plan file's checksum (anyone can: it only tells a damaged file).
+func withChecksum(t *testing.T, file string) []byte {
+	t.Helper()
+
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(file), &env); err != nil {
+		t.Fatal(err)
+	}
+
+	var body bytes.Buffer
+	if err := json.Compact(&body, env["plan"]); err != nil {
+		t.Fatal(err)
+	}
+
+	sum := sha256.Sum256(body.Bytes())
+	env["checksum"], _ = json.Marshal("sha256:" + hex.EncodeToString(sum[:]))
+
+	out, _ := json.Marshal(env)
+
+	return out
 }
