@@ -589,6 +589,9 @@ func (u CredentialInUse) Sentence() string {
 	}
 
 	subject := "the credential " + human.Short(u.Digest) + " on " + strings.Join(where, " and ")
+	if u.Credential != "" {
+		subject = "the " + u.Credential + " credential " + human.Short(u.Digest) + " on " + strings.Join(where, " and ")
+	}
 
 	switch u.State {
 	case CredentialRefused:

@@ -95,6 +95,9 @@ const (
 // digest (never the credential itself), where it is, and what the registry said of it.
 type CredentialInUse struct {
 	Digest string `json:"digest"`
+	// Credential is the tenant credential whose pull secrets hold it ("": the cluster's), judged
+	// against that tenant's packages.
+	Credential string `json:"credential,omitempty"`
 	// Desired is true for the credential this plan rotates to.
 	Desired bool     `json:"desired,omitempty"`
 	Nodes   []string `json:"nodes,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -20,19 +21,21 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 		return nil
 	}
 
-	uses := map[string]*plan.CredentialInUse{}
-	creds := map[string]*credential.Credential{}
+	type key struct{ credential, digest string }
 
-	var order []string
+	uses := map[key]*plan.CredentialInUse{}
+	creds := map[key]*credential.Credential{}
+
+	var order []key
 
 	for _, h := range held {
-		d := h.Cred.AuthDigest()
+		k := key{h.Credential, h.Cred.AuthDigest()}
 
-		u, ok := uses[d]
+		u, ok := uses[k]
 		if !ok {
-			u = &plan.CredentialInUse{Digest: d, Desired: d == desired}
-			uses[d], creds[d] = u, h.Cred
-			order = append(order, d)
+			u = &plan.CredentialInUse{Digest: k.digest, Credential: h.Credential}
+			uses[k], creds[k] = u, h.Cred
+			order = append(order, k)
 		}
 
 		if h.Node != "" {
@@ -42,27 +45,57 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 		}
 	}
 
-	targets, _ := w.proveTargets()
-	desiredCred, _ := w.Credential() // decrypted already: the plan proved it
-
 	out := make([]plan.CredentialInUse, 0, len(order))
 
-	for _, d := range order {
-		u := uses[d]
+	for _, k := range order {
+		u := uses[k]
 
-		if u.Desired {
+		// Each credential in use is judged against the packages of the credential it stands for:
+		// the cluster's (its prove targets and the probe's), or its tenant's.
+		of, want, targets, ok := w.judgedAs(k.credential)
+		if !ok {
+			continue
+		}
+
+		to := desired
+		if k.credential != "" && want != nil {
+			to = want.AuthDigest()
+		}
+
+		if u.Desired = k.digest == to; u.Desired {
 			u.State, u.Detail = plan.CredentialValid, "the credential this plan rotates to, proved above"
 			out = append(out, *u)
 
 			continue
 		}
 
-		u.State, u.Detail, u.Denied = w.judgeTargets(ctx, creds[d], desiredCred, targets)
+		u.State, u.Detail, u.Denied = w.judgeTargets(ctx, of, creds[k], want, targets)
 
 		out = append(out, *u)
 	}
 
 	return out
+}
+
+// judgedAs is what a credential in use of the named credential ("": the cluster's) is judged
+// against: that credential's configuration, its desired (decrypted already: the plan proved it)
+// and its packages.
+func (w *Workspace) judgedAs(name string) (cfg config.Credential, desired *credential.Credential, targets []string, ok bool) {
+	if name == "" {
+		targets, _ = w.proveTargets()
+		desired, _ = w.Credential()
+
+		return w.Config.Credential, desired, targets, true
+	}
+
+	t := w.Config.Tenant(name)
+	if t == nil {
+		return config.Credential{}, nil, nil, false
+	}
+
+	desired, _ = w.TenantCredential(name)
+
+	return t.Credential, desired, t.Credential.Prove, true
 }
 
 // judgeTargets asks the registry about a credential in use, package by package, waiting out
@@ -73,7 +106,7 @@ func (w *Workspace) CheckInUse(ctx context.Context, held []Held, desired string,
 // the desired credential asked for the same package at that moment: accepted, the denial is
 // this credential's (refused at once); denied too, the registry is refusing everyone for now,
 // and the denial is waited out like a transient answer.
-func (w *Workspace) judgeTargets(ctx context.Context, c, desired *credential.Credential, targets []string) (state, detail string, denied []string) {
+func (w *Workspace) judgeTargets(ctx context.Context, of config.Credential, c, desired *credential.Credential, targets []string) (state, detail string, denied []string) {
 	var firstErr error
 
 	pulled := 0
@@ -83,13 +116,13 @@ func (w *Workspace) judgeTargets(ctx context.Context, c, desired *credential.Cre
 
 		if desired != nil {
 			control = func(ctx context.Context) error {
-				_, err := credential.ProveWithin(ctx, w.registry(), desired, []string{t}, proofTimeout)
+				_, err := credential.ProveWithin(ctx, registryOf(of), desired, []string{t}, proofTimeout)
 
 				return err
 			}
 		}
 
-		_, tried, err := w.Retry().Prove(ctx, w.registry(), c, []string{t}, proofTimeout, control)
+		_, tried, err := retryOf(of).Prove(ctx, registryOf(of), c, []string{t}, proofTimeout, control)
 
 		var pe *credential.ProofError
 

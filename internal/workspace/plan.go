@@ -315,7 +315,10 @@ func (w *Workspace) known(previousPlan string) map[string]string {
 // (Node) or a managed Secret (Secret, namespace/name). In memory only.
 type Held struct {
 	Node, Secret string
-	Cred         *credential.Credential
+	// Credential is the tenant credential the Secret is a consumer of ("": the cluster's): what
+	// the credential it holds is judged against.
+	Credential string
+	Cred       *credential.Credential
 }
 
 // memory is what a snapshot read that stays in memory, never in the snapshot (it goes into the
@@ -436,10 +439,8 @@ func (w *Workspace) secrets(ctx context.Context) ([]plan.SecretObs, []Held, erro
 			return nil, nil, err
 		}
 
-		// The credentials in use are judged against the cluster credential's packages: a tenant's
-		// pulls other packages, and its pull secrets are judged by its own verdict.
-		if cred != nil && t.Credential == "" {
-			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Cred: cred})
+		if cred != nil {
+			held = append(held, Held{Secret: t.Namespace + "/" + t.Name, Credential: t.Credential, Cred: cred})
 		}
 
 		secrets = append(secrets, obs)

@@ -116,7 +116,16 @@ func TestSeveralCredentialsInOneRun(t *testing.T) {
 		reg.DenyRepository(user, repo)
 	}
 
+	// tenant-b's old machine account was revoked already: its pods cannot pull new images. The
+	// plan is an emergency naming that tenant's credential, judged against its own package
+	// (tenant-a's old one, which pulls tenant-a's, is not).
+	reg.RevokeCredential(oldB.Username)
+
 	r := ghcrsync(t, sb, "plan", "--config", cfg, "--out", out)
+	if !strings.Contains(r.stdout, "EMERGENCY ROTATION") || !strings.Contains(r.stdout, "the tenant-b credential") || strings.Contains(r.stdout, "the tenant-a credential") {
+		t.Fatalf("plan with tenant-b's old credential revoked: want an emergency naming tenant-b's only\n%s\n%s", r.stdout, r.stderr)
+	}
+
 	for _, want := range []string{"Credentials: 3 in this plan", "ghcr: revision", "tenant-a: revision", "2 consumer pull secrets (2 to write) only; isolated: the registry refuses it " + packageB,
 		"tenant-b: revision", "tenant-a1/ghcr-pull (consumer, credential tenant-a) will be updated", "tenant-b1/ghcr-pull (consumer, credential tenant-b) will be updated"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
