@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,23 +89,7 @@ func pulls(t *testing.T, sb *sandbox.Sandbox, attempt string) map[string]string 
 			t.Fatal(err)
 		}
 
-		sandboxtest.Eventually(t, 90*time.Second, "pod "+name+" pulled or refused", func() error {
-			got, err := kube.CoreV1().Pods("apps").Get(ctx, name, metav1.GetOptions{})
-			if err != nil || len(got.Status.ContainerStatuses) == 0 {
-				return fmt.Errorf("no container status yet (%v)", err)
-			}
-
-			switch cs := got.Status.ContainerStatuses[0].State; {
-			case cs.Running != nil:
-				out[node] = "ok"
-			case cs.Waiting != nil && (cs.Waiting.Reason == "ErrImagePull" || cs.Waiting.Reason == "ImagePullBackOff"):
-				out[node] = "ErrImagePull"
-			default:
-				return fmt.Errorf("%+v", cs)
-			}
-
-			return nil
-		})
+		out[node], _ = sandboxtest.PullOutcome(t, sb, "apps", name)
 
 		_ = kube.CoreV1().Pods("apps").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
