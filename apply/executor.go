@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -139,7 +140,7 @@ func (e *executor) proveRuntime(ctx context.Context, node string) error {
 // pullClass is what a runtime proof's failure says about trying again: the runtime's own words
 // where it could not pull, else final (a probe that did not run is not the registry's doing).
 func pullClass(err error) credential.Class {
-	var pe *cluster.PullError
+	var pe *probe.PullError
 	if errors.As(err, &pe) {
 		return credential.ClassOfPullMessage(pe.Message)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -305,7 +306,7 @@ func untilMutated(kube kubernetes.Interface, want bool) error {
 
 // probeLike is the probe pod's shape (the probe namespace enforces PodSecurity "restricted").
 func probeLike() *corev1.Pod {
-	pod := cluster.ProbePod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
+	pod := probe.Pod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
 	pod.GenerateName = "probe-like-"
 
 	return pod

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 )
 
@@ -140,7 +141,7 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 	case EscapeOCIRepository:
 		return c.escapeCustom(ctx, OCIRepositories, e, patch(map[string]any{"spec": map[string]any{"url": "oci://" + escapeMarker + ".invalid/escape"}}), opts)
 	case EscapePod:
-		pod := ProbePod(escapeMarker, Probe{Image: e.Probe.Image, Namespace: e.Namespace, ServiceAccount: e.Probe.ServiceAccount}, "containment-check")
+		pod := probe.Pod(escapeMarker, Probe{Image: e.Probe.Image, Namespace: e.Namespace, ServiceAccount: e.Probe.ServiceAccount}, "containment-check")
 		pod.Spec.Volumes = []corev1.Volume{{Name: "stolen", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: escapeMarker}}}}
 		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "stolen", MountPath: "/stolen", ReadOnly: true}}
 		pod.Spec.Containers[0].Command = []string{"/bin/true"}

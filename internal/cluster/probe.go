@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,125 +16,26 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/plan"
-)
-
-// pullFailure reports a waiting reason that means the image could not be pulled.
-func pullFailure(reason string) bool {
-	switch reason {
-	case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "RegistryUnavailable":
-		return true
-	}
-
-	return false
-}
-
-// ProbeLabel marks ghcrsync's runtime probe pods (its value: the node); ProbeAttemptLabel tells
-// one create from another, so a create whose answer was lost is found and adopted.
-const (
-	ProbeLabel        = "ghcrsync.dev/probe-node"
-	ProbeAttemptLabel = "ghcrsync.dev/probe-attempt"
 )
 
 // Probe is a runtime probe: each of its images (by digest) pulled in Namespace as
 // ServiceAccount, one pod per image. The plan's own type: what the plan proved is what is pulled.
 type Probe = plan.Probe
 
-// each is p once per image it pulls.
-func each(p Probe) []Probe {
-	pulls := p.Pulls()
-	out := make([]Probe, 0, len(pulls))
-
-	for _, img := range pulls {
-		out = append(out, Probe{Image: img, Namespace: p.Namespace, ServiceAccount: p.ServiceAccount})
-	}
-
-	return out
-}
-
-// probeUID and probeGID run the probe as nobody in particular: PodSecurity "restricted" wants a
-// non-root user, and the image's own user is unknown.
-const probeUID = 65532
-
-// ProbePod is the one probe pod: pinned to node, tolerating everything, pulling the image every
-// time (never a copy already on the node), with no pull secret and no token, and satisfying
-// PodSecurity "restricted" (non-root, no privilege escalation, every capability dropped, the
-// runtime's default seccomp profile).
-func ProbePod(node string, p Probe, attempt string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "ghcrsync-probe-",
-			Namespace:    p.Namespace,
-			Labels:       map[string]string{ProbeLabel: node, ProbeAttemptLabel: attempt, "app.kubernetes.io/managed-by": "ghcrsync"},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:                      node,
-			ServiceAccountName:            p.ServiceAccount,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			AutomountServiceAccountToken:  ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(probeUID)), RunAsGroup: ptr.To(int64(probeUID)),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name: "probe", Image: p.Image, ImagePullPolicy: corev1.PullAlways,
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
-}
-
-// admitted checks the probe pod as admission left it: a pod that gained a pull secret (the
-// ServiceAccount admission plugin adds its account's imagePullSecrets, a policy engine may add
-// one) or another image, container or account would prove a pull made with that secret, not
-// with the node's own credential — so it proves nothing.
-func admitted(pod *corev1.Pod, p Probe) error {
-	var changed []string
-
-	if n := len(pod.Spec.ImagePullSecrets); n > 0 {
-		names := make([]string, 0, n)
-		for _, s := range pod.Spec.ImagePullSecrets {
-			names = append(names, s.Name)
-		}
-
-		changed = append(changed, "imagePullSecrets "+strings.Join(names, ", "))
-	}
-
-	if len(pod.Spec.InitContainers)+len(pod.Spec.EphemeralContainers) > 0 || len(pod.Spec.Containers) != 1 {
-		changed = append(changed, "containers")
-	} else if c := pod.Spec.Containers[0]; c.Image != p.Image || c.ImagePullPolicy != corev1.PullAlways {
-		changed = append(changed, fmt.Sprintf("the image (%s, pull policy %s)", c.Image, c.ImagePullPolicy))
-	}
-
-	if pod.Spec.ServiceAccountName != p.ServiceAccount {
-		changed = append(changed, "the service account ("+pod.Spec.ServiceAccountName+")")
-	}
-
-	if len(changed) == 0 {
-		return nil
-	}
-
-	return fmt.Errorf("admission changed the runtime probe pod in %s (%s): a pull through it would not prove the node's own credential; "+
-		"exempt ghcrsync's probe (namespace %s, service account %s) from the mutation", p.Namespace, strings.Join(changed, "; "), p.Namespace, p.ServiceAccount)
-}
-
 // ProbeAdmissible creates the probe pod for node with a server-side dry run (dryRun=All: every
 // admission plugin and webhook runs, nothing is stored) and checks what admission made of it:
 // a denial (PodSecurity, a webhook, a policy, a quota, a missing namespace or service account)
 // or a mutation that would make the proof vacuous is found before any node is touched.
-func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Probe) error {
-	for _, p := range each(probe) {
-		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, ProbePod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+func (c *Connection) ProbeAdmissible(ctx context.Context, node string, proof Probe) error {
+	for _, p := range probe.Each(proof) {
+		pod, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, probe.Pod(node, p, "dry-run"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return fmt.Errorf("the runtime probe pod would not be admitted in namespace %s: %w", p.Namespace, err)
 		}
 
-		if err := admitted(pod, p); err != nil {
+		if err := probe.Admitted(pod, p); err != nil {
 			return err
 		}
 	}
@@ -149,8 +49,8 @@ func (c *Connection) ProbeAdmissible(ctx context.Context, node string, probe Pro
 // distroless image has no shell, its entrypoint may fail) proves nothing either way and is not
 // asked. ErrImagePull, or no pull before timeout, is a failed proof. The pod is deleted
 // afterwards.
-func (c *Connection) ProveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration) error {
-	return c.proveRuntime(ctx, node, probe, timeout, c)
+func (c *Connection) ProveRuntime(ctx context.Context, node string, proof Probe, timeout time.Duration) error {
+	return c.proveRuntime(ctx, node, proof, timeout, c)
 }
 
 // probeSource is where a proof follows its pod and reads its kubelet's Events: the API, a watch
@@ -164,8 +64,8 @@ type probeSource interface {
 	retireLater(p *corev1.Pod)
 }
 
-func (c *Connection) proveRuntime(ctx context.Context, node string, probe Probe, timeout time.Duration, src probeSource) error {
-	for _, p := range each(probe) {
+func (c *Connection) proveRuntime(ctx context.Context, node string, proof Probe, timeout time.Duration, src probeSource) error {
+	for _, p := range probe.Each(proof) {
 		if err := c.proveImage(ctx, node, p, timeout, src); err != nil {
 			return err
 		}
@@ -189,7 +89,7 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 
 	defer src.retireLater(pod)
 
-	if err := admitted(pod, p); err != nil {
+	if err := probe.Admitted(pod, p); err != nil {
 		return err
 	}
 
@@ -201,16 +101,16 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 		seen = p
 
 		var done bool
-		done, verdict = probeVerdict(p, node, image)
+		done, verdict = probe.Verdict(p, node, image)
 
 		return done
 	}
 
 	if err := src.await(ctx, pod, timeout, judge); err != nil {
-		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, describePod(seen))
+		return fmt.Errorf("runtime probe %s/%s on %s did not complete: %w; last seen: %s", namespace, pod.Name, node, err, probe.Describe(seen))
 	}
 
-	if pe, ok := verdict.(*PullError); ok && pe.Reason == "ImagePullBackOff" {
+	if pe, ok := verdict.(*probe.PullError); ok && pe.Reason == "ImagePullBackOff" {
 		pe.Message = failedPull(ctx, src, pod, pe.Message)
 	}
 
@@ -220,46 +120,6 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 
 	return pulled(ctx, src, node, pod, image, min(timeout, pulledEventWait))
 }
-
-// probeVerdict judges one sight of a probe pod on node: done when it pulled image (verdict nil),
-// could not pull it, or failed before pulling (the verdict says which); not done while it waits.
-func probeVerdict(p *corev1.Pod, node, image string) (done bool, verdict error) {
-	for _, cs := range p.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && pullFailure(w.Reason) {
-			return true, &PullError{Node: node, Image: image, Reason: w.Reason, Message: w.Message}
-		}
-
-		if cs.ImageID != "" {
-			return true, nil // pulled: proved
-		}
-	}
-
-	switch {
-	case p.Status.Phase == corev1.PodFailed && p.Status.Reason != "":
-		// The kubelet refused to run it at all (OutOfmemory, OutOfcpu, NodeAffinity, ...):
-		// nothing was pulled, and waiting longer changes nothing.
-		return true, fmt.Errorf("the kubelet of %s rejected runtime probe %s/%s before pulling anything (%s: %s); "+
-			"make room for the probe on the node (its requests come from the namespace's LimitRange, if any), then run plan and apply again",
-			node, p.Namespace, p.Name, p.Status.Reason, p.Status.Message)
-	case p.Status.Phase == corev1.PodFailed:
-		return true, fmt.Errorf("runtime probe %s/%s on %s failed before its image was pulled: %s", p.Namespace, p.Name, node, p.Status.Message)
-	}
-
-	return false, nil
-}
-
-// PullError is a probe's pull the node's runtime could not make, as its kubelet reported it.
-type PullError struct {
-	Node, Image     string
-	Reason, Message string
-}
-
-func (e *PullError) Error() string {
-	return fmt.Sprintf("the container runtime of %s cannot pull %s with its own credential (%s: %s)", e.Node, e.Image, e.Reason, e.Message)
-}
-
-// PullMessage is the runtime's own words (what says whether the registry refused or was busy).
-func (e *PullError) PullMessage() string { return e.Message }
 
 // pulledEventWait bounds the wait for the kubelet's Pulled event after the pod's status named
 // the image (the kubelet sends the event first; its delivery can trail the status).
@@ -281,7 +141,7 @@ func pulled(ctx context.Context, src probeSource, node string, pod *corev1.Pod, 
 			return fmt.Errorf("runtime probe %s/%s on %s: read its kubelet's events (list events in %s): %w", pod.Namespace, pod.Name, node, pod.Namespace, err)
 		}
 
-		if verdict, ok := pullEvidence(events); ok {
+		if verdict, ok := probe.PullEvidence(events); ok {
 			if verdict != "" {
 				return fmt.Errorf("the container runtime of %s did not pull %s for the probe: %s; a copy on the node proves nothing about its credential: "+
 					"make sure nothing rewrites the probe's pull policy (Always), then run plan and apply again", node, image, verdict)
@@ -323,61 +183,6 @@ func failedPull(ctx context.Context, src probeSource, pod *corev1.Pod, backoff s
 	return last.Message
 }
 
-// pullEvidence reads a probe pod's Pulled events: ok once there is one, with "" for a real pull
-// or the kubelet's words when it started from an image already present.
-func pullEvidence(events []corev1.Event) (verdict string, ok bool) {
-	for _, e := range events {
-		if strings.HasPrefix(e.Message, "Successfully pulled image") {
-			return "", true
-		}
-	}
-
-	for _, e := range events {
-		if strings.Contains(e.Message, "already present on machine") {
-			return e.Message, true
-		}
-	}
-
-	return "", false
-}
-
-// describePod is what was last observed of a pod: its phase, the conditions that are not True,
-// each container's state — what an operator needs to see why a probe stalled.
-func describePod(p *corev1.Pod) string {
-	st := p.Status
-	if st.Phase == "" && len(st.Conditions) == 0 && len(st.ContainerStatuses) == 0 {
-		return "no status at all: the kubelet of its node never reported on it"
-	}
-
-	parts := []string{"phase " + string(st.Phase)}
-	if st.Reason != "" {
-		parts = append(parts, "reason "+st.Reason)
-	}
-
-	for _, c := range st.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			parts = append(parts, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, strings.TrimSpace(c.Reason+" "+c.Message)))
-		}
-	}
-
-	for _, cs := range st.ContainerStatuses {
-		switch {
-		case cs.State.Waiting != nil:
-			parts = append(parts, fmt.Sprintf("container %s waiting: %s", cs.Name, strings.TrimSpace(cs.State.Waiting.Reason+" "+cs.State.Waiting.Message)))
-		case cs.State.Running != nil:
-			parts = append(parts, "container "+cs.Name+" running")
-		case cs.State.Terminated != nil:
-			parts = append(parts, fmt.Sprintf("container %s terminated: %s", cs.Name, cs.State.Terminated.Reason))
-		}
-	}
-
-	if len(st.ContainerStatuses) == 0 {
-		parts = append(parts, "no container status")
-	}
-
-	return strings.Join(parts, "; ")
-}
-
 // probeCreateAttempts bounds the probe create's retries of an admission timeout.
 const probeCreateAttempts = 4
 
@@ -393,7 +198,7 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 	for i := range probeCreateAttempts {
 		attempt := newAttempt()
 
-		pod, err := pods.Create(ctx, ProbePod(node, p, attempt), metav1.CreateOptions{})
+		pod, err := pods.Create(ctx, probe.Pod(node, p, attempt), metav1.CreateOptions{})
 		if err == nil {
 			return pod, nil
 		}
@@ -405,7 +210,7 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 		}
 
 		// The pod may have been stored although its answer was lost: adopt it.
-		if list, lerr := pods.List(ctx, metav1.ListOptions{LabelSelector: ProbeAttemptLabel + "=" + attempt}); lerr == nil && len(list.Items) > 0 {
+		if list, lerr := pods.List(ctx, metav1.ListOptions{LabelSelector: probe.AttemptLabel + "=" + attempt}); lerr == nil && len(list.Items) > 0 {
 			return &list.Items[0], nil
 		}
 

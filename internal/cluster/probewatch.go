@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 )
 
 // ProbeWatch follows every runtime probe pod of a namespace, and its kubelet's Events, from one
@@ -52,7 +54,7 @@ func (c *Connection) WatchProbes(ctx context.Context, namespace string, timeout 
 	core := client.CoreV1()
 	w := &ProbeWatch{c: c, namespace: namespace, flushed: make(chan struct{})}
 
-	podOpts := func(o *metav1.ListOptions) { o.LabelSelector = ProbeLabel }
+	podOpts := func(o *metav1.ListOptions) { o.LabelSelector = probe.Label }
 	eventOpts := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("involvedObject.kind", "Pod").String()
 	}
@@ -143,10 +145,10 @@ func (w *ProbeWatch) deleteRetired(ctx context.Context) {
 	for batch := range slices.Chunk(retired, retireBatch) {
 		attempts := make([]string, 0, len(batch))
 		for _, p := range batch {
-			attempts = append(attempts, p.Labels[ProbeAttemptLabel])
+			attempts = append(attempts, p.Labels[probe.AttemptLabel])
 		}
 
-		sel := ProbeAttemptLabel + " in (" + strings.Join(attempts, ",") + ")"
+		sel := probe.AttemptLabel + " in (" + strings.Join(attempts, ",") + ")"
 		if pods.DeleteCollection(ctx, now, metav1.ListOptions{LabelSelector: sel}) == nil {
 			continue
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -247,7 +248,7 @@ func template(podSpec map[string]any) map[string]any {
 
 func probePod(mutate func(*corev1.Pod)) func(*clients) error {
 	return func(c *clients) error {
-		pod := cluster.ProbePod(node0, cluster.Probe{Image: "ghcr.io/ghcrsync/private-probe:v1", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "bounds")
+		pod := probe.Pod(node0, cluster.Probe{Image: "ghcr.io/ghcrsync/private-probe:v1", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "bounds")
 		if mutate != nil {
 			mutate(pod)
 		}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -144,7 +145,7 @@ func TestRealAndSimulatedKubeletsPullAlike(t *testing.T) {
 	}
 }
 
-// ghcrsync's own runtime probe pod (cluster.ProbePod: pull Always, no pull secret, no token,
+// ghcrsync's own runtime probe pod (probe.Pod: pull Always, no pull secret, no token,
 // PodSecurity restricted) on a real node proves the credential the node's containerd holds as
 // its Talos config rendered it: it passes with a valid credential; with that credential revoked
 // in the registry it fails with a real ErrImagePull; a new credential written into the machine
@@ -158,7 +159,7 @@ func TestRealNodeRuntimeProofFollowsTheNodesTalosConfig(t *testing.T) {
 	reg := sb.Registry()
 
 	probe := func(attempt string) string {
-		p := cluster.ProbePod(node, cluster.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, attempt)
+		p := probe.Pod(node, cluster.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, attempt)
 		p.GenerateName, p.Name = "", "probe-"+attempt
 
 		if _, err := sb.Kube().CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
