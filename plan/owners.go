@@ -28,6 +28,12 @@ func OtherOwners(s Snapshot, flux []FluxPlan) []OtherOwner {
 			out = append(out, OtherOwner{Object: obj, Owner: x.Foreign, Meaning: controllerMeaning(x.Foreign, x.Role, x.Namespace+"/"+x.Name, flux)})
 		}
 
+		if x.OtherConfiguration != "" {
+			out = append(out, OtherOwner{Object: obj, Owner: x.OtherConfiguration,
+				Meaning: "another ghcrsync configuration marked it its own: two configurations writing one pull secret put their credentials back in turn; " +
+					"name it in one configuration only (a configuration is known by its Lease: if this one's Lease was renamed, this is that mark, and the next write moves it)"})
+		}
+
 		out = append(out, writers(obj, x.Writers, x.Foreign)...)
 	}
 

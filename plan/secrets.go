@@ -23,13 +23,16 @@ type SecretObs struct {
 	Name      string `json:"name"`
 	Role      string `json:"role"`
 	// Credential is the tenant credential it holds ("": the cluster credential).
-	Credential       string   `json:"credential,omitempty"`
-	NamespaceMissing bool     `json:"namespace_missing,omitempty"`
-	Exists           bool     `json:"exists"`
-	Type             string   `json:"type,omitempty"`
-	Digest           string   `json:"digest,omitempty"`  // hex SHA-256 of its .dockerconfigjson
-	Foreign          string   `json:"foreign,omitempty"` // why another controller owns it
-	MissingFrom      []string `json:"missing_from,omitempty"`
+	Credential       string `json:"credential,omitempty"`
+	NamespaceMissing bool   `json:"namespace_missing,omitempty"`
+	Exists           bool   `json:"exists"`
+	Type             string `json:"type,omitempty"`
+	Digest           string `json:"digest,omitempty"`  // hex SHA-256 of its .dockerconfigjson
+	Foreign          string `json:"foreign,omitempty"` // why another controller owns it
+	// OtherConfiguration names another ghcrsync configuration whose mark it carries (listed
+	// among the other owners; it is still written).
+	OtherConfiguration string   `json:"other_configuration,omitempty"`
+	MissingFrom        []string `json:"missing_from,omitempty"`
 	// Writers are the other field managers of its credential key.
 	Writers []Writer `json:"writers,omitempty"`
 	// WriteRefused is the API server's refusal of a server-side dry run of apply's write of it

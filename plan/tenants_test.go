@@ -162,3 +162,18 @@ func withChecksum(t *testing.T, file string) []byte {
 
 	return out
 }
+
+// A pull secret another ghcrsync configuration marked is listed among the other owners, by that
+// configuration's name; one this configuration marked, or unmarked, is not.
+func TestAnotherConfigurationIsListedAsAnOwner(t *testing.T) {
+	s := Snapshot{Secrets: []SecretObs{
+		{Namespace: "a1", Name: "ghcr-pull", Role: RoleConsumer, Exists: true, OtherConfiguration: `ghcrsync configuration "tenants/rotate" (credential "tenant-a")`},
+		{Namespace: "a2", Name: "ghcr-pull", Role: RoleConsumer, Exists: true},
+	}}
+
+	owners := OtherOwners(s, nil)
+	if len(owners) != 1 || owners[0].Object != "Secret a1/ghcr-pull (consumer)" || !strings.Contains(owners[0].Owner, "tenants/rotate") ||
+		!strings.Contains(owners[0].Meaning, "name it in one configuration only") {
+		t.Fatalf("other owners %+v: want a1's other configuration only", owners)
+	}
+}

@@ -28,8 +28,8 @@ type SecretTarget struct {
 	ServiceAccounts []string
 	// Credential is the tenant credential the secret holds ("": the cluster credential).
 	Credential string
-	// Configuration is the identity of the configuration reading it: a Secret another
-	// configuration marked is foreign.
+	// Configuration is the identity of the configuration reading it: another configuration's
+	// mark on the Secret is listed among its other owners.
 	Configuration string
 	// OutsideRoles: the identity's roles cover nothing in the namespace (it gained the consumer
 	// label after they were rendered): the secret is neither read nor written.
@@ -78,8 +78,9 @@ const (
 )
 
 // OtherConfiguration names the other ghcrsync configuration whose mark the Secret carries ("":
-// none, or self's): a pull secret two configurations write is a tug of war, and ghcrsync leaves
-// it to the one that marked it.
+// none, or self's): a pull secret two configurations write is a tug of war, which plan lists
+// among the other owners. It is not refused: a configuration whose Lease was renamed would
+// otherwise wedge on its own marks.
 func OtherConfiguration(s *corev1.Secret, self string) string {
 	v := s.Annotations[ConfigurationAnnotation]
 	if v == "" || v == self || self == "" {
@@ -143,9 +144,7 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 		return obs, nil, c.Unreachable(fmt.Sprintf("read secret %s/%s", t.Namespace, t.Name), err)
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
-		if obs.Foreign == "" {
-			obs.Foreign = OtherConfiguration(s, t.Configuration)
-		}
+		obs.OtherConfiguration = OtherConfiguration(s, t.Configuration)
 
 		obs.Writers = Writers(s.ObjectMeta, corev1.DockerConfigJsonKey)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {

@@ -320,8 +320,6 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			return fmt.Errorf("read %s: %w", where, err)
 		case cluster.Foreign(cur) != "":
 			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
-		case cluster.OtherConfiguration(cur, o.Configuration) != "":
-			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.OtherConfiguration(cur, o.Configuration), errForeign)
 		case cur.Type != corev1.SecretTypeDockerConfigJson:
 			return fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
 		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data):
