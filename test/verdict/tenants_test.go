@@ -212,6 +212,11 @@ func TestSeveralCredentialsInOneRun(t *testing.T) {
 	if got := credentialIn(t, secretOf(t, kube, "tenant-b1")); got != newB2 {
 		t.Fatalf("tenant-b1/ghcr-pull holds %s's credential, want %s's", got.Username, newB2.Username)
 	}
+
+	// Nothing left to do for any credential: no changes, and every verdict clean (exit 0).
+	if r := ghcrsync(t, sb, "plan", "--config", cfg, "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes.") {
+		t.Fatalf("plan with every credential in sync: exit %d, want 0 and no changes\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // tenantNamespace creates a tenant namespace holding a pull secret with c (removed at the end).
