@@ -529,13 +529,8 @@ func (r *run) fanoutOptions() fanout.Options {
 
 	st, store := r.in.State, r.in.Store
 
-	tenants := map[string][]byte{}
-	for name, c := range r.in.Tenants {
-		tenants[name] = c.PullSecretJSON()
-	}
-
 	return fanout.Options{
-		Data: r.cred.PullSecretJSON(), Tenants: tenants, OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
+		Data: r.cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(r.in.Tenants), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
 		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name,
 		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {

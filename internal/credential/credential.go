@@ -67,6 +67,17 @@ func (c *Credential) PullSecretJSON() []byte {
 	return b
 }
 
+// PullSecretJSONs is each named credential's PullSecretJSON: what the pull secrets of each
+// tenant credential receive.
+func PullSecretJSONs(byName map[string]*Credential) map[string][]byte {
+	out := make(map[string][]byte, len(byName))
+	for name, c := range byName {
+		out[name] = c.PullSecretJSON()
+	}
+
+	return out
+}
+
 // PullSecretRevision is the digest pull secrets are compared by: of PullSecretJSON.
 func (c *Credential) PullSecretRevision() string { return authdigest.DockerConfig(c.PullSecretJSON()) }
 

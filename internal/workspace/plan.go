@@ -118,7 +118,7 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 	}
 
 	answers := fanout.DryRun(ctx, w.Kube.Client, p, fanout.Options{
-		Data: cred.PullSecretJSON(), Tenants: PullSecretJSON(tenants), Registry: w.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
+		Data: cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(tenants), Registry: w.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
 		Templates: w.Config.NodeTemplates, Configuration: w.Config.Identity(), Credential: w.Config.Credential.Name,
 	})
 
@@ -148,17 +148,6 @@ func (w *Workspace) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pl
 	}
 
 	return refused
-}
-
-// PullSecretJSON is each tenant credential's dockerconfigjson, by name: what its pull secrets
-// receive.
-func PullSecretJSON(tenants map[string]*credential.Credential) map[string][]byte {
-	out := map[string][]byte{}
-	for name, c := range tenants {
-		out[name] = c.PullSecretJSON()
-	}
-
-	return out
 }
 
 // dryRun asks the Talos of every node the plan acts on what it would do with exactly the change
