@@ -60,8 +60,10 @@ type Use struct {
 
 // Revocation is the verdict on revoking the old credential: who uses which credential, and whether revoking the old one breaks nothing.
 type Revocation struct {
-	// Credential names the credential judged when the configuration has several ("" with one).
+	// Credential names the credential judged when the configuration has several ("" with one);
+	// Tenant is true for a tenant credential's verdict (its pull secrets only).
 	Credential string `json:"credential,omitempty"`
+	Tenant     bool   `json:"tenant,omitempty"`
 	// Scope is what the verdict judged: every Node of the cluster (""), or only those
 	// nodes.selector selects (ScopeSelected, a setting of the configuration).
 	Scope string `json:"scope,omitempty"`
@@ -162,7 +164,7 @@ func Inventory(s Snapshot, in Input) Revocation {
 // tenantInventory is the verdict on a tenant's old credential: its pull secrets, each judged
 // as the cluster credential's are.
 func tenantInventory(s Snapshot, in Input, t TenantRotation) Revocation {
-	v := Revocation{Credential: t.Name, Revision: t.Revision}
+	v := Revocation{Credential: t.Name, Tenant: true, Revision: t.Revision}
 
 	for _, sec := range s.Secrets {
 		if sec.Credential != t.Name {
@@ -424,7 +426,7 @@ func (v Revocation) stillAll() []Use {
 
 // Except is the verdict without the uses of one kind (the root, before it is written).
 func (v Revocation) Except(kind string) Revocation {
-	out := Revocation{Revision: v.Revision, Scope: v.Scope, Credential: v.Credential}
+	out := Revocation{Revision: v.Revision, Scope: v.Scope, Credential: v.Credential, Tenant: v.Tenant}
 
 	for _, u := range v.Uses {
 		if u.Kind != kind {
@@ -437,22 +439,26 @@ func (v Revocation) Except(kind string) Revocation {
 	return out
 }
 
-// Sentence is the verdict in words: with several credentials, each one's, by name.
+// Sentence is the verdict in words: a tenant's of its pull secrets; with several credentials,
+// each one's, by name.
 func (v Revocation) Sentence() string {
-	if len(v.Tenants) == 0 {
+	switch {
+	case v.Tenant:
+		return v.tenantSentence()
+	case len(v.Tenants) == 0:
 		return v.own()
 	}
 
 	parts := []string{v.Credential + ": " + v.own()}
 	for _, t := range v.Tenants {
-		parts = append(parts, t.Credential+": "+t.TenantSentence())
+		parts = append(parts, t.Credential+": "+t.Sentence())
 	}
 
 	return strings.Join(parts, " ")
 }
 
-// TenantSentence is a tenant credential's verdict in words.
-func (v Revocation) TenantSentence() string {
+// tenantSentence is a tenant credential's verdict in words.
+func (v Revocation) tenantSentence() string {
 	if v.SafeToRevoke {
 		return fmt.Sprintf("safe to revoke its old credential: all %d of its pull secrets hold revision %s.", v.New, human.Short(v.Revision))
 	}

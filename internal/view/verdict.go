@@ -56,13 +56,8 @@ func usesHuman(w io.Writer, indent string, uses []plan.Use) {
 func credentialsHuman(w io.Writer, v *plan.Revocation, uses func(plan.Revocation) []plan.Use) {
 	fmt.Fprintln(w, "Verdict, by credential:")
 
-	for i, c := range v.All() {
-		sentence := c.Sentence()
-		if i > 0 {
-			sentence = c.TenantSentence()
-		}
-
-		fmt.Fprintf(w, "  %s: %s\n", Clean(c.Credential), oneLine(sentence))
+	for _, c := range v.All() {
+		fmt.Fprintf(w, "  %s: %s\n", Clean(c.Credential), oneLine(c.Sentence()))
 		usesHuman(w, "    ", uses(c))
 	}
 }
@@ -140,17 +135,17 @@ func newVerdictJSON(v *plan.Revocation, verdictErr error) *VerdictJSON {
 		return nil
 	}
 
-	out := oneVerdictJSON(*v)
 	if len(v.Tenants) == 0 {
-		return out
+		return oneVerdictJSON(*v)
 	}
+
+	out := oneVerdictJSON(v.All()[0])
 
 	out.SafeToRevoke, out.Sentence, out.Credential = v.Clean(), v.Sentence(), ""
 
-	for i, c := range v.All() {
+	for _, c := range v.All() {
 		one := oneVerdictJSON(c)
-		if i > 0 {
-			one.Sentence = c.TenantSentence()
+		if c.Tenant {
 			out.New, out.Old, out.Unknown = out.New+c.New, out.Old+c.Old, out.Unknown+c.Unknown
 			out.Still = append(out.Still, one.Still...)
 		}
@@ -161,12 +156,9 @@ func newVerdictJSON(v *plan.Revocation, verdictErr error) *VerdictJSON {
 	return out
 }
 
-// oneVerdictJSON is one credential's verdict.
+// oneVerdictJSON is one credential's verdict (v without its tenants: All's).
 func oneVerdictJSON(v plan.Revocation) *VerdictJSON {
-	own := v
-	own.Tenants = nil
-
-	out := &VerdictJSON{SafeToRevoke: v.SafeToRevoke, Revision: v.Revision, Sentence: own.Sentence(), New: v.New, Old: v.Old, Unknown: v.Unknown,
+	out := &VerdictJSON{SafeToRevoke: v.SafeToRevoke, Revision: v.Revision, Sentence: v.Sentence(), New: v.New, Old: v.Old, Unknown: v.Unknown,
 		Still: []UseJSON{}, Credential: v.Credential}
 
 	for _, u := range v.Still() {
@@ -260,13 +252,8 @@ func credentialsMarkdown(w io.Writer, v *plan.Revocation, title string, uses fun
 
 	var still []plan.Use
 
-	for i, c := range v.All() {
-		sentence := c.Sentence()
-		if i > 0 {
-			sentence = c.TenantSentence()
-		}
-
-		fmt.Fprintf(w, "- **%s**: %s\n", md(c.Credential), md(sentence))
+	for _, c := range v.All() {
+		fmt.Fprintf(w, "- **%s**: %s\n", md(c.Credential), md(c.Sentence()))
 
 		still = append(still, uses(c)...)
 	}
