@@ -396,7 +396,7 @@ func (v Revocation) Still() []Use {
 	return out
 }
 
-// Among are the uses of of that are also in uses (by kind and name): what a plan leaves of one
+// Among are those of the uses in of that are also in uses (by kind and name): what a plan leaves of one
 // credential's.
 func Among(uses, of []Use) []Use {
 	var out []Use

@@ -3,6 +3,7 @@ package view
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -139,21 +140,25 @@ func newVerdictJSON(v *plan.Revocation, verdictErr error) *VerdictJSON {
 		return oneVerdictJSON(*v)
 	}
 
-	out := oneVerdictJSON(v.All()[0])
+	// Each credential's verdict; the fields of all of them together start from the cluster's.
+	var out VerdictJSON
 
-	out.SafeToRevoke, out.Sentence, out.Credential = v.Clean(), v.Sentence(), ""
-
-	for _, c := range v.All() {
-		one := oneVerdictJSON(c)
-		if c.Tenant {
+	for i, c := range v.All() {
+		one := *oneVerdictJSON(c)
+		if i == 0 {
+			out = one
+			out.Still = slices.Clone(one.Still)
+		} else {
 			out.New, out.Old, out.Unknown = out.New+c.New, out.Old+c.Old, out.Unknown+c.Unknown
 			out.Still = append(out.Still, one.Still...)
 		}
 
-		out.Credentials = append(out.Credentials, *one)
+		out.Credentials = append(out.Credentials, one)
 	}
 
-	return out
+	out.SafeToRevoke, out.Sentence, out.Credential = v.Clean(), v.Sentence(), ""
+
+	return &out
 }
 
 // oneVerdictJSON is one credential's verdict (v without its tenants: All's).
