@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
@@ -99,12 +100,12 @@ type Event struct {
 type recorder struct {
 	kube    Recorder
 	observe func(Event)
-	now     func() time.Time
+	clock   clock.Clock
 }
 
 func (r recorder) Record(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) error {
 	if r.observe != nil {
-		r.observe(Event{Time: r.now(), Object: ref, Reason: reason, Message: msg, Warning: warning})
+		r.observe(Event{Time: r.clock.Now(), Object: ref, Reason: reason, Message: msg, Warning: warning})
 	}
 
 	return r.kube.Record(ctx, ref, reason, msg, warning)
@@ -235,7 +236,7 @@ type run struct {
 
 // Run executes the plan under the Lease, writing the state before every mutation.
 func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, error) {
-	if in.Config == nil || in.Kube == nil || in.Store == nil || in.State == nil || in.Credential == nil || in.Cluster == nil || in.Now == nil {
+	if in.Config == nil || in.Kube == nil || in.Store == nil || in.State == nil || in.Credential == nil || in.Cluster == nil || in.Clock == nil {
 		return nil, errors.New("apply: incomplete inputs (build them with workspace.Apply); nothing was changed")
 	}
 
@@ -251,7 +252,7 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 	}
 
 	if r.res.Budget > 0 {
-		r.res.Deadline = in.Now().Add(r.res.Budget)
+		r.res.Deadline = in.Clock.Now().Add(r.res.Budget)
 		p.Rebudget(r.res.Budget, in.Config.Run.Reserve)
 	}
 
@@ -335,7 +336,7 @@ func (r *run) checkPlan(ctx context.Context) error {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
-	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Kube.Server}, r.in.Now()); err != nil {
+	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Kube.Server}, r.in.Clock.Now()); err != nil {
 		return err
 	}
 
@@ -430,7 +431,8 @@ func (r *run) acquire(ctx context.Context) error {
 	l, err := lease.Acquire(ctx, leaseClient, lease.Options{
 		Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name, Holder: r.res.Holder,
 		Duration: cfg.Lease.Duration, Heartbeat: cfg.Lease.Heartbeat,
-		Logf: func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
+		Logf:  func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
+		Clock: r.in.Clock,
 	})
 	if err != nil {
 		return err
@@ -442,8 +444,8 @@ func (r *run) acquire(ctx context.Context) error {
 	r.event(ctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
 		"run "+r.res.Holder+" rotates the registry credential to revision "+human.Short(r.p.CredentialRevision), false)
 
-	r.in.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.in.Now().UTC()}
-	r.in.State.Begin(r.p.CredentialRevision, r.res.Holder, r.in.Now())
+	r.in.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.in.Clock.Now().UTC()}
+	r.in.State.Begin(r.p.CredentialRevision, r.res.Holder, r.in.Clock.Now())
 
 	if err := r.in.Store.Write(r.in.State); err != nil {
 		r.releaseLease(ctx)
@@ -491,6 +493,7 @@ func (r *run) nodes(ctx context.Context) error {
 		Recheck: recheck,
 		Retry:   r.in.Cluster.Retry(),
 		Control: func(ctx context.Context) error { return r.in.Cluster.Control(ctx, r.p) },
+		Clock:   r.in.Clock,
 	})
 
 	r.res.Nodes = r.exec.run(ctx, r.p)
@@ -531,11 +534,11 @@ func (r *run) fanoutOptions() fanout.Options {
 
 	return fanout.Options{
 		Data: r.cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(r.in.Tenants), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
-		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name,
+		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name, Clock: r.in.Clock,
 		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {
 			cred, revision := r.desired(ns, name)
-			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, Credential: cred, DesiredRevision: revision, Outcome: outcome, Updated: r.in.Now().UTC()})
+			st.PutSecret(state.SecretRecord{Namespace: ns, Name: name, Role: role, Credential: cred, DesiredRevision: revision, Outcome: outcome, Updated: r.in.Clock.Now().UTC()})
 
 			return store.Write(st)
 		},
@@ -635,7 +638,7 @@ func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
 
 // verdict is the run's last word, from the cluster at the end: is the old credential still used?
 func (r *run) verdict(ctx context.Context) {
-	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute) // read-only, even after a cancel
+	vctx, cancel := r.in.Clock.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute) // read-only, even after a cancel
 	defer cancel()
 
 	v, err := r.inventory(vctx)
@@ -684,7 +687,7 @@ func (r *run) settleSecrets() {
 			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(fanout.Failed)
 			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && unsettled {
 				_, revision := r.desired(rec.Namespace, rec.Name)
-				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), revision, r.in.Now().UTC()
+				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), revision, r.in.Clock.Now().UTC()
 				st.PutSecret(rec)
 				settled++
 			}
@@ -702,7 +705,7 @@ func (r *run) settleSecrets() {
 
 // events is where the run records its Events: the cluster, and Options.Observe.
 func (r *run) events() Recorder {
-	return recorder{kube: r.in.Kube, observe: r.o.Observe, now: r.in.Now}
+	return recorder{kube: r.in.Kube, observe: r.o.Observe, clock: r.in.Clock}
 }
 
 // event records an Event on the run's objects (the Lease, the pull secrets); best effort.
@@ -715,7 +718,7 @@ func (r *run) event(ctx context.Context, ref cluster.Ref, reason, msg string, wa
 // record writes the run's outcome into the state.
 func (r *run) record() {
 	st := r.in.State
-	finished := r.in.Now().UTC()
+	finished := r.in.Clock.Now().UTC()
 	st.Run.Finished = &finished
 
 	switch {
@@ -740,7 +743,7 @@ func (r *run) record() {
 
 // releaseLease releases the Lease, bounded, even when the run's context is done.
 func (r *run) releaseLease(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rctx, cancel := r.in.Clock.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 
 	r.res.ReleaseErr = r.lease.Release(rctx)

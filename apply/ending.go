@@ -58,7 +58,7 @@ func (t *txn) unclaim(ctx context.Context) error {
 	}
 
 	if ctx.Err() != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		cctx, cancel := t.e.clock.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 
 		ctx = cctx
@@ -137,7 +137,7 @@ func (t *txn) failOrInterrupted(msg string) *NodeResult {
 
 // finish records the outcome.
 func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) NodeResult {
-	now := t.e.now().UTC()
+	now := t.e.clock.Now().UTC()
 	t.rec.Outcome, t.rec.Reason, t.rec.Finished = outcome, string(reason), &now
 
 	if outcome == state.OutcomeFailed {
@@ -194,7 +194,7 @@ func (t *txn) restore(ctx context.Context, why string) *NodeResult {
 // claim as recorded before this undo began (the record's phase says how far the claim got);
 // hold keeps the cordon as an unproven hold.
 func (t *txn) undo(ctx context.Context, hold bool) error {
-	_, err := fence.Undo(ctx, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, hold, t.e.o.ReadyTimeout)
+	_, err := fence.Undo(ctx, t.e.clock, t.e.nodes, t.np.Name, t.e.o.Holder, state.PhaseGuarded, t.rec.Fence, hold, t.e.o.ReadyTimeout)
 
 	return err
 }

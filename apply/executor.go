@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
@@ -117,6 +118,8 @@ type execOptions struct {
 	// node's refused credential from a registry refusing everyone (zero: no retry).
 	Retry   credential.Retry
 	Control func(ctx context.Context) error
+	// Clock is the run's clock (nil: clock.System).
+	Clock clock.Clock
 }
 
 // proveRuntime is the node's runtime proof, asked again while the registry is in passing
@@ -184,7 +187,7 @@ type executor struct {
 	lease Lease
 	store Store
 	o     execOptions
-	now   func() time.Time
+	clock clock.Clock
 	judge func(plan.Subject) plan.Verdict // plan.Judge; tests record it
 
 	mu       sync.Mutex
@@ -217,7 +220,7 @@ func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.S
 		o.MaxFailures = 1
 	}
 
-	return &executor{nodes: nodes, talos: talos, lease: lease, store: store, st: st, o: o, now: time.Now, judge: plan.Judge, stop: make(chan struct{})}
+	return &executor{nodes: nodes, talos: talos, lease: lease, store: store, st: st, o: o, clock: clock.Or(o.Clock), judge: plan.Judge, stop: make(chan struct{})}
 }
 
 // save records rec in the state and writes it: always before the mutation it announces.
@@ -225,7 +228,7 @@ func (e *executor) save(rec *state.Record) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	rec.Updated = e.now().UTC()
+	rec.Updated = e.clock.Now().UTC()
 	e.st.Put(*rec)
 
 	if err := e.store.Write(e.st); err != nil {
@@ -365,7 +368,7 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 			"no run within this budget can rotate it, so it is not left to the next one — raise --within or run.budget, or rotate it in a run without a budget",
 			np.Estimate.Round(time.Second), e.o.Budget, e.o.Reserve))
 	case e.outOfTime(np):
-		left := e.o.Deadline.Sub(e.now()).Round(time.Second)
+		left := e.o.Deadline.Sub(e.clock.Now()).Round(time.Second)
 
 		return skip(state.OutcomeDeferred, fmt.Sprintf("its estimate (%s) does not fit in what is left of the run's time budget (%s, of which %s is kept "+
 			"for the run's end): the next run rotates it", np.Estimate.Round(time.Second), max(left, 0), e.o.Reserve))
@@ -390,13 +393,13 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 // outOfTime reports whether np's estimate would end past the run's deadline less its reserve:
 // then it is not started (a node already started is always finished).
 func (e *executor) outOfTime(np plan.NodePlan) bool {
-	return !e.o.Deadline.IsZero() && e.now().Add(np.Estimate+e.o.Reserve).After(e.o.Deadline)
+	return !e.o.Deadline.IsZero() && e.clock.Now().Add(np.Estimate+e.o.Reserve).After(e.o.Deadline)
 }
 
 // record keeps what a rotated node took in the state (the estimate's samples) and marks it
 // done in the rotation in progress. A state that cannot be written loses the sample only.
 func (e *executor) record(np plan.NodePlan, r NodeResult) {
-	x := state.Sample{Node: np.Name, Class: plan.ClassOf(np), Run: e.o.Holder, Finished: e.now().UTC(), Steps: map[string]float64{}}
+	x := state.Sample{Node: np.Name, Class: plan.ClassOf(np), Run: e.o.Holder, Finished: e.clock.Now().UTC(), Steps: map[string]float64{}}
 
 	for _, t := range r.Timings {
 		x.Seconds += t.Duration.Seconds()
@@ -426,7 +429,7 @@ func (e *executor) budgetSpent() bool {
 // control plane Ready, not cordoned, fenced by no one, its etcd member healthy and a voter, no
 // alarm, enough voters left (plan.Quorum).
 func (e *executor) quorum(ctx context.Context, node string) error {
-	return cluster.WaitFor(ctx, e.o.ReadyTimeout, time.Second, func() (bool, error) {
+	return clock.Until(ctx, e.clock, e.o.ReadyTimeout, time.Second, func() (bool, error) {
 		cps, err := e.nodes.ControlPlanes(ctx)
 		if err != nil {
 			return false, err

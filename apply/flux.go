@@ -63,7 +63,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 	res := FluxResult{Kustomization: fp.Ref()}
 	st, store := r.in.State, r.in.Store
 
-	st.PutSuspension(state.Suspension{Namespace: fp.Namespace, Name: fp.Name, UID: fp.UID, Owner: r.res.Holder, Added: r.in.Now().UTC()})
+	st.PutSuspension(state.Suspension{Namespace: fp.Namespace, Name: fp.Name, UID: fp.UID, Owner: r.res.Holder, Added: r.in.Clock.Now().UTC()})
 
 	if err := store.Write(st); err != nil {
 		st.DropSuspension(fp.Namespace, fp.Name, r.res.Holder)
@@ -105,7 +105,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 // done: a Kustomization is never left suspended by a finished run. Each record is dropped only
 // once the resume is confirmed (or the Kustomization carries no suspension of this run).
 func (r *run) resume(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resumeBound)
+	rctx, cancel := r.in.Clock.WithTimeout(context.WithoutCancel(ctx), resumeBound)
 	defer cancel()
 
 	st, store := r.in.State, r.in.Store

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -27,7 +28,7 @@ var errLeaseLost = errors.New("lease lost")
 // immediately before the mutation (a wait for the Lease to come back starts over). It returns the
 // node, or the result that ends the transaction.
 func (t *txn) guard(ctx context.Context, step plan.Step) (*corev1.Node, *NodeResult) {
-	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+	deadline := t.e.clock.Now().Add(t.e.o.ReadyTimeout)
 
 	for {
 		if r := t.interrupted(); r != nil {
@@ -52,7 +53,7 @@ func (t *txn) guard(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRes
 			return n, nil
 		}
 
-		if t.e.now().After(deadline) {
+		if t.e.clock.Now().After(deadline) {
 			return nil, t.leaseLost(step, err)
 		}
 	}
@@ -98,7 +99,7 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 // ready_timeout: a node gone is judged Gone, a deletion given up is judged afresh, and one still
 // going on after that is refused (the fence stays).
 func (t *txn) current(ctx context.Context, step plan.Step) (*corev1.Node, plan.Verdict, *NodeResult) {
-	start := t.e.now()
+	start := t.e.clock.Now()
 
 	var lastSaid time.Time
 
@@ -117,7 +118,7 @@ func (t *txn) current(ctx context.Context, step plan.Step) (*corev1.Node, plan.V
 			return n, v, nil
 		}
 
-		elapsed := t.e.now().Sub(start)
+		elapsed := t.e.clock.Now().Sub(start)
 		if elapsed >= t.e.o.ReadyTimeout {
 			v.Decision, v.Detail = plan.Refuse, v.Detail+fmt.Sprintf("; still there after ready_timeout %s", t.e.o.ReadyTimeout)
 
@@ -128,7 +129,7 @@ func (t *txn) current(ctx context.Context, step plan.Step) (*corev1.Node, plan.V
 			t.log.Warn(v.Message(t.np.Name, step))
 		}
 
-		if now := t.e.now(); now.Sub(lastSaid) >= progressEvery {
+		if now := t.e.clock.Now(); now.Sub(lastSaid) >= progressEvery {
 			lastSaid = now
 			t.e.o.Progress.Emit(progress.WaitingGone{Node: t.np.Name, Elapsed: elapsed, Timeout: t.e.o.ReadyTimeout, Why: v.Reason.Sentence(v.Detail)})
 		}
@@ -164,7 +165,7 @@ func (t *txn) leaseLive(ctx context.Context) error {
 		return nil
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, t.e.o.ReadyTimeout)
+	wctx, cancel := t.e.clock.WithTimeout(ctx, t.e.o.ReadyTimeout)
 	defer cancel()
 
 	if err := t.e.lease.WaitLive(wctx); err != nil {
@@ -183,7 +184,7 @@ func (t *txn) read(ctx context.Context) (*corev1.Node, error) {
 		warned bool
 	)
 
-	err := cluster.WaitFor(ctx, t.e.o.ReadyTimeout, t.e.o.Poll, func() (bool, error) {
+	err := clock.Until(ctx, t.e.clock, t.e.o.ReadyTimeout, t.e.o.Poll, func() (bool, error) {
 		var err error
 
 		n, err = t.e.nodes.Get(ctx, t.np.Name)
@@ -289,7 +290,7 @@ func (t *txn) mirror(ctx context.Context, phase state.Phase) *NodeResult {
 // immediately before it: a read the judgement does not let through ends the transaction as that
 // verdict says. An unreachable API is ridden out up to ready_timeout.
 func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func(*corev1.Node) map[string]any, between func(int)) *NodeResult {
-	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+	deadline := t.e.clock.Now().Add(t.e.o.ReadyTimeout)
 
 	for {
 		var (
@@ -322,13 +323,13 @@ func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func
 			return t.verdict(ctx, *refused, step)
 		case apierrors.IsNotFound(err):
 			return t.verdict(ctx, t.judge(nil, nil, step), step)
-		case leaseErr != nil && t.e.now().Before(deadline):
+		case leaseErr != nil && t.e.clock.Now().Before(deadline):
 			if r := t.waitLease(ctx, step); r != nil {
 				return r
 			}
 		case leaseErr != nil:
 			return t.leaseLost(step, leaseErr)
-		case cluster.Transient(err) && t.e.now().Before(deadline) && ctx.Err() == nil:
+		case cluster.Transient(err) && t.e.clock.Now().Before(deadline) && ctx.Err() == nil:
 			t.log.Warn("the Kubernetes API is unreachable; retrying until ready_timeout", "write", what, "error", err)
 
 			if err := t.e.sleep(ctx); err != nil {
@@ -354,7 +355,7 @@ func (e *executor) sleepOr(ctx context.Context, changed <-chan struct{}) error {
 		return ctx.Err()
 	case <-changed:
 		return nil
-	case <-time.After(e.o.Poll):
+	case <-e.clock.After(e.o.Poll):
 		return nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
@@ -298,14 +299,14 @@ type applyOptions struct {
 	Progress             io.Writer
 	Hooks                apply.Hooks
 	SecretHooks          fanout.Hooks
-	Now                  func() time.Time
+	Clock                clock.Clock
 	StoreClient          kubernetes.Interface
 	Faults               *workspace.Faults
 }
 
 // applyCfg applies a saved plan, as `ghcrsync apply PLANFILE` does.
 func applyCfg(ctx context.Context, o applyOptions) (*apply.Result, error) {
-	ws, err := workspace.Open(workspace.Options{ConfigPath: o.ConfigPath, Lock: true, Now: o.Now, Faults: o.Faults})
+	ws, err := workspace.Open(workspace.Options{ConfigPath: o.ConfigPath, Lock: true, Clock: o.Clock, Faults: o.Faults})
 	if err != nil {
 		return nil, err
 	}

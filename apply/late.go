@@ -34,7 +34,7 @@ func (r *run) lateNodes(ctx context.Context) {
 	ctx = requests.WithStep(ctx, "run: late") // --verbose: the relists' cost (a late node's own steps are its own)
 
 	done := r.actedOn()
-	deadline := r.in.Now().Add(r.in.Config.Nodes.ReadyTimeout)
+	deadline := r.in.Clock.Now().Add(r.in.Config.Nodes.ReadyTimeout)
 	worked := 0
 
 	if r.fleet == "" {
@@ -76,7 +76,7 @@ func (r *run) lateNodes(ctx context.Context) {
 			r.log.Warn("late nodes remain after the last round; the verdict names them", "nodes", names(todo))
 
 			return
-		case deleting(fresh) && r.in.Now().Before(deadline):
+		case deleting(fresh) && r.in.Clock.Now().Before(deadline):
 			r.log.Info("waiting for nodes the cluster is deleting to go", "nodes", deletingNames(fresh))
 
 			if err := r.exec.sleep(ctx); err != nil {
@@ -193,7 +193,7 @@ func (r *run) settleProvisioning(ctx context.Context) {
 		return
 	}
 
-	start, timeout := r.in.Now(), r.in.Config.Nodes.ReadyTimeout
+	start, timeout := r.in.Clock.Now(), r.in.Config.Nodes.ReadyTimeout
 
 	for {
 		status, err := r.in.Kube.Provisioning(ctx)
@@ -208,7 +208,7 @@ func (r *run) settleProvisioning(ctx context.Context) {
 			return
 		}
 
-		elapsed := r.in.Now().Sub(start)
+		elapsed := r.in.Clock.Now().Sub(start)
 		if elapsed >= timeout {
 			return // the verdict names them
 		}
@@ -220,7 +220,7 @@ func (r *run) settleProvisioning(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(5 * time.Second):
+		case <-r.in.Clock.After(5 * time.Second):
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
@@ -127,10 +128,10 @@ func TestStalePlansAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		spoil func(r *rotation)
-		now   func() time.Time
+		clock clock.Clock
 		want  string
 	}{
-		{name: "expired", now: func() time.Time { return time.Now().Add(2 * time.Hour) }, want: "it expired at"},
+		{name: "expired", clock: clock.NewFake(time.Now().Add(2 * time.Hour)), want: "it expired at"},
 		{name: "config_changed", spoil: func(r *rotation) {
 			b, _ := os.ReadFile(r.cfg)
 			_ = os.WriteFile(r.cfg, append(b, []byte("\n# edited\n")...), 0o600)
@@ -154,7 +155,7 @@ func TestStalePlansAreRefused(t *testing.T) {
 				tc.spoil(r)
 			}
 
-			_, err := applyCfg(context.Background(), applyOptions{ConfigPath: r.cfg, PlanPath: path, Now: tc.now})
+			_, err := applyCfg(context.Background(), applyOptions{ConfigPath: r.cfg, PlanPath: path, Clock: tc.clock})
 			if !apply.IsStale(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Saved plan is stale") {
 				t.Fatalf("want stale (%s), got %v", tc.want, err)
 			}

@@ -50,7 +50,7 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 	for _, n := range nodes {
 		// A dead run's steering left on the node (handed over by the reclaim) is replaced by
 		// this run's in the same patch below.
-		e.st.TakeSteer(state.Steer{Node: n.Name, UID: n.UID, Owner: e.o.Holder, Effect: p.Steering.Effect, Added: e.now().UTC()})
+		e.st.TakeSteer(state.Steer{Node: n.Name, UID: n.UID, Owner: e.o.Holder, Effect: p.Steering.Effect, Added: e.clock.Now().UTC()})
 	}
 
 	err := e.store.Write(e.st)
@@ -96,7 +96,7 @@ func (e *executor) unsteerAll(ctx context.Context) {
 		return
 	}
 
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.ReadyTimeout)
+	uctx, cancel := e.clock.WithTimeout(context.WithoutCancel(ctx), e.o.ReadyTimeout)
 	defer cancel()
 
 	var (

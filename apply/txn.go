@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
@@ -44,7 +45,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 			UID: t.np.UID, WasCordoned: t.np.Invariants.Unschedulable && !t.np.Invariants.HeldUnproven, HeldUnproven: t.np.Invariants.HeldUnproven,
 			InitialTaints: t.np.Invariants.SchedulingTaints, DesiredRevision: t.p.CredentialRevision,
 		},
-		Started: t.e.now().UTC(),
+		Started: t.e.clock.Now().UTC(),
 	}
 
 	// fence: claim → guarded → drained → configured → rebooting → ready → proved → released.
@@ -70,9 +71,9 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	var timings []Timing
 
 	for _, step := range steps {
-		start := t.e.now()
+		start := t.e.clock.Now()
 		r := step.run(requests.WithStep(ctx, step.name)) // --verbose tallies its calls by step
-		timings = append(timings, Timing{Step: step.name, Duration: t.e.now().Sub(start)})
+		timings = append(timings, Timing{Step: step.name, Duration: t.e.clock.Now().Sub(start)})
 
 		if r != nil {
 			r.Timings = timings
@@ -121,7 +122,7 @@ func (t *txn) nextStep() string {
 // settled: after a control plane's live update, its etcd member and its static pods are
 // healthy again before the next node is taken (a CRI restart can leave them down).
 func (t *txn) settled(ctx context.Context) *NodeResult {
-	err := cluster.WaitFor(ctx, t.e.o.ReadyTimeout, time.Second, func() (bool, error) {
+	err := clock.Until(ctx, t.e.clock, t.e.o.ReadyTimeout, time.Second, func() (bool, error) {
 		v, err := t.e.talos.Etcd(ctx, t.ip)
 		switch {
 		case err != nil:
@@ -324,7 +325,7 @@ func (t *txn) reboot(ctx context.Context) *NodeResult {
 
 // waitReady waits for a new boot ID, Ready, and no lifecycle taints, judging every read.
 func (t *txn) waitReady(ctx context.Context) *NodeResult {
-	start := t.e.now()
+	start := t.e.clock.Now()
 	deadline := start.Add(t.e.o.ReadyTimeout)
 	lastSaid := start
 
@@ -354,12 +355,12 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 			return t.mirror(ctx, state.PhaseReady)
 		}
 
-		if t.e.now().After(deadline) {
+		if t.e.clock.Now().After(deadline) {
 			return t.failKeepingFence(fmt.Sprintf("%s did not come back Ready with a new boot within %s (boot %s, Ready %t, lifecycle taints %t)",
 				t.np.Name, t.e.o.ReadyTimeout, boot, ready, lifecycle))
 		}
 
-		if now := t.e.now(); now.Sub(lastSaid) >= progressEvery {
+		if now := t.e.clock.Now(); now.Sub(lastSaid) >= progressEvery {
 			lastSaid = now
 			t.e.o.Progress.Emit(progress.WaitingReady{Node: t.np.Name, Elapsed: now.Sub(start), Timeout: t.e.o.ReadyTimeout,
 				Awaited: awaited(boot != "" && boot != t.rec.BootBefore, ready, lifecycle)})
@@ -405,7 +406,7 @@ func awaited(newBoot, ready, lifecycle bool) string {
 // runtime may not, and the next plan fences it (a reboot loads it for sure). When the config
 // changed is read once; each poll asks only for the runtime's last start.
 func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
-	deadline := t.e.now().Add(t.e.o.ReadyTimeout)
+	deadline := t.e.clock.Now().Add(t.e.o.ReadyTimeout)
 
 	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
 	if err != nil {
@@ -422,7 +423,7 @@ func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 			return nil
 		}
 
-		if t.e.now().After(deadline) {
+		if t.e.clock.Now().After(deadline) {
 			last := "its last start is unknown"
 			if !started.IsZero() {
 				last = "it last started at " + human.Clock(started)

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
@@ -41,8 +42,9 @@ func newHarness(t *testing.T, parallelism int, nodes ...string) *harness {
 
 	h := &harness{w: w, lease: &fakeLease{done: make(chan struct{})}, store: &fakeStore{w: w}}
 	h.e = newExecutor(fakeNodes{w}, fakeTalos{w}, h.lease, h.store, &state.State{}, execOptions{
-		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 2 * time.Second, WorkerParallelism: parallelism, Poll: time.Millisecond,
-		AllowQuorumLoss: true, // the fakes' fleets have one or two control planes
+		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 10 * time.Minute, WorkerParallelism: parallelism, Poll: 500 * time.Millisecond,
+		Clock:           clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), // the waits take no time
+		AllowQuorumLoss: true,                                                       // the fakes' fleets have one or two control planes
 	})
 	h.e.judge = func(s plan.Subject) plan.Verdict {
 		w.record("judge %s %s", s.Planned.UID[len("uid-"):], s.Step)

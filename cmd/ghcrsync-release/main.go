@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/release"
 )
 
@@ -89,7 +90,7 @@ func run(args []string) error {
 	stmt := release.NewStatement(subjects, release.Build{
 		Version: *version, Platforms: platforms, GoVersion: runtime.Version(),
 		Repository: *repo, Commit: *commit, BuilderID: builderID(), InvocationID: invocationID(),
-		Started: time.Unix(*started, 0), Finished: time.Now(),
+		Started: time.Unix(*started, 0), Finished: clock.System.Now(),
 	})
 
 	js, err := stmt.JSON()

@@ -25,7 +25,7 @@ func (c *Connection) Changes(ctx context.Context, name string) <-chan struct{} {
 
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-c.Clock.After(time.Second):
 			}
 		}
 	}()

@@ -4,11 +4,14 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 )
 
 // serverClock reads the API server's clock off its answers' Date headers: the time a Lease
 // expires by is the server's, never this machine's (whose clock may be off).
 type serverClock struct {
+	local    clock.Clock // this machine's
 	mu       sync.Mutex
 	date     time.Time // the latest Date header
 	received time.Time // when it arrived, on this machine's monotonic clock
@@ -20,7 +23,7 @@ func (c *serverClock) wrap(rt http.RoundTripper) http.RoundTripper {
 		if err == nil {
 			if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
 				c.mu.Lock()
-				c.date, c.received = d, time.Now()
+				c.date, c.received = d, c.local.Now()
 				c.mu.Unlock()
 			}
 		}
@@ -39,7 +42,7 @@ func (c *serverClock) now() (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	return c.date.Add(time.Since(c.received)), true
+	return c.date.Add(clock.Since(c.local, c.received)), true
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -49,9 +52,9 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // ServerNow is the API server's clock (its latest Date header, advanced by this machine's
 // monotonic clock since); ok is false before the server has answered.
 func (c *Connection) ServerNow() (time.Time, bool) {
-	if c.clock == nil {
+	if c.server == nil {
 		return time.Time{}, false
 	}
 
-	return c.clock.now()
+	return c.server.now()
 }

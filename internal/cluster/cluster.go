@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -46,8 +47,10 @@ type Connection struct {
 	// makes the proofs that start together ask once.
 	probeNamespaces  sync.Map
 	probeNamespaceMu sync.Mutex
-	// clock is the API server's, read off its answers.
-	clock *serverClock
+	// Clock is this machine's clock (clock.System unless a test hands in another); server is
+	// the API server's, read off its answers.
+	Clock  clock.Clock
+	server *serverClock
 }
 
 // FieldManager is ghcrsync's name in the objects' managedFields (the client's user agent, which
@@ -102,9 +105,9 @@ func ConnectInCluster(dir string, timeout time.Duration) (*Connection, error) {
 }
 
 func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
-	counter, clock := &requests.Counter{}, &serverClock{}
+	counter, server := &requests.Counter{}, &serverClock{local: clock.System}
 	cfg.Wrap(counter.Transport)
-	cfg.Wrap(clock.wrap)
+	cfg.Wrap(server.wrap)
 	cfg.UserAgent = FieldManager
 	// client-go's default (5 QPS, burst 10) queues a run's requests behind each other: the read
 	// and the compare-and-swap patch of a claim end up ~0.5 s apart, and every kubelet
@@ -136,7 +139,7 @@ func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
 		host = h
 	}
 
-	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events, clock: clock}, nil
+	return &Connection{Client: client, Config: cfg, Server: cfg.Host, Endpoint: host, Requests: counter, events: events, Clock: clock.System, server: server}, nil
 }
 
 // Dynamic is a client for the resources client-go has no types for (Flux's), on the connection's

@@ -44,7 +44,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 	prefixed := progress.Lines(report, node)
 	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	dctx, cancel := c.Clock.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	for {
@@ -53,7 +53,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 			// The API did not answer the listing: ask again (the drain's deadline bounds it).
 			select {
 			case <-dctx.Done():
-			case <-time.After(time.Second):
+			case <-c.Clock.After(time.Second):
 			}
 
 			continue
@@ -165,7 +165,7 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 	pause := func() {
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff.Step()):
+		case <-c.Clock.After(backoff.Step()):
 		}
 	}
 

@@ -48,7 +48,7 @@ func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string
 		kind = corev1.EventTypeWarning
 	}
 
-	now := metav1.NewTime(time.Now())
+	now := metav1.NewTime(c.Clock.Now())
 
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -158,7 +158,7 @@ func (c *Connection) landed(ctx context.Context, name string, want map[string]an
 		select {
 		case <-ctx.Done():
 			return nil, false
-		case <-time.After(500 * time.Millisecond):
+		case <-c.Clock.After(500 * time.Millisecond):
 		}
 	}
 
@@ -354,39 +354,6 @@ var recordFields = func() []string {
 
 	return slices.Sorted(maps.Keys(fields))
 }()
-
-// WaitFor polls cond every interval until it is true, ctx ends, or timeout passes; errors from
-// cond (an unreachable API, say) are retried and the last one is reported.
-func WaitFor(ctx context.Context, timeout, interval time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-
-	var last error
-
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-
-		if err != nil {
-			last = err
-		}
-
-		if time.Now().After(deadline) {
-			if last != nil {
-				return fmt.Errorf("timed out after %s: %w", timeout, last)
-			}
-
-			return fmt.Errorf("timed out after %s", timeout)
-		}
-
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
-}
 
 // StaticPodsReady reports an error unless the node's static pods (their mirror pods: the
 // control plane's kube-apiserver, controller manager, scheduler) are all there and Ready.

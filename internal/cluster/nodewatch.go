@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -23,6 +24,7 @@ type NodeWatch struct {
 	informer cache.SharedIndexInformer
 
 	waits wakers // Changes, by node name
+	clock clock.Clock
 
 	lastEvent atomic.Int64 // unix nanoseconds of the last change the watch delivered (Fresh)
 }
@@ -52,7 +54,7 @@ func (c *Connection) WatchNodes(ctx context.Context, timeout time.Duration) (*No
 		return nil, fmt.Errorf("watch nodes: the first list did not arrive within %s", timeout)
 	}
 
-	w := &NodeWatch{informer: informer}
+	w := &NodeWatch{informer: informer, clock: c.Clock}
 
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.signal,
@@ -76,7 +78,7 @@ func (w *NodeWatch) signal(obj any) {
 		return
 	}
 
-	w.lastEvent.Store(time.Now().UnixNano())
+	w.lastEvent.Store(w.clock.Now().UnixNano())
 	w.waits.wake(n.Name)
 }
 
@@ -85,7 +87,7 @@ func (w *NodeWatch) signal(obj any) {
 // telling. A cluster's Nodes change every few seconds (each kubelet's status), so a busy watch
 // is a live one; a quiet one is not trusted, and its reader asks the API.
 func (w *NodeWatch) Fresh(d time.Duration) bool {
-	return time.Since(time.Unix(0, w.lastEvent.Load())) <= d
+	return clock.Since(w.clock, time.Unix(0, w.lastEvent.Load())) <= d
 }
 
 // Get is the Node as the watch last saw it (a copy: the caller may change it); ok is false when

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -118,7 +119,7 @@ func (c *Connection) proveImage(ctx context.Context, node string, p Probe, timeo
 		return verdict
 	}
 
-	return pulled(ctx, src, node, pod, image, min(timeout, pulledEventWait))
+	return pulled(ctx, c.Clock, src, node, pod, image, min(timeout, pulledEventWait))
 }
 
 // pulledEventWait bounds the wait for the kubelet's Pulled event after the pod's status named
@@ -129,11 +130,11 @@ const pulledEventWait = 15 * time.Second
 // "Successfully pulled image". An image ID in the status alone may be a copy already on the node
 // (the event then says "already present on machine"), which proves nothing about the credential
 // the runtime holds now.
-func pulled(ctx context.Context, src probeSource, node string, pod *corev1.Pod, image string, wait time.Duration) error {
+func pulled(ctx context.Context, clk clock.Clock, src probeSource, node string, pod *corev1.Pod, image string, wait time.Duration) error {
 	changed, stop := src.eventsChanged(pod)
 	defer stop()
 
-	deadline := time.Now().Add(wait)
+	deadline := clk.Now().Add(wait)
 
 	for {
 		events, err := src.podEvents(ctx, pod, "Pulled")
@@ -150,7 +151,7 @@ func pulled(ctx context.Context, src probeSource, node string, pod *corev1.Pod, 
 			return nil
 		}
 
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("runtime probe %s/%s on %s: its image was reported, but the kubelet sent no Pulled event within %s, so the pull is unproven; "+
 				"the node stays fenced: run ghcrsync apply again", pod.Namespace, pod.Name, node, wait)
 		}
@@ -159,7 +160,7 @@ func pulled(ctx context.Context, src probeSource, node string, pod *corev1.Pod, 
 		case <-ctx.Done():
 			return fmt.Errorf("runtime probe %s/%s on %s: %w", pod.Namespace, pod.Name, node, ctx.Err())
 		case <-changed:
-		case <-time.After(250 * time.Millisecond):
+		case <-clk.After(250 * time.Millisecond):
 		}
 	}
 }
@@ -218,7 +219,7 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 			select {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, ctx.Err())
-			case <-time.After(min(time.Duration(i+1)*time.Second, timeout)):
+			case <-c.Clock.After(min(time.Duration(i+1)*time.Second, timeout)):
 			}
 		}
 	}
@@ -237,7 +238,7 @@ func newAttempt() string {
 // kubelet reports, not the next poll). A watch that ends — the apiserver restarted, the watch
 // timed out — is read again and reopened; a pod deleted under it is an error at once.
 func (c *Connection) await(ctx context.Context, p *corev1.Pod, timeout time.Duration, judge func(*corev1.Pod) bool) error {
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := c.Clock.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	pods := c.Client.CoreV1().Pods(p.Namespace)
@@ -267,7 +268,7 @@ func (c *Connection) await(ctx context.Context, p *corev1.Pod, timeout time.Dura
 			}
 
 			return fmt.Errorf("timed out after %s", timeout)
-		case <-time.After(retryAfter(err)):
+		case <-c.Clock.After(retryAfter(err)):
 		}
 
 		again, err := pods.Get(wctx, p.Name, metav1.GetOptions{})

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 )
 
 // await's rules with a fake clientset (pure: the sandbox tests prove a probe on a real
@@ -76,7 +78,7 @@ func TestAwaitPod(t *testing.T) {
 			defer cancel()
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ghcrsync-probe-x", Namespace: "ghcrsync-system"}}
 			client := fake.NewClientset(pod)
-			c := &Connection{Client: client}
+			c := &Connection{Client: client, Clock: clock.System}
 
 			done := make(chan error, 1)
 
@@ -114,7 +116,7 @@ func TestAwaitPod(t *testing.T) {
 func TestChanges(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "prod-worker-1"}}
 	client := fake.NewClientset(node)
-	c := &Connection{Client: client}
+	c := &Connection{Client: client, Clock: clock.System}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	changed := c.Changes(ctx, node.Name)
@@ -219,7 +221,7 @@ func TestCreateProbe(t *testing.T) {
 				return true, pod, nil
 			})
 
-			c := &Connection{Client: client}
+			c := &Connection{Client: client, Clock: clock.System}
 			pod, err := c.createProbe(t.Context(), "w1", Probe{Image: "ghcr.io/acme/probe@sha256:1", Namespace: "ghcrsync-system", ServiceAccount: "ghcrsync-probe"}, time.Millisecond)
 
 			switch {

@@ -200,7 +200,7 @@ func (w *ProbeWatch) await(ctx context.Context, p *corev1.Pod, timeout time.Dura
 	changed, stop := w.waits.add(p.Name)
 	defer stop()
 
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := w.c.Clock.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	seen := false

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
 )
 
@@ -55,6 +56,7 @@ type Registry struct {
 	Endpoint     string
 	TrustedHosts []string
 	Timeout      time.Duration // per request (0: 30 s)
+	Clock        clock.Clock   // a Retry-After date is read against it (nil: clock.System)
 }
 
 // realmHosts are the hosts the password may be sent to.
@@ -150,7 +152,7 @@ func (r Registry) open(c *Credential) (*session, error) {
 		timeout = 30 * time.Second
 	}
 
-	return &session{reg: reg, opts: opts, rt: newPinned(r.realmHosts(c), timeout),
+	return &session{reg: reg, opts: opts, rt: newPinned(r.realmHosts(c), timeout, clock.Or(r.Clock)),
 		auth: authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.password})}, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 )
 
 // Class is what a registry's answer says about asking again: the one rule for the registry
@@ -96,9 +98,8 @@ func ClassOfPullMessage(msg string) Class {
 type Retry struct {
 	Window time.Duration
 	Denied time.Duration
-	// Sleep waits d or until ctx ends (tests make time pass faster); nil: a timer.
-	Sleep func(ctx context.Context, d time.Duration) error
-	Now   func() time.Time
+	// Clock times the waits (nil: clock.System; tests make time pass faster).
+	Clock clock.Clock
 }
 
 // Attempt is one try's error and, for a transient answer, how long the registry asked to be
@@ -193,14 +194,8 @@ func Refused(err error) bool {
 // starts the denial's clock again. classify says what an
 // attempt's error is. The outcome is returned with success too ("after 4 attempts …").
 func (r Retry) Do(ctx context.Context, try func(context.Context) Attempt, classify func(error) Class, control func(context.Context) error) (Outcome, error) {
-	now, sleep := r.Now, r.Sleep
-	if now == nil {
-		now = time.Now
-	}
-
-	if sleep == nil {
-		sleep = wait
-	}
+	clk := clock.Or(r.Clock)
+	now := clk.Now
 
 	start := now()
 
@@ -272,7 +267,7 @@ func (r Retry) Do(ctx context.Context, try func(context.Context) Attempt, classi
 		}
 
 		if d > 0 {
-			if err := sleep(ctx, d); err != nil {
+			if err := clock.Sleep(ctx, clk, d); err != nil {
 				return out, fmt.Errorf("%w (while waiting to ask the registry again after: %v)", err, a.Err)
 			}
 		}
@@ -301,18 +296,6 @@ func statusOf(err error) string {
 // jitter spreads d by ±20%, so parallel proofs do not ask again in step.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-func wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // parseRetryAfter reads a Retry-After header: seconds, or an HTTP date; 0 when there is none

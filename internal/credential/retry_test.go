@@ -7,26 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 )
-
-// clock is a fake time that passes only when the retry sleeps.
-type clock struct {
-	t      time.Time
-	sleeps []time.Duration
-}
-
-func (c *clock) now() time.Time { return c.t }
-
-func (c *clock) sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
-	c.sleeps = append(c.sleeps, d)
-	c.t = c.t.Add(d)
-
-	return nil
-}
 
 func status(code int) error {
 	return &ProofError{Target: "ghcr.io/acme/app:1", Step: "manifest", Status: code}
@@ -170,8 +153,8 @@ func TestRetryDo(t *testing.T) {
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &clock{t: time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)}
-			r := Retry{Window: tt.window, Denied: tt.denied, Sleep: c.sleep, Now: c.now}
+			c := clock.NewFake(time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC))
+			r := Retry{Window: tt.window, Denied: tt.denied, Clock: c}
 			i := 0
 			try := func(context.Context) Attempt {
 				defer func() { i++ }()
@@ -205,7 +188,7 @@ func TestRetryDo(t *testing.T) {
 			}
 
 			if tt.wantSleeps != nil {
-				tt.wantSleeps(t, c.sleeps)
+				tt.wantSleeps(t, c.Waits())
 			}
 		})
 	}
@@ -215,8 +198,8 @@ func TestRetryStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	c := &clock{t: time.Now()}
-	r := Retry{Window: time.Minute, Denied: time.Minute, Sleep: c.sleep, Now: c.now}
+	c := clock.NewFake(time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC))
+	r := Retry{Window: time.Minute, Denied: time.Minute, Clock: c}
 
 	_, err := r.Do(ctx, func(context.Context) Attempt { return Attempt{Err: status(503)} }, ClassOf, nil)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "503") {

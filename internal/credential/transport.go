@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
@@ -22,6 +23,7 @@ type pinned struct {
 	inner   *http.Transport
 	hosts   []string
 	timeout time.Duration // per request, its answer's body included
+	clock   clock.Clock   // a Retry-After date is read against it
 
 	mu      sync.Mutex
 	expires time.Time
@@ -29,10 +31,10 @@ type pinned struct {
 	retryAfter time.Duration
 }
 
-func newPinned(hosts []string, timeout time.Duration) *pinned {
+func newPinned(hosts []string, timeout time.Duration, clk clock.Clock) *pinned {
 	dialer := &net.Dialer{Timeout: timeout}
 
-	return &pinned{hosts: hosts, timeout: timeout, inner: &http.Transport{
+	return &pinned{hosts: hosts, timeout: timeout, clock: clk, inner: &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
 		TLSHandshakeTimeout:   timeout,
@@ -71,7 +73,7 @@ func (p *pinned) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		p.mu.Lock()
-		p.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		p.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), p.clock.Now())
 		p.mu.Unlock()
 	}
 

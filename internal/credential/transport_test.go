@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
@@ -57,7 +58,7 @@ func TestPinnedTransport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked = 0
-			p := newPinned(tc.hosts, 500*time.Millisecond)
+			p := newPinned(tc.hosts, 500*time.Millisecond, clock.System)
 
 			req, _ := http.NewRequest(http.MethodGet, tc.url, nil)
 			if tc.basic {

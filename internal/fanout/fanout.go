@@ -25,6 +25,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -95,6 +96,8 @@ type Options struct {
 	Hooks  Hooks
 	// Log receives the full text of an API answer a result names only by class (redact.Logged).
 	Log hclog.Logger
+	// Clock times the restarts and the waits between attempts (nil: clock.System).
+	Clock clock.Clock
 
 	dryRun bool // every write is a server-side dry run (DryRun)
 }
@@ -181,7 +184,7 @@ func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface,
 		default:
 			r := write(ctx, kube, sp, o)
 			if r.Outcome == Written && o.OCIRepository != "" {
-				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository)
+				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, clock.Or(o.Clock).Now())
 			}
 
 			out = append(out, r)
@@ -296,7 +299,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 		return 0, fmt.Errorf("%s: this run holds no credential %q to write; not written", where, sp.Credential)
 	}
 
-	return landed(where, func(attempt int) error {
+	return landed(ctx, clock.Or(o.Clock), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
 
 		switch {
@@ -361,13 +364,13 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 //
 // A write whose answer was lost (answer.Lost) is tried again the same way: its fresh read
 // finds it landed (the Secret already holds what was written) or not.
-func landed(where string, attempt func(n int) error) (retries int, err error) {
+func landed(ctx context.Context, clk clock.Clock, where string, attempt func(n int) error) (retries int, err error) {
 	for n := range 5 {
 		err := attempt(n)
 
 		switch {
 		case answer.Lost(err):
-			time.Sleep(time.Duration(n+1) * 500 * time.Millisecond)
+			_ = clock.Sleep(ctx, clk, time.Duration(n+1)*500*time.Millisecond) // a cancel: the next attempt's read says so
 		case !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err):
 			return retries, err
 		}
@@ -423,9 +426,9 @@ func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, sec
 }
 
 // reconcile asks Flux to reconcile the OCIRepository now.
-func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string) string {
+func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string, now time.Time) string {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		cluster.ReconcileRequestAnnotation: time.Now().UTC().Format(time.RFC3339Nano),
+		cluster.ReconcileRequestAnnotation: now.UTC().Format(time.RFC3339Nano),
 	}}})
 
 	_, err := dyn.Resource(cluster.OCIRepositories).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})

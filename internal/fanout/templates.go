@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/human"
@@ -70,7 +71,7 @@ func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		return fail(fmt.Errorf("its reader not restarted: %w", err))
 	}
 
-	if err := restart(ctx, kube, t.RestartDeployment); err != nil {
+	if err := restart(ctx, clock.Or(o.Clock), kube, t.RestartDeployment); err != nil {
 		return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
 			unchanged, t.RestartDeployment, err))
 	}
@@ -123,7 +124,7 @@ func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.No
 	}
 
 	if t.RestartDeployment != "" {
-		if err := restart(ctx, kube, t.RestartDeployment); err != nil {
+		if err := restart(ctx, clock.Or(o.Clock), kube, t.RestartDeployment); err != nil {
 			return fail(fmt.Errorf("%s; but the rollout restart of deployment %s failed: %w (restart it by hand so the autoscaler reads the template)",
 				msg, t.RestartDeployment, err))
 		}
@@ -154,7 +155,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 	secrets := kube.CoreV1().Secrets(t.Namespace)
 	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
 
-	return landed(where, func(attempt int) error {
+	return landed(ctx, clock.Or(o.Clock), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, t.Secret, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read %s: %w; not written", where, err)
@@ -219,16 +220,16 @@ func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.N
 // restart is `kubectl rollout restart` and `kubectl rollout status`: the pod template changes,
 // and it returns once every replica runs the new one (its pods read the template as they
 // start), or after rolloutTimeout.
-func restart(ctx context.Context, kube kubernetes.Interface, nsName string) error {
+func restart(ctx context.Context, clk clock.Clock, kube kubernetes.Interface, nsName string) error {
 	ns, name, _ := strings.Cut(nsName, "/")
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, cluster.RestartedAtAnnotation, time.Now().UTC().Format(time.RFC3339))
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, cluster.RestartedAtAnnotation, clk.Now().UTC().Format(time.RFC3339))
 
 	deployments := kube.AppsV1().Deployments(ns)
 	if _, err := deployments.Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, rolloutTimeout)
+	ctx, cancel := clk.WithTimeout(ctx, rolloutTimeout)
 	defer cancel()
 
 	for {
@@ -244,7 +245,7 @@ func restart(ctx context.Context, kube kubernetes.Interface, nsName string) erro
 			}
 
 			return fmt.Errorf("restarted, but its rollout did not finish within %s: %w", rolloutTimeout, err)
-		case <-time.After(500 * time.Millisecond):
+		case <-clk.After(500 * time.Millisecond):
 		}
 	}
 }

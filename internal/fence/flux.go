@@ -104,7 +104,7 @@ func releaseFlux(ctx context.Context, kube *cluster.Connection, f Fence, store s
 
 	var gone bool
 
-	err := riding(ctx, undoBound, func() (err error) {
+	err := riding(ctx, kube.Clock, undoBound, func() (err error) {
 		gone, err = kube.Resume(ctx, ns, name, f.Holder)
 
 		return err

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
@@ -26,12 +26,12 @@ type Inputs struct {
 	Store    state.Store
 	State    *state.State
 	Liveness liveness.Source
-	Now      func() time.Time
+	Clock    clock.Clock
 }
 
 // observe reads every fence and its holder's liveness.
 func (in Inputs) observe(ctx context.Context) (Observation, error) {
-	obs, err := Observe(ctx, in.Kube, in.State, TargetsOf(in.Config), in.Liveness, in.Now())
+	obs, err := Observe(ctx, in.Kube, in.State, TargetsOf(in.Config), in.Liveness, in.Clock.Now())
 	obs.ConfigPath = in.Config.Path
 
 	return obs, err
@@ -146,7 +146,7 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 	in.recordReleases(ctx, res.Outcomes, "ghcrsync release")
 
 	if run := in.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
-		now := in.Now().UTC()
+		now := in.Clock.Now().UTC()
 		run.Finished, run.Outcome = &now, "terminated; its fences were released by ghcrsync release"
 
 		if err := in.Store.Write(in.State); err != nil {

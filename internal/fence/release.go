@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
@@ -52,8 +53,8 @@ const UnprovenHoldSentence = "released, but LEFT CORDONED (an unproven hold): it
 //
 // With hold, the node's Talos config holds a credential its runtime was never proved to pull
 // with (state.Fence.Unproven): it keeps its cordon, as an unproven hold.
-func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool, bound time.Duration) (nothing string, err error) {
-	err = riding(ctx, bound, func() error {
+func Undo(ctx context.Context, clk clock.Clock, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool, bound time.Duration) (nothing string, err error) {
+	err = riding(ctx, clk, bound, func() error {
 		nothing, err = undoOnce(ctx, p, name, holder, phase, rec, hold)
 
 		return err
@@ -64,21 +65,8 @@ func Undo(ctx context.Context, p cluster.Patcher, name, holder string, phase sta
 
 // riding calls do until it succeeds or fails for good: a transient error (cluster.Transient) is
 // tried again each second until bound has passed or ctx is done; the last error is returned.
-func riding(ctx context.Context, bound time.Duration, do func() error) error {
-	deadline := time.Now().Add(bound)
-
-	for {
-		err := do()
-		if err == nil || !cluster.Transient(err) || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return err
-		}
-
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Second):
-		}
-	}
+func riding(ctx context.Context, clk clock.Clock, bound time.Duration, do func() error) error {
+	return clock.Ride(ctx, clk, bound, clock.Every(time.Second), cluster.Transient, do)
 }
 
 func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool) (nothing string, err error) {
@@ -200,7 +188,7 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 	}
 
 	ns, name, _ := strings.Cut(f.Name, "/")
-	if err := lease.ReleaseHolder(ctx, kube.Client, ns, name, f.Holder); err != nil {
+	if err := lease.ReleaseHolder(ctx, kube.Clock, kube.Client, ns, name, f.Holder); err != nil {
 		if lease.IsDeleted(err) {
 			return Outcome{Fence: f, Released: true, Message: "the Lease no longer exists: nothing to release"}
 		}
@@ -213,7 +201,7 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 
 func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State, o ReleaseOptions) Outcome {
 	if !f.Exists {
-		markReleased(st, f)
+		markReleased(st, f, kube.Clock.Now())
 
 		if err := store.Write(st); err != nil {
 			return Outcome{Fence: f, Message: "node gone, but the state could not be written: " + redact.Error(err)}
@@ -228,7 +216,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		}
 	}
 
-	markReleased(st, f)
+	markReleased(st, f, kube.Clock.Now())
 
 	if err := store.Write(st); err != nil {
 		return Outcome{Fence: f, Message: "not released: writing the state first failed: " + redact.Error(err)}
@@ -241,7 +229,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		rec = *f.Record
 	}
 
-	nothing, err := Undo(ctx, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, rec.Unproven(f.Phase) && !o.UncordonUnproven, undoBound)
+	nothing, err := Undo(ctx, kube.Clock, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, rec.Unproven(f.Phase) && !o.UncordonUnproven, undoBound)
 
 	switch {
 	case nothing != "":
@@ -272,7 +260,7 @@ func heldNow(ctx context.Context, kube *cluster.Connection, name string) bool {
 // liftHold returns a node on an unproven hold to service (release --uncordon-unproven): a
 // compare-and-swap that holds only while the node is still the one held.
 func liftHold(ctx context.Context, kube *cluster.Connection, f Fence) Outcome {
-	err := riding(ctx, undoBound, func() error {
+	err := riding(ctx, kube.Clock, undoBound, func() error {
 		_, err := kube.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
 			if string(n.UID) != f.UID || !cluster.HeldUnproven(n) {
 				return cluster.ErrNoFence
@@ -294,13 +282,13 @@ func liftHold(ctx context.Context, kube *cluster.Connection, f Fence) Outcome {
 	return Outcome{Fence: f, Released: true, Message: "uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
 }
 
-func markReleased(st *state.State, f Fence) {
+func markReleased(st *state.State, f Fence, now time.Time) {
 	r := st.Record(f.Name)
 	if r == nil {
 		return
 	}
 
-	now := time.Now().UTC()
+	now = now.UTC()
 	r.Phase, r.Outcome, r.Finished, r.Updated = state.PhaseReleased, state.OutcomeReleased, &now, now
 }
 
@@ -309,7 +297,7 @@ func markReleased(st *state.State, f Fence) {
 func waitSettled(ctx context.Context, kube *cluster.Connection, name string, o ReleaseOptions) error {
 	var last *progress.WaitingSettled
 
-	return cluster.WaitFor(ctx, o.ReadyTimeout, time.Second, func() (bool, error) {
+	return clock.Until(ctx, kube.Clock, o.ReadyTimeout, time.Second, func() (bool, error) {
 		n, err := kube.Get(ctx, name)
 		if err != nil {
 			return false, err

@@ -112,7 +112,7 @@ func classifySteering(s SteerObs, o Observation) Fence {
 func releaseSteering(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State) Outcome {
 	var gone bool
 
-	err := riding(ctx, undoBound, func() (err error) {
+	err := riding(ctx, kube.Clock, undoBound, func() (err error) {
 		gone, err = cluster.Unsteer(ctx, kube, f.Name, f.UID, f.Holder)
 
 		return err

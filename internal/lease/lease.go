@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 )
 
@@ -48,6 +49,7 @@ type Error struct {
 	Holder      string
 	Transitions int32
 	RenewTime   *time.Time
+	Seen        time.Time // when RenewTime was read: its age is told against it
 	Duration    time.Duration
 	Err         error
 }
@@ -55,7 +57,7 @@ type Error struct {
 func (e *Error) Error() string {
 	renew := "never"
 	if e.RenewTime != nil {
-		renew = e.RenewTime.UTC().Format(time.RFC3339) + " (" + human.Renewed(e.RenewTime, time.Now()) + ")"
+		renew = e.RenewTime.UTC().Format(time.RFC3339) + " (" + human.Renewed(e.RenewTime, e.Seen) + ")"
 	}
 
 	msg := fmt.Sprintf("lease %s: ours=%s holder=%s same_holder=%t transitions=%d renewTime=%s duration=%s",
@@ -78,6 +80,7 @@ type Lease struct {
 	duration  time.Duration
 	heartbeat time.Duration
 	logf      func(format string, args ...any)
+	clock     clock.Clock
 
 	mu        sync.Mutex
 	lastRenew time.Time
@@ -109,6 +112,7 @@ type Options struct {
 	Holder              string
 	Duration, Heartbeat time.Duration
 	Logf                func(format string, args ...any)
+	Clock               clock.Clock // nil: clock.System
 }
 
 // Acquire takes the Lease if it is absent, has no holder, or is already ours. A Lease held by
@@ -116,7 +120,7 @@ type Options struct {
 func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease, error) {
 	l := &Lease{
 		kube: kube, namespace: o.Namespace, name: o.Name, holder: o.Holder,
-		duration: o.Duration, heartbeat: o.Heartbeat, logf: o.Logf, lostCh: make(chan struct{}),
+		duration: o.Duration, heartbeat: o.Heartbeat, logf: o.Logf, clock: clock.Or(o.Clock), lostCh: make(chan struct{}),
 	}
 	if l.logf == nil {
 		l.logf = func(string, ...any) {}
@@ -141,7 +145,7 @@ func Acquire(ctx context.Context, kube kubernetes.Interface, o Options) (*Lease,
 // conflict, or a lost answer: the next read tells, and ours is adopted as ours).
 func (l *Lease) take(ctx context.Context, o Options) (taken bool, err error) {
 	leases := l.kube.CoordinationV1().Leases(o.Namespace)
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(l.clock.Now())
 
 	cur, err := leases.Get(ctx, o.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -205,7 +209,7 @@ func (l *Lease) errorFrom(class string, cur *coordinationv1.Lease, err error) *E
 
 		if cur.Spec.RenewTime != nil {
 			t := cur.Spec.RenewTime.Time
-			e.RenewTime = &t
+			e.RenewTime, e.Seen = &t, l.clock.Now()
 		}
 
 		if cur.Spec.LeaseDurationSeconds != nil {
@@ -232,14 +236,14 @@ func (l *Lease) Start(ctx context.Context) {
 			l.mu.Lock()
 			next := l.lastRenew.Add(l.heartbeat)
 			if l.apiDown {
-				next = time.Now().Add(min(l.heartbeat, time.Second)) // retry an outage promptly
+				next = l.clock.Now().Add(min(l.heartbeat, time.Second)) // retry an outage promptly
 			}
 			l.mu.Unlock()
 
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Until(next)):
+			case <-l.clock.After(next.Sub(l.clock.Now())):
 			}
 
 			if err := l.renew(ctx); err != nil {
@@ -265,7 +269,7 @@ func (l *Lease) renew(ctx context.Context) error {
 
 	// A renewal that hangs must not outlast the margin: it is cut off and tried again, long
 	// before the Lease could expire under it.
-	ctx, cancel := context.WithTimeout(ctx, l.margin()/2)
+	ctx, cancel := l.clock.WithTimeout(ctx, l.margin()/2)
 	defer cancel()
 
 	cur, err := leases.Get(ctx, l.name, metav1.GetOptions{})
@@ -274,14 +278,14 @@ func (l *Lease) renew(ctx context.Context) error {
 	}
 
 	if err == nil {
-		now := metav1.NewMicroTime(time.Now())
+		now := metav1.NewMicroTime(l.clock.Now())
 		cur.Spec.RenewTime = &now
 
 		if _, err = leases.Update(ctx, cur, metav1.UpdateOptions{}); err == nil {
 			l.mu.Lock()
 			if l.apiDown {
 				l.logf("lease %s/%s: the API is back and the Lease still names us; renewed (outage %s)",
-					l.namespace, l.name, time.Since(l.lastRenew).Round(time.Second))
+					l.namespace, l.name, clock.Since(l.clock, l.lastRenew).Round(time.Second))
 			}
 			l.lastRenew, l.apiDown = now.Time, false
 			l.mu.Unlock()
@@ -336,7 +340,7 @@ func (l *Lease) Assert() error {
 		return l.lost
 	}
 
-	if age := time.Since(l.lastRenew); age > l.duration-l.margin() {
+	if age := clock.Since(l.clock, l.lastRenew); age > l.duration-l.margin() {
 		return &Error{Class: Expired, Ours: l.holder, Holder: l.holder, Duration: l.duration,
 			Err: fmt.Errorf("last renewed %s ago: not starting a mutation so close to expiry", age.Round(time.Second))}
 	}
@@ -372,7 +376,7 @@ func (l *Lease) Verify(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-l.clock.After(time.Duration(attempt+1) * 200 * time.Millisecond):
 		}
 	}
 
@@ -398,7 +402,7 @@ func (l *Lease) WaitLive(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return l.Assert()
-		case <-time.After(200 * time.Millisecond):
+		case <-l.clock.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -416,14 +420,14 @@ func (l *Lease) Stop() {
 func (l *Lease) Release(ctx context.Context) error {
 	l.Stop()
 
-	return ReleaseHolder(ctx, l.kube, l.namespace, l.name, l.holder)
+	return ReleaseHolder(ctx, l.clock, l.kube, l.namespace, l.name, l.holder)
 }
 
 // ReleaseHolder clears the Lease's holder if, and only if, it is holder: a JSON-patch test of the
 // holder alone (no resourceVersion, so no other write — a heartbeat included — can make it fail),
 // re-reading on failure. An already-free Lease counts as released (a release whose answer was
 // lost, retried); an absent one is a Deleted error: nothing is held, and the caller says so.
-func ReleaseHolder(ctx context.Context, kube kubernetes.Interface, namespace, name, holder string) error {
+func ReleaseHolder(ctx context.Context, clk clock.Clock, kube kubernetes.Interface, namespace, name, holder string) error {
 	leases := kube.CoordinationV1().Leases(namespace)
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/spec/holderIdentity", "value": holder},
@@ -460,7 +464,7 @@ func ReleaseHolder(ctx context.Context, kube kubernetes.Interface, namespace, na
 					Err: errors.New("the Lease was taken by another holder before it was released")}
 				if cur.Spec.RenewTime != nil {
 					t := cur.Spec.RenewTime.Time
-					e.RenewTime = &t
+					e.RenewTime, e.Seen = &t, clk.Now()
 				}
 
 				return e
@@ -470,7 +474,7 @@ func ReleaseHolder(ctx context.Context, kube kubernetes.Interface, namespace, na
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-clk.After(time.Duration(attempt+1) * 200 * time.Millisecond):
 		}
 	}
 

@@ -12,7 +12,7 @@ import (
 // Fences are the fence commands' inputs: what `fences`, `release` and an apply's reclaim read
 // and write.
 func (w *Workspace) Fences() fence.Inputs {
-	return fence.Inputs{Config: w.Config, Kube: w.Kube, Store: w.Store, State: w.State, Liveness: w.Liveness(), Now: w.now}
+	return fence.Inputs{Config: w.Config, Kube: w.Kube, Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock}
 }
 
 // Apply is a run's inputs: the fence commands', the credential decrypted once, the node this

@@ -116,13 +116,13 @@ func (w *Workspace) judgeTargets(ctx context.Context, of config.Credential, c, d
 
 		if desired != nil {
 			control = func(ctx context.Context) error {
-				_, err := credential.ProveWithin(ctx, registryOf(of), desired, []string{t}, proofTimeout)
+				_, err := credential.ProveWithin(ctx, w.registryOf(of), desired, []string{t}, proofTimeout)
 
 				return err
 			}
 		}
 
-		_, tried, err := retryOf(of).Prove(ctx, registryOf(of), c, []string{t}, proofTimeout, control)
+		_, tried, err := w.retryOf(of).Prove(ctx, w.registryOf(of), c, []string{t}, proofTimeout, control)
 
 		var pe *credential.ProofError
 

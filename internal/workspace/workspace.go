@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
@@ -45,7 +46,8 @@ type Options struct {
 	Overrides config.Overrides
 	// Context bounds the preflight's calls.
 	Context context.Context
-	Now     func() time.Time
+	// Clock is the one clock every part of the command reads and waits on (nil: clock.System).
+	Clock clock.Clock
 	// Faults are a test's: they stand between the command and the cluster, as a flaky network
 	// would (nil in production).
 	Faults *Faults
@@ -71,7 +73,7 @@ type Workspace struct {
 	// Unreadable is why the state could not be read (Options.UnreadableState), else nil.
 	Unreadable error
 
-	now    func() time.Time
+	clock  clock.Clock
 	faults *Faults
 	locked bool
 	cred   *credential.Credential
@@ -107,10 +109,8 @@ func Open(o Options) (*Workspace, error) {
 		}
 	}
 
-	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube), now: o.Now, faults: o.Faults, outside: map[string]bool{}}
-	if w.now == nil {
-		w.now = time.Now
-	}
+	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube, clock.Or(o.Clock)), clock: clock.Or(o.Clock), faults: o.Faults, outside: map[string]bool{}}
+	kube.Clock = w.clock
 
 	if err := w.checkAccess(o); err != nil {
 		return nil, err
@@ -198,9 +198,9 @@ func (w *Workspace) PushOver(src *state.State, force bool) error {
 	return k.Store.Write(src)
 }
 
-func openStore(cfg *config.Config, kube *cluster.Connection) state.Store {
+func openStore(cfg *config.Config, kube *cluster.Connection, clk clock.Clock) state.Store {
 	if cfg.State.Backend == "kubernetes" {
-		return &kubestate.Store{Client: kube.Client, Namespace: cfg.State.Namespace, Name: cfg.State.Secret}
+		return &kubestate.Store{Client: kube.Client, Namespace: cfg.State.Namespace, Name: cfg.State.Secret, Clock: clk}
 	}
 
 	return &state.Local{Path: cfg.State.Path}
@@ -234,7 +234,7 @@ func (w *Workspace) Requests() (kube, talos, steps string) {
 }
 
 // Now is the workspace's clock.
-func (w *Workspace) Now() time.Time { return w.now() }
+func (w *Workspace) Now() time.Time { return w.clock.Now() }
 
 // Credential decrypts and validates the credential (once).
 func (w *Workspace) Credential() (*credential.Credential, error) {
@@ -391,14 +391,14 @@ func (w *Workspace) prove(ctx context.Context, cfg config.Credential, cred *cred
 		return credential.Proof{}, Proved{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
 	}
 
-	reg := registryOf(cfg)
+	reg := w.registryOf(cfg)
 
-	proof, tried, err := retryOf(cfg).Prove(ctx, reg, cred, targets, proofTimeout, nil)
+	proof, tried, err := w.retryOf(cfg).Prove(ctx, reg, cred, targets, proofTimeout, nil)
 	if err != nil {
 		return proof, Proved{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
 	}
 
-	if e := proof.Expires; !e.IsZero() && !w.now().Before(e) {
+	if e := proof.Expires; !e.IsZero() && !w.clock.Now().Before(e) {
 		return proof, Proved{Expires: e}, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
 			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
 	}
@@ -440,17 +440,17 @@ const proofTimeout = 60 * time.Second
 
 // Retry is how the registry's passing trouble is waited out (credential.retry_window,
 // credential.denied_window).
-func (w *Workspace) Retry() credential.Retry { return retryOf(w.Config.Credential) }
+func (w *Workspace) Retry() credential.Retry { return w.retryOf(w.Config.Credential) }
 
-func retryOf(c config.Credential) credential.Retry {
-	return credential.Retry{Window: c.RetryWindow, Denied: c.DeniedWindow}
+func (w *Workspace) retryOf(c config.Credential) credential.Retry {
+	return credential.Retry{Window: c.RetryWindow, Denied: c.DeniedWindow, Clock: w.clock}
 }
 
 // registry is where the credential is proved.
-func (w *Workspace) registry() credential.Registry { return registryOf(w.Config.Credential) }
+func (w *Workspace) registry() credential.Registry { return w.registryOf(w.Config.Credential) }
 
-func registryOf(c config.Credential) credential.Registry {
-	return credential.Registry{Endpoint: c.Endpoint, TrustedHosts: c.TrustedHosts}
+func (w *Workspace) registryOf(c config.Credential) credential.Registry {
+	return credential.Registry{Endpoint: c.Endpoint, TrustedHosts: c.TrustedHosts, Clock: w.clock}
 }
 
 // proveTargets are the images a credential is proved against: the prove targets and the

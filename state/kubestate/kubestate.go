@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -40,6 +41,7 @@ type Store struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Name      string
+	Clock     clock.Clock // the pause between conflicting writes (nil: clock.System)
 
 	rv   string       // resourceVersion last read or written: the CAS precondition
 	base *state.State // the state last read or written: what a write's change is measured from
@@ -190,7 +192,7 @@ func (s *Store) Write(st *state.State) error {
 			return nil
 		}
 
-		time.Sleep(time.Duration(attempt*100) * time.Millisecond)
+		_ = clock.Sleep(context.Background(), clock.Or(s.Clock), time.Duration(attempt*100)*time.Millisecond)
 	}
 
 	return fmt.Errorf("write state to %s: it kept changing under concurrent writers (serial %d): stop, and run the command again", s.Describe(), st.Serial)
