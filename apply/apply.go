@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -589,7 +590,7 @@ func (r *run) root(ctx context.Context) {
 
 	held := ""
 
-	switch v, err := r.inventory(ctx); {
+	switch v, err := r.rootInventory(ctx); {
 	case r.res.Failed() > 0:
 		held = fmt.Sprintf("%d part(s) of this run failed", r.res.Failed())
 	case err != nil:
@@ -634,6 +635,62 @@ func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
 	}
 
 	return plan.Inventory(snap, in), nil
+}
+
+// rootInventory is the inventory the root is judged on. A node template whose one objection is
+// its reader still rolling out (the last drain evicted the autoscaler's pod; a restart under way)
+// is waited for, the cluster read again every readersPoll, for up to nodes.ready_timeout — only
+// while such rollouts are all that keeps the old credential in use; then the inventory stands
+// as it is (a rollout that never ends holds the root back).
+func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
+	bound := r.in.Config.Nodes.ReadyTimeout
+	start := r.in.Clock.Now()
+
+	for {
+		snap, in, err := r.in.Cluster.Observe(ctx)
+		if err != nil {
+			return plan.Revocation{}, err
+		}
+
+		v := plan.Inventory(snap, in)
+		rolling := snap.ReadersRollingOut(in.AuthDigest)
+		waited := r.in.Clock.Now().Sub(start)
+
+		if !onlyRollouts(v.Except(plan.UseRoot), rolling) || waited >= bound {
+			return v, nil
+		}
+
+		names := make([]string, 0, len(rolling))
+		for _, t := range rolling {
+			names = append(names, t.Restart)
+		}
+
+		r.log.Info("the root waits for node template readers to roll out", "deployments", names, "waited", waited.Round(time.Second), "bound", bound)
+
+		if err := clock.Sleep(ctx, r.in.Clock, readersPoll); err != nil {
+			return v, nil
+		}
+	}
+}
+
+// readersPoll is how often the root's wait for rolling readers reads the cluster again.
+const readersPoll = 2 * time.Second
+
+// onlyRollouts reports whether v keeps the old credential only through templates whose readers
+// are rolling out (waiting may end it); false when v is safe, or anything else holds it.
+func onlyRollouts(v plan.Revocation, rolling []plan.TemplateObs) bool {
+	still := v.Still()
+	if v.SafeToRevoke || len(still) == 0 {
+		return false
+	}
+
+	for _, u := range still {
+		if u.Kind != plan.UseTemplate || !slices.ContainsFunc(rolling, func(t plan.TemplateObs) bool { return t.Where() == u.Name }) {
+			return false
+		}
+	}
+
+	return true
 }
 
 // verdict is the run's last word, from the cluster at the end: is the old credential still used?

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -335,4 +337,70 @@ func pullsPrivateImage(t *testing.T, sb *sandbox.Sandbox, node string) {
 
 		return nil
 	})
+}
+
+// The root waits for a node template's reader that is still rolling out when the cluster is read
+// again before it: the last drain evicts the autoscaler's pod, or (here) a restart lands just
+// before the root, so for a moment its pods may be ones that read the template before. The run
+// waits for the rollout (it says so in its log: the race happened) and then writes the root.
+// The negative control: a template put back to the old credential at the same moment is a
+// genuine use of the old credential — no wait, the root is held back and the verdict names it.
+func TestRootWaitsForItsTemplateReadersRollout(t *testing.T) {
+	ctx := context.Background()
+	sb := sandboxtest.Get(t)
+	kube := sb.Kube()
+	const waits = "the root waits for node template readers to roll out"
+
+	for _, tc := range []struct {
+		name   string
+		before func(t *testing.T, old map[string]any)
+	}{
+		{name: "a restart under way", before: func(t *testing.T, _ map[string]any) {
+			// minReadySeconds keeps the rollout under way for 5 s whatever the kubelet's speed (the
+			// real controller-manager counts a pod available only after it): the run's read lands in it.
+			deployments := kube.AppsV1().Deployments("kube-system")
+			patch := fmt.Sprintf(`{"spec":{"minReadySeconds":5,"template":{"metadata":{"annotations":{"ghcrsync.dev/test-restart":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+			if _, err := deployments.Patch(ctx, "cluster-autoscaler", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Error(err)
+			}
+
+			t.Cleanup(func() {
+				_, _ = deployments.Patch(context.Background(), "cluster-autoscaler", types.StrategicMergePatchType, []byte(`{"spec":{"minReadySeconds":0}}`), metav1.PatchOptions{})
+			})
+		}},
+		{name: "negative control: the template put back", before: func(t *testing.T, old map[string]any) {
+			editTemplate(t, kube, func(cc map[string]any) {
+				for k := range cc {
+					delete(cc, k)
+				}
+
+				maps.Copy(cc, old)
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := templateJSON(t, kube)
+			r := newRotation(t, sb, nil, "prod-worker-1")
+
+			res, err := r.apply(r.plan(), apply.Hooks{BeforeRoot: func() { tc.before(t, old) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			root, waited := rootOutcome(res), strings.Contains(r.log.String(), waits)
+
+			if tc.name == "a restart under way" {
+				if !waited || root.Outcome != fanout.Written || !res.SafeToRevoke() {
+					t.Fatalf("the root after a reader's restart (waited: %t): %+v, verdict %s", waited, root, res.Verdict.Sentence())
+				}
+
+				return
+			}
+
+			where := plan.TemplateRef(sandbox.TemplateNamespace, sandbox.TemplateSecret, sandbox.TemplateKey)
+			if waited || root.Outcome != fanout.HeldBack || res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), where) {
+				t.Fatalf("a template put back to the old credential (waited: %t): root %+v, verdict %s", waited, root, res.Verdict.Sentence())
+			}
+		})
+	}
 }

@@ -55,23 +55,54 @@ func (t TemplateObs) ReadsOnce() bool { return t.Format == "hcloud-cluster-confi
 // StaleReader says why machines created now may not boot from the template as it is; "" when
 // they do (its format is read at every use, or its reader restarted since it was written).
 func (t TemplateObs) StaleReader() string {
+	why, _ := t.staleReader()
+
+	return why
+}
+
+// RollingOut reports whether the template holds authDigest and its one objection is that its
+// reader, restarted since the template was written, is still rolling out (a restart under way, a
+// drain that evicted its pod): what waiting for the rollout ends.
+func (t TemplateObs) RollingOut(authDigest string) bool {
+	_, rolling := t.staleReader()
+
+	return rolling && t.Digest == authDigest
+}
+
+// staleReader is StaleReader's judgement; rolling is true when the reader's rollout is all it
+// waits for.
+func (t TemplateObs) staleReader() (why string, rolling bool) {
 	switch {
 	case !t.ReadsOnce():
-		return ""
+		return "", false
 	case t.Restart == "":
-		return "the Hetzner cluster-autoscaler reads it only when it starts and no restart_deployment restarts it, so machines it creates may still boot from the template it read before"
+		return "the Hetzner cluster-autoscaler reads it only when it starts and no restart_deployment restarts it, so machines it creates may still boot from the template it read before", false
 	case t.Reader == nil || t.Reader.Missing:
-		return "deployment " + t.Restart + ", which reads it when it starts, does not exist"
+		return "deployment " + t.Restart + ", which reads it when it starts, does not exist", false
 	case t.Reader.Idle:
-		return ""
+		return "", false
 	case t.Reader.StartedFrom.Before(t.WrittenAt):
 		return fmt.Sprintf("deployment %s, which reads it only when it starts, has a pod running since %s, before it was written at %s: machines it creates boot from the template it read before",
-			t.Restart, t.Reader.StartedFrom.UTC().Format(time.RFC3339), t.WrittenAt.UTC().Format(time.RFC3339))
+			t.Restart, t.Reader.StartedFrom.UTC().Format(time.RFC3339), t.WrittenAt.UTC().Format(time.RFC3339)), false
 	case !t.Reader.RolledOut:
-		return "deployment " + t.Restart + " is still rolling out: its old pods, which read the template before, may still create machines"
+		return "deployment " + t.Restart + " is still rolling out: its old pods, which read the template before, may still create machines", true
 	}
 
-	return ""
+	return "", false
+}
+
+// ReadersRollingOut are the templates holding authDigest whose reader is still rolling out
+// (TemplateObs.RollingOut).
+func (s Snapshot) ReadersRollingOut(authDigest string) []TemplateObs {
+	var out []TemplateObs
+
+	for _, t := range s.Templates {
+		if t.RollingOut(authDigest) {
+			out = append(out, t)
+		}
+	}
+
+	return out
 }
 
 // TemplateRef names a node template's Secret key, "namespace/secret[key]": in messages, and as

@@ -51,15 +51,19 @@ func TestTemplateReader(t *testing.T) {
 		obs    TemplateObs
 		action TemplateAction
 		use    UseState
+		// rolling: waiting for the reader's rollout is all the template needs (RollingOut).
+		rolling bool
 	}{
-		{"restarted after the write, rolled out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second), RolledOut: true}, digest), TemplateNoOp, UseNew},
-		{"restarted in the same second", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written, RolledOut: true}, digest), TemplateNoOp, UseNew},
-		{"not restarted since the write", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, digest), TemplateRestart, UseOld},
-		{"still rolling out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second)}, digest), TemplateRestart, UseOld},
-		{"its deployment missing", obs("hcloud-cluster-config", dep, &ReaderObs{Missing: true}, digest), TemplateNoOp, UseOld},
-		{"no restart_deployment", obs("hcloud-cluster-config", "", nil, digest), TemplateNoOp, UseUnknown},
-		{"another credential: written (and restarted) anyway", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, "sha256:old"), TemplateUpdate, UseOld},
-		{"a format read at every use", obs("talos", "", nil, digest), TemplateNoOp, UseNew},
+		{"restarted after the write, rolled out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second), RolledOut: true}, digest), TemplateNoOp, UseNew, false},
+		{"restarted in the same second", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written, RolledOut: true}, digest), TemplateNoOp, UseNew, false},
+		{"not restarted since the write", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, digest), TemplateRestart, UseOld, false},
+		{"still rolling out", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second)}, digest), TemplateRestart, UseOld, true},
+		{"rolling out, a pod from before the write still running", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour)}, digest), TemplateRestart, UseOld, false},
+		{"rolling out, another credential", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(time.Second)}, "sha256:old"), TemplateUpdate, UseOld, false},
+		{"its deployment missing", obs("hcloud-cluster-config", dep, &ReaderObs{Missing: true}, digest), TemplateNoOp, UseOld, false},
+		{"no restart_deployment", obs("hcloud-cluster-config", "", nil, digest), TemplateNoOp, UseUnknown, false},
+		{"another credential: written (and restarted) anyway", obs("hcloud-cluster-config", dep, &ReaderObs{StartedFrom: written.Add(-time.Hour), RolledOut: true}, "sha256:old"), TemplateUpdate, UseOld, false},
+		{"a format read at every use", obs("talos", "", nil, digest), TemplateNoOp, UseNew, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := planTemplates([]TemplateObs{tc.obs}, digest); got[0].Action != tc.action {
@@ -68,6 +72,10 @@ func TestTemplateReader(t *testing.T) {
 
 			if u := templateUse(tc.obs, digest); u.State != tc.use {
 				t.Errorf("use %s (%s), want %s", u.State, u.Why, tc.use)
+			}
+
+			if got := (Snapshot{Templates: []TemplateObs{tc.obs}}).ReadersRollingOut(digest); (len(got) == 1) != tc.rolling {
+				t.Errorf("rolling out: %v, want %t", got, tc.rolling)
 			}
 		})
 	}
