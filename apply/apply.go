@@ -43,6 +43,7 @@ import (
 // cluster reads and proofs the run asks for as it goes.
 type Inputs struct {
 	fence.Inputs // the fences' reclaim is handed them as they are
+	Kube         *cluster.Connection
 
 	Credential *credential.Credential
 	// Tenants are the tenant credentials, decrypted once, by name (none: one credential).

@@ -52,6 +52,32 @@ func (c *Connection) Get(ctx context.Context, name string) (*corev1.Node, error)
 	return c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
+// ReadNode reads a Node; an error other than NotFound names the API and what to check
+// (Unreachable).
+func (c *Connection) ReadNode(ctx context.Context, name string) (*corev1.Node, error) {
+	n, err := c.Get(ctx, name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, c.Unreachable("read node "+name, err)
+	}
+
+	return n, err
+}
+
+// ListNodes lists every Node, whole (a partial answer is an error, never fewer nodes); an
+// error names the API and what to check (Unreachable).
+func (c *Connection) ListNodes(ctx context.Context) ([]corev1.Node, error) {
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, c.Unreachable("list nodes", err)
+	}
+
+	if err := Whole("list nodes", list.ListMeta); err != nil {
+		return nil, err
+	}
+
+	return list.Items, nil
+}
+
 // ControlPlaneLabel marks control-plane Nodes.
 const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 

@@ -26,14 +26,14 @@ type FluxObs struct {
 // written before the suspension, so a run killed at any point has one), and every configured
 // Kustomization carrying a run's suspension annotation with no record (the state was lost):
 // its run is the annotation's, judged like any other holder.
-func observeFlux(ctx context.Context, kube *cluster.Connection, st *state.State, configured []config.NamespacedName) ([]FluxObs, error) {
+func observeFlux(ctx context.Context, flux Flux, st *state.State, configured []config.NamespacedName) ([]FluxObs, error) {
 	read := map[string]plan.KustomizationObs{} // each Kustomization is read once
 	get := func(ns, name string) (plan.KustomizationObs, error) {
 		if k, ok := read[ns+"/"+name]; ok {
 			return k, nil
 		}
 
-		k, err := kube.Kustomization(ctx, ns, name)
+		k, err := flux.Kustomization(ctx, ns, name)
 		if err == nil {
 			read[ns+"/"+name] = k
 		}
@@ -99,13 +99,13 @@ func classifyFlux(x FluxObs, o Observation) Fence {
 
 // releaseFlux resumes the run's suspension of a Kustomization (never a person's: Resume lifts
 // only one carrying this run's annotation) and drops its state record.
-func releaseFlux(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State) Outcome {
+func releaseFlux(ctx context.Context, in Inputs, f Fence) Outcome {
 	ns, name, _ := strings.Cut(f.Name, "/")
 
 	var gone bool
 
-	err := riding(ctx, kube.Clock, undoBound, func() (err error) {
-		gone, err = kube.Resume(ctx, ns, name, f.Holder)
+	err := riding(ctx, in.Clock, undoBound, func() (err error) {
+		gone, err = in.Flux.Resume(ctx, ns, name, f.Holder)
 
 		return err
 	})
@@ -113,9 +113,9 @@ func releaseFlux(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Message: "not resumed: " + redact.Error(err)}
 	}
 
-	st.DropSuspension(ns, name, f.Holder)
+	in.State.DropSuspension(ns, name, f.Holder)
 
-	if werr := store.Write(st); werr != nil {
+	if werr := in.Store.Write(in.State); werr != nil {
 		return Outcome{Fence: f, Released: true, Message: "resumed, but the state could not be written: " + redact.Error(werr)}
 	}
 

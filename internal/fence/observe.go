@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
@@ -33,8 +31,9 @@ func TargetsOf(cfg *config.Config) Targets {
 // Observe reads the fences: every Node carrying ghcrsync's owner annotation, every state record
 // that may still hold one, and the Lease; then asks the liveness source about each holder that
 // no live Lease vouches for.
-func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, where Targets, source liveness.Source, now time.Time) (Observation, error) {
-	o := Observation{Now: now, Verdicts: map[string]Verdict{}}
+func Observe(ctx context.Context, in Inputs, where Targets) (Observation, error) {
+	st := in.State
+	o := Observation{Now: in.Clock.Now(), Verdicts: map[string]Verdict{}}
 
 	for _, sr := range st.Secrets {
 		if sr.Outcome == state.SecretWriting {
@@ -47,11 +46,11 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, whe
 		list []corev1.Node
 	)
 
-	if o.Nodes, list, err = observeNodes(ctx, kube, st); err != nil {
+	if o.Nodes, list, err = observeNodes(ctx, in.Nodes, st); err != nil {
 		return o, err
 	}
 
-	if o.Lease, err = observeLease(ctx, kube, where.LeaseNamespace, where.LeaseName); err != nil {
+	if o.Lease, err = observeLease(ctx, in.Leases, where.LeaseNamespace, where.LeaseName); err != nil {
 		return o, err
 	}
 
@@ -63,23 +62,18 @@ func Observe(ctx context.Context, kube *cluster.Connection, st *state.State, whe
 	o.Steered = observeSteering(list, st, leaseHolder)
 	o.Holds = observeHolds(list)
 
-	if o.Flux, err = observeFlux(ctx, kube, st, where.Kustomizations); err != nil {
+	if o.Flux, err = observeFlux(ctx, in.Flux, st, where.Kustomizations); err != nil {
 		return o, err
 	}
 
 	// A Lease is judged by the API server's clock, not this machine's.
-	if server, ok := kube.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
+	if server, ok := in.Leases.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
 		o.Now = server
 	} else if o.Lease != nil {
 		o.Lease.Written = nil
 	}
 
-	var client kubernetes.Interface
-	if kube != nil {
-		client = kube.Client
-	}
-
-	o.Verdicts = checkHolders(ctx, client, o, source)
+	o.Verdicts = checkHolders(ctx, in.Pods, o, in.Liveness)
 
 	return o, nil
 }
@@ -100,14 +94,9 @@ func observeHolds(nodes []corev1.Node) []HoldObs {
 
 // observeNodes lists the annotated Nodes, then reads each state record's node not among them;
 // the whole list is returned too.
-func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State) ([]NodeObs, []corev1.Node, error) {
-	list, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+func observeNodes(ctx context.Context, nodes Nodes, st *state.State) ([]NodeObs, []corev1.Node, error) {
+	items, err := nodes.ListNodes(ctx) // whole: a list that is not the whole fleet never reads as "no fence"
 	if err != nil {
-		return nil, nil, kube.Unreachable("list nodes", err)
-	}
-
-	// A list that is not the whole fleet must never read as "no fence".
-	if err := cluster.Whole("list nodes", list.ListMeta); err != nil {
 		return nil, nil, err
 	}
 
@@ -115,8 +104,8 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 
 	seen := map[string]bool{}
 
-	for i := range list.Items {
-		n := &list.Items[i]
+	for i := range items {
+		n := &items[i]
 		if !carriesFence(n) {
 			continue
 		}
@@ -135,11 +124,11 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 
 		obs := NodeObs{Name: r.Node, StateRecord: r, UID: r.UID, Phase: r.Phase}
 
-		n, err := kube.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
+		n, err := nodes.ReadNode(ctx, r.Node)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, nil, kube.Unreachable("read node "+r.Node, err)
+			return nil, nil, err
 		case string(n.UID) == r.UID:
 			obs = FromNode(n)
 			obs.StateRecord = r
@@ -148,11 +137,11 @@ func observeNodes(ctx context.Context, kube *cluster.Connection, st *state.State
 		out = append(out, obs)
 	}
 
-	return out, list.Items, nil
+	return out, items, nil
 }
 
-func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string) (*LeaseObs, error) {
-	l, err := kube.Lease(ctx, ns, name)
+func observeLease(ctx context.Context, leases Leases, ns, name string) (*LeaseObs, error) {
+	l, err := leases.Lease(ctx, ns, name)
 	if err != nil || l == nil {
 		return nil, err
 	}
@@ -165,7 +154,7 @@ func observeLease(ctx context.Context, kube *cluster.Connection, ns, name string
 // machine, has exited is terminated (liveness.Local) — even under a live Lease when the evidence
 // is unique to that process, never on a host name and pid alone; otherwise the configured
 // source (if any) is asked.
-func checkHolders(ctx context.Context, kube kubernetes.Interface, o Observation, source liveness.Source) map[string]Verdict {
+func checkHolders(ctx context.Context, pods liveness.Source, o Observation, source liveness.Source) map[string]Verdict {
 	holders := []string{}
 	for _, n := range o.Nodes {
 		holders = append(holders, n.holder())
@@ -197,7 +186,7 @@ func checkHolders(ctx context.Context, kube kubernetes.Interface, o Observation,
 
 		// A run in a pod (docs/deploy/job.yaml): the pod as the API server sees it. Its end is
 		// proof beyond the Lease; its absence only where no live Lease vouches for it.
-		if pod, err := (liveness.Pod{Client: kube}).Check(ctx, id); err != nil || pod.Applicable {
+		if pod, err := podCheck(ctx, pods, id); err != nil || pod.Applicable {
 			switch {
 			case err != nil:
 				verdicts[h] = Verdict{Err: err}
@@ -219,6 +208,15 @@ func checkHolders(ctx context.Context, kube kubernetes.Interface, o Observation,
 	}
 
 	return verdicts
+}
+
+// podCheck asks pods (liveness.Pod, nil: not asked) about a holder's pod.
+func podCheck(ctx context.Context, pods liveness.Source, id holder.ID) (liveness.Verdict, error) {
+	if pods == nil {
+		return liveness.Verdict{}, nil
+	}
+
+	return pods.Check(ctx, id)
 }
 
 // holder is the run that holds the observed fence: the node's owner, else the state record's.

@@ -18,11 +18,16 @@ import (
 )
 
 // Inputs are what the fence commands (fences, release, an apply's reclaim) read and write,
-// opened once by the command (workspace.Fences): the configuration, the Kubernetes connection,
-// the state and its store, where a holder's liveness is asked, and the clock.
+// opened once by the command (workspace.Fences): the configuration, the cluster's ports, the
+// state and its store, where a holder's liveness is asked, and the clock.
 type Inputs struct {
-	Config   *config.Config
-	Kube     *cluster.Connection
+	Config *config.Config
+	Nodes  Nodes
+	Leases Leases
+	Flux   Flux
+	Events Recorder
+	// Pods judges a holder that runs in a pod, as the API server sees it (nil: not asked).
+	Pods     liveness.Source
 	Store    state.Store
 	State    *state.State
 	Liveness liveness.Source
@@ -31,7 +36,7 @@ type Inputs struct {
 
 // observe reads every fence and its holder's liveness.
 func (in Inputs) observe(ctx context.Context) (Observation, error) {
-	obs, err := Observe(ctx, in.Kube, in.State, TargetsOf(in.Config), in.Liveness, in.Clock.Now())
+	obs, err := Observe(ctx, in, TargetsOf(in.Config))
 	obs.ConfigPath = in.Config.Path
 
 	return obs, err
@@ -140,7 +145,7 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 			"check their cordon and taints, fix or remove the %s annotation, then run release again", strings.Join(rep.Malformed, ", "), cluster.RecordAnnotation)
 	}
 
-	res.Outcomes = Release(ctx, in.Kube, rep, in.Store, in.State, ReleaseOptions{
+	res.Outcomes = Release(ctx, in, rep, ReleaseOptions{
 		Node: o.Node, ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: o.Progress, UncordonUnproven: o.UncordonUnproven,
 	})
 	in.recordReleases(ctx, res.Outcomes, "ghcrsync release")
@@ -199,7 +204,7 @@ func Reclaim(ctx context.Context, in Inputs, report progress.Func, handover []st
 		return nil, nil
 	}
 
-	out := Release(ctx, in.Kube, proven, in.Store, in.State, ReleaseOptions{ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: report})
+	out := Release(ctx, in, proven, ReleaseOptions{ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: report})
 	in.recordReleases(ctx, out, "ghcrsync apply (reclaim of a run that is over)")
 
 	return out, nil
@@ -218,6 +223,6 @@ func (in Inputs) recordReleases(ctx context.Context, outcomes []Outcome, by stri
 			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
 		}
 
-		_ = in.Kube.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)
+		_ = in.Events.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)
 	}
 }

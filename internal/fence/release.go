@@ -107,7 +107,7 @@ const undoBound = 2 * time.Minute
 // taints and the Flux suspensions, the Lease last. A
 // fence whose phase crossed into Talos mutation is released only once its node is Ready with
 // lifecycle taints cleared. The state is written before each undo.
-func Release(ctx context.Context, kube *cluster.Connection, rep Report, store state.Store, st *state.State, o ReleaseOptions) []Outcome {
+func Release(ctx context.Context, in Inputs, rep Report, o ReleaseOptions) []Outcome {
 	var out []Outcome
 
 	nodeFailed := false
@@ -119,7 +119,7 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
-			r = releaseNode(ctx, kube, f, store, st, o)
+			r = releaseNode(ctx, in, f, o)
 		}
 
 		nodeFailed = nodeFailed || !r.Released
@@ -135,7 +135,7 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 		// Lease back.
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
-			r = releaseSteering(ctx, kube, f, store, st)
+			r = releaseSteering(ctx, in, f)
 		}
 
 		out = append(out, r)
@@ -149,7 +149,7 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 		// An unproven hold is not a run's fence: it never holds the Lease back.
 		r := Outcome{Fence: f, Message: "left cordoned: " + f.Reason}
 		if f.Releasable {
-			r = liftHold(ctx, kube, f)
+			r = liftHold(ctx, in, f)
 		}
 
 		out = append(out, r)
@@ -163,7 +163,7 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 		// A suspension left on stops the delivery pipeline: the Lease stays until it is lifted.
 		r := Outcome{Fence: f, Message: "not resumed: " + f.Reason}
 		if f.Releasable {
-			r = releaseFlux(ctx, kube, f, store, st)
+			r = releaseFlux(ctx, in, f)
 		}
 
 		nodeFailed = nodeFailed || !r.Released
@@ -172,14 +172,14 @@ func Release(ctx context.Context, kube *cluster.Connection, rep Report, store st
 
 	for _, f := range rep.Fences {
 		if f.Kind == KindLease && o.Node == "" {
-			out = append(out, releaseLease(ctx, kube, f, nodeFailed))
+			out = append(out, releaseLease(ctx, in.Leases, f, nodeFailed))
 		}
 	}
 
 	return out
 }
 
-func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFailed bool) Outcome {
+func releaseLease(ctx context.Context, leases Leases, f Fence, nodeFailed bool) Outcome {
 	switch {
 	case !f.Releasable:
 		return Outcome{Fence: f, Message: "not released: " + f.Reason}
@@ -188,7 +188,7 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 	}
 
 	ns, name, _ := strings.Cut(f.Name, "/")
-	if err := lease.ReleaseHolder(ctx, kube.Clock, kube.Client, ns, name, f.Holder); err != nil {
+	if err := leases.ReleaseLease(ctx, ns, name, f.Holder); err != nil {
 		if lease.IsDeleted(err) {
 			return Outcome{Fence: f, Released: true, Message: "the Lease no longer exists: nothing to release"}
 		}
@@ -199,9 +199,11 @@ func releaseLease(ctx context.Context, kube *cluster.Connection, f Fence, nodeFa
 	return Outcome{Fence: f, Released: true, Message: "Lease released"}
 }
 
-func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State, o ReleaseOptions) Outcome {
+func releaseNode(ctx context.Context, in Inputs, f Fence, o ReleaseOptions) Outcome {
+	st, store := in.State, in.Store
+
 	if !f.Exists {
-		markReleased(st, f, kube.Clock.Now())
+		markReleased(st, f, in.Clock.Now())
 
 		if err := store.Write(st); err != nil {
 			return Outcome{Fence: f, Message: "node gone, but the state could not be written: " + redact.Error(err)}
@@ -211,12 +213,12 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 	}
 
 	if phaseMutated(f.Phase) {
-		if err := waitSettled(ctx, kube, f.Name, o); err != nil {
+		if err := waitSettled(ctx, in, f.Name, o); err != nil {
 			return Outcome{Fence: f, Message: "stays fenced: " + redact.Error(err)}
 		}
 	}
 
-	markReleased(st, f, kube.Clock.Now())
+	markReleased(st, f, in.Clock.Now())
 
 	if err := store.Write(st); err != nil {
 		return Outcome{Fence: f, Message: "not released: writing the state first failed: " + redact.Error(err)}
@@ -229,7 +231,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		rec = *f.Record
 	}
 
-	nothing, err := Undo(ctx, kube.Clock, kube, f.Name, f.Holder, state.Phase(f.Phase), rec, rec.Unproven(f.Phase) && !o.UncordonUnproven, undoBound)
+	nothing, err := Undo(ctx, in.Clock, in.Nodes, f.Name, f.Holder, state.Phase(f.Phase), rec, rec.Unproven(f.Phase) && !o.UncordonUnproven, undoBound)
 
 	switch {
 	case nothing != "":
@@ -240,7 +242,7 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 		return Outcome{Fence: f, Released: true, Message: "annotations removed; the cordon was kept: no recovery record says whether it was cordoned before the claim (uncordon it yourself if it was not)"}
 	case rec.WasCordoned:
 		return Outcome{Fence: f, Released: true, Message: "released (left cordoned: it was cordoned before the claim)"}
-	case rec.Unproven(f.Phase) && !o.UncordonUnproven && heldNow(ctx, kube, f.Name):
+	case rec.Unproven(f.Phase) && !o.UncordonUnproven && heldNow(ctx, in.Nodes, f.Name):
 		return Outcome{Fence: f, Released: true, Message: UnprovenHoldSentence}
 	case rec.Unproven(f.Phase) && o.UncordonUnproven:
 		return Outcome{Fence: f, Released: true, Message: "released and uncordoned WITHOUT a proof (--uncordon-unproven): its runtime may not pull with the credential its Talos config holds"}
@@ -251,17 +253,17 @@ func releaseNode(ctx context.Context, kube *cluster.Connection, f Fence, store s
 
 // heldNow reports whether the node carries an unproven hold now (the undo set one: its Talos
 // config was written and its verified marker does not prove it on its current boot).
-func heldNow(ctx context.Context, kube *cluster.Connection, name string) bool {
-	n, err := kube.Get(ctx, name)
+func heldNow(ctx context.Context, nodes Nodes, name string) bool {
+	n, err := nodes.ReadNode(ctx, name)
 
 	return err == nil && cluster.HeldUnproven(n)
 }
 
 // liftHold returns a node on an unproven hold to service (release --uncordon-unproven): a
 // compare-and-swap that holds only while the node is still the one held.
-func liftHold(ctx context.Context, kube *cluster.Connection, f Fence) Outcome {
-	err := riding(ctx, kube.Clock, undoBound, func() error {
-		_, err := kube.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
+func liftHold(ctx context.Context, in Inputs, f Fence) Outcome {
+	err := riding(ctx, in.Clock, undoBound, func() error {
+		_, err := in.Nodes.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
 			if string(n.UID) != f.UID || !cluster.HeldUnproven(n) {
 				return cluster.ErrNoFence
 			}
@@ -294,11 +296,11 @@ func markReleased(st *state.State, f Fence, now time.Time) {
 
 // waitSettled waits until the node is Ready with no lifecycle taints, reporting each change of
 // what it waits for.
-func waitSettled(ctx context.Context, kube *cluster.Connection, name string, o ReleaseOptions) error {
+func waitSettled(ctx context.Context, in Inputs, name string, o ReleaseOptions) error {
 	var last *progress.WaitingSettled
 
-	return clock.Until(ctx, kube.Clock, o.ReadyTimeout, time.Second, func() (bool, error) {
-		n, err := kube.Get(ctx, name)
+	return clock.Until(ctx, in.Clock, o.ReadyTimeout, time.Second, func() (bool, error) {
+		n, err := in.Nodes.ReadNode(ctx, name)
 		if err != nil {
 			return false, err
 		}

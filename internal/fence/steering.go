@@ -109,11 +109,11 @@ func classifySteering(s SteerObs, o Observation) Fence {
 
 // releaseSteering takes a steering taint off its node (only the run's own: an operator's taint
 // of the same effect, or another run's, stays) and drops its state record.
-func releaseSteering(ctx context.Context, kube *cluster.Connection, f Fence, store state.Store, st *state.State) Outcome {
+func releaseSteering(ctx context.Context, in Inputs, f Fence) Outcome {
 	var gone bool
 
-	err := riding(ctx, kube.Clock, undoBound, func() (err error) {
-		gone, err = cluster.Unsteer(ctx, kube, f.Name, f.UID, f.Holder)
+	err := riding(ctx, in.Clock, undoBound, func() (err error) {
+		gone, err = cluster.Unsteer(ctx, in.Nodes, f.Name, f.UID, f.Holder)
 
 		return err
 	})
@@ -121,9 +121,9 @@ func releaseSteering(ctx context.Context, kube *cluster.Connection, f Fence, sto
 		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	}
 
-	st.DropSteer(f.Name, f.Holder)
+	in.State.DropSteer(f.Name, f.Holder)
 
-	if werr := store.Write(st); werr != nil {
+	if werr := in.Store.Write(in.State); werr != nil {
 		return Outcome{Fence: f, Released: true, Message: "steering taint removed, but the state could not be written: " + redact.Error(werr)}
 	}
 

@@ -4,15 +4,29 @@ import (
 	"context"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // Fences are the fence commands' inputs: what `fences`, `release` and an apply's reclaim read
-// and write.
+// and write, the Kubernetes connection behind each of fence's ports.
 func (w *Workspace) Fences() fence.Inputs {
-	return fence.Inputs{Config: w.Config, Kube: w.Kube, Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock}
+	return fence.Inputs{
+		Config: w.Config, Nodes: w.Kube, Leases: leases{w.Kube}, Flux: w.Kube, Events: w.Kube, Pods: liveness.Pod{Client: w.Kube.Client},
+		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock,
+	}
+}
+
+// leases are the run Leases as fence reaches them: the connection's reads, and the release
+// lease.ReleaseHolder makes.
+type leases struct{ *cluster.Connection }
+
+func (l leases) ReleaseLease(ctx context.Context, namespace, name, holder string) error {
+	return lease.ReleaseHolder(ctx, l.Clock, l.Client, namespace, name, holder)
 }
 
 // Apply is a run's inputs: the fence commands', the credential decrypted once, the node this
@@ -29,7 +43,7 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		return apply.Inputs{}, err
 	}
 
-	return apply.Inputs{Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: SelfNode(), Cluster: applyCluster{w}}, nil
+	return apply.Inputs{Inputs: w.Fences(), Kube: w.Kube, Credential: cred, Tenants: tenants, Self: SelfNode(), Cluster: applyCluster{w}}, nil
 }
 
 // applyCluster is the workspace as a run asks it (apply.Cluster).
