@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
@@ -38,24 +39,49 @@ import (
 )
 
 // Inputs are what a run works with, opened once by the command (workspace.Apply): the fence
-// commands' inputs (configuration, Kubernetes connection, state and its store, liveness, clock),
-// the credential decrypted once, the node this apply runs on ("" outside the cluster), and the
-// cluster reads and proofs the run asks for as it goes.
+// commands' inputs (configuration, state and its store, liveness, clock, and fence's ports), the
+// run's own ports onto the cluster, the credential decrypted once, and the node this apply runs
+// on ("" outside the cluster).
 type Inputs struct {
 	fence.Inputs // the fences' reclaim is handed them as they are
-	Kube         *cluster.Connection
+
+	// The run's ports (the workspace wires the Kubernetes connection, the Talos client and the
+	// registry behind them).
+	Fleet       Fleet
+	Registry    Registry
+	Admission   Admission
+	NodeAPI     Nodes
+	Workloads   Workloads
+	Watches     Watches
+	Suspensions Suspensions
+	PullSecrets PullSecrets
+	Leasing     Leasing
+	// Server is the Kubernetes API's URL, a plan is bound to it (with the cluster's uid).
+	Server string
 
 	Credential *credential.Credential
 	// Tenants are the tenant credentials, decrypted once, by name (none: one credential).
 	Tenants map[string]*credential.Credential
 	Self    string
-	Cluster Cluster
 }
 
-// Cluster is what a run asks of the cluster beyond its plain inputs (the workspace answers).
-type Cluster interface {
-	// Preflight checks apply's permissions (its writes) once the plan stands.
-	Preflight(ctx context.Context) error
+// The run's ports, each as small as its use.
+
+// Fleet is the fleet as it is read: as plan reads it, the machines the autoscaler is creating,
+// the cluster's identity, and the machines' Talos API.
+type Fleet interface {
+	// Observe reads the fleet as plan does: the snapshot and the planner's input.
+	Observe(ctx context.Context) (plan.Snapshot, plan.Input, error)
+	// Provisioning is what the autoscaler is creating now (nil: no autoscaler status).
+	Provisioning(ctx context.Context) (*plan.AutoscalerObs, error)
+	// ClusterUID identifies the cluster (its kube-system namespace's uid).
+	ClusterUID(ctx context.Context) (string, error)
+	// Talos connects the Talos client (once); the one client answers both ports.
+	Talos(ctx context.Context) (Talos, Etcd, error)
+}
+
+// Registry is the registry as the run asks it.
+type Registry interface {
 	// Prove proves the credentials against the registry (waiting out its passing trouble): the
 	// cluster's and each tenant's, with their isolation.
 	Prove(ctx context.Context) error
@@ -64,15 +90,45 @@ type Cluster interface {
 	Control(ctx context.Context, p *plan.Plan) error
 	// Retry is how the registry's passing trouble is waited out.
 	Retry() credential.Retry
+	// HeldByNodes reads the credentials the nodes hold, for the drains to ask again.
+	HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error)
+}
+
+// Admission is what the cluster will let the run do: its permissions, and its runtime probe.
+type Admission interface {
+	// Preflight checks apply's permissions (its writes) once the plan stands.
+	Preflight(ctx context.Context) error
 	// ProbeAdmissible dry-runs the plan's runtime probe pod; Probe is that proof.
 	ProbeAdmissible(ctx context.Context, p *plan.Plan) error
 	Probe(p *plan.Plan) plan.Probe
-	// Talos connects the Talos client (once).
-	Talos(ctx context.Context) (Talos, error)
-	// HeldByNodes reads the credentials the nodes hold, for the drains to ask again.
-	HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error)
-	// Observe reads the fleet as plan does: the snapshot and the planner's input.
-	Observe(ctx context.Context) (plan.Snapshot, plan.Input, error)
+}
+
+// Watches are the run's watches (watched): its Nodes, its probe pods, and the compare-and-swap
+// that starts from a Node the watch served.
+type Watches interface {
+	WatchNodes(ctx context.Context, timeout time.Duration) (*cluster.NodeWatch, error)
+	WatchProbes(ctx context.Context, namespace string, timeout time.Duration) (*cluster.ProbeWatch, error)
+	CASPatchFrom(ctx context.Context, first *corev1.Node, name string, attempts int, check func(*corev1.Node) error,
+		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
+}
+
+// Suspensions are the Flux Kustomizations the run suspends, and resumes.
+type Suspensions interface {
+	Suspend(ctx context.Context, namespace, name, holder string) (ours bool, err error)
+	Resume(ctx context.Context, namespace, name, holder string) (gone bool, err error)
+}
+
+// PullSecrets are the fan-out's writes (internal/fanout on the cluster's clients).
+type PullSecrets interface {
+	Templates(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result
+	Consumers(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result
+	// Root writes the root Flux secret unless heldBack says why not.
+	Root(ctx context.Context, p *plan.Plan, o fanout.Options, heldBack string) []fanout.Result
+}
+
+// Leasing takes the run Lease (lease.Acquire, on a client of its own).
+type Leasing interface {
+	Acquire(ctx context.Context, o lease.Options) (*lease.Lease, error)
 }
 
 // Options are a run's choices besides its inputs and the plan.
@@ -238,7 +294,9 @@ type run struct {
 
 // Run executes the plan under the Lease, writing the state before every mutation.
 func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, error) {
-	if in.Config == nil || in.Kube == nil || in.Store == nil || in.State == nil || in.Credential == nil || in.Cluster == nil || in.Clock == nil {
+	if in.Config == nil || in.Store == nil || in.State == nil || in.Credential == nil || in.Clock == nil || in.Nodes == nil || in.Events == nil || in.Fleet == nil ||
+		in.Registry == nil || in.Admission == nil || in.NodeAPI == nil || in.Workloads == nil || in.Watches == nil || in.Suspensions == nil ||
+		in.PullSecrets == nil || in.Leasing == nil {
 		return nil, errors.New("apply: incomplete inputs (build them with workspace.Apply); nothing was changed")
 	}
 
@@ -268,7 +326,7 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 		return r.res, nil
 	}
 
-	if err := in.Cluster.Preflight(requests.WithStep(ctx, "run: check")); err != nil {
+	if err := in.Admission.Preflight(requests.WithStep(ctx, "run: check")); err != nil {
 		return nil, err
 	}
 
@@ -333,12 +391,12 @@ func (r *run) write(ctx context.Context) error {
 
 // checkPlan refuses a plan that no longer matches the world, or was made for another cluster.
 func (r *run) checkPlan(ctx context.Context) error {
-	uid, err := r.in.Kube.ClusterUID(ctx)
+	uid, err := r.in.Fleet.ClusterUID(ctx)
 	if err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
-	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Kube.Server}, r.in.Clock.Now()); err != nil {
+	if err := checkStale(r.p, r.o.PlanPath, r.in.Config, r.cred, r.in.State, clusterRef{uid, r.in.Server}, r.in.Clock.Now()); err != nil {
 		return err
 	}
 
@@ -383,12 +441,12 @@ func checkSelf(p *plan.Plan, path, self string) error {
 // touched.
 func (r *run) prove(ctx context.Context) error {
 	if len(r.in.Config.Credential.Prove) > 0 {
-		if err := r.in.Cluster.Prove(ctx); err != nil {
+		if err := r.in.Registry.Prove(ctx); err != nil {
 			return fmt.Errorf("%w; nothing was changed", err)
 		}
 	}
 
-	if err := r.in.Cluster.ProbeAdmissible(ctx, r.p); err != nil {
+	if err := r.in.Admission.ProbeAdmissible(ctx, r.p); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 
@@ -396,7 +454,7 @@ func (r *run) prove(ctx context.Context) error {
 }
 
 // probe is the runtime proof of the plan (Cluster.Probe).
-func (r *run) probe() cluster.Probe { return r.in.Cluster.Probe(r.p) }
+func (r *run) probe() cluster.Probe { return r.in.Admission.Probe(r.p) }
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
 func (r *run) reclaim(ctx context.Context) error {
@@ -425,12 +483,7 @@ func (r *run) acquire(ctx context.Context) error {
 	cfg := r.in.Config
 	r.res.Holder = holder.New(r.cred.Revision(), r.o.RunRef).String()
 
-	leaseClient, err := r.in.Kube.LeaseClient()
-	if err != nil {
-		return err
-	}
-
-	l, err := lease.Acquire(ctx, leaseClient, lease.Options{
+	l, err := r.in.Leasing.Acquire(ctx, lease.Options{
 		Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name, Holder: r.res.Holder,
 		Duration: cfg.Lease.Duration, Heartbeat: cfg.Lease.Heartbeat,
 		Logf:  func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
@@ -462,14 +515,14 @@ func (r *run) acquire(ctx context.Context) error {
 func (r *run) nodes(ctx context.Context) error {
 	cfg := r.in.Config
 
-	tc, err := r.in.Cluster.Talos(ctx)
+	tc, etcd, err := r.in.Fleet.Talos(ctx)
 	if err != nil {
 		return err
 	}
 
 	if n, ok := r.p.Node(r.p.EndpointNode); ok && n.Action == plan.ActionFence {
 		r.log.Warn("the node serving the kubeconfig's API endpoint is fenced last; the API is unreachable while it reboots and ghcrsync waits for it",
-			"node", n.Name, "endpoint", r.in.Kube.Server)
+			"node", n.Name, "endpoint", r.in.Server)
 	}
 
 	for _, n := range r.p.Nodes {
@@ -484,7 +537,8 @@ func (r *run) nodes(ctx context.Context) error {
 		return err
 	}
 
-	r.exec = newExecutor(r.watched(ctx), tc, r.lease, r.in.Store, r.in.State, execOptions{
+	nodes, workloads := r.watched(ctx)
+	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, lease: r.lease, store: r.in.Store}, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism,
@@ -493,8 +547,8 @@ func (r *run) nodes(ctx context.Context) error {
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,
-		Retry:   r.in.Cluster.Retry(),
-		Control: func(ctx context.Context) error { return r.in.Cluster.Control(ctx, r.p) },
+		Retry:   r.in.Registry.Retry(),
+		Control: func(ctx context.Context) error { return r.in.Registry.Control(ctx, r.p) },
 		Clock:   r.in.Clock,
 	})
 
@@ -517,7 +571,7 @@ func (r *run) recheck(ctx context.Context) (func(context.Context) []plan.Credent
 		return nil, nil
 	}
 
-	recheck, err := r.in.Cluster.HeldByNodes(ctx, r.p.AuthDigest)
+	recheck, err := r.in.Registry.HeldByNodes(ctx, r.p.AuthDigest)
 	if err != nil {
 		return nil, fmt.Errorf("read the credentials the nodes hold: %w; nothing was changed on the nodes", err)
 	}
@@ -564,7 +618,7 @@ func (r *run) desired(namespace, name string) (credential, revision string) {
 // templates writes the node templates before any node is fenced: a machine the autoscaler
 // creates while the run goes on boots with the new credential.
 func (r *run) templates(ctx context.Context) {
-	for _, s := range fanout.Templates(ctx, r.in.Kube.Client, r.p, r.fanoutOptions()) {
+	for _, s := range r.in.PullSecrets.Templates(ctx, r.p, r.fanoutOptions()) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.templateOutcome(ctx, s)
 	}
@@ -574,7 +628,7 @@ func (r *run) templates(ctx context.Context) {
 func (r *run) consumers(ctx context.Context) {
 	ctx = requests.WithStep(ctx, "run: secrets")
 
-	for _, s := range fanout.Consumers(ctx, r.in.Kube.Client, r.p, r.fanoutOptions()) {
+	for _, s := range r.in.PullSecrets.Consumers(ctx, r.p, r.fanoutOptions()) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.secretOutcome(ctx, s)
 	}
@@ -600,12 +654,7 @@ func (r *run) root(ctx context.Context) {
 		held = "the old credential is still used by " + v.Except(plan.UseRoot).StillUsedBy()
 	}
 
-	dyn, err := r.in.Kube.Dynamic()
-	if err != nil {
-		held = "dynamic client: " + redact.Error(err)
-	}
-
-	for _, s := range fanout.Root(ctx, r.in.Kube.Client, dyn, r.p, r.fanoutOptions(), held) {
+	for _, s := range r.in.PullSecrets.Root(ctx, r.p, r.fanoutOptions(), held) {
 		r.res.Secrets = append(r.res.Secrets, s)
 		r.secretOutcome(ctx, s)
 	}
@@ -630,7 +679,7 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 
 // inventory reads the cluster as it is now and judges who uses which credential.
 func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
-	snap, in, err := r.in.Cluster.Observe(ctx)
+	snap, in, err := r.in.Fleet.Observe(ctx)
 	if err != nil {
 		return plan.Revocation{}, err
 	}
@@ -648,7 +697,7 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 	start := r.in.Clock.Now()
 
 	for {
-		snap, in, err := r.in.Cluster.Observe(ctx)
+		snap, in, err := r.in.Fleet.Observe(ctx)
 		if err != nil {
 			return plan.Revocation{}, err
 		}
@@ -763,7 +812,7 @@ func (r *run) settleSecrets() {
 
 // events is where the run records its Events: the cluster, and Options.Observe.
 func (r *run) events() Recorder {
-	return recorder{kube: r.in.Kube, observe: r.o.Observe, clock: r.in.Clock}
+	return recorder{kube: r.in.Events, observe: r.o.Observe, clock: r.in.Clock}
 }
 
 // event records an Event on the run's objects (the Lease, the pull secrets); best effort.

@@ -20,17 +20,16 @@ import (
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// Nodes is what the executor needs from Kubernetes.
+// The executor's ports: what it reaches the cluster and the machines through, each as small as
+// its use (the run wires them; txn_test's fakes stand in for all of them).
+
+// Nodes are the Kubernetes Nodes: read, changed by compare-and-swap, watched for changes.
 type Nodes interface {
 	Get(ctx context.Context, name string) (*corev1.Node, error)
 	// ControlPlanes lists every control-plane Node of the cluster (not only the plan's).
 	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
 	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error
-	// Destinations are every Node as an evicted pod's scheduler sees it.
-	Destinations(ctx context.Context) ([]plan.Destination, error)
-	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
 	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
 	// instead of at its next poll. nil (never signals) is allowed.
 	Changes(ctx context.Context, name string) <-chan struct{}
@@ -38,7 +37,16 @@ type Nodes interface {
 	StaticPodsReady(ctx context.Context, node string) error
 }
 
-// Talos is what the executor needs from the Talos API.
+// Workloads are the pods on the Nodes: drained, placed, and the runtime probe that proves a
+// node's container runtime.
+type Workloads interface {
+	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error
+	// Destinations are every Node as an evicted pod's scheduler sees it.
+	Destinations(ctx context.Context) ([]plan.Destination, error)
+	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
+}
+
+// Talos is what the executor needs from a machine's Talos API.
 type Talos interface {
 	// ConfigFacts reads the credential digests of the active and staged configs.
 	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
@@ -46,10 +54,14 @@ type Talos interface {
 	Reboot(ctx context.Context, node string) error
 	// RuntimeStarted is when the node's container runtime last started.
 	RuntimeStarted(ctx context.Context, node string) (time.Time, error)
-	// Etcd reads a control plane's etcd member: members, alarms, its status.
-	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
 	// Nodename is the Kubernetes node name the machine at an address says it is.
 	Nodename(ctx context.Context, node string) (string, error)
+}
+
+// Etcd is the control planes' etcd, as their Talos API reports it (the etcd gate).
+type Etcd interface {
+	// Etcd reads a control plane's etcd member: members, alarms, its status.
+	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
 }
 
 // Lease is the run's Lease, as the executor uses it.
@@ -65,10 +77,17 @@ type Store interface {
 	Write(*state.State) error
 }
 
-var (
-	_ Nodes = (*cluster.Connection)(nil)
-	_ Store = (state.Store)(nil)
-)
+var _ Store = (state.Store)(nil)
+
+// ports are the executor's ports, wired together.
+type ports struct {
+	nodes     Nodes
+	workloads Workloads
+	talos     Talos
+	etcd      Etcd
+	lease     Lease
+	store     Store
+}
 
 // Hooks let tests act at exact points. Production leaves them nil.
 type Hooks struct {
@@ -129,7 +148,7 @@ type execOptions struct {
 // credential at that moment — fails at once, "refused (stable)".
 func (e *executor) proveRuntime(ctx context.Context, node string) error {
 	try := func(ctx context.Context) credential.Attempt {
-		return credential.Attempt{Err: e.nodes.ProveRuntime(ctx, node, e.o.Probe, e.o.ReadyTimeout)}
+		return credential.Attempt{Err: e.workloads.ProveRuntime(ctx, node, e.o.Probe, e.o.ReadyTimeout)}
 	}
 
 	tried, err := e.o.Retry.Do(ctx, try, pullClass, e.o.Control)
@@ -182,10 +201,7 @@ func (r NodeResult) Failed() bool { return r.Outcome == state.OutcomeFailed }
 
 // executor runs a plan's node transactions.
 type executor struct {
-	nodes Nodes
-	talos Talos
-	lease Lease
-	store Store
+	ports
 	o     execOptions
 	clock clock.Clock
 	judge func(plan.Subject) plan.Verdict // plan.Judge; tests record it
@@ -203,7 +219,7 @@ type executor struct {
 	sig context.Context
 }
 
-func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.State, o execOptions) *executor {
+func newExecutor(p ports, st *state.State, o execOptions) *executor {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
@@ -220,7 +236,7 @@ func newExecutor(nodes Nodes, talos Talos, lease Lease, store Store, st *state.S
 		o.MaxFailures = 1
 	}
 
-	return &executor{nodes: nodes, talos: talos, lease: lease, store: store, st: st, o: o, clock: clock.Or(o.Clock), judge: plan.Judge, stop: make(chan struct{})}
+	return &executor{ports: p, st: st, o: o, clock: clock.Or(o.Clock), judge: plan.Judge, stop: make(chan struct{})}
 }
 
 // save records rec in the state and writes it: always before the mutation it announces.
@@ -443,7 +459,7 @@ func (e *executor) quorum(ctx context.Context, node string) error {
 				Owner: cp.Annotations[cluster.OwnerAnnotation]}
 
 			if cp.Name != node {
-				if v, err := e.talos.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
+				if v, err := e.etcd.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
 					obs.Etcd.Err = redact.Error(err)
 				} else {
 					obs.Etcd = *v

@@ -76,7 +76,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 		h(fp.Ref(), phaseSuspending)
 	}
 
-	ours, err := r.in.Kube.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder)
+	ours, err := r.in.Suspensions.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder)
 	if err != nil {
 		// The write may have landed: the record stays until the resume at the end confirms.
 		res.Suspended, res.Message = true, "suspension not confirmed: "+redact.Error(err)
@@ -121,7 +121,7 @@ func (r *run) resume(ctx context.Context) {
 			h(ref, phaseResuming)
 		}
 
-		gone, err := r.in.Kube.Resume(rctx, x.Namespace, x.Name, r.res.Holder)
+		gone, err := r.in.Suspensions.Resume(rctx, x.Namespace, x.Name, r.res.Holder)
 		r.noteResumed(ref, gone, err)
 
 		if err != nil {

@@ -124,7 +124,7 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 
 // replan lists the fleet again and plans it with the plan's own rules.
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	snap, in, err := r.in.Cluster.Observe(ctx)
+	snap, in, err := r.in.Fleet.Observe(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (r *run) settleProvisioning(ctx context.Context) {
 	start, timeout := r.in.Clock.Now(), r.in.Config.Nodes.ReadyTimeout
 
 	for {
-		status, err := r.in.Kube.Provisioning(ctx)
+		status, err := r.in.Fleet.Provisioning(ctx)
 		if err != nil {
 			r.log.Warn("the cluster-autoscaler's status could not be read; the verdict reads it once more", "error", redact.Logged(r.log, err))
 

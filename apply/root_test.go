@@ -10,7 +10,9 @@ import (
 func TestOnlyRollouts(t *testing.T) {
 	rolling := plan.TemplateObs{Namespace: "kube-system", Secret: "hcloud", Key: "HCLOUD_CLUSTER_CONFIG", Restart: "kube-system/cluster-autoscaler"}
 	other := plan.TemplateObs{Namespace: "kube-system", Secret: "other", Key: "HCLOUD_CLUSTER_CONFIG"}
-	use := func(kind, name string, state plan.UseState) plan.Use { return plan.Use{Kind: kind, Name: name, State: state} }
+	use := func(kind, name string, state plan.UseState) plan.Use {
+		return plan.Use{Kind: kind, Name: name, State: state}
+	}
 
 	for _, tc := range []struct {
 		name    string

@@ -155,7 +155,7 @@ func (t *txn) destinations(ctx context.Context) cluster.DrainCheck {
 	}
 
 	return func(ctx context.Context, pods int) error {
-		ds, err := t.e.nodes.Destinations(ctx)
+		ds, err := t.e.workloads.Destinations(ctx)
 		if err != nil {
 			return err // asked again
 		}

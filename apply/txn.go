@@ -123,7 +123,7 @@ func (t *txn) nextStep() string {
 // healthy again before the next node is taken (a CRI restart can leave them down).
 func (t *txn) settled(ctx context.Context) *NodeResult {
 	err := clock.Until(ctx, t.e.clock, t.e.o.ReadyTimeout, time.Second, func() (bool, error) {
-		v, err := t.e.talos.Etcd(ctx, t.ip)
+		v, err := t.e.etcd.Etcd(ctx, t.ip)
 		switch {
 		case err != nil:
 			return false, err
@@ -197,7 +197,7 @@ func (t *txn) drain(ctx context.Context) *NodeResult {
 		return r
 	}
 
-	if err := t.e.nodes.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress, t.destinations(ctx)); err != nil {
+	if err := t.e.workloads.Drain(ctx, t.np.Name, t.e.o.DrainTimeout, t.e.o.Progress, t.destinations(ctx)); err != nil {
 		if t.e.sig.Err() != nil || t.e.stopped() {
 			return t.failOrInterrupted(t.answer(err))
 		}

@@ -41,7 +41,7 @@ func newHarness(t *testing.T, parallelism int, nodes ...string) *harness {
 	}
 
 	h := &harness{w: w, lease: &fakeLease{done: make(chan struct{})}, store: &fakeStore{w: w}}
-	h.e = newExecutor(fakeNodes{w}, fakeTalos{w}, h.lease, h.store, &state.State{}, execOptions{
+	h.e = newExecutor(ports{nodes: fakeNodes{w}, workloads: fakeNodes{w}, talos: fakeTalos{w}, etcd: fakeTalos{w}, lease: h.lease, store: h.store}, &state.State{}, execOptions{
 		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 10 * time.Minute, WorkerParallelism: parallelism, Poll: 500 * time.Millisecond,
 		Clock:           clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), // the waits take no time
 		AllowQuorumLoss: true,                                                       // the fakes' fleets have one or two control planes

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -16,29 +17,29 @@ import (
 // ended with ctx): the guards' reads before each step, the waits' wake-ups and the drains'
 // destinations; and the proofs' pods and Events from one probe watch. Should a watch not
 // start, its reads go to the API as asked.
-func (r *run) watched(ctx context.Context) Nodes {
+func (r *run) watched(ctx context.Context) (Nodes, Workloads) {
 	// The watches last until the run returns (stopWatching), a cancelled run's undoes included.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWatch = cancel
 
-	w, err := r.in.Kube.WatchNodes(ctx, watchStart)
+	w, err := r.in.Watches.WatchNodes(ctx, watchStart)
 	if err != nil {
 		r.log.Warn("the Node watch did not start: every guard and drain reads the API instead", "error", err)
 
-		return r.in.Kube
+		return r.in.NodeAPI, r.in.Workloads
 	}
 
-	wn := &watchedNodes{Nodes: r.in.Kube, kube: r.in.Kube, watch: w, wrote: map[string]*corev1.Node{}}
+	wn := &watchedNodes{Nodes: r.in.NodeAPI, workloads: r.in.Workloads, kube: r.in.Watches, watch: w, wrote: map[string]*corev1.Node{}}
 
 	if ns := r.probe().Namespace; ns != "" {
-		if wn.probes, err = r.in.Kube.WatchProbes(ctx, ns, watchStart); err != nil {
+		if wn.probes, err = r.in.Watches.WatchProbes(ctx, ns, watchStart); err != nil {
 			r.log.Warn("the probe watch did not start: each proof follows its pod and lists its Events itself", "error", err)
 		} else {
 			r.stopWatch = func() { cancel(); wn.probes.Wait() } // the last proofs' pods deleted
 		}
 	}
 
-	return wn
+	return wn, wn
 }
 
 // watchStart bounds the wait for a watch's first list: a watch that cannot start (the API slow,
@@ -63,12 +64,10 @@ func (r *run) stopWatching() {
 // round-trip too, and nothing is read and written atomically across the two APIs.
 type watchedNodes struct {
 	Nodes
-	kube interface {
-		CASPatchFrom(ctx context.Context, first *corev1.Node, name string, attempts int, check func(*corev1.Node) error,
-			build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-	}
-	watch  *cluster.NodeWatch
-	probes *cluster.ProbeWatch // nil: each proof follows its own pod
+	workloads Workloads // the drains: through the API (Drain); the rest served here
+	kube      Watches
+	watch     *cluster.NodeWatch
+	probes    *cluster.ProbeWatch // nil: each proof follows its own pod
 
 	mu    sync.Mutex
 	wrote map[string]*corev1.Node // each Node as the run's last write to it answered
@@ -134,10 +133,14 @@ func (w *watchedNodes) CASPatch(ctx context.Context, name string, attempts int, 
 // ProveRuntime follows the probe's pod and its Events in the run's probe watch.
 func (w *watchedNodes) ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error {
 	if w.probes == nil {
-		return w.Nodes.ProveRuntime(ctx, node, probe, timeout)
+		return w.workloads.ProveRuntime(ctx, node, probe, timeout)
 	}
 
 	return w.probes.ProveRuntime(ctx, node, probe, timeout)
+}
+
+func (w *watchedNodes) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error {
+	return w.workloads.Drain(ctx, node, timeout, report, check)
 }
 
 func (w *watchedNodes) Destinations(ctx context.Context) ([]plan.Destination, error) {

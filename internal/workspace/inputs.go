@@ -6,9 +6,11 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -30,8 +32,8 @@ func (l leases) ReleaseLease(ctx context.Context, namespace, name, holder string
 }
 
 // Apply is a run's inputs: the fence commands', the credential decrypted once, the node this
-// apply runs on, and the workspace as the run asks it (connecting Talos once, when a node is
-// rotated).
+// apply runs on, and the run's ports — the Kubernetes connection behind most, the workspace as
+// the run asks it (connecting Talos once, when a node is rotated) behind the rest.
 func (w *Workspace) Apply() (apply.Inputs, error) {
 	cred, err := w.Credential()
 	if err != nil {
@@ -43,10 +45,48 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		return apply.Inputs{}, err
 	}
 
-	return apply.Inputs{Inputs: w.Fences(), Kube: w.Kube, Credential: cred, Tenants: tenants, Self: SelfNode(), Cluster: applyCluster{w}}, nil
+	return apply.Inputs{
+		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: SelfNode(),
+		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
+		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube}, Leasing: leasing{w.Kube},
+		Server: w.Kube.Server,
+	}, nil
 }
 
-// applyCluster is the workspace as a run asks it (apply.Cluster).
+// pullSecrets are the fan-out's writes on the connection's clients.
+type pullSecrets struct{ *cluster.Connection }
+
+func (p pullSecrets) Templates(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {
+	return fanout.Templates(ctx, p.Client, pl, o)
+}
+
+func (p pullSecrets) Consumers(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {
+	return fanout.Consumers(ctx, p.Client, pl, o)
+}
+
+func (p pullSecrets) Root(ctx context.Context, pl *plan.Plan, o fanout.Options, heldBack string) []fanout.Result {
+	dyn, err := p.Dynamic()
+	if err != nil && heldBack == "" {
+		heldBack = "dynamic client: " + redact.Error(err)
+	}
+
+	return fanout.Root(ctx, p.Client, dyn, pl, o, heldBack)
+}
+
+// leasing takes the run Lease on a client of its own (LeaseClient: a renewal never queues behind
+// the run's other requests).
+type leasing struct{ *cluster.Connection }
+
+func (l leasing) Acquire(ctx context.Context, o lease.Options) (*lease.Lease, error) {
+	client, err := l.LeaseClient()
+	if err != nil {
+		return nil, err
+	}
+
+	return lease.Acquire(ctx, client, o)
+}
+
+// applyCluster is the workspace as a run asks it (apply.Fleet, apply.Registry, apply.Admission).
 type applyCluster struct{ w *Workspace }
 
 func (a applyCluster) Preflight(ctx context.Context) error { return a.w.Preflight(ctx, CommandApply) }
@@ -73,17 +113,25 @@ func (a applyCluster) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 
 func (a applyCluster) Probe(p *plan.Plan) plan.Probe { return a.w.Probe(p) }
 
-func (a applyCluster) Talos(ctx context.Context) (apply.Talos, error) {
+func (a applyCluster) Talos(ctx context.Context) (apply.Talos, apply.Etcd, error) {
 	tc, err := a.w.Talos(ctx)
 	if err != nil {
-		return nil, err // not a nil *talos.Client in a non-nil interface
+		return nil, nil, err // not a nil *talos.Client in a non-nil interface
 	}
 
-	return tc, nil
+	return tc, tc, nil
 }
 
 func (a applyCluster) HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error) {
 	return a.w.HeldByNodes(ctx, desired)
+}
+
+func (a applyCluster) Provisioning(ctx context.Context) (*plan.AutoscalerObs, error) {
+	return a.w.Kube.Provisioning(ctx)
+}
+
+func (a applyCluster) ClusterUID(ctx context.Context) (string, error) {
+	return a.w.Kube.ClusterUID(ctx)
 }
 
 // Observe reads the fleet into a snapshot and the planner's input, as plan does.
