@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,8 @@ type world struct {
 	conflicts map[string]int
 	// onPatch runs before a patch lands (an operator or controller acting in that window).
 	onPatch func(w *world, node string)
+	// onReboot runs as a node reboots (a run script's clock moves on by a reboot's time).
+	onReboot func()
 	// due are events that land once a node has been read a number of times more (a controller
 	// finishing, or giving up, what it started while the run waits); they run with mu held.
 	due map[string]*dueEvent
@@ -407,6 +410,10 @@ func (f fakeTalos) Reboot(ctx context.Context, ip string) error {
 	defer f.w.mu.Unlock()
 
 	f.w.record("talos reboot %s", nodeOfIP(ip))
+
+	if f.w.onReboot != nil {
+		f.w.onReboot()
+	}
 	f.w.editLocked(nodeOfIP(ip), func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2-" + n.Name })
 	f.w.active[nodeOfIP(ip)] = digestOf(f.w.staged, nodeOfIP(ip))
 	f.w.configUpdated[nodeOfIP(ip)], f.w.criStarted[nodeOfIP(ip)] = f.w.tick(), f.w.tick()
@@ -502,4 +509,32 @@ func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
 	}
 
 	return p
+}
+
+// ListNodes and ReadNode make fakeNodes fence's Nodes port too (fence.Reclaim, fence.Undo).
+func (f fakeNodes) ListNodes(context.Context) ([]corev1.Node, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	out := make([]corev1.Node, 0, len(f.w.nodes))
+	for _, name := range sortedKeys(f.w.nodes) {
+		out = append(out, *f.w.nodes[name].DeepCopy())
+	}
+
+	return out, nil
+}
+
+func (f fakeNodes) ReadNode(ctx context.Context, name string) (*corev1.Node, error) {
+	return f.Get(ctx, name)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+
+	slices.Sort(keys)
+
+	return keys
 }
