@@ -55,14 +55,14 @@ type runScript struct {
 	goldenfile.Case
 
 	fleet, live, consumers, old []string
-	rotated                          []string // nodes and pull secrets already on the new credential
-	endpoint                         string
-	revoked                          bool
-	within                           time.Duration
-	fails                            map[string]bool
-	faults                           []string
-	joins                            map[int][]string
-	events                           []string
+	rotated                     []string // nodes and pull secrets already on the new credential
+	endpoint                    string
+	revoked                     bool
+	within                      time.Duration
+	fails                       map[string]bool
+	faults                      []string
+	joins                       map[int][]string
+	events                      []string
 }
 
 func TestRunScripts(t *testing.T) {
@@ -654,7 +654,7 @@ func (f runFlux) Kustomization(_ context.Context, ns, name string) (plan.Kustomi
 
 type runLeases struct{ w *runWorld }
 
-func (runLeases) Lease(context.Context, string, string) (*plan.Lease, error)   { return nil, nil }
+func (runLeases) Lease(context.Context, string, string) (*plan.Lease, error) { return nil, nil }
 func (runLeases) ReleaseLease(context.Context, string, string, string) error { return nil }
 func (l runLeases) ServerNow() (time.Time, bool)                             { return l.w.clock.Now(), true }
 
@@ -684,7 +684,9 @@ func (l runLeasing) Acquire(ctx context.Context, o lease.Options) (*lease.Lease,
 // fanout's (its Record), and the Lease asserted.
 type runSecrets struct{ w *runWorld }
 
-func (s runSecrets) Templates(context.Context, *plan.Plan, fanout.Options) []fanout.Result { return nil }
+func (s runSecrets) Templates(context.Context, *plan.Plan, fanout.Options) []fanout.Result {
+	return nil
+}
 
 func (s runSecrets) Consumers(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result {
 	var out []fanout.Result
