@@ -12,7 +12,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/internal/view"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 // exitUnformatted is fmt --check's answer when a file is not formatted: 3, as terraform fmt -check.
@@ -58,7 +57,7 @@ pull-request check), 0 otherwise.`,
 
 				var ce *config.Error
 				if errors.As(err, &ce) {
-					view.ValidateHuman(cmd.ErrOrStderr(), workspace.Validation{Diagnostics: ce.Findings(f)})
+					view.ValidateHuman(cmd.ErrOrStderr(), config.Validation{Diagnostics: ce.Findings(f)})
 
 					return fmt.Errorf("fmt %s: the file does not parse; fix the error above, then run fmt again", f)
 				}

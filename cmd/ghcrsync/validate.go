@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 func newValidate() *cobra.Command {
@@ -27,7 +27,7 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
   ghcrsync validate --json | jq -e .valid`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := workspace.Validate(cfg)
+			v := config.Validate(cfg)
 
 			s, err := streams(cmd)
 			if err != nil {

@@ -5,15 +5,15 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 // A configuration with two errors validates to two diagnostics, each with its range and
 // snippet, in every rendering: terraform validate's JSON, the text a person reads, and the
 // annotations a pull request shows on each line.
 func TestValidateTwoErrors(t *testing.T) {
-	v := workspace.Validate("testdata/validate_two_errors.hcl")
+	v := config.Validate("testdata/validate_two_errors.hcl")
 
 	if v.Valid || len(v.Diagnostics) != 2 {
 		t.Fatalf("want 2 diagnostics, got valid=%v %+v", v.Valid, v.Diagnostics)

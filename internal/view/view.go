@@ -11,7 +11,6 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/diag"
-	"github.com/ghcrsync/ghcrsync/internal/workspace"
 )
 
 // Format is a rendering.
@@ -113,7 +112,7 @@ func oneLine(s string) string { return Clean(strings.Join(strings.Fields(s), " "
 
 // ValidateHuman renders `ghcrsync validate` as terraform validate does: each finding with the
 // line it is on.
-func ValidateHuman(w io.Writer, v workspace.Validation) {
+func ValidateHuman(w io.Writer, v config.Validation) {
 	for _, d := range v.Diagnostics {
 		label := "Error"
 		if d.Severity == diag.Warning {
@@ -150,7 +149,7 @@ func ValidateHuman(w io.Writer, v workspace.Validation) {
 
 // ValidateAnnotations annotates each finding on its file and line (a pull request shows it
 // inline).
-func ValidateAnnotations(w io.Writer, v workspace.Validation) {
+func ValidateAnnotations(w io.Writer, v config.Validation) {
 	for _, d := range v.Diagnostics {
 		level := AnnotateError
 		if d.Severity == diag.Warning {
@@ -177,7 +176,7 @@ type ValidateJSON struct {
 }
 
 // ValidateJSONTo writes ValidateJSON.
-func ValidateJSONTo(w io.Writer, v workspace.Validation) error {
+func ValidateJSONTo(w io.Writer, v config.Validation) error {
 	out := ValidateJSON{FormatVersion: "1.0", Valid: v.Valid, Diagnostics: v.Diagnostics}
 
 	out.ErrorCount = diag.Errors(v.Diagnostics)

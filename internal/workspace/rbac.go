@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -53,18 +52,7 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		return nil, nil, err
 	}
 
-	ids := permission.Identities(cfg, targets)
-
-	if !o.Offline {
-		skipped = withoutAbsent(ids, ns, existing)
-	}
-
-	if pr := cfg.Nodes.Probe; pr.Image != "" && pr.Namespace == ns {
-		return nil, nil, fmt.Errorf("nodes.runtime_probe.namespace is %s, where ghcrsync's identities live (--namespace): a pod created there could run "+
-			"as one of them or mount the Job's inputs; give the probe a namespace of its own (the default, %s)", ns, config.DefaultProbeNamespace)
-	}
-
-	return permission.Render(ns, ids, permission.ProbeOf(cfg)), skipped, nil
+	return permission.ForConfiguration(cfg, ns, targets, existing, o.Offline)
 }
 
 // rbacNamespaces are the consumer namespaces to render for (each selector's, listed now, or
@@ -103,30 +91,6 @@ func rbacNamespaces(ctx context.Context, cfg *config.Config, o RBACOptions) (sel
 	}
 
 	return selected, existing, nil
-}
-
-// withoutAbsent drops the identities' needs in a namespace that does not exist (besides ns,
-// where the roles go), and names those namespaces, sorted.
-func withoutAbsent(ids []permission.Identity, ns string, existing []string) []string {
-	var skipped []string
-
-	for i := range ids {
-		ids[i].Needs = slices.DeleteFunc(ids[i].Needs, func(a cluster.Access) bool {
-			if a.Namespace == "" || a.Namespace == ns || slices.Contains(existing, a.Namespace) {
-				return false
-			}
-
-			if !slices.Contains(skipped, a.Namespace) {
-				skipped = append(skipped, a.Namespace)
-			}
-
-			return true
-		})
-	}
-
-	slices.Sort(skipped)
-
-	return skipped
 }
 
 // connect builds the configuration's Kubernetes client.

@@ -1,11 +1,10 @@
-package workspace
+package config
 
 import (
 	"errors"
 	"fmt"
 	"os"
 
-	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/diag"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -30,9 +29,9 @@ func (v *Validation) add(ds ...diag.Diagnostic) {
 func Validate(path string) Validation {
 	v := Validation{Valid: true, Diagnostics: []diag.Diagnostic{}}
 
-	cfg, err := config.Load(path)
+	cfg, err := Load(path)
 
-	var cfgErr *config.Error
+	var cfgErr *Error
 
 	switch {
 	case errors.As(err, &cfgErr):
@@ -52,13 +51,13 @@ func Validate(path string) Validation {
 				"(its first image is the probe) or nodes.runtime_probe.image (docs/config.md)"))
 	}
 
-	creds := []config.Credential{cfg.Credential}
+	creds := []Credential{cfg.Credential}
 	for _, t := range cfg.Tenants {
 		creds = append(creds, t.Credential)
 	}
 
 	// Several credentials: each diagnostic names its credential (one: as it always read).
-	named := func(c config.Credential, msg string) string {
+	named := func(c Credential, msg string) string {
 		if len(creds) == 1 {
 			return msg
 		}
