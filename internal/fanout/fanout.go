@@ -102,6 +102,9 @@ type Options struct {
 	dryRun bool // every write is a server-side dry run (DryRun)
 }
 
+// clock is the fan-out's clock (Options.Clock, clock.System when unset).
+func (o Options) clock() clock.Clock { return clock.Or(o.Clock) }
+
 // data is what the pull secret receives: its credential's dockerconfigjson (nil: a tenant this
 // run was not given, which writes nothing).
 func (o Options) data(sp plan.SecretPlan) []byte {
@@ -184,7 +187,7 @@ func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface,
 		default:
 			r := write(ctx, kube, sp, o)
 			if r.Outcome == Written && o.OCIRepository != "" {
-				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, clock.Or(o.Clock).Now())
+				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, o.clock().Now())
 			}
 
 			out = append(out, r)
@@ -299,7 +302,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 		return 0, fmt.Errorf("%s: this run holds no credential %q to write; not written", where, sp.Credential)
 	}
 
-	return landed(ctx, clock.Or(o.Clock), where, func(attempt int) error {
+	return landed(ctx, o.clock(), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
 
 		switch {

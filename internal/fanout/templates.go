@@ -71,7 +71,7 @@ func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		return fail(fmt.Errorf("its reader not restarted: %w", err))
 	}
 
-	if err := restart(ctx, clock.Or(o.Clock), kube, t.RestartDeployment); err != nil {
+	if err := restart(ctx, o.clock(), kube, t.RestartDeployment); err != nil {
 		return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
 			unchanged, t.RestartDeployment, err))
 	}
@@ -124,7 +124,7 @@ func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.No
 	}
 
 	if t.RestartDeployment != "" {
-		if err := restart(ctx, clock.Or(o.Clock), kube, t.RestartDeployment); err != nil {
+		if err := restart(ctx, o.clock(), kube, t.RestartDeployment); err != nil {
 			return fail(fmt.Errorf("%s; but the rollout restart of deployment %s failed: %w (restart it by hand so the autoscaler reads the template)",
 				msg, t.RestartDeployment, err))
 		}
@@ -155,7 +155,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 	secrets := kube.CoreV1().Secrets(t.Namespace)
 	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
 
-	return landed(ctx, clock.Or(o.Clock), where, func(attempt int) error {
+	return landed(ctx, o.clock(), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, t.Secret, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read %s: %w; not written", where, err)

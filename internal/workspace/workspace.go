@@ -109,7 +109,8 @@ func Open(o Options) (*Workspace, error) {
 		}
 	}
 
-	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube, clock.Or(o.Clock)), clock: clock.Or(o.Clock), faults: o.Faults, outside: map[string]bool{}}
+	clk := clock.Or(o.Clock)
+	w := &Workspace{Config: cfg, Kube: kube, Store: openStore(cfg, kube, clk), clock: clk, faults: o.Faults, outside: map[string]bool{}}
 	kube.Clock = w.clock
 
 	if err := w.checkAccess(o); err != nil {
