@@ -41,12 +41,12 @@ import (
 //	consumers apps/a apps/b      consumer pull secrets (holding the old credential)
 //	revoked                      the registry refuses the old credential: an emergency
 //	within 20m                   apply --within (a fenced node's estimate is 6m)
-//	fail prove|preflight|suspend  a port's answer is an error
+//	fail prove|preflight|suspend|resume  a port's answer is an error
 //	drain-fails w1 MESSAGE       (also probe-fails NODE MESSAGE)
 //	joins w3 at relist 1         a node joins the fleet as the run re-lists it
 //	old x1                       a node the plan leaves alone (nodes.exclude), on the old credential
 //	rotated w1 apps/a            nodes and pull secrets already on the new credential
-//	at w1 PHASE cancel|lose-lease  before w1's PHASE mutation
+//	at w1 PHASE cancel|lose-lease|delete  before w1's PHASE mutation
 //	=>
 //	…                             what the run did through its ports, in order (a node's
 //	                              judgements and state writes folded away: txn pins those)
@@ -317,7 +317,7 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 		BeforeMutation: func(node string, phase state.Phase) {
 			for _, ev := range s.events {
 				if f := strings.Fields(ev); f[1] == node && f[2] == string(phase) {
-					w.event(f[3], cancel)
+					w.event(node, f[3], cancel)
 				}
 			}
 		},
@@ -337,19 +337,34 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 }
 
 // event is what an "at" line lands before a mutation.
-func (w *runWorld) event(what string, cancel context.CancelFunc) {
+func (w *runWorld) event(node, what string, cancel context.CancelFunc) {
 	switch what {
+	case "delete":
+		w.record("-- the cluster deletes %s", node)
+		w.world.mu.Lock()
+		delete(w.nodes, node)
+		w.world.mu.Unlock()
 	case "cancel":
 		w.record("-- cancelled")
 		cancel()
 	case "lose-lease":
 		w.record("-- the Lease is taken by another run")
 
-		l, err := w.kube.CoordinationV1().Leases("flux-system").Get(context.Background(), "ghcr-auth-refresh", metav1.GetOptions{})
-		if err == nil {
+		// Taken as another run takes it: a compare-and-swap, tried again when the heartbeat's
+		// renewal lands in between (a conflict).
+		leases := w.kube.CoordinationV1().Leases("flux-system")
+		for range 100 {
+			l, err := leases.Get(context.Background(), "ghcr-auth-refresh", metav1.GetOptions{})
+			if err != nil {
+				break
+			}
+
 			other := "another-run"
 			l.Spec.HolderIdentity = &other
-			_, _ = w.kube.CoordinationV1().Leases("flux-system").Update(context.Background(), l, metav1.UpdateOptions{})
+
+			if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err == nil {
+				break
+			}
 		}
 
 		// As the heartbeat's next renewal finds it (its interval is a few milliseconds here):
@@ -635,10 +650,13 @@ func (f runFlux) Suspend(_ context.Context, ns, name, _ string) (bool, error) {
 }
 
 func (f runFlux) Resume(_ context.Context, ns, name, _ string) (bool, error) {
+	if err := f.w.fail("resume " + ns + "/" + name); err != nil {
+		return false, err
+	}
+
 	f.w.world.mu.Lock()
 	defer f.w.world.mu.Unlock()
 
-	f.w.record("resume %s/%s", ns, name)
 	gone := !f.w.suspended[ns+"/"+name]
 	f.w.suspended[ns+"/"+name] = false
 
