@@ -691,10 +691,15 @@ func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
 // its reader still rolling out (the last drain evicted the autoscaler's pod; a restart under way)
 // is waited for, the cluster read again every readersPoll, for up to nodes.ready_timeout — only
 // while such rollouts are all that keeps the old credential in use; then the inventory stands
-// as it is (a rollout that never ends holds the root back).
+// as it is (a rollout that never ends holds the root back). Under a time budget the wait never
+// runs past its end.
 func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 	bound := r.in.Config.Nodes.ReadyTimeout
 	start := r.in.Clock.Now()
+
+	if !r.res.Deadline.IsZero() {
+		bound = max(0, min(bound, r.res.Deadline.Sub(start)))
+	}
 
 	for {
 		snap, in, err := r.in.Fleet.Observe(ctx)
