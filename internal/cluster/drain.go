@@ -209,9 +209,6 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 
 // waitGone polls until the evicted pod is deleted (or replaced under its name).
 func (c *Connection) waitGone(ctx context.Context, p *corev1.Pod) error {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-
 	for {
 		cur, err := c.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && cur.UID != p.UID {
@@ -221,7 +218,7 @@ func (c *Connection) waitGone(ctx context.Context, p *corev1.Pod) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("pod %s/%s evicted but still terminating: %w", p.Namespace, p.Name, ctx.Err())
-		case <-tick.C:
+		case <-c.Clock.After(time.Second):
 		}
 	}
 }

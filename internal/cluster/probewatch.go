@@ -110,6 +110,8 @@ func (w *ProbeWatch) retire(p *corev1.Pod) {
 func (w *ProbeWatch) retiring(ctx context.Context) {
 	defer close(w.flushed)
 
+	// A janitor beside the run, not a wait it makes: on the machine's clock (a Fake's time
+	// passes only by waiting, and this would make it race ahead).
 	tick := time.NewTicker(retireEvery)
 	defer tick.Stop()
 
