@@ -701,18 +701,25 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 		bound = max(0, min(bound, r.res.Deadline.Sub(start)))
 	}
 
-	for {
+	var (
+		v       plan.Revocation
+		readErr error
+	)
+
+	// Until's own answer (timed out, cancelled) leaves the last inventory standing.
+	_ = clock.Until(ctx, r.in.Clock, bound, readersPoll, func() (bool, error) {
 		snap, in, err := r.in.Fleet.Observe(ctx)
 		if err != nil {
-			return plan.Revocation{}, err
+			readErr = err
+
+			return true, nil
 		}
 
-		v := plan.Inventory(snap, in)
+		v = plan.Inventory(snap, in)
 		rolling := snap.ReadersRollingOut(in.AuthDigest)
-		waited := r.in.Clock.Now().Sub(start)
 
-		if !onlyRollouts(v.Except(plan.UseRoot), rolling) || waited >= bound {
-			return v, nil
+		if !onlyRollouts(v.Except(plan.UseRoot), rolling) {
+			return true, nil
 		}
 
 		names := make([]string, 0, len(rolling))
@@ -720,12 +727,17 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 			names = append(names, t.Restart)
 		}
 
-		r.log.Info("the root waits for node template readers to roll out", "deployments", names, "waited", waited.Round(time.Second), "bound", bound)
+		r.log.Info("the root waits for node template readers to roll out", "deployments", names,
+			"waited", clock.Since(r.in.Clock, start).Round(time.Second), "bound", bound)
 
-		if err := clock.Sleep(ctx, r.in.Clock, readersPoll); err != nil {
-			return v, nil
-		}
+		return false, nil
+	})
+
+	if readErr != nil {
+		return plan.Revocation{}, readErr
 	}
+
+	return v, nil
 }
 
 // readersPoll is how often the root's wait for rolling readers reads the cluster again.
@@ -734,8 +746,8 @@ const readersPoll = 2 * time.Second
 // onlyRollouts reports whether v keeps the old credential only through templates whose readers
 // are rolling out (waiting may end it); false when v is safe, or anything else holds it.
 func onlyRollouts(v plan.Revocation, rolling []plan.TemplateObs) bool {
-	still := v.Still()
-	if v.SafeToRevoke || len(still) == 0 {
+	still := v.Still() // none when v is safe
+	if len(still) == 0 {
 		return false
 	}
 
