@@ -9,9 +9,10 @@ import (
 )
 
 // serverClock reads the API server's clock off its answers' Date headers: the time a Lease
-// expires by is the server's, never this machine's (whose clock may be off).
+// expires by is the server's, never this machine's (whose clock may be off). It is advanced by
+// the machine's monotonic clock (clock.System), whatever clock the connection is handed: an
+// answer's arrival is real network time, as a request's own timeout is.
 type serverClock struct {
-	local    clock.Clock // this machine's
 	mu       sync.Mutex
 	date     time.Time // the latest Date header
 	received time.Time // when it arrived, on this machine's monotonic clock
@@ -23,7 +24,7 @@ func (c *serverClock) wrap(rt http.RoundTripper) http.RoundTripper {
 		if err == nil {
 			if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
 				c.mu.Lock()
-				c.date, c.received = d, c.local.Now()
+				c.date, c.received = d, clock.System.Now()
 				c.mu.Unlock()
 			}
 		}
@@ -42,7 +43,7 @@ func (c *serverClock) now() (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	return c.date.Add(clock.Since(c.local, c.received)), true
+	return c.date.Add(clock.Since(clock.System, c.received)), true
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

@@ -105,7 +105,7 @@ func ConnectInCluster(dir string, timeout time.Duration) (*Connection, error) {
 }
 
 func connect(cfg *rest.Config, timeout time.Duration) (*Connection, error) {
-	counter, server := &requests.Counter{}, &serverClock{local: clock.System}
+	counter, server := &requests.Counter{}, &serverClock{}
 	cfg.Wrap(counter.Transport)
 	cfg.Wrap(server.wrap)
 	cfg.UserAgent = FieldManager
