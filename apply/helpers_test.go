@@ -25,6 +25,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -274,7 +275,7 @@ func planCfg(ctx context.Context, cfg string) (*planned, error) {
 	}
 	defer ws.Close()
 
-	p, err := ws.Plan(ctx, workspace.PlanOptions{})
+	p, err := ws.Planner().Plan(ctx, planning.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -140,7 +141,7 @@ func planWith(t *testing.T, cfg string, allowPending bool) (*plan.Plan, string) 
 	}
 	defer ws.Close()
 
-	p, err := ws.Plan(context.Background(), workspace.PlanOptions{AllowPending: allowPending})
+	p, err := ws.Planner().Plan(context.Background(), planning.Options{AllowPending: allowPending})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -85,7 +86,7 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 		return plan.Load(path)
 	}
 
-	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{AllowPending: a.allowPending, Within: a.within})
+	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{AllowPending: a.allowPending, Within: a.within})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -103,7 +104,7 @@ func (a planArgs) run(cmd *cobra.Command) error {
 	}
 	defer ws.Close()
 
-	p, err := ws.Plan(cmd.Context(), workspace.PlanOptions{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending, Within: a.within})
+	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending, Within: a.within})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -46,7 +47,7 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 	}
 
 	return apply.Inputs{
-		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: SelfNode(),
+		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: planning.SelfNode(),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
 		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube}, Leasing: leasing{w.Kube},
 		Server: w.Kube.Server,
@@ -86,32 +87,34 @@ func (l leasing) Acquire(ctx context.Context, o lease.Options) (*lease.Lease, er
 	return lease.Acquire(ctx, client, o)
 }
 
-// applyCluster is the workspace as a run asks it (apply.Fleet, apply.Registry, apply.Admission).
+// applyCluster is the workspace's reader, prover and planner as a run asks them (apply.Fleet,
+// apply.Registry, apply.Admission).
 type applyCluster struct{ w *Workspace }
 
 func (a applyCluster) Preflight(ctx context.Context) error { return a.w.Preflight(ctx, CommandApply) }
 
 func (a applyCluster) Prove(ctx context.Context) error {
-	if _, err := a.w.Prove(ctx); err != nil {
+	pr := a.w.Prover()
+	if _, err := pr.Prove(ctx); err != nil {
 		return err
 	}
 
-	_, err := a.w.ProveTenants(ctx)
+	_, err := pr.ProveTenants(ctx)
 
 	return err
 }
 
 func (a applyCluster) Control(ctx context.Context, p *plan.Plan) error {
-	return a.w.Control(ctx, a.w.Probe(p))
+	return a.w.Prover().Control(ctx, a.w.Planner().Probe(p))
 }
 
-func (a applyCluster) Retry() credential.Retry { return a.w.Retry() }
+func (a applyCluster) Retry() credential.Retry { return a.w.Prover().Retry() }
 
 func (a applyCluster) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
-	return a.w.ProbeAdmissible(ctx, p)
+	return a.w.Planner().ProbeAdmissible(ctx, p)
 }
 
-func (a applyCluster) Probe(p *plan.Plan) plan.Probe { return a.w.Probe(p) }
+func (a applyCluster) Probe(p *plan.Plan) plan.Probe { return a.w.Planner().Probe(p) }
 
 func (a applyCluster) Talos(ctx context.Context) (apply.Talos, apply.Etcd, error) {
 	tc, err := a.w.Talos(ctx)
@@ -122,8 +125,17 @@ func (a applyCluster) Talos(ctx context.Context) (apply.Talos, apply.Etcd, error
 	return tc, tc, nil
 }
 
+// HeldByNodes reads the credentials the nodes' active configs hold now and returns how to ask
+// the registry about them again (a credential revoked since the plan shows as refused).
 func (a applyCluster) HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error) {
-	return a.w.HeldByNodes(ctx, desired)
+	held, err := a.w.Fleet().HeldByNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	pr := a.w.Prover()
+
+	return func(ctx context.Context) []plan.CredentialInUse { return pr.CheckInUse(ctx, held, desired, false) }, nil
 }
 
 func (a applyCluster) Provisioning(ctx context.Context) (*plan.AutoscalerObs, error) {
@@ -136,12 +148,12 @@ func (a applyCluster) ClusterUID(ctx context.Context) (string, error) {
 
 // Observe reads the fleet into a snapshot and the planner's input, as plan does.
 func (a applyCluster) Observe(ctx context.Context) (plan.Snapshot, plan.Input, error) {
-	in, err := a.w.Input(PlanOptions{})
+	in, err := a.w.Planner().Input(planning.Options{})
 	if err != nil {
 		return plan.Snapshot{}, plan.Input{}, err
 	}
 
-	snap, _, err := a.w.snapshot(ctx)
+	snap, _, err := a.w.Fleet().Read(ctx)
 
 	return snap, in, err
 }

@@ -156,5 +156,5 @@ func (w *Workspace) targets(ctx context.Context, command string) ([]cluster.Secr
 		}
 	}
 
-	return w.secretTargets(ctx)
+	return w.Fleet().Targets(ctx)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 )
 
@@ -47,7 +48,7 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		ns = permission.DefaultNamespace
 	}
 
-	targets, err := Targets(cfg, selected)
+	targets, err := fleet.PullSecrets(cfg, selected)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,8 +19,12 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fanout"
+	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
+	"github.com/ghcrsync/ghcrsync/internal/planning"
+	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -317,174 +319,47 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 	return w.talos, nil
 }
 
-// Proved is what proving the credential found.
-type Proved struct {
-	// Probes are the runtime probe's images by their proved digests (REGISTRY/repo@sha256:…).
-	Probes []string
-	// Platforms are each probe image's platforms (by its Probes entry), where the registry's
-	// manifest names them.
-	Platforms map[string][]string
-	// Expires is when the credential expires, where the registry reports it (zero: it does not).
-	Expires time.Time
-	// Retries is the registry's trouble waited out on the way ("" when it answered at once).
-	Retries string
-	// IsolatedFrom are the images the registry refused the credential (credential.deny).
-	IsolatedFrom []string
+// Fleet is the fleet reader on the workspace's clients: the Kubernetes connection, the Talos
+// client (connected when a read first needs it), the consumer namespaces the preflight found
+// outside the roles.
+func (w *Workspace) Fleet() *fleet.Reader {
+	return &fleet.Reader{Config: w.Config, Kube: w.Kube, Talos: w.facts, Clock: w.clock, OutsideRoles: w.outside}
 }
 
-// Prove proves the credential against the registry's token flow for every prove target and
-// the runtime probe's image (which must be private: an image anyone can pull proves nothing
-// about a node's credential), waiting out the registry's passing trouble (Retry). A credential
-// the registry reports as expired is an error, whatever the registry still accepted.
-func (w *Workspace) Prove(ctx context.Context) (Proved, error) {
-	cred, err := w.Credential()
+func (w *Workspace) facts(ctx context.Context) (fleet.Facts, error) {
+	tc, err := w.Talos(ctx)
 	if err != nil {
-		return Proved{}, err
+		return nil, err // not a nil *talos.Client in a non-nil interface
 	}
 
-	targets, probes := w.proveTargets()
+	return tc, nil
+}
 
-	proof, out, err := w.prove(ctx, w.Config.Credential, cred, targets)
+// Prover asks the registry about the configuration's credentials, decrypted by the workspace.
+func (w *Workspace) Prover() *prover.Prover {
+	return &prover.Prover{Config: w.Config, Credentials: w, Clock: w.clock}
+}
+
+// Planner is the plan operation on the workspace's reader, prover and clients.
+func (w *Workspace) Planner() *planning.Planner {
+	return &planning.Planner{Config: w.Config, State: w.State, Credentials: w, Clock: w.clock, Fleet: w.Fleet(), Prover: w.Prover(),
+		Talos: w.dryRunner, Writes: writes{w.Kube}, Admission: w.Kube}
+}
+
+func (w *Workspace) dryRunner(ctx context.Context) (planning.Talos, error) {
+	tc, err := w.Talos(ctx)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 
-	out.Platforms = map[string][]string{}
-
-	for i, target := range probes {
-		pinned := ByDigest(w.Config.Nodes.Probe.Images[i], proof.Digests[target])
-		out.Probes = append(out.Probes, pinned)
-
-		if pl := proof.Platforms[target]; len(pl) > 0 {
-			out.Platforms[pinned] = pl
-		}
-	}
-
-	return out, nil
+	return tc, nil
 }
 
-// ProveTenants proves every tenant credential as Prove does the cluster's — its prove targets,
-// then its isolation (deny) — each on its own: a tenant's proof says nothing of another's.
-func (w *Workspace) ProveTenants(ctx context.Context) (map[string]Proved, error) {
-	out := map[string]Proved{}
+// writes are the fan-out's writes as server-side dry runs on the connection's client.
+type writes struct{ *cluster.Connection }
 
-	for _, t := range w.Config.Tenants {
-		cred, err := w.TenantCredential(t.Credential.Name)
-		if err != nil {
-			return nil, err
-		}
-
-		_, proved, err := w.prove(ctx, t.Credential, cred, t.Credential.Prove)
-		if err != nil {
-			return nil, err
-		}
-
-		out[t.Credential.Name] = proved
-	}
-
-	return out, nil
-}
-
-// prove proves one credential against targets (its prove targets, and the probe's for the
-// cluster's), checks it has not expired, and proves its isolation (deny).
-func (w *Workspace) prove(ctx context.Context, cfg config.Credential, cred *credential.Credential, targets []string) (credential.Proof, Proved, error) {
-	if len(cfg.Prove) == 0 {
-		return credential.Proof{}, Proved{}, fmt.Errorf("credential %q has no prove targets: list a private image in credential.prove so the credential is proved before anything is planned (or pass --skip-proof)", cfg.Name)
-	}
-
-	reg := w.registryOf(cfg)
-
-	proof, tried, err := w.retryOf(cfg).Prove(ctx, reg, cred, targets, proofTimeout, nil)
-	if err != nil {
-		return proof, Proved{}, fmt.Errorf("credential %q (%s): %w", cfg.Name, cfg.SopsFile, err)
-	}
-
-	if e := proof.Expires; !e.IsZero() && !w.clock.Now().Before(e) {
-		return proof, Proved{Expires: e}, fmt.Errorf("credential %q (%s) expired at %s (the registry says so): make a new token, put it in the SOPS file, and plan again",
-			cfg.Name, cfg.SopsFile, e.UTC().Format(time.RFC3339))
-	}
-
-	// Isolation, right after the proof: the credential just pulled, so a refusal is of the image,
-	// not of a credential that works nowhere.
-	switch pulls, err := credential.Isolation(ctx, reg, cred, cfg.Deny); {
-	case err != nil:
-		return proof, Proved{}, fmt.Errorf("credential %q (%s): its isolation (credential.deny) could not be proved, so it is not assumed: %w", cfg.Name, cfg.SopsFile, err)
-	case len(pulls) > 0:
-		return proof, Proved{}, &credential.NotIsolatedError{Credential: cfg.Name, Images: pulls}
-	}
-
-	return proof, Proved{Expires: proof.Expires, Retries: tried.String(), IsolatedFrom: slices.Clone(cfg.Deny)}, nil
-}
-
-// Control asks the registry once, now, for the probe's images (by the digests the plan proved)
-// with the new credential: accepted, a node's runtime denied the same pull because of the
-// credential it holds, not because the registry refused everyone.
-func (w *Workspace) Control(ctx context.Context, probe plan.Probe) error {
-	cred, err := w.Credential()
-	if err != nil {
-		return err
-	}
-
-	var targets []string
-	for _, img := range probe.Pulls() {
-		targets = append(targets, strings.TrimPrefix(img, w.Config.Credential.Registry+"/"))
-	}
-
-	_, err = credential.ProveWithin(ctx, w.registry(), cred, targets, proofTimeout)
-
-	return err
-}
-
-// proofTimeout bounds one attempt at a proof (its requests are bounded by the registry's own
-// timeout; this bounds them together).
-const proofTimeout = 60 * time.Second
-
-// Retry is how the registry's passing trouble is waited out (credential.retry_window,
-// credential.denied_window).
-func (w *Workspace) Retry() credential.Retry { return w.retryOf(w.Config.Credential) }
-
-func (w *Workspace) retryOf(c config.Credential) credential.Retry {
-	return credential.Retry{Window: c.RetryWindow, Denied: c.DeniedWindow, Clock: w.clock}
-}
-
-// registry is where the credential is proved.
-func (w *Workspace) registry() credential.Registry { return w.registryOf(w.Config.Credential) }
-
-func (w *Workspace) registryOf(c config.Credential) credential.Registry {
-	return credential.Registry{Endpoint: c.Endpoint, TrustedHosts: c.TrustedHosts, Clock: w.clock}
-}
-
-// proveTargets are the images a credential is proved against: the prove targets and the
-// runtime probe's images (probes, in their order), repository:tag on the registry.
-func (w *Workspace) proveTargets() (targets, probes []string) {
-	cfg := w.Config.Credential
-	targets = slices.Clone(cfg.Prove)
-
-	for _, img := range w.Config.Nodes.Probe.Images {
-		probe := strings.TrimPrefix(img, cfg.Registry+"/")
-		probes = append(probes, probe)
-
-		if !slices.Contains(targets, probe) {
-			targets = append(targets, probe)
-		}
-	}
-
-	return targets, probes
-}
-
-// ByDigest is image (REGISTRY/repo:tag or REGISTRY/repo@digest) pinned to digest: what is pulled
-// is exactly what was proved. An image without a known digest is returned as it is.
-func ByDigest(image, digest string) string {
-	if image == "" || digest == "" || strings.Contains(image, "@") {
-		return image
-	}
-
-	repo := image
-	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
-		repo = image[:i]
-	}
-
-	return repo + "@" + digest
+func (d writes) DryRun(ctx context.Context, p *plan.Plan, o fanout.Options) map[string]error {
+	return fanout.DryRun(ctx, d.Client, p, o)
 }
 
 // Liveness is the configured liveness source, or nil.

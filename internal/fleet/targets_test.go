@@ -1,4 +1,4 @@
-package workspace
+package fleet
 
 import (
 	"strings"
@@ -38,7 +38,7 @@ func TestTargetsOfSeveralCredentials(t *testing.T) {
 			map[string]string{"apps/ghcr-pull": "", "b1/ghcr-pull": "tenant-a", "b1/b-pull": "tenant-b", "flux-system/ghcr-auth": ""}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			targets, err := Targets(cfg, tc.selected)
+			targets, err := PullSecrets(cfg, tc.selected)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)

@@ -1,0 +1,202 @@
+package workspace
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ghcrsync/ghcrsync/"
+
+// layers are the package graph (docs/architecture.md): a package imports only packages of its
+// own layer or below. Every package of the module is listed: a new one takes a place here first.
+var layers = [][]string{
+	{ // 0: leaves, no ghcrsync import
+		"internal/clock", "internal/answer", "internal/atomicfile", "internal/authdigest", "internal/diag", "internal/golden",
+		"internal/holder", "internal/human", "internal/pin", "internal/progress", "internal/readlimit", "internal/redact",
+		"internal/requests", "internal/taints", "internal/usage", "internal/release", "internal/drain",
+	},
+	{ // 1: the model and the pure rules
+		"state", "plan", "internal/probe", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth",
+		"internal/liveness",
+	},
+	{ // 2: adapters: one client each
+		"internal/cluster", "internal/talos", "internal/lease", "state/kubestate", "internal/fanout", "internal/permission",
+	},
+	{"internal/fleet", "internal/prover"},                                     // 3: the readers
+	{"apply", "internal/fence", "internal/planning"},                          // 4: the operations
+	{"internal/view"},                                                         // 5: rendering
+	{"internal/workspace"},                                                    // 6: the composition root
+	{"cmd/ghcrsync", "cmd/ghcrsync-release", "config/examples"},               // 7: commands
+	{"internal/sandbox/...", "cmd/ghcrsync-sandbox", "test/...", "bench/..."}, // 8: test infrastructure
+}
+
+func layerOf(pkg string) int {
+	for i, l := range layers {
+		for _, p := range l {
+			if p == pkg || (strings.HasSuffix(p, "/...") && strings.HasPrefix(pkg+"/", strings.TrimSuffix(p, "..."))) {
+				return i
+			}
+		}
+	}
+
+	return -1
+}
+
+// source is one package's non-test files, parsed.
+type source struct {
+	files   []*ast.File
+	imports map[string]bool // ghcrsync packages, module-relative
+}
+
+func parseModule(t *testing.T) map[string]*source {
+	t.Helper()
+
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	pkgs := map[string]*source{}
+
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+
+			return nil
+		}
+
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+
+		s := pkgs[rel]
+		if s == nil {
+			s = &source{imports: map[string]bool{}}
+			pkgs[rel] = s
+		}
+
+		s.files = append(s.files, f)
+
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, module) {
+				s.imports[strings.TrimPrefix(p, module)] = true
+			}
+		}
+
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return pkgs
+}
+
+// Every package has a layer, and imports nothing above its own: no back-arrows.
+func TestPackageGraphHasNoBackArrows(t *testing.T) {
+	pkgs := parseModule(t)
+	if len(pkgs) < 30 {
+		t.Fatalf("found %d packages: the walk did not start at the module root", len(pkgs))
+	}
+
+	var bad []string
+
+	for pkg, s := range pkgs {
+		from := layerOf(pkg)
+		if from < 0 {
+			bad = append(bad, pkg+": in no layer (add it to layers, and to docs/architecture.md)")
+
+			continue
+		}
+
+		for imp := range s.imports {
+			if to := layerOf(imp); to > from {
+				bad = append(bad, pkg+" (layer "+strconv.Itoa(from)+") imports "+imp+" (layer "+strconv.Itoa(to)+")")
+			}
+		}
+	}
+
+	sort.Strings(bad)
+
+	if len(bad) > 0 {
+		t.Fatalf("the package graph has back-arrows:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// The negative control: the rule sees an arrow that points up.
+func TestPackageGraphRuleSeesABackArrow(t *testing.T) {
+	if from, to := layerOf("plan"), layerOf("internal/cluster"); !(to > from) {
+		t.Fatalf("plan (layer %d) importing internal/cluster (layer %d) would not be flagged", from, to)
+	}
+
+	if layerOf("internal/sandbox/containerd") != layerOf("test/budget") || layerOf("internal/unknown") != -1 {
+		t.Fatal("the layer table's patterns do not match as documented")
+	}
+}
+
+// The composition root has no operation logic: of plan it uses types and constants, never a
+// function; and apply and fence hold no *cluster.Connection (they reach the cluster by ports).
+func TestWorkspaceOnlyWires(t *testing.T) {
+	pkgs := parseModule(t)
+
+	for _, c := range []struct {
+		pkg, qualifier, name string
+		calls                bool // only a call (qualifier.X(…)) is flagged
+	}{
+		{"internal/workspace", "plan", "", true},
+		{"apply", "cluster", "Connection", false},
+		{"internal/fence", "cluster", "Connection", false},
+	} {
+		s := pkgs[c.pkg]
+		if s == nil {
+			t.Fatalf("package %s not found", c.pkg)
+		}
+
+		for _, f := range s.files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				var sel *ast.SelectorExpr
+
+				if c.calls {
+					call, ok := n.(*ast.CallExpr)
+					if !ok {
+						return true
+					}
+
+					if sel, ok = call.Fun.(*ast.SelectorExpr); !ok {
+						return true
+					}
+				} else if s, ok := n.(*ast.SelectorExpr); ok {
+					sel = s
+				} else {
+					return true
+				}
+
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == c.qualifier && (c.name == "" || sel.Sel.Name == c.name) {
+					t.Errorf("%s uses %s.%s: %s", c.pkg, c.qualifier, sel.Sel.Name, map[bool]string{
+						true: "the workspace wires; a decision belongs in an operation package", false: "reach the cluster through a port"}[c.calls])
+				}
+
+				return true
+			})
+		}
+	}
+}
