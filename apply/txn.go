@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
@@ -342,7 +343,7 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 			return r
 		}
 
-		boot, ready := n.Status.NodeInfo.BootID, cluster.Ready(n)
+		boot, ready := n.Status.NodeInfo.BootID, drain.NodeReady(n)
 		lifecycle := taints.HasLifecycle(cluster.Taints(n.Spec.Taints))
 
 		if boot != "" && boot != t.rec.BootBefore && ready && !lifecycle {

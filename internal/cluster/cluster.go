@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -266,7 +267,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		Unschedulable:    n.Spec.Unschedulable,
 		Taints:           Taints(n.Spec.Taints),
 		BootID:           n.Status.NodeInfo.BootID,
-		Ready:            Ready(n),
+		Ready:            drain.NodeReady(n),
 		InternalIP:       InternalIP(n),
 		Owner:            n.Annotations[OwnerAnnotation],
 		Phase:            state.Phase(n.Annotations[PhaseAnnotation]),
@@ -315,17 +316,6 @@ func Taints(ts []corev1.Taint) []taints.Taint {
 	}
 
 	return out
-}
-
-// Ready reports the Node's Ready condition.
-func Ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-
-	return false
 }
 
 // Lease reads the run Lease; absent is nil.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,12 +13,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2"
-	"k8s.io/kubectl/pkg/drain"
+	kubedrain "k8s.io/kubectl/pkg/drain"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -42,7 +40,7 @@ import (
 // a refusal stops the drain, a transient error is asked again.
 func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check DrainCheck) error {
 	prefixed := progress.Lines(report, node)
-	h := &drain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
+	h := &kubedrain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
 	dctx, cancel := c.Clock.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -237,7 +235,7 @@ func (c *Connection) blockers(node string) string {
 
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !Evictable(p) {
+		if !drain.Evictable(p) {
 			continue
 		}
 
@@ -245,9 +243,8 @@ func (c *Connection) blockers(node string) string {
 
 		pdbs, err := c.Client.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
 		if err == nil {
-			for _, pdb := range pdbs.Items {
-				sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-				if err == nil && !sel.Empty() && sel.Matches(labels.Set(p.Labels)) {
+			for j := range pdbs.Items {
+				if pdb := &pdbs.Items[j]; drain.Selects(pdb, p) {
 					desc += fmt.Sprintf(" (held by PodDisruptionBudget %s/%s: %d disruptions allowed)", pdb.Namespace, pdb.Name, pdb.Status.DisruptionsAllowed)
 				}
 			}
@@ -292,10 +289,10 @@ func (c *Connection) Pods(ctx context.Context, registry string) (PodsObs, error)
 		return PodsObs{}, c.Unreachable("list nodes", err)
 	}
 
-	out := PodsObs{Evictable: map[string]int{}, Blockers: DrainBlockers(pods.Items, pdbs.Items, nodes.Items), Refs: PullSecretRefs(pods.Items, registry)}
+	out := PodsObs{Evictable: map[string]int{}, Blockers: drain.Blockers(pods.Items, pdbs.Items, nodes.Items), Refs: PullSecretRefs(pods.Items, registry)}
 
 	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Spec.NodeName != "" && Evictable(p) {
+		if p := &pods.Items[i]; p.Spec.NodeName != "" && drain.Evictable(p) {
 			out.Evictable[p.Spec.NodeName]++
 		}
 	}
@@ -352,150 +349,4 @@ func pullsFrom(p *corev1.Pod, registry string) bool {
 	}
 
 	return false
-}
-
-// DrainBlockers is, per node, what a drain of it would meet among its evictable pods: a
-// PodDisruptionBudget selecting the pod that allows no disruption now (the drain waits), or that
-// allows fewer than the node carries of its pods while no other node takes their replacements
-// (the first evictions pass; the rest wait for replicas that cannot become ready), no controller
-// (the drain refuses: nothing would recreate it), emptyDir volumes (their data is lost). The
-// same rules as the drain's own (drain.Helper without Force, DeleteEmptyDirData).
-func DrainBlockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []corev1.Node) map[string][]plan.DrainBlocker {
-	out := budgetCapacityHolds(pods, pdbs, nodes)
-
-	for i := range pods {
-		p := &pods[i]
-		if p.Spec.NodeName == "" || !Evictable(p) {
-			continue
-		}
-
-		name := p.Namespace + "/" + p.Name
-		add := func(b plan.DrainBlocker) { out[p.Spec.NodeName] = append(out[p.Spec.NodeName], b) }
-
-		for j := range pdbs {
-			if b := &pdbs[j]; b.Namespace == p.Namespace && b.Status.DisruptionsAllowed == 0 && selects(b, p) {
-				add(plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: name, Budget: b.Namespace + "/" + b.Name})
-			}
-		}
-
-		if metav1.GetControllerOf(p) == nil {
-			add(plan.DrainBlocker{Kind: plan.BlockerBare, Pod: name})
-		}
-
-		var dirs []string
-
-		for _, v := range p.Spec.Volumes {
-			if v.EmptyDir != nil {
-				dirs = append(dirs, v.Name)
-			}
-		}
-
-		if len(dirs) > 0 {
-			add(plan.DrainBlocker{Kind: plan.BlockerEmptyDir, Pod: name, Volumes: dirs})
-		}
-	}
-
-	return out
-}
-
-// selects reports whether the budget's selector selects the pod (policy/v1: an empty selector
-// selects every pod of its namespace, a nil one none).
-func selects(b *policyv1.PodDisruptionBudget, p *corev1.Pod) bool {
-	if b.Spec.Selector == nil {
-		return false
-	}
-
-	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-	if err != nil {
-		return false
-	}
-
-	return sel.Matches(labels.Set(p.Labels))
-}
-
-// Evictable reports whether a drain must evict the pod before its node may reboot: not
-// finished, not owned by a DaemonSet, not a static (mirror) pod.
-func Evictable(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
-			return false
-		}
-	}
-
-	return true
-}
-
-// budgetCapacityHolds are the pods a budget that allows some disruptions will still hold: on a
-// node carrying more of its pods than it allows, when no other node would take a replacement
-// (Ready, schedulable, every NoSchedule/NoExecute taint tolerated, the pod's node selector
-// matched) — the evicted pods' replacements stay Pending, the budget never allows more, and the
-// drain waits out nodes.drain_timeout. The pods past the first Allowed (by name) are held.
-func budgetCapacityHolds(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []corev1.Node) map[string][]plan.DrainBlocker {
-	out := map[string][]plan.DrainBlocker{}
-
-	for j := range pdbs {
-		b := &pdbs[j]
-		allowed := int(b.Status.DisruptionsAllowed)
-
-		if allowed == 0 { // every selected pod is a blocker already
-			continue
-		}
-
-		byNode := map[string][]*corev1.Pod{}
-
-		for i := range pods {
-			if p := &pods[i]; p.Spec.NodeName != "" && Evictable(p) && b.Namespace == p.Namespace && selects(b, p) {
-				byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
-			}
-		}
-
-		for node, on := range byNode {
-			if len(on) <= allowed || replacementFits(on[0], node, nodes) {
-				continue
-			}
-
-			sort.Slice(on, func(a, c int) bool { return on[a].Name < on[c].Name })
-
-			for _, p := range on[allowed:] {
-				out[node] = append(out[node], plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: p.Namespace + "/" + p.Name,
-					Budget: b.Namespace + "/" + b.Name, Allowed: allowed, OnNode: len(on)})
-			}
-		}
-	}
-
-	return out
-}
-
-// replacementFits reports whether a replacement of p could be scheduled on a node other than
-// from: Ready, schedulable, its node selector matched, every hard taint tolerated.
-func replacementFits(p *corev1.Pod, from string, nodes []corev1.Node) bool {
-	for i := range nodes {
-		n := &nodes[i]
-		if n.Name == from || !Ready(n) || n.Spec.Unschedulable || !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
-			continue
-		}
-
-		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return untolerated(p, t) }) {
-			return true
-		}
-	}
-
-	return false
-}
-
-// untolerated: a taint that keeps p off its node (NoSchedule or NoExecute, not tolerated).
-func untolerated(p *corev1.Pod, t corev1.Taint) bool {
-	if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
-		return false
-	}
-
-	return !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &t, false) })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -241,7 +242,7 @@ func FromNode(n *corev1.Node) NodeObs {
 	obs := NodeObs{
 		Name: n.Name, Exists: true, UID: string(n.UID),
 		Owner: n.Annotations[cluster.OwnerAnnotation], Phase: state.Phase(n.Annotations[cluster.PhaseAnnotation]),
-		Cordoned: n.Spec.Unschedulable, Ready: cluster.Ready(n),
+		Cordoned: n.Spec.Unschedulable, Ready: drain.NodeReady(n),
 		ScaleDownGuard: n.Annotations[cluster.ScaleDownGuardByAnnotation] != "",
 		Lifecycle:      taints.HasLifecycle(cluster.Taints(n.Spec.Taints)),
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -305,7 +306,7 @@ func waitSettled(ctx context.Context, in Inputs, name string, o ReleaseOptions) 
 			return false, err
 		}
 
-		lifecycle, ready := taints.HasLifecycle(cluster.Taints(n.Spec.Taints)), cluster.Ready(n)
+		lifecycle, ready := taints.HasLifecycle(cluster.Taints(n.Spec.Taints)), drain.NodeReady(n)
 		if ready && !lifecycle {
 			return true, nil
 		}

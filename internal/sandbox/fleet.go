@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -272,7 +273,7 @@ func (f *Fleet) witnessLease(ctx context.Context, m *Machine, what string) {
 }
 
 // Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
-func Evictable(p *corev1.Pod) bool { return cluster.Evictable(p) }
+func Evictable(p *corev1.Pod) bool { return drain.Evictable(p) }
 
 // pullImage pulls as the machine's runtime does, trying creds in order; it returns the image's
 // digest ("" for an image outside the registry).

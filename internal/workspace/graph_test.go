@@ -20,10 +20,10 @@ var layers = [][]string{
 	{ // 0: leaves, no ghcrsync import
 		"internal/clock", "internal/answer", "internal/atomicfile", "internal/authdigest", "internal/diag", "internal/golden",
 		"internal/holder", "internal/human", "internal/pin", "internal/progress", "internal/readlimit", "internal/redact",
-		"internal/requests", "internal/taints", "internal/usage", "internal/release", "internal/drain",
+		"internal/requests", "internal/taints", "internal/usage", "internal/release",
 	},
 	{ // 1: the model and the pure rules
-		"state", "plan", "internal/probe", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth",
+		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth",
 		"internal/liveness",
 	},
 	{ // 2: adapters: one client each

@@ -1,4 +1,4 @@
-package cluster
+package drain
 
 import (
 	"reflect"
@@ -13,7 +13,7 @@ import (
 )
 
 // What a drain of a node would meet, from its pods and the budgets: the drain's own rules.
-func TestDrainBlockers(t *testing.T) {
+func TestBlockers(t *testing.T) {
 	owned := []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-1", Controller: ptr.To(true)}}
 	pod := func(name string, labels map[string]string, owners []metav1.OwnerReference, vols ...corev1.Volume) corev1.Pod {
 		return corev1.Pod{
@@ -77,7 +77,7 @@ func TestDrainBlockers(t *testing.T) {
 			pdbs: []policyv1.PodDisruptionBudget{budget("web", &metav1.LabelSelector{MatchLabels: web}, 2)}, nodes: alone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DrainBlockers(tc.pods, tc.pdbs, tc.nodes)["n1"]; !reflect.DeepEqual(got, tc.want) {
+			if got := Blockers(tc.pods, tc.pdbs, tc.nodes)["n1"]; !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
@@ -102,8 +102,55 @@ func TestDrainBlockers(t *testing.T) {
 		{"a DaemonSet pod is not evicted", []corev1.Pod{pod("agent", web, daemon, cache)}, []policyv1.PodDisruptionBudget{budget("all", &metav1.LabelSelector{}, 0)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DrainBlockers(tc.pods, tc.pdbs, nil)["n1"]; !reflect.DeepEqual(got, tc.want) {
+			if got := Blockers(tc.pods, tc.pdbs, nil)["n1"]; !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Which pods a drain must evict, and which budget selects a pod (policy/v1: an empty selector
+// selects every pod of its namespace, a nil one none) — the rule the planner's blockers and the
+// drain's own "still running" description share.
+func TestEvictableAndSelects(t *testing.T) {
+	daemon := []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", Controller: ptr.To(true)}}
+
+	for _, tc := range []struct {
+		name string
+		pod  corev1.Pod
+		want bool
+	}{
+		{"running", corev1.Pod{}, true},
+		{"succeeded", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false},
+		{"failed", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, false},
+		{"a DaemonSet's", corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: daemon}}, false},
+		{"a DaemonSet's, not its controller", corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent"}}}}, true},
+		{"static (mirror)", corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}}}, false},
+	} {
+		t.Run("evictable/"+tc.name, func(t *testing.T) {
+			if got := Evictable(&tc.pod); got != tc.want {
+				t.Fatalf("Evictable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Labels: map[string]string{"app": "web"}}}
+
+	for _, tc := range []struct {
+		name string
+		sel  *metav1.LabelSelector
+		want bool
+	}{
+		{"matching labels", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, true},
+		{"other labels", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, false},
+		{"empty: every pod of the namespace", &metav1.LabelSelector{}, true},
+		{"nil: none", nil, false},
+		{"invalid: none", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}, false},
+	} {
+		t.Run("selects/"+tc.name, func(t *testing.T) {
+			b := &policyv1.PodDisruptionBudget{Spec: policyv1.PodDisruptionBudgetSpec{Selector: tc.sel}}
+			if got := Selects(b, web); got != tc.want {
+				t.Fatalf("Selects = %v, want %v", got, tc.want)
 			}
 		})
 	}
