@@ -70,8 +70,8 @@ type Inputs struct {
 // Fleet is the fleet as it is read: as plan reads it, the machines the autoscaler is creating,
 // the cluster's identity, and the machines' Talos API.
 type Fleet interface {
-	// Observe reads the fleet as plan does: the snapshot and the planner's input.
-	Observe(ctx context.Context) (plan.Snapshot, plan.Input, error)
+	// Read reads the fleet as plan does (fleet.Reader): the snapshot and the planner's input.
+	Read(ctx context.Context) (plan.Snapshot, plan.Input, error)
 	// Provisioning is what the autoscaler is creating now (nil: no autoscaler status).
 	Provisioning(ctx context.Context) (*plan.AutoscalerObs, error)
 	// ClusterUID identifies the cluster (its kube-system namespace's uid).
@@ -679,7 +679,7 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 
 // inventory reads the cluster as it is now and judges who uses which credential.
 func (r *run) inventory(ctx context.Context) (plan.Revocation, error) {
-	snap, in, err := r.in.Fleet.Observe(ctx)
+	snap, in, err := r.in.Fleet.Read(ctx)
 	if err != nil {
 		return plan.Revocation{}, err
 	}
@@ -708,7 +708,7 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 
 	// Until's own answer (timed out, cancelled) leaves the last inventory standing.
 	_ = clock.Until(ctx, r.in.Clock, bound, readersPoll, func() (bool, error) {
-		snap, in, err := r.in.Fleet.Observe(ctx)
+		snap, in, err := r.in.Fleet.Read(ctx)
 		if err != nil {
 			readErr = err
 

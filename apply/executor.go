@@ -13,7 +13,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -456,8 +455,7 @@ func (e *executor) quorum(ctx context.Context, node string) error {
 
 		for i := range cps {
 			cp := &cps[i]
-			obs := plan.ControlPlane{Name: cp.Name, Ready: drain.NodeReady(cp), Unschedulable: cp.Spec.Unschedulable,
-				Owner: cp.Annotations[cluster.OwnerAnnotation]}
+			obs := cluster.FromControlPlane(cp)
 
 			if cp.Name != node {
 				if v, err := e.etcd.Etcd(ctx, cluster.InternalIP(cp)); err != nil {

@@ -124,7 +124,7 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 
 // replan lists the fleet again and plans it with the plan's own rules.
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	snap, in, err := r.in.Fleet.Observe(ctx)
+	snap, in, err := r.in.Fleet.Read(ctx)
 	if err != nil {
 		return nil, err
 	}

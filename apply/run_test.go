@@ -292,7 +292,7 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 	st := &state.State{}
 	store := &state.Local{Path: filepath.Join(t.TempDir(), "state.json")}
 
-	snap, in, err := w.Observe(context.Background())
+	snap, in, err := w.Read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,9 +500,9 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
-// Observe is the snapshot as plan reads it, from the fakes: the nodes with their Talos facts,
+// Read is the snapshot as plan reads it, from the fakes: the nodes with their Talos facts,
 // the pull secrets, the Kustomizations, and the credentials in use as the registry judges them.
-func (w *runWorld) Observe(context.Context) (plan.Snapshot, plan.Input, error) {
+func (w *runWorld) Read(context.Context) (plan.Snapshot, plan.Input, error) {
 	w.world.mu.Lock()
 	defer w.world.mu.Unlock()
 

@@ -259,6 +259,12 @@ func Whole(what string, meta metav1.ListMeta) error {
 	return nil
 }
 
+// FromControlPlane is a control plane's Node as the etcd gate reads it (its member's answer is
+// Talos's, added by the caller).
+func FromControlPlane(n *corev1.Node) plan.ControlPlane {
+	return plan.ControlPlane{Name: n.Name, Ready: drain.NodeReady(n), Unschedulable: n.Spec.Unschedulable, Owner: n.Annotations[OwnerAnnotation]}
+}
+
 // FromNode converts a Node to the snapshot type, with ghcrsync's annotations as typed fields.
 func FromNode(n *corev1.Node) plan.Node {
 	out := plan.Node{

@@ -146,8 +146,8 @@ func (a applyCluster) ClusterUID(ctx context.Context) (string, error) {
 	return a.w.Kube.ClusterUID(ctx)
 }
 
-// Observe reads the fleet into a snapshot and the planner's input, as plan does.
-func (a applyCluster) Observe(ctx context.Context) (plan.Snapshot, plan.Input, error) {
+// Read reads the fleet into a snapshot and the planner's input, as plan does.
+func (a applyCluster) Read(ctx context.Context) (plan.Snapshot, plan.Input, error) {
 	in, err := a.w.Planner().Input(planning.Options{})
 	if err != nil {
 		return plan.Snapshot{}, plan.Input{}, err
