@@ -385,7 +385,7 @@ func (pl *Planner) ProbeAdmissible(ctx context.Context, p *plan.Plan) error {
 
 	err := pl.Admission.ProbeAdmissible(ctx, node, pr)
 	if err != nil {
-		return fmt.Errorf("%pl. Nothing was changed: fix the probe's namespace or the policy, or set nodes.runtime_probe (docs/apply.md)", err)
+		return fmt.Errorf("%w. Nothing was changed: fix the probe's namespace or the policy, or set nodes.runtime_probe (docs/apply.md)", err)
 	}
 
 	return nil
