@@ -139,6 +139,8 @@ func Get(t testing.TB) *sandbox.Sandbox {
 		t.Skip("needs the sandbox (a real control plane); skipped with -short")
 	}
 
+	shard(t)
+
 	once.Do(func() { current, failure = start() })
 
 	if failure != nil {
@@ -364,6 +366,52 @@ func EditNode(ctx context.Context, kube kubernetes.Interface, name string, chang
 	})
 }
 
+// ShardEnv splits a package's sandbox tests over processes: with ShardEnv=i/n, the k-th top-level
+// test to ask for a sandbox (Get or Start) runs in the process of shard k mod n and is skipped in
+// the others. Every process meets the tests in the same order, so each runs exactly once; a
+// process whose tests are all elsewhere never starts a sandbox. make test runs the apply
+// package in two shards (scripts/test.sh): its sandbox tests wait far more than they compute.
+const ShardEnv = "GHCRSYNC_SANDBOX_SHARD"
+
+var shards struct {
+	sync.Mutex
+	seen map[string]int
+}
+
+func shard(t testing.TB) {
+	t.Helper()
+
+	spec := os.Getenv(ShardEnv)
+	if spec == "" {
+		return
+	}
+
+	var i, n int
+	if _, err := fmt.Sscanf(spec, "%d/%d", &i, &n); err != nil || n < 1 || i < 0 || i >= n {
+		t.Fatalf("%s=%q: want i/n with 0 <= i < n (or unset: every test)", ShardEnv, spec)
+	}
+
+	top, _, _ := strings.Cut(t.Name(), "/")
+
+	shards.Lock()
+
+	k, ok := shards.seen[top]
+	if !ok {
+		if shards.seen == nil {
+			shards.seen = map[string]int{}
+		}
+
+		k = len(shards.seen)
+		shards.seen[top] = k
+	}
+
+	shards.Unlock()
+
+	if k%n != i {
+		t.Skipf("runs in sandbox shard %d/%d (%s=%s)", k%n, n, ShardEnv, spec)
+	}
+}
+
 // Start starts a sandbox of the test's own (in a temporary folder, stopped when the test ends),
 // for a test that needs another shape than the package's; with -short it skips the test.
 func Start(t testing.TB, o sandbox.Options) *sandbox.Sandbox {
@@ -372,6 +420,8 @@ func Start(t testing.TB, o sandbox.Options) *sandbox.Sandbox {
 	if testing.Short() {
 		t.Skip("needs a sandbox (a real control plane); skipped with -short")
 	}
+
+	shard(t)
 
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
