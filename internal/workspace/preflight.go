@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
-	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
-	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // The command classes, each with its own identity (internal/permission).
@@ -50,7 +48,7 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 		return err
 	}
 
-	outside, denied := outsideRoles(needs, denied, selectorOnly(w.Config, targets))
+	outside, denied := permission.OutsideRoles(needs, denied, permission.SelectorOnly(w.Config, targets))
 	if len(denied) > 0 {
 		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grantHint, Denied: denied}
 	}
@@ -62,60 +60,6 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	inside := slices.DeleteFunc(slices.Clone(targets), func(t cluster.SecretTarget) bool { return w.outside[t.Namespace] })
 
 	return w.contained(ctx, command, permission.Escapes(w.Config, needsOf, inside))
-}
-
-// outsideRoles splits the denied permissions: the namespaces (of selected, those only the
-// consumer selector names) where nothing needed is granted — the label came after the roles
-// were rendered: a warning and an unwritten consumer, never a stop of every run — and the
-// rest, which fail the command. A namespace where only some needs are granted is a broken
-// rendering, and fails it.
-func outsideRoles(needs, denied []cluster.Access, selected []string) (outside []string, rest []cluster.Access) {
-	in := func(a cluster.Access, ns string) bool {
-		return a.Namespace == ns || a.Resource == "namespaces" && a.Name == ns
-	}
-
-	for _, ns := range selected {
-		needed := slices.ContainsFunc(needs, func(a cluster.Access) bool { return in(a, ns) })
-		granted := slices.ContainsFunc(needs, func(a cluster.Access) bool { return in(a, ns) && !slices.Contains(denied, a) })
-
-		if needed && !granted {
-			outside = append(outside, ns)
-		}
-	}
-
-	for _, a := range denied {
-		if !slices.ContainsFunc(outside, func(ns string) bool { return in(a, ns) }) {
-			rest = append(rest, a)
-		}
-	}
-
-	return outside, rest
-}
-
-// selectorOnly are the namespaces of targets that only the consumer selector names (not an
-// explicit consumer, not the root's).
-func selectorOnly(cfg *config.Config, targets []cluster.SecretTarget) []string {
-	named := map[string]bool{}
-
-	for _, set := range cfg.PullSecretSets() {
-		for _, c := range set.Consumers {
-			named[c.Namespace] = true
-		}
-	}
-
-	if r := cfg.FluxRoot; r != nil {
-		named[r.Namespace] = true
-	}
-
-	var out []string
-
-	for _, t := range targets {
-		if t.Role == plan.RoleConsumer && !named[t.Namespace] && !slices.Contains(out, t.Namespace) {
-			out = append(out, t.Namespace)
-		}
-	}
-
-	return out
 }
 
 // contained proves that the admission policies bounding the command's writes are in force: each
