@@ -29,7 +29,7 @@ names=()
 
 run() { # NAME CMD...: the command's output, each line prefixed with [NAME]
   local name=$1; shift
-  ( "$@" 2>&1 | sed -u "s/^/[$name] /"; exit "${PIPESTATUS[0]}" ) &
+  ( "$@" 2>&1 | sed -u "s|^|[$name] |"; exit "${PIPESTATUS[0]}" ) &
   pids+=($!)
   names+=("$name")
 }
