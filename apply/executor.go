@@ -13,9 +13,9 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
-	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -446,26 +446,9 @@ func (e *executor) budgetSpent() bool {
 // alarm, enough voters left (plan.Quorum).
 func (e *executor) quorum(ctx context.Context, node string) error {
 	return clock.Until(ctx, e.clock, e.o.ReadyTimeout, time.Second, func() (bool, error) {
-		cps, err := e.nodes.ControlPlanes(ctx)
+		view, err := fleet.ControlPlanes(ctx, e.nodes, e.etcd, node)
 		if err != nil {
 			return false, err
-		}
-
-		view := make([]plan.ControlPlane, 0, len(cps))
-
-		for i := range cps {
-			cp := &cps[i]
-			obs := cluster.FromControlPlane(cp)
-
-			if cp.Name != node {
-				if v, err := e.etcd.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
-					obs.Etcd.Err = redact.Error(err)
-				} else {
-					obs.Etcd = *v
-				}
-			}
-
-			view = append(view, obs)
 		}
 
 		if err := plan.Quorum(node, view, e.o.AllowQuorumLoss); err != nil {

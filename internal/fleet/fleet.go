@@ -1,7 +1,8 @@
 // Package fleet reads the cluster and its machines into the planner's types: the one place that
 // turns a LIST of Nodes, each node's Talos answers, the pods, the run Lease, the pull secrets, the
 // node templates and the Flux Kustomizations into a plan.Snapshot — for plan, for apply's re-read
-// of the fleet (late nodes, the verdict) and for the credentials a run re-checks. The objects'
+// of the fleet (late nodes, the verdict) and for the credentials a run re-checks; and the control
+// planes as the etcd gate reads them before each control plane is taken down. The objects'
 // conversion is internal/cluster's and internal/talos's; what is read, and in which order, is
 // fleet's. It decides nothing.
 package fleet

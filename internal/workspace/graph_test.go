@@ -200,3 +200,62 @@ func TestWorkspaceOnlyWires(t *testing.T) {
 		}
 	}
 }
+
+// maxPortMethods bounds a port: the run's and the fence's interfaces are small, at the consumer.
+const maxPortMethods = 5
+
+// wideInterfaces are the interfaces of pkg with more than maxPortMethods methods.
+func wideInterfaces(s *source) []string {
+	var wide []string
+
+	for _, f := range s.files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+
+			if it, ok := ts.Type.(*ast.InterfaceType); ok && len(it.Methods.List) > maxPortMethods {
+				wide = append(wide, ts.Name.Name+" has "+strconv.Itoa(len(it.Methods.List))+" methods")
+			}
+
+			return true
+		})
+	}
+
+	return wide
+}
+
+// apply's and fence's ports are interfaces of at most maxPortMethods methods each.
+func TestPortsAreSmall(t *testing.T) {
+	pkgs := parseModule(t)
+
+	for _, pkg := range []string{"apply", "internal/fence"} {
+		s := pkgs[pkg]
+		if s == nil {
+			t.Fatalf("package %s not found", pkg)
+		}
+
+		if wide := wideInterfaces(s); len(wide) > 0 {
+			t.Errorf("%s: ports of more than %d methods: %s (split them by what the consumer asks)",
+				pkg, maxPortMethods, strings.Join(wide, "; "))
+		}
+	}
+
+	// The negative control: a six-method interface is flagged, a two-method one is not.
+	wide := &source{files: []*ast.File{mustParse(t, "package p\ntype Wide interface{ A(); B(); C(); D(); E(); F() }\ntype Small interface{ A(); B() }\n")}}
+	if got := wideInterfaces(wide); len(got) != 1 || !strings.HasPrefix(got[0], "Wide has 6") {
+		t.Fatalf("the rule does not see a six-method interface: %v", got)
+	}
+}
+
+func mustParse(t *testing.T, src string) *ast.File {
+	t.Helper()
+
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return f
+}

@@ -1,0 +1,50 @@
+package fleet
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/plan"
+)
+
+// ControlPlaneNodes lists every control-plane Node of the cluster (not only a plan's).
+type ControlPlaneNodes interface {
+	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
+}
+
+// EtcdMembers reads a control plane's etcd member, at its address.
+type EtcdMembers interface {
+	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
+}
+
+// ControlPlanes reads the control planes as the etcd gate (plan.Quorum) judges them: each Node,
+// and — for every one but down, the node to be taken down — its etcd member's answer. An
+// unreadable member is read as its error, for the gate to judge; only the LIST failing fails.
+func ControlPlanes(ctx context.Context, nodes ControlPlaneNodes, etcd EtcdMembers, down string) ([]plan.ControlPlane, error) {
+	cps, err := nodes.ControlPlanes(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	view := make([]plan.ControlPlane, 0, len(cps))
+
+	for i := range cps {
+		cp := &cps[i]
+		obs := cluster.FromControlPlane(cp)
+
+		if cp.Name != down {
+			if v, err := etcd.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
+				obs.Etcd.Err = redact.Error(err)
+			} else {
+				obs.Etcd = *v
+			}
+		}
+
+		view = append(view, obs)
+	}
+
+	return view, nil
+}
