@@ -369,8 +369,8 @@ func EditNode(ctx context.Context, kube kubernetes.Interface, name string, chang
 // ShardEnv splits a package's sandbox tests over processes: with ShardEnv=i/n, the k-th top-level
 // test to ask for a sandbox (Get or Start) runs in the process of shard k mod n and is skipped in
 // the others. Every process meets the tests in the same order, so each runs exactly once; a
-// process whose tests are all elsewhere never starts a sandbox. make test runs the apply
-// package in two shards (scripts/test.sh): its sandbox tests wait far more than they compute.
+// process whose tests are all elsewhere never starts a sandbox. `make test APPLY_SHARDS=n`
+// runs the apply package so (scripts/test.sh), for a machine with cores to spare.
 const ShardEnv = "GHCRSYNC_SANDBOX_SHARD"
 
 var shards struct {
