@@ -68,7 +68,7 @@ func TestWritesAreBoundedToTheirFields(t *testing.T) {
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
 	objs := rendered(t, sb, adminConfig(t, sb))
-	create(t, kube, objs...)
+	install(t, sb, objs...)
 
 	as := map[string]*clients{
 		"apply":   clientsOf(t, newIdentity(t, sb, "ghcrsync-apply")),
@@ -144,7 +144,7 @@ func TestWritesAreBoundedToTheirFields(t *testing.T) {
 		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 
-	t.Cleanup(func() { create(t, kube, permissionPolicy(objs)...) })
+	t.Cleanup(func() { install(t, sb, permissionPolicy(objs)...) })
 
 	sandboxtest.Eventually(t, 30*time.Second, "without the bindings, every escalation is admitted", func() error {
 		for _, e := range escalations {
@@ -589,11 +589,10 @@ func policyBindings(objs []runtime.Object) []string {
 func TestCommandsProveTheirContainment(t *testing.T) {
 	sb := sandboxtest.Get(t)
 	kube := sb.Kube()
-	ctx := context.Background()
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
 	objs := rendered(t, sb, adminConfig(t, sb))
-	create(t, kube, objs...)
+	install(t, sb, objs...)
 
 	applier, releaser := newIdentity(t, sb, "ghcrsync-apply"), newIdentity(t, sb, "ghcrsync-release")
 
@@ -601,29 +600,8 @@ func TestCommandsProveTheirContainment(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Every policy in force first (the API server loads them a moment after they are created):
-	// what is missing below is then the one binding this test deletes.
-	sandboxtest.Eventually(t, 30*time.Second, "the API server holds every policy", func() error {
-		if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 {
-			return errors.New(r.stderr)
-		}
-
-		return nil
-	})
-
-	_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, permission.KustomizationsPolicy, metav1.DeleteOptions{})
-	t.Cleanup(func() { create(t, kube, permissionPolicy(objs)...) })
-
-	as := clientsOf(t, releaser)
-	sandboxtest.Eventually(t, 30*time.Second, "the API server drops the policy", func() error {
-		// A path no earlier write set: a patch that changes nothing would pass the policy too.
-		path := fmt.Sprintf("./elsewhere-%d", time.Now().UnixNano())
-		if err := mergePatch(cluster.Kustomizations, sandbox.RootNamespace, sandbox.Kustomization, spec(map[string]any{"path": path}))(as); err != nil {
-			return err
-		}
-
-		return nil
-	})
+	withholdKustomizationsPolicy(t, sb, releaser)
+	t.Cleanup(func() { install(t, sb, permissionPolicy(objs)...) })
 
 	for _, c := range []struct {
 		id   identity
@@ -640,15 +618,11 @@ func TestCommandsProveTheirContainment(t *testing.T) {
 		}
 	}
 
-	create(t, kube, permissionPolicy(objs)...)
+	install(t, sb, permissionPolicy(objs)...)
 
-	sandboxtest.Eventually(t, 30*time.Second, "release runs with the policies in force", func() error {
-		if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 {
-			return errors.New(r.stderr)
-		}
-
-		return nil
-	})
+	if r := ghcrsync(t, sb, "release", "--config", releaser.cfg); r.code != 0 {
+		t.Fatalf("release with the policies in force: exit %d\n%s", r.code, r.stderr)
+	}
 }
 
 // A namespace labelled as a consumer after the roles were rendered is a warning naming it and a
@@ -663,7 +637,7 @@ func TestConsumerLabelledAfterTheRoles(t *testing.T) {
 	const late = "team-late"
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	install(t, sb, rendered(t, sb, adminConfig(t, sb))...)
 
 	create(t, kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: late, Labels: map[string]string{sandbox.ConsumerLabel: "ghcr"}}})
 	t.Cleanup(func() {
@@ -718,7 +692,7 @@ func TestConsumerLabelledAfterTheRoles(t *testing.T) {
 	}
 
 	// The control: rendered again, the namespace is a consumer like the others.
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	install(t, sb, rendered(t, sb, adminConfig(t, sb))...)
 
 	if r := ghcrsync(t, sb, "plan", "--config", planner.cfg); r.code != 0 || strings.Contains(r.stdout, "carries the consumer label") ||
 		!strings.Contains(r.stdout, late+"/"+sandbox.ConsumerSecret) {

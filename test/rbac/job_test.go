@@ -44,7 +44,7 @@ func TestShippedJobManifest(t *testing.T) {
 	kube := sb.Kube()
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	install(t, sb, rendered(t, sb, adminConfig(t, sb))...)
 
 	job := shippedJob(t)
 	image := job.Spec.Template.Spec.Containers[0].Image

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
@@ -115,38 +116,42 @@ func decode(t *testing.T, file string, data []byte) []runtime.Object {
 	return out
 }
 
-// create makes every object (replacing one left by an earlier test).
+// create makes every object, or updates one an earlier test left in place. An update, not a
+// delete and a create: the API server keeps enforcing a policy (and authorizing a role) it
+// already holds while it loads the new version, where a deleted one is gone until the new one
+// loads — the window apply's containment preflight rightly refuses in (install waits it out).
 func create(t *testing.T, kube kubernetes.Interface, objs ...runtime.Object) {
 	t.Helper()
 
 	ctx := context.Background()
+	opts := metav1.CreateOptions{}
 
 	for _, o := range objs {
 		var err error
 
 		switch x := o.(type) {
 		case *corev1.Namespace:
-			_, err = kube.CoreV1().Namespaces().Create(ctx, x, metav1.CreateOptions{})
+			_, err = kube.CoreV1().Namespaces().Create(ctx, x, opts)
 		case *corev1.ServiceAccount:
-			_, err = kube.CoreV1().ServiceAccounts(x.Namespace).Create(ctx, x, metav1.CreateOptions{})
+			_, err = kube.CoreV1().ServiceAccounts(x.Namespace).Create(ctx, x, opts)
 		case *rbacv1.ClusterRole:
-			_ = kube.RbacV1().ClusterRoles().Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.RbacV1().ClusterRoles().Create(ctx, x, metav1.CreateOptions{})
+			c := kube.RbacV1().ClusterRoles()
+			err = upsert(ctx, x, c.Create, c.Get, c.Update)
 		case *rbacv1.Role:
-			_ = kube.RbacV1().Roles(x.Namespace).Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.RbacV1().Roles(x.Namespace).Create(ctx, x, metav1.CreateOptions{})
+			c := kube.RbacV1().Roles(x.Namespace)
+			err = upsert(ctx, x, c.Create, c.Get, c.Update)
 		case *rbacv1.ClusterRoleBinding:
-			_ = kube.RbacV1().ClusterRoleBindings().Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, x, metav1.CreateOptions{})
+			c := kube.RbacV1().ClusterRoleBindings()
+			err = replaceBinding(ctx, x, x.RoleRef, c.Create, c.Get, c.Update, c.Delete, func(b *rbacv1.ClusterRoleBinding) rbacv1.RoleRef { return b.RoleRef })
 		case *rbacv1.RoleBinding:
-			_ = kube.RbacV1().RoleBindings(x.Namespace).Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.RbacV1().RoleBindings(x.Namespace).Create(ctx, x, metav1.CreateOptions{})
+			c := kube.RbacV1().RoleBindings(x.Namespace)
+			err = replaceBinding(ctx, x, x.RoleRef, c.Create, c.Get, c.Update, c.Delete, func(b *rbacv1.RoleBinding) rbacv1.RoleRef { return b.RoleRef })
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
-			_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, x, metav1.CreateOptions{})
+			c := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+			err = upsert(ctx, x, c.Create, c.Get, c.Update)
 		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-			_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, x.Name, metav1.DeleteOptions{})
-			_, err = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, x, metav1.CreateOptions{})
+			c := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+			err = upsert(ctx, x, c.Create, c.Get, c.Update)
 		default:
 			t.Fatalf("unexpected object %T", o)
 		}
@@ -155,6 +160,46 @@ func create(t *testing.T, kube kubernetes.Interface, objs ...runtime.Object) {
 			t.Fatalf("create %T: %v", o, err)
 		}
 	}
+}
+
+// upsert creates obj, or updates the object of its name in place.
+func upsert[T interface {
+	metav1.Object
+	runtime.Object
+}](ctx context.Context, obj T, create func(context.Context, T, metav1.CreateOptions) (T, error),
+	get func(context.Context, string, metav1.GetOptions) (T, error), update func(context.Context, T, metav1.UpdateOptions) (T, error),
+) error {
+	_, err := create(ctx, obj, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	cur, err := get(ctx, obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+
+	next := obj.DeepCopyObject().(T)
+	next.SetResourceVersion(cur.GetResourceVersion())
+	_, err = update(ctx, next, metav1.UpdateOptions{})
+
+	return err
+}
+
+// replaceBinding is upsert for a role binding, whose roleRef cannot change: one bound to
+// another role is deleted and created again.
+func replaceBinding[T interface {
+	metav1.Object
+	runtime.Object
+}](ctx context.Context, obj T, ref rbacv1.RoleRef, create func(context.Context, T, metav1.CreateOptions) (T, error),
+	get func(context.Context, string, metav1.GetOptions) (T, error), update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	del func(context.Context, string, metav1.DeleteOptions) error, refOf func(T) rbacv1.RoleRef,
+) error {
+	if cur, err := get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil && refOf(cur) != ref {
+		_ = del(ctx, obj.GetName(), metav1.DeleteOptions{})
+	}
+
+	return upsert(ctx, obj, create, get, update)
 }
 
 // identity is a service account's configuration: a kubeconfig with its token, and the
@@ -242,7 +287,7 @@ func TestRenderedRBAC(t *testing.T) {
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
 
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	install(t, sb, rendered(t, sb, adminConfig(t, sb))...)
 
 	planner, applier, releaser := newIdentity(t, sb, "ghcrsync-plan"), newIdentity(t, sb, "ghcrsync-apply"), newIdentity(t, sb, "ghcrsync-release")
 
@@ -314,7 +359,8 @@ func TestInClusterJob(t *testing.T) {
 	kube := sb.Kube()
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	objs := rendered(t, sb, adminConfig(t, sb))
+	install(t, sb, objs...)
 
 	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), "ghcrsync-apply",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
@@ -352,22 +398,42 @@ func TestInClusterJob(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	job := func() (int, string, string) {
+		cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", cfg)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile),
+			"GHCRSYNC_NODE_NAME=prod-worker-1"}, podEnv...)
+
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		_ = cmd.Run()
+
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	}
+
+	// The negative control: started while a policy is not yet in force (its binding withheld, as
+	// in the moment before the API server loads it), the Job refuses to run and writes nothing.
 	before := len(writes(t, sb, base.user))
 
-	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", cfg)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile),
-		"GHCRSYNC_NODE_NAME=prod-worker-1"}, podEnv...)
+	withholdKustomizationsPolicy(t, sb, newIdentity(t, sb, "ghcrsync-release"))
 
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run()
+	if code, stdout, stderr := job(); code != 1 || !strings.Contains(stderr, "will not run as "+base.user) || !strings.Contains(stderr, permission.KustomizationsPolicy) {
+		t.Fatalf("apply in the cluster before its policies are in force: exit %d, want 1 naming %s\n%s\n%s", code, permission.KustomizationsPolicy, stdout, stderr)
+	}
+
+	if w := writes(t, sb, base.user); len(w) != before {
+		t.Fatalf("apply in the cluster wrote before its policies were in force: %v", w[before:])
+	}
+
+	install(t, sb, permissionPolicy(objs)...)
+
+	code, stdout, stderr := job()
 
 	// Its own node stays on the old credential, so the run is not done: exit 5, the verdict
 	// naming it and what to do.
-	if code := cmd.ProcessState.ExitCode(); code != 5 || !strings.Contains(out.String(), "0 failed") ||
-		!strings.Contains(out.String(), "ghcrsync itself runs on it") ||
-		!strings.Contains(out.String(), "it is still used by 1 node (prod-worker-1)") || !strings.Contains(out.String(), "run ghcrsync from another node") {
-		t.Fatalf("apply in the cluster: exit %d\n%s\n%s", code, out.String(), errb.String())
+	if code != 5 || !strings.Contains(stdout, "0 failed") ||
+		!strings.Contains(stdout, "ghcrsync itself runs on it") ||
+		!strings.Contains(stdout, "it is still used by 1 node (prod-worker-1)") || !strings.Contains(stdout, "run ghcrsync from another node") {
+		t.Fatalf("apply in the cluster: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 
 	all := writes(t, sb, base.user)
@@ -400,7 +466,7 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 	create(t, kube, manifests(t, "namespace.yaml")...)
 
 	all := rendered(t, sb, adminConfig(t, sb))
-	create(t, kube, permissionPolicy(all)...)
+	install(t, sb, permissionPolicy(all)...)
 
 	// Which command each class's roles serve.
 	classes := []struct {
@@ -601,7 +667,7 @@ func TestApplyIdentityCannotMintAToken(t *testing.T) {
 	})
 
 	objs := rendered(t, sb, adminConfig(t, sb))
-	create(t, kube, objs...)
+	install(t, sb, objs...)
 
 	if !slices.ContainsFunc(ofClass(objs, "apply"), func(o runtime.Object) bool { r, ok := o.(*rbacv1.Role); return ok && r.Namespace == target }) {
 		t.Fatalf("the rendering has no apply Role in the consumer namespace %s", target)
@@ -680,7 +746,7 @@ func TestApplyIdentityCannotMintAToken(t *testing.T) {
 	// The control: without the policy, the apply identity's create in the consumer namespace
 	// lands, and its get-by-name right reads the token back — the escalation, reproduced.
 	_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "ghcrsync-secrets", metav1.DeleteOptions{})
-	t.Cleanup(func() { create(t, kube, permissionPolicy(objs)...) })
+	t.Cleanup(func() { install(t, sb, permissionPolicy(objs)...) })
 
 	sandboxtest.Eventually(t, 30*time.Second, "without the policy, the apply identity makes the token Secret", func() error {
 		_, err := as.CoreV1().Secrets(target).Create(ctx, token(target, sandbox.ConsumerSecret, corev1.SecretTypeServiceAccountToken), metav1.CreateOptions{})
@@ -747,7 +813,7 @@ func TestPlanIdentityWritesOnlyDryRuns(t *testing.T) {
 	_ = kube.CoreV1().Secrets(ns).Delete(ctx, sandbox.ConsumerSecret, metav1.DeleteOptions{}) // as if apply had never run
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
-	create(t, kube, rendered(t, sb, adminConfig(t, sb))...)
+	install(t, sb, rendered(t, sb, adminConfig(t, sb))...)
 
 	planner := newIdentity(t, sb, "ghcrsync-plan")
 	as := sandboxtest.KubeFrom(t, filepath.Join(filepath.Dir(planner.cfg), "kubeconfig"))

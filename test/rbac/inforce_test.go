@@ -1,0 +1,123 @@
+package rbac
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/permission"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/workspace"
+)
+
+// install creates (or updates) objs and, when they hold admission policies, waits until the
+// API server enforces them: it loads a policy a moment after it is written, and apply or
+// release started before then rightly refuses to run (TestInClusterJob failed 3 times in 5 so).
+func install(t *testing.T, sb *sandbox.Sandbox, objs ...runtime.Object) {
+	t.Helper()
+
+	create(t, sb.Kube(), objs...)
+
+	if len(permissionPolicy(objs)) > 0 {
+		policiesInForce(t, sb)
+	}
+}
+
+// inForceTimeout bounds the wait for the API server to load a policy (seconds, as a rule).
+const inForceTimeout = 60 * time.Second
+
+// policiesInForce waits until the apply and release identities pass their own containment
+// preflight — every write each holds that a policy must refuse is tried as a dry run and
+// refused by that policy — exactly what the commands check before they write.
+func policiesInForce(t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+
+	for _, c := range []struct{ account, command string }{
+		{"ghcrsync-apply", permission.CommandApply}, {"ghcrsync-release", permission.CommandRelease},
+	} {
+		id := newIdentity(t, sb, c.account)
+
+		sandboxtest.Eventually(t, inForceTimeout, "the admission policies in force for "+c.account, func() error {
+			return contained(id.cfg, c.command)
+		})
+	}
+}
+
+// contained is the command's preflight as the identity of cfg: nil once its writes are bounded.
+func contained(cfg, command string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	w, err := workspace.Open(workspace.Options{ConfigPath: cfg, Preflight: command, Context: ctx})
+	if err != nil {
+		return err
+	}
+
+	w.Close()
+
+	return nil
+}
+
+// withholdKustomizationsPolicy deletes the binding of the Kustomizations policy, as the API
+// server holds the policies in the moment before it loads that one, and waits until a write it
+// refuses is admitted (the API server has dropped it). install(objs) puts it back.
+func withholdKustomizationsPolicy(t *testing.T, sb *sandbox.Sandbox, as identity) {
+	t.Helper()
+
+	_ = sb.Kube().AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), permission.KustomizationsPolicy, metav1.DeleteOptions{})
+
+	c := clientsOf(t, as)
+	sandboxtest.Eventually(t, inForceTimeout, "the API server drops "+permission.KustomizationsPolicy, func() error {
+		// A path no earlier write set: a patch that changes nothing would pass the policy too.
+		path := fmt.Sprintf("./elsewhere-%d", time.Now().UnixNano())
+
+		return mergePatch(cluster.Kustomizations, sandbox.RootNamespace, sandbox.Kustomization, spec(map[string]any{"path": path}))(c)
+	})
+}
+
+// The wait's own negative control: with a policy withheld, policiesInForce's check does not
+// pass — so a test that waits on it cannot start a command before the policies are in force.
+func TestPoliciesInForceSeesAWithheldPolicy(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	create(t, sb.Kube(), manifests(t, "namespace.yaml")...)
+	objs := rendered(t, sb, adminConfig(t, sb))
+	install(t, sb, objs...)
+
+	releaser := newIdentity(t, sb, "ghcrsync-release")
+	withholdKustomizationsPolicy(t, sb, releaser)
+
+	err := contained(releaser.cfg, permission.CommandRelease)
+	if err == nil || !containsAll(err.Error(), "will not run as "+releaser.user, permission.KustomizationsPolicy) {
+		t.Fatalf("the containment check with %s withheld: %v", permission.KustomizationsPolicy, err)
+	}
+
+	install(t, sb, objs...)
+
+	if err := contained(releaser.cfg, permission.CommandRelease); err != nil {
+		t.Fatalf("after install the policies are not in force: %v", err)
+	}
+
+	if b, err := sb.Kube().AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(context.Background(),
+		permission.KustomizationsPolicy, metav1.GetOptions{}); err != nil || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
+		t.Fatalf("the binding is not back: %v", err)
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+
+	return true
+}
