@@ -25,6 +25,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
@@ -56,6 +57,8 @@ type Inputs struct {
 	Suspensions Suspensions
 	PullSecrets PullSecrets
 	Leasing     Leasing
+	// Keyrings write the kubelets' node keyrings (nil: nodes.kubelet_keyring is not configured).
+	Keyrings KeyringWriters
 	// Server is the Kubernetes API's URL, a plan is bound to it (with the cluster's uid).
 	Server string
 
@@ -92,6 +95,14 @@ type Registry interface {
 	Retry() credential.Retry
 	// HeldByNodes reads the credentials the nodes hold, for the drains to ask again.
 	HeldByNodes(ctx context.Context, desired string) (func(context.Context) []plan.CredentialInUse, error)
+}
+
+// KeyringWriters are the kubelet keyrings' writer: the Secret it reads the credential from, put
+// in place before the nodes and taken away after the run, and the writer pod on a node.
+type KeyringWriters interface {
+	Keyrings
+	Prepare(ctx context.Context, dockerconfigjson []byte) error
+	Retire(ctx context.Context) error
 }
 
 // Admission is what the cluster will let the run do: its permissions, and its runtime probe.
@@ -537,12 +548,25 @@ func (r *run) nodes(ctx context.Context) error {
 		return err
 	}
 
+	keyrings, err := r.keyrings(ctx)
+	if err != nil {
+		return err
+	}
+
+	if keyrings != nil {
+		defer func() {
+			if err := r.in.Keyrings.Retire(context.WithoutCancel(ctx)); err != nil {
+				r.log.Warn("the keyring writer's Secret was not removed: `ghcrsync release` removes it", "error", err)
+			}
+		}()
+	}
+
 	nodes, workloads := r.watched(ctx)
-	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, lease: r.lease, store: r.in.Store}, r.in.State, execOptions{
+	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, keyrings: keyrings, lease: r.lease, store: r.in.Store}, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
-		LiveParallelism: cfg.Nodes.LiveParallelism,
-		MaxFailures:     cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
+		LiveParallelism: cfg.Nodes.LiveParallelism, KeyringWindow: keyringWindow(cfg.Nodes.Keyring),
+		MaxFailures: cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
 		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve,
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
@@ -555,6 +579,36 @@ func (r *run) nodes(ctx context.Context) error {
 	r.res.Nodes = r.exec.run(ctx, r.p)
 
 	return nil
+}
+
+// keyrings puts the keyring writer's Secret in place when a node's kubelet keyring is to be
+// written or emptied, and returns the writer (nil when none is, or none is configured).
+func (r *run) keyrings(ctx context.Context) (Keyrings, error) {
+	if r.in.Keyrings == nil {
+		return nil, nil
+	}
+
+	needed := slices.ContainsFunc(r.p.Nodes, func(n plan.NodePlan) bool {
+		return n.Order > 0 && (n.Action == plan.ActionKeyring || n.Keyring != "" && n.Keyring != r.p.AuthDigest)
+	})
+	if !needed {
+		return nil, nil
+	}
+
+	if err := r.in.Keyrings.Prepare(ctx, r.cred.PullSecretJSON()); err != nil {
+		return nil, fmt.Errorf("%w; nothing was changed on the nodes", err)
+	}
+
+	return r.in.Keyrings, nil
+}
+
+// keyringWindow is how long after a keyring write its kubelet may take to read it.
+func keyringWindow(k *config.Keyring) time.Duration {
+	if k == nil {
+		return 0
+	}
+
+	return k.Window
 }
 
 // recheck is how the drains ask the registry again about the credentials the nodes hold
@@ -885,7 +939,7 @@ func (r *run) rotatedLive() string {
 	n := 0
 
 	for _, res := range r.res.Nodes {
-		if res.Action == plan.ActionApplyLive && res.Outcome == state.OutcomeDone {
+		if res.Action.InPlace() && res.Outcome == state.OutcomeDone {
 			n++
 		}
 	}
@@ -894,5 +948,5 @@ func (r *run) rotatedLive() string {
 		return ""
 	}
 
-	return fmt.Sprintf("; %d node(s) rotated live (no cordon, no reboot; each Node carries its verified marker)", n)
+	return fmt.Sprintf("; %d node(s) rotated in place, live or through the kubelet keyring (no cordon, no reboot; each Node carries its verified marker)", n)
 }

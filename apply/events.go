@@ -9,7 +9,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
-	"github.com/ghcrsync/ghcrsync/plan"
+
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -54,8 +54,9 @@ func (t *txn) phaseEvent(phase state.Phase) {
 	t.event(reason, msg, false)
 }
 
-// live reports whether the transaction is a live update.
-func (t *txn) live() bool { return t.np.Action == plan.ActionApplyLive }
+// live reports whether the transaction rotates the node in place: a live update or a keyring
+// write (no claim, no cordon).
+func (t *txn) live() bool { return t.np.Action.InPlace() }
 
 // answer is err's text for the result, the state and the Events, with the Kubernetes API's and
 // Talos's own text replaced by its class (redact.Error); the full text goes to the debug log.

@@ -14,6 +14,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -58,6 +59,12 @@ type Talos interface {
 	Nodename(ctx context.Context, node string) (string, error)
 }
 
+// Keyrings are the kubelets' node keyrings, each written, read or awaited by ghcrsync's writer pod
+// on its node (internal/keyring): nil when nodes.kubelet_keyring is not configured.
+type Keyrings interface {
+	Run(ctx context.Context, node string, mode keyring.Mode, rootDir string, timeout time.Duration) (keyring.Report, error)
+}
+
 // Etcd is the control planes' etcd, as their Talos API reports it (the etcd gate).
 type Etcd interface {
 	// Etcd reads a control plane's etcd member: members, alarms, its status.
@@ -85,6 +92,7 @@ type ports struct {
 	workloads Workloads
 	talos     Talos
 	etcd      Etcd
+	keyrings  Keyrings
 	lease     Lease
 	store     Store
 }
@@ -113,13 +121,16 @@ type execOptions struct {
 	DrainTimeout       time.Duration
 	ReadyTimeout       time.Duration
 	WorkerParallelism  int
-	LiveParallelism    int  // live updates at a time (they cordon nothing)
-	MaxFailures        int  // the failure budget: after that many failed nodes no new node starts
-	AllowQuorumLoss    bool // control planes may be taken down with fewer than plan.MinOtherVoters others
-	Probe              cluster.Probe
-	Logger             hclog.Logger
-	Progress           progress.Func // what long steps report as they go
-	Hooks              Hooks
+	LiveParallelism    int // live updates and keyring writes at a time (they cordon nothing)
+	// KeyringWindow is how long after a keyring write its kubelet may take to read it
+	// (nodes.kubelet_keyring.window).
+	KeyringWindow   time.Duration
+	MaxFailures     int  // the failure budget: after that many failed nodes no new node starts
+	AllowQuorumLoss bool // control planes may be taken down with fewer than plan.MinOtherVoters others
+	Probe           cluster.Probe
+	Logger          hclog.Logger
+	Progress        progress.Func // what long steps report as they go
+	Hooks           Hooks
 	// Poll is how often waits re-read (default 500 ms).
 	Poll time.Duration
 	// Events writes the cluster's audit trail; nil writes none.
@@ -294,8 +305,8 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 	for _, n := range p.Nodes {
 		switch {
 		case n.Order == 0:
-		case n.Action == plan.ActionApplyLive && n.Role != plan.RoleControlPlane: // no cordon, no reboot: in parallel
-			live = append(live, n)
+		case n.Action == plan.ActionKeyring, n.Action == plan.ActionApplyLive && n.Role != plan.RoleControlPlane:
+			live = append(live, n) // no cordon, no reboot (a keyring write restarts nothing, control planes included): in parallel
 		case n.Role == plan.RoleControlPlane: // live or fenced: one at a time, behind the etcd gate
 			controlPlanes = append(controlPlanes, n)
 		default:

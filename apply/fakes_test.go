@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -55,6 +57,12 @@ type world struct {
 	configUpdated, criStarted map[string]time.Time
 	runtimeStays              map[string]bool
 	ticks                     int
+	// keyrings are each node's kubelet keyring (its credential digest, "" none); keyringHeld the
+	// keyring an earlier rotation wrote, as the plan sees it; keyringUnread nodes whose kubelet
+	// never reads its keyring.
+	keyrings      map[string]string
+	keyringHeld   map[string]string
+	keyringUnread map[string]bool
 }
 
 // tick is the world's clock, one second a step from a fixed epoch: times in a transcript are
@@ -68,7 +76,8 @@ func (w *world) tick() time.Time {
 func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
 		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{},
-		due: map[string]*dueEvent{}, configUpdated: map[string]time.Time{}, criStarted: map[string]time.Time{}, runtimeStays: map[string]bool{}}
+		due: map[string]*dueEvent{}, configUpdated: map[string]time.Time{}, criStarted: map[string]time.Time{}, runtimeStays: map[string]bool{},
+		keyrings: map[string]string{}, keyringHeld: map[string]string{}, keyringUnread: map[string]bool{}}
 }
 
 // dueEvent lands on a node at its reads-th read from now.
@@ -489,6 +498,60 @@ func orInProgress(o state.Outcome) string {
 }
 
 // testPlan plans the world's nodes: each needs action (fence or apply-live).
+// fakeKeyrings is the keyring writer over the world's keyrings: a write gives the node the new
+// credential ("new"), a remove takes it out, an await reports the kubelet's read unless the node
+// is keyringUnread.
+type fakeKeyrings struct {
+	w   *world
+	clk clock.Clock // an await the kubelet does not answer takes its step
+}
+
+func (f fakeKeyrings) Run(ctx context.Context, node string, mode keyring.Mode, rootDir string, _ time.Duration) (keyring.Report, error) {
+	if err := ctx.Err(); err != nil {
+		return keyring.Report{}, err
+	}
+
+	if mode == keyring.ModeAwait && f.keyringUnread(node) {
+		if err := clock.Sleep(ctx, f.clk, keyring.AwaitStep); err != nil {
+			return keyring.Report{}, err
+		}
+	}
+
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("keyring %s %s root=%s", mode, node, rootDir)
+
+	written := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := keyring.Report{Path: rootDir + "/config.json", Written: written}
+
+	if held := f.w.keyrings[node]; held != "" {
+		r.Before = []string{held}
+	}
+
+	switch mode {
+	case keyring.ModeWrite:
+		f.w.keyrings[node] = "new"
+	case keyring.ModeRemove:
+		delete(f.w.keyrings, node)
+	case keyring.ModeAwait:
+		if !f.w.keyringUnread[node] {
+			r.ReadAt = written.Add(time.Minute)
+		}
+	}
+
+	r.After = f.w.keyrings[node]
+
+	return r, nil
+}
+
+func (f fakeKeyrings) keyringUnread(node string) bool {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	return f.w.keyringUnread[node]
+}
+
 func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
 	p := &plan.Plan{CredentialRevision: "rev-new", AuthDigest: "new"}
 
@@ -502,7 +565,7 @@ func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
 		}
 
 		p.Nodes = append(p.Nodes, plan.NodePlan{
-			Name: name, UID: obs.UID, Role: role, Action: action, Order: i + 1,
+			Name: name, UID: obs.UID, Role: role, Action: action, Order: i + 1, Keyring: w.keyringHeld[name],
 			Invariants: plan.Invariants{UID: obs.UID, Unschedulable: obs.Unschedulable, SchedulingTaints: []string{},
 				BootID: obs.BootID, ConfiguredDigest: "old"},
 		})

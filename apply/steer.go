@@ -27,7 +27,7 @@ func steered(p *plan.Plan, budgeted bool) []plan.NodePlan {
 	}
 
 	for _, n := range p.Nodes {
-		if n.Order > 0 && (n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive && p.Steering.Hard()) && (!budgeted || n.InBudget) {
+		if n.Order > 0 && (n.Action == plan.ActionFence || n.Action.InPlace() && p.Steering.Hard()) && (!budgeted || n.InBudget) {
 			out = append(out, n)
 		}
 	}

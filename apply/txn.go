@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,8 @@ type txn struct {
 	log hclog.Logger
 	rec state.Record
 	ip  string
+	// keyringProved says what proved a kubelet-keyring node's runtime (the result's message).
+	keyringProved string
 }
 
 type phaseStep struct {
@@ -56,16 +59,26 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	}
 	done := t.rotated
 
-	if t.live() {
+	if t.np.Keyring != "" && t.np.Keyring != t.p.AuthDigest {
+		// a keyring an earlier rotation wrote holds another credential: out before the reboot
+		// (containerd then loads the credential, and the kubelet sends none of its own).
+		steps = slices.Insert(steps, 4, phaseStep{"keyring", t.clearKeyring})
+	}
+
+	switch t.np.Action {
+	case plan.ActionApplyLive:
 		// live: configured → proved → released, with no cordon and no reboot.
 		steps, done = []phaseStep{{"configure", t.configureLive}, {"restart", t.awaitRuntime}, {"prove", t.prove}}, t.rotatedLive
 
 		if t.np.Role == plan.RoleControlPlane { // a CRI restart can leave static pods down
 			steps = append(steps, phaseStep{"settle", t.settled})
 		}
+	case plan.ActionKeyring:
+		// kubelet keyring: configured → keyring-written → proved → released, restarting nothing.
+		steps, done = []phaseStep{{"configure", t.configureLive}, {"keyring", t.writeKeyring}, {"prove", t.proveKeyring}}, t.rotatedKeyring
 	}
 
-	if t.np.Role == plan.RoleControlPlane {
+	if t.np.Role == plan.RoleControlPlane && t.np.Action != plan.ActionKeyring { // a keyring write takes nothing down
 		steps = append([]phaseStep{{"quorum", t.quorum}}, steps...)
 	}
 
@@ -155,6 +168,12 @@ func (t *txn) rotatedLive() NodeResult {
 	return t.finish(state.OutcomeDone, "", "rotated live: runtime proved, no cordon, no reboot")
 }
 
+func (t *txn) rotatedKeyring() NodeResult {
+	t.rec.Phase = state.PhaseReleased
+
+	return t.finish(state.OutcomeDone, "", "rotated through its kubelet keyring: runtime proved ("+t.keyringProved+"), no cordon, no drain, no reboot, no restart")
+}
+
 // claim is the compare-and-swap claim: judged on every read, retried on conflict.
 func (t *txn) claim(ctx context.Context) *NodeResult {
 	if _, r := t.advance(ctx, plan.StepClaim, state.PhaseClaimed); r != nil {
@@ -222,7 +241,7 @@ func (t *txn) configureStaged(ctx context.Context) *NodeResult {
 func (t *txn) configureLive(ctx context.Context) *NodeResult { return t.configure(ctx, true) }
 
 func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
-	if live && t.np.Role == plan.RoleControlPlane {
+	if t.np.Action == plan.ActionApplyLive && t.np.Role == plan.RoleControlPlane {
 		if r := t.quorum(ctx); r != nil { // the gate again, right before the live write
 			return r
 		}
@@ -443,12 +462,20 @@ func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 
 // prove proves the runtime pulls with the node's credential, then marks the node verified.
 func (t *txn) prove(ctx context.Context) *NodeResult {
+	return t.proveWith(ctx, func(ctx context.Context) (*NodeResult, error) { return nil, t.e.proveRuntime(ctx, t.np.Name) })
+}
+
+// proveWith runs proof (which may end the transaction itself, as a judgement does), then checks
+// the active config and marks the node verified.
+func (t *txn) proveWith(ctx context.Context, proof func(context.Context) (*NodeResult, error)) *NodeResult {
 	n, r := t.advance(ctx, plan.StepProve, state.PhaseProved)
 	if r != nil {
 		return r
 	}
 
-	if err := t.e.proveRuntime(ctx, t.np.Name); err != nil {
+	if r, err := proof(ctx); r != nil {
+		return r
+	} else if err != nil {
 		return t.callFailed(ctx, "not proved", err)
 	}
 

@@ -41,10 +41,11 @@ func newHarness(t *testing.T, parallelism int, nodes ...string) *harness {
 	}
 
 	h := &harness{w: w, lease: &fakeLease{done: make(chan struct{})}, store: &fakeStore{w: w}}
-	h.e = newExecutor(ports{nodes: fakeNodes{w}, workloads: fakeNodes{w}, talos: fakeTalos{w}, etcd: fakeTalos{w}, lease: h.lease, store: h.store}, &state.State{}, execOptions{
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // the waits take no time
+	h.e = newExecutor(ports{nodes: fakeNodes{w}, workloads: fakeNodes{w}, talos: fakeTalos{w}, etcd: fakeTalos{w}, keyrings: fakeKeyrings{w, clk}, lease: h.lease, store: h.store}, &state.State{}, execOptions{
 		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 10 * time.Minute, WorkerParallelism: parallelism, Poll: 500 * time.Millisecond,
-		Clock:           clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), // the waits take no time
-		AllowQuorumLoss: true,                                                       // the fakes' fleets have one or two control planes
+		Clock:           clk,
+		AllowQuorumLoss: true, // the fakes' fleets have one or two control planes
 	})
 	h.e.judge = func(s plan.Subject) plan.Verdict {
 		w.record("judge %s %s", s.Planned.UID[len("uid-"):], s.Step)
@@ -250,6 +251,10 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 		h.w.probeErr[f[1]] = errors.New(rest(2))
 	case "runtime-stays":
 		h.w.runtimeStays[f[1]] = true
+	case "keyring-held": // NODE DIGEST: an earlier rotation wrote the node's keyring
+		h.w.keyrings[f[1]], h.w.keyringHeld[f[1]] = f[2], f[2]
+	case "keyring-unread":
+		h.w.keyringUnread[f[1]] = true
 	case "state-fails":
 		h.store.err = errors.New(rest(1))
 	}
@@ -421,11 +426,11 @@ func (s *txnScript) parse(text string) error {
 		if err = need(2); err == nil {
 			s.refuseAt = plan.Step(f[1])
 		}
-	case "conflicts", "foreign-owner", "drain-fails", "probe-fails":
+	case "conflicts", "foreign-owner", "drain-fails", "probe-fails", "keyring-held":
 		if err = need(3); err == nil {
 			s.faults = append(s.faults, text)
 		}
-	case "state-fails", "runtime-stays":
+	case "state-fails", "runtime-stays", "keyring-unread":
 		if err = need(2); err == nil {
 			s.faults = append(s.faults, text)
 		}
@@ -435,7 +440,7 @@ func (s *txnScript) parse(text string) error {
 			s.events = append(s.events, text)
 		}
 	default:
-		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, runtime-stays, at)", text)
+		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, runtime-stays, keyring-held, keyring-unread, at)", text)
 	}
 
 	return err

@@ -25,6 +25,7 @@ const (
 	ClassControlPlane = "control-plane"
 	ClassAutoscaled   = "autoscaled"
 	ClassLive         = "live"
+	ClassKeyring      = "kubelet-keyring"
 )
 
 // EstimateSamples is how many of a class's latest recorded rotations its median is taken over.
@@ -33,12 +34,15 @@ const EstimateSamples = 20
 // Timing is the estimate's input besides the plan: the recorded samples, the defaults, the
 // parallelism and the budget.
 type Timing struct {
-	Samples           []state.Sample
-	ExpectedNodeTime  time.Duration
-	ExpectedLiveTime  time.Duration
-	WorkerParallelism int
-	LiveParallelism   int
-	DrainTimeout      time.Duration
+	Samples          []state.Sample
+	ExpectedNodeTime time.Duration
+	ExpectedLiveTime time.Duration
+	// ExpectedKeyringTime is a kubelet-keyring node's, before any is recorded: up to the
+	// kubelet's five-minute keyring cache, and the proof.
+	ExpectedKeyringTime time.Duration
+	WorkerParallelism   int
+	LiveParallelism     int
+	DrainTimeout        time.Duration
 	// Budget is the run's time budget (0: none) and Reserve what it keeps for its closing steps.
 	Budget  time.Duration
 	Reserve time.Duration
@@ -77,6 +81,8 @@ func ClassOf(np NodePlan) string {
 	switch {
 	case np.Action == ActionApplyLive:
 		return ClassLive
+	case np.Action == ActionKeyring:
+		return ClassKeyring
 	case np.Role == RoleControlPlane:
 		return ClassControlPlane
 	case np.Autoscaled:
@@ -105,8 +111,12 @@ func classEstimate(class string, t Timing) ClassEstimate {
 	}
 
 	def := t.ExpectedNodeTime
-	if class == ClassLive {
+
+	switch class {
+	case ClassLive:
 		def = t.ExpectedLiveTime
+	case ClassKeyring:
+		def = t.ExpectedKeyringTime
 	}
 
 	return ClassEstimate{Class: class, PerNode: def, Default: true}
@@ -187,8 +197,8 @@ func estimate(p *Plan, t Timing) *Estimate {
 		switch {
 		case np.Order == 0:
 			continue
-		case np.Action == ActionApplyLive && np.Role != RoleControlPlane:
-			live = append(live, np)
+		case np.Action == ActionKeyring, np.Action == ActionApplyLive && np.Role != RoleControlPlane:
+			live = append(live, np) // a keyring write restarts nothing: control planes too
 		case np.Role == RoleControlPlane:
 			controlPlanes = append(controlPlanes, np)
 		default:
@@ -198,7 +208,7 @@ func estimate(p *Plan, t Timing) *Estimate {
 		np.Estimate = per(np)
 		e.Acted++
 
-		if np.Action == ActionApplyLive {
+		if np.Action.InPlace() {
 			e.Live++
 		} else {
 			e.Fenced++
@@ -226,7 +236,7 @@ func estimate(p *Plan, t Timing) *Estimate {
 		}
 	}
 
-	for _, c := range []string{ClassLive, ClassWorker, ClassAutoscaled, ClassControlPlane} {
+	for _, c := range []string{ClassLive, ClassKeyring, ClassWorker, ClassAutoscaled, ClassControlPlane} {
 		if ce, ok := classes[c]; ok {
 			e.Classes = append(e.Classes, ce)
 		}

@@ -15,18 +15,19 @@ type Step string
 // Steps of a node's transaction (each guards the mutation of the phase it enters), and of a
 // recovery.
 const (
-	StepPlan      Step = "plan"      // planning: no transaction yet
-	StepClaim     Step = "claim"     // → claimed: owner, record, scale-down guard, cordon
-	StepGuard     Step = "guard"     // → guarded
-	StepDrain     Step = "drain"     // → drained: evictions
-	StepConfigure Step = "configure" // → configured: the Talos write
-	StepReboot    Step = "reboot"    // → rebooting
-	StepWait      Step = "wait for"  // → ready: a reboot is in flight, NotReady is expected
-	StepProve     Step = "prove"     // → proved: the runtime probe and the verified marker
-	StepRelease   Step = "release"   // → released: the fence comes off
-	StepCheck     Step = "check"     // no mutation: what became of the node after a failed call
-	StepAnnotate  Step = "annotate"  // record on the node what was done (the phase mirror, the verified marker)
-	StepUndo      Step = "undo"      // recovery: undo a recorded fence (release, reclaim)
+	StepPlan      Step = "plan"                         // planning: no transaction yet
+	StepClaim     Step = "claim"                        // → claimed: owner, record, scale-down guard, cordon
+	StepGuard     Step = "guard"                        // → guarded
+	StepDrain     Step = "drain"                        // → drained: evictions
+	StepConfigure Step = "configure"                    // → configured: the Talos write
+	StepKeyring   Step = "write the kubelet keyring of" // → keyring-written: the writer pod on the node
+	StepReboot    Step = "reboot"                       // → rebooting
+	StepWait      Step = "wait for"                     // → ready: a reboot is in flight, NotReady is expected
+	StepProve     Step = "prove"                        // → proved: the runtime probe and the verified marker
+	StepRelease   Step = "release"                      // → released: the fence comes off
+	StepCheck     Step = "check"                        // no mutation: what became of the node after a failed call
+	StepAnnotate  Step = "annotate"                     // record on the node what was done (the phase mirror, the verified marker)
+	StepUndo      Step = "undo"                         // recovery: undo a recorded fence (release, reclaim)
 )
 
 // Subject is everything the judgement looks at.
@@ -126,7 +127,7 @@ func judgePlanning(s Subject) Verdict {
 		return verdict(Deselect, ReasonFencedByOther, detail)
 	}
 
-	if s.Action != ActionFence && s.Action != ActionApplyLive {
+	if !s.Action.Acts() {
 		return proceed() // these rules only matter when ghcrsync would act
 	}
 

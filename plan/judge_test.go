@@ -75,7 +75,7 @@ func TestJudge(t *testing.T) {
 		want = append(want, "phase "+string(p))
 	}
 
-	for _, s := range []plan.Step{plan.StepPlan, plan.StepClaim, plan.StepGuard, plan.StepDrain, plan.StepConfigure, plan.StepReboot,
+	for _, s := range []plan.Step{plan.StepPlan, plan.StepClaim, plan.StepGuard, plan.StepDrain, plan.StepConfigure, plan.StepKeyring, plan.StepReboot,
 		plan.StepWait, plan.StepProve, plan.StepRelease, plan.StepCheck, plan.StepAnnotate, plan.StepUndo} {
 		want = append(want, "step "+string(s))
 	}

@@ -154,8 +154,9 @@ func classify(n Node, in Input, identity string) NodePlan {
 		np.Action, np.Reason, np.Sentence = ActionDeselect, v.Reason, v.Reason.Sentence(v.Detail)
 	}
 
-	if (np.Action == ActionFence || np.Action == ActionApplyLive) && n.Talos != nil {
+	if np.Action.Acts() && n.Talos != nil {
 		np.TalosDryRun = n.Talos.DryRun
+		np.KubeletRootDir, np.Keyring = n.Talos.KubeletRootDir, n.Keyring
 	}
 
 	if np.Action == ActionFence {
@@ -191,33 +192,100 @@ func needs(n Node, in Input) (Action, Reason, string) {
 	}
 
 	live := version.AtLeast(TalosLiveRegistryAuth)
+	// A keyring ghcrsync wrote that holds another credential: the kubelet sends it with every
+	// pull, before containerd's own, whatever the Talos config says.
+	staleKeyring := n.Keyring != "" && n.Keyring != in.AuthDigest
 
-	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" && !n.HeldUnproven {
+	if n.Talos.ConfiguredDigest == in.AuthDigest && in.AuthDigest != "" && !n.HeldUnproven && !staleKeyring {
 		if proof := runtimeProof(n, in); proof != "" {
-			return ActionNoOp, ReasonInSync, ReasonInSync.Sentence(human.Short(in.CredentialRevision)) + ": " + proof
+			return ActionNoOp, ReasonInSync, ReasonInSync.Sentence(human.Short(in.CredentialRevision)) + ": " + proof + keyringClause(n)
 		}
 	}
 
 	reason, detail := ReasonConfigOutdated, "configured "+human.ShortOrNone(n.Talos.ConfiguredDigest)+", desired "+human.Short(in.AuthDigest)
 	switch {
+	case n.Talos.ConfiguredDigest == in.AuthDigest && staleKeyring:
+		reason, detail = ReasonKeyringStale, human.Short(n.Keyring)+", desired "+human.Short(in.AuthDigest)
 	case n.Talos.ConfiguredDigest == in.AuthDigest && n.HeldUnproven:
 		reason, detail = ReasonRuntimeUnproven, "it is cordoned on ghcrsync's unproven hold: an earlier run wrote its config and never proved its runtime"
 	case n.Talos.ConfiguredDigest == in.AuthDigest:
 		reason, detail = ReasonRuntimeUnproven, "no verified marker for this revision, and the runtime started before the config changed"
 	}
 
-	// A live write restarts the runtime only when it changes the rendered config: a config that
-	// already holds the credential, with a runtime not known to have loaded it, takes a reboot.
-	if live && n.Talos.ConfiguredDigest != in.AuthDigest {
-		return ActionApplyLive, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
+	why := reason.Sentence(detail)
+	notUsable := keyringUnusable(n, in)
+
+	switch {
+	case in.Keyring != nil && notUsable == "" && (!live || n.Keyring != ""):
+		// Talos ≤ 1.13, or a node whose keyring ghcrsync wrote (which a live reload would not
+		// reach): the keyring takes the credential with no restart.
+		return ActionKeyring, reason, why + "; Talos " + n.Talos.Version + keyringHow(live)
+	case staleKeyring && in.Keyring == nil:
+		return ActionDeselect, ReasonKeyringStale, why + "; only nodes.kubelet_keyring's writer can rewrite it: configure it, then plan again"
+	case live && n.Talos.ConfiguredDigest != in.AuthDigest:
+		// A live write restarts the runtime only when it changes the rendered config: a config
+		// that already holds the credential, with a runtime not known to have loaded it, takes a
+		// reboot.
+		return ActionApplyLive, reason, why + "; Talos " + n.Talos.Version + " reloads registry auth live: apply and prove, no cordon"
+	case live:
+		return ActionFence, reason, why + "; Talos " + n.Talos.Version +
+			" restarts its runtime only when a write changes its registry config, and this one would change nothing: a reboot loads it" + notUsable
 	}
 
+	return ActionFence, reason, why + "; Talos " + n.Talos.Version + " needs a reboot to load it" + notUsable
+}
+
+// keyringHow says how the keyring path loads the credential on a node.
+func keyringHow(live bool) string {
 	if live {
-		return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version +
-			" restarts its runtime only when a write changes its registry config, and this one would change nothing: a reboot loads it"
+		return " reloads registry auth live, but its kubelet's keyring, which ghcrsync wrote, would still send the old credential with every pull: " +
+			"the config written live and the keyring rewritten, then proved, no cordon, no reboot"
 	}
 
-	return ActionFence, reason, reason.Sentence(detail) + "; Talos " + n.Talos.Version + " needs a reboot to load it"
+	return " loads registry auth only at boot: the config written live (every later boot takes it) and the kubelet's keyring given the credential, " +
+		"which the kubelet sends with every pull and containerd uses before its own — proved, no cordon, no drain, no reboot, no restart"
+}
+
+// keyringUnusable says why the kubelet keyring cannot carry the credential on a node where it is
+// configured (a clause to append, "" when it can, or is not configured).
+func keyringUnusable(n Node, in Input) string {
+	if in.Keyring == nil || n.Talos == nil {
+		return ""
+	}
+
+	if why, failed := in.Keyring.Failed[n.Name]; failed {
+		return "; its kubelet keyring is not used again: an earlier run of this revision wrote it and did not prove it (" + why + "), so a reboot loads the credential"
+	}
+
+	if m := untrustedMirrors(n.Talos.Mirrors, in.Keyring.TrustedMirrors); len(m) > 0 {
+		return "; its kubelet keyring is not used: its containerd pulls " + in.Registry + " through the mirror " + strings.Join(m, ", ") +
+			", which would receive the keyring's credential with every pull (the kubelet sends it with no server address, and containerd hands it to every endpoint)" +
+			" — list it in nodes.kubelet_keyring.trusted_mirrors if that is meant"
+	}
+
+	return ""
+}
+
+// untrustedMirrors are the mirrors not in trusted.
+func untrustedMirrors(mirrors, trusted []string) []string {
+	var out []string
+
+	for _, m := range mirrors {
+		if !slices.Contains(trusted, m) {
+			out = append(out, m)
+		}
+	}
+
+	return out
+}
+
+// keyringClause says, of a node in sync, that its kubelet's keyring carries the credential.
+func keyringClause(n Node) string {
+	if n.Keyring == "" {
+		return ""
+	}
+
+	return "; its kubelet keyring holds it, and its containerd loads it from the Talos config at its next boot"
 }
 
 // staleBehindValidConfig are the stale runtimes whose config holds no refused credential: the
@@ -329,7 +397,7 @@ func order(nodes []NodePlan) {
 
 	rank := func(n NodePlan) int {
 		switch {
-		case n.Action == ActionApplyLive:
+		case n.Action.InPlace():
 			return 0
 		case n.Action != ActionFence:
 			return rest
@@ -372,6 +440,8 @@ func summarize(nodes []NodePlan, secrets []SecretPlan, templates []TemplatePlan)
 			s.Fence++
 		case ActionApplyLive:
 			s.ApplyLive++
+		case ActionKeyring:
+			s.Keyring++
 		case ActionNoOp:
 			s.Unchanged++
 		case ActionDeselect:
@@ -408,7 +478,7 @@ func summarize(nodes []NodePlan, secrets []SecretPlan, templates []TemplatePlan)
 
 func actsOnControlPlanes(p *Plan) bool {
 	for _, n := range p.Nodes {
-		if n.Role == RoleControlPlane && (n.Action == ActionFence || n.Action == ActionApplyLive) {
+		if n.Role == RoleControlPlane && (n.Action == ActionFence || n.Action == ActionApplyLive) { // a keyring write restarts nothing
 			return true
 		}
 	}

@@ -44,6 +44,8 @@ type goldenInput struct {
 	// Credential and Tenants: several credentials (tenant credential blocks).
 	Credential string                `json:"credential"`
 	Tenants    []plan.TenantRotation `json:"tenants"`
+	// Keyring: nodes.kubelet_keyring is configured.
+	Keyring *plan.KeyringPolicy `json:"keyring"`
 }
 
 func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
@@ -68,7 +70,8 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 	}
 
 	// The configuration's defaults (internal/config), unless the case sets its own.
-	timing := plan.Timing{ExpectedNodeTime: 6 * time.Minute, ExpectedLiveTime: 30 * time.Second, WorkerParallelism: 1, LiveParallelism: 10,
+	timing := plan.Timing{ExpectedNodeTime: 6 * time.Minute, ExpectedLiveTime: 30 * time.Second, ExpectedKeyringTime: 5*time.Minute + 30*time.Second,
+		WorkerParallelism: 1, LiveParallelism: 10,
 		DrainTimeout: 45 * time.Minute, Reserve: 2 * time.Minute}
 
 	if x := in.Timing; x != nil {
@@ -87,6 +90,7 @@ func load(t *testing.T, dir string) (plan.Snapshot, plan.Input) {
 		AuthDigest: in.AuthDigest, Registry: in.Registry, ProofSkipped: in.ProofSkipped, CredentialExpires: in.CredentialExpires, IsolatedFrom: in.IsolatedFrom, ConfigDigest: in.ConfigDigest,
 		Exclude: in.Exclude, SelfNode: in.SelfNode, AutoscalerPolicy: in.AutoscalerPolicy, State: in.State, Known: in.Known,
 		SelectedVerdict: in.SelectedVerdict, Timing: timing, Rotation: in.Rotation, Credential: in.Credential, Tenants: in.Tenants,
+		Keyring: in.Keyring,
 	}
 }
 
@@ -155,7 +159,7 @@ func TestGolden(t *testing.T) {
 		}
 	}
 
-	for _, a := range []plan.Action{plan.ActionFence, plan.ActionApplyLive, plan.ActionNoOp, plan.ActionDeselect} {
+	for _, a := range []plan.Action{plan.ActionFence, plan.ActionApplyLive, plan.ActionKeyring, plan.ActionNoOp, plan.ActionDeselect} {
 		if !actions[a] {
 			t.Errorf("no golden case covers action %s", a)
 		}

@@ -30,7 +30,7 @@ func probeArchWarnings(p *Plan, s Snapshot) []string {
 
 		for _, n := range p.Nodes {
 			a := arch[n.Name]
-			if (n.Action != ActionFence && n.Action != ActionApplyLive) || a == "" || offersArch(offered, a) {
+			if !n.Action.Acts() || a == "" || offersArch(offered, a) {
 				continue
 			}
 

@@ -30,6 +30,7 @@ const (
 	ReasonInvalidInventory    Reason = "invalid-inventory"
 	ReasonTalosUnsupported    Reason = "talos-unsupported"
 	ReasonTalosRefuses        Reason = "talos-refuses"
+	ReasonKeyringStale        Reason = "keyring-stale"
 )
 
 // Reasons lists every reason code.
@@ -38,7 +39,7 @@ var Reasons = []Reason{
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
 	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
-	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported, ReasonTalosRefuses,
+	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported, ReasonTalosRefuses, ReasonKeyringStale,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -66,6 +67,7 @@ var clauses = map[Reason]string{
 	ReasonRunsGhcrsync:        "ghcrsync itself runs on it (%s): fencing it would drain this very run; a run from another node rotates it",
 	ReasonInvalidInventory:    "its Node record does not name one machine (%s), so ghcrsync leaves it alone",
 	ReasonTalosRefuses:        "its Talos refuses the config ghcrsync would write (a dry run: %s), so ghcrsync leaves it alone",
+	ReasonKeyringStale:        "its kubelet keyring holds another credential (%s), which the kubelet sends with every pull before containerd's own",
 	ReasonTalosUnsupported:    "its Talos cannot take the RegistryAuthConfig document (%s; it needs " + TalosMinimum.String() + " or later), so ghcrsync leaves it alone",
 }
 

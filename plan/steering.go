@@ -210,7 +210,7 @@ func destinations(p *Plan, s Snapshot, fenced map[string]bool) []string {
 
 		switch {
 		case fenced[n.Name] || !d.Takes():
-		case np.Action == ActionApplyLive && np.Role == RoleWorker: // rotated live before any drain
+		case np.Action.InPlace() && np.Role == RoleWorker: // rotated in place before any drain
 			able = append(able, n.Name)
 		default:
 			if ok, _ := p.CanPull(d); ok {

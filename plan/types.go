@@ -129,9 +129,13 @@ type Node struct {
 	Phase            state.Phase `json:"phase,omitempty"`
 	VerifiedRevision string      `json:"verified_revision,omitempty"`
 	VerifiedBoot     string      `json:"verified_boot,omitempty"`
-	Deleting         *time.Time  `json:"deleting,omitempty"`
-	Ready            bool        `json:"ready"`
-	BootID           string      `json:"boot_id,omitempty"`
+	// Keyring is the credential (its auth digest) ghcrsync last wrote into the node's kubelet
+	// keyring, or read there ("": none known): the kubelet sends it with every pull, before
+	// containerd's own. The ghcrsync.dev/keyring annotation.
+	Keyring  string     `json:"keyring,omitempty"`
+	Deleting *time.Time `json:"deleting,omitempty"`
+	Ready    bool       `json:"ready"`
+	BootID   string     `json:"boot_id,omitempty"`
 	// Arch is its CPU architecture (the kubernetes.io/arch label): the probe's image must have
 	// a variant for it.
 	Arch       string      `json:"arch,omitempty"`
@@ -219,6 +223,11 @@ type TalosFacts struct {
 	// DryRunRefused its refusal of that config (plan deselects the node: never claimed).
 	DryRun        string `json:"dry_run,omitempty"`
 	DryRunRefused string `json:"dry_run_refused,omitempty"`
+	// KubeletRootDir is the kubelet's root directory on the node (its keyring's folder):
+	// machine.kubelet.extraArgs root-dir, else /var/lib/kubelet.
+	KubeletRootDir string `json:"kubelet_root_dir,omitempty"`
+	// Mirrors are the endpoints its containerd pulls the registry's images through.
+	Mirrors []string `json:"mirrors,omitempty"`
 }
 
 // Lease is the observed run Lease.
@@ -280,6 +289,21 @@ type Input struct {
 	Timing Timing
 	// Rotation is the rotation the state says is in progress (nil: none).
 	Rotation *state.Rotation
+	// Keyring, when set, lets a node whose Talos cannot reload registry auth live take the
+	// credential through its kubelet's keyring (nodes.kubelet_keyring); nil: every such node is
+	// fenced and rebooted.
+	Keyring *KeyringPolicy
+}
+
+// KeyringPolicy is how the kubelet keyring may be used.
+type KeyringPolicy struct {
+	// TrustedMirrors are mirror endpoints an operator accepts receiving the credential (the
+	// kubelet's keyring credential goes to every endpoint containerd pulls from).
+	TrustedMirrors []string `json:"trusted_mirrors,omitempty"`
+	// Failed are the nodes an earlier run of this revision wrote a keyring on and could not prove
+	// (the writer did not run, or no proof within the keyring's window), with what failed: a
+	// reboot loads the credential there instead.
+	Failed map[string]string `json:"failed,omitempty"`
 }
 
 // Probe is the runtime proof a plan's apply makes on each node: a pod of Image (by digest, as
@@ -321,9 +345,21 @@ type Action string
 const (
 	ActionFence     Action = "fence"
 	ActionApplyLive Action = state.ActionApplyLive
-	ActionNoOp      Action = "no-op"
-	ActionDeselect  Action = "deselect"
+	// ActionKeyring: the node's Talos cannot reload registry auth live (≤ 1.13); its config is
+	// written live all the same (every later boot, and Talos's own pulls, take it), and the
+	// kubelet's node keyring gets the credential, which the kubelet sends with every pull and
+	// containerd uses before its own: proved on the node, with no cordon, drain, reboot or restart.
+	ActionKeyring  Action = state.ActionKeyring
+	ActionNoOp     Action = "no-op"
+	ActionDeselect Action = "deselect"
 )
+
+// Acts reports whether the action changes the node: a fence, a live update, a keyring write.
+func (a Action) Acts() bool { return a == ActionFence || a == ActionApplyLive || a == ActionKeyring }
+
+// InPlace reports whether the action rotates the node in service: no claim, no cordon, no drain,
+// no reboot (a live update, a keyring write).
+func (a Action) InPlace() bool { return a == ActionApplyLive || a == ActionKeyring }
 
 // Role is a node's role.
 type Role string
@@ -439,9 +475,13 @@ type NodePlan struct {
 	// TalosDryRun is its Talos's answer to a dry run of the change (nodes acted on).
 	TalosDryRun string `json:"talos_dry_run,omitempty"`
 	// Blockers are what its drain will meet (fenced nodes).
-	Blockers   []DrainBlocker `json:"drain_blockers,omitempty"`
-	Pods       int            `json:"pods,omitempty"` // the pods its drain would evict, when planned
-	Invariants Invariants     `json:"invariants"`
+	Blockers []DrainBlocker `json:"drain_blockers,omitempty"`
+	// KubeletRootDir is where its kubelet's keyring is (kubelet-keyring nodes, and fenced nodes
+	// whose keyring an earlier rotation wrote); Keyring the credential ghcrsync knows it holds.
+	KubeletRootDir string     `json:"kubelet_root_dir,omitempty"`
+	Keyring        string     `json:"keyring,omitempty"`
+	Pods           int        `json:"pods,omitempty"` // the pods its drain would evict, when planned
+	Invariants     Invariants `json:"invariants"`
 	// Autoscaled: a machine of an autoscaler node group (its estimate's class).
 	Autoscaled bool `json:"autoscaled,omitempty"`
 	// Estimate is how long its rotation is expected to take; Ends when, from the run's start, it
@@ -467,6 +507,7 @@ type Invariants struct {
 type Summary struct {
 	Fence      int `json:"fence"`
 	ApplyLive  int `json:"apply_live"`
+	Keyring    int `json:"kubelet_keyring,omitempty"`
 	Unchanged  int `json:"unchanged"`
 	Deselected int `json:"deselected"`
 
@@ -482,7 +523,7 @@ type Summary struct {
 
 // Changes reports whether the plan acts on any node, pull secret or node template.
 func (p *Plan) Changes() bool {
-	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate+p.Summary.TemplatesRestart > 0
+	return p.Summary.Fence+p.Summary.ApplyLive+p.Summary.Keyring+p.Summary.SecretsCreate+p.Summary.SecretsUpdate+p.Summary.TemplatesUpdate+p.Summary.TemplatesRestart > 0
 }
 
 // ExpiryWarning is how long before its expiry a credential is reported as expiring.

@@ -556,7 +556,7 @@ func (p *Plan) Leaves() []Use {
 
 	for _, n := range p.Nodes {
 		switch n.Action {
-		case ActionFence, ActionApplyLive:
+		case ActionFence, ActionApplyLive, ActionKeyring:
 			acts[UseNode+" "+n.Name] = true
 		case ActionDeselect:
 			alone[n.Name] = n.Sentence

@@ -32,14 +32,18 @@ const (
 	PhaseGuarded    Phase = "guarded"
 	PhaseDrained    Phase = "drained"
 	PhaseConfigured Phase = "configured"
-	PhaseRebooting  Phase = "rebooting"
-	PhaseReady      Phase = "ready"
-	PhaseProved     Phase = "proved"
-	PhaseReleased   Phase = "released"
+	// PhaseKeyring: the kubelet's node keyring is being written (or emptied of the registry's
+	// entry) by a writer pod on the node: the kubelet-keyring path, and a fenced node whose keyring
+	// an earlier rotation wrote.
+	PhaseKeyring   Phase = "keyring-written"
+	PhaseRebooting Phase = "rebooting"
+	PhaseReady     Phase = "ready"
+	PhaseProved    Phase = "proved"
+	PhaseReleased  Phase = "released"
 )
 
 // Phases lists every phase, in order.
-var Phases = []Phase{PhaseSelected, PhaseClaimed, PhaseGuarded, PhaseDrained, PhaseConfigured, PhaseRebooting, PhaseReady, PhaseProved, PhaseReleased}
+var Phases = []Phase{PhaseSelected, PhaseClaimed, PhaseGuarded, PhaseDrained, PhaseConfigured, PhaseKeyring, PhaseRebooting, PhaseReady, PhaseProved, PhaseReleased}
 
 // AtOrAfter reports whether p is at or past q.
 func (p Phase) AtOrAfter(q Phase) bool {
@@ -88,6 +92,12 @@ const (
 // ActionApplyLive is a record's action when the node's Talos reloads the credential live: no
 // claim, no cordon, no reboot (plan.ActionApplyLive).
 const ActionApplyLive = "apply-live"
+
+// ActionKeyring is a record's action when the node's Talos cannot reload the credential live and
+// its kubelet's node keyring takes it instead: the Talos config written live, the keyring written
+// by a pod on the node, the runtime proved — no claim, no cordon, no drain, no reboot, no restart
+// (plan.ActionKeyring).
+const ActionKeyring = "kubelet-keyring"
 
 // Store is a state backend.
 type Store interface {
@@ -308,8 +318,8 @@ func (r Record) Terminal() bool { return r.Outcome != OutcomeInProgress }
 // its release. A node whose claim never landed (refused at selection) holds nothing.
 func (r Record) Holds() bool {
 	switch {
-	case r.Action == ActionApplyLive:
-		return false // a live rotation claims and cordons nothing
+	case r.Action == ActionApplyLive || r.Action == ActionKeyring:
+		return false // a live or keyring rotation claims and cordons nothing
 	case !r.Terminal():
 		return true
 	case r.Phase == PhaseReleased:

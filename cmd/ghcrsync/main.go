@@ -155,7 +155,7 @@ func newRoot() *cobra.Command {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
 	})
 
-	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), newValidate(), newFmt(), newVersion())
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), newValidate(), newFmt(), newVersion(), newNodeKeyring())
 
 	return root
 }

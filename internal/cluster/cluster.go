@@ -279,6 +279,7 @@ func FromNode(n *corev1.Node) plan.Node {
 		Phase:            state.Phase(n.Annotations[PhaseAnnotation]),
 		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
 		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
+		Keyring:          n.Annotations[KeyringAnnotation],
 		HeldUnproven:     HeldUnproven(n),
 		Arch:             cmp.Or(n.Labels[corev1.LabelArchStable], n.Status.NodeInfo.Architecture),
 	}

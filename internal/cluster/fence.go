@@ -32,6 +32,9 @@ const (
 	// to pull with a credential revision, on a boot.
 	VerifiedRevisionAnnotation = "ghcrsync.dev/verified-revision"
 	VerifiedBootAnnotation     = "ghcrsync.dev/verified-boot-id"
+	// KeyringAnnotation is the credential (its auth digest) ghcrsync last wrote into the node's
+	// kubelet keyring, or found there; absent when ghcrsync knows of none.
+	KeyringAnnotation = "ghcrsync.dev/keyring"
 	// ScaleDownGuardByAnnotation records that ghcrsync set the scale-down guard (and so must
 	// remove it); it is absent when the guard was already there.
 	ScaleDownGuardByAnnotation = "ghcrsync.dev/scale-down-disabled-by"
@@ -300,6 +303,30 @@ func MarkPatch(n *corev1.Node, revision, bootID string) map[string]any {
 	if HeldUnproven(n) {
 		ann[UnprovenAnnotation] = nil
 		p["spec"] = map[string]any{"unschedulable": false}
+	}
+
+	return p
+}
+
+// WithKeyring adds to a node patch p the credential the node's kubelet keyring now holds
+// ("": none, the annotation removed).
+func WithKeyring(p map[string]any, digest string) map[string]any {
+	md, _ := p["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		p["metadata"] = md
+	}
+
+	ann, _ := md["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		md["annotations"] = ann
+	}
+
+	if digest == "" {
+		ann[KeyringAnnotation] = nil
+	} else {
+		ann[KeyringAnnotation] = digest
 	}
 
 	return p

@@ -187,19 +187,30 @@ func failedPull(ctx context.Context, src probeSource, pod *corev1.Pod, backoff s
 // probeCreateAttempts bounds the probe create's retries of an admission timeout.
 const probeCreateAttempts = 4
 
-// createProbe creates the probe pod. An admission timeout (a webhook that did not answer in
-// time) is retried, a few times; an answer that never came (the connection dropped, a timeout
-// after the pod may have been stored) is looked up by the attempt's label: a pod that was stored
-// is adopted, never left behind, and never created twice.
+// createProbe creates the probe pod (createPod).
 func (c *Connection) createProbe(ctx context.Context, node string, p Probe, timeout time.Duration) (*corev1.Pod, error) {
-	pods := c.Client.CoreV1().Pods(p.Namespace)
+	pod, err := c.createPod(ctx, p.Namespace, probe.AttemptLabel, func(attempt string) *corev1.Pod { return probe.Pod(node, p, attempt) }, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, err)
+	}
+
+	return pod, nil
+}
+
+// createPod creates the pod build makes for a new attempt (labelled attemptLabel=attempt). An
+// admission timeout (a webhook that did not answer in time) is retried, a few times; an answer
+// that never came (the connection dropped, a timeout after the pod may have been stored) is
+// looked up by the attempt's label: a pod that was stored is adopted, never left behind, and
+// never created twice.
+func (c *Connection) createPod(ctx context.Context, namespace, attemptLabel string, build func(attempt string) *corev1.Pod, timeout time.Duration) (*corev1.Pod, error) {
+	pods := c.Client.CoreV1().Pods(namespace)
 
 	var last error
 
 	for i := range probeCreateAttempts {
 		attempt := newAttempt()
 
-		pod, err := pods.Create(ctx, probe.Pod(node, p, attempt), metav1.CreateOptions{})
+		pod, err := pods.Create(ctx, build(attempt), metav1.CreateOptions{})
 		if err == nil {
 			return pod, nil
 		}
@@ -211,20 +222,20 @@ func (c *Connection) createProbe(ctx context.Context, node string, p Probe, time
 		}
 
 		// The pod may have been stored although its answer was lost: adopt it.
-		if list, lerr := pods.List(ctx, metav1.ListOptions{LabelSelector: probe.AttemptLabel + "=" + attempt}); lerr == nil && len(list.Items) > 0 {
+		if list, lerr := pods.List(ctx, metav1.ListOptions{LabelSelector: attemptLabel + "=" + attempt}); lerr == nil && len(list.Items) > 0 {
 			return &list.Items[0], nil
 		}
 
 		if i < probeCreateAttempts-1 {
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, ctx.Err())
+				return nil, ctx.Err()
 			case <-c.Clock.After(min(time.Duration(i+1)*time.Second, timeout)):
 			}
 		}
 	}
 
-	return nil, fmt.Errorf("create runtime probe pod on %s: %w", node, last)
+	return nil, last
 }
 
 func newAttempt() string {

@@ -213,6 +213,8 @@ type Nodes struct {
 	// expected to take before the state has recorded any (the estimate's defaults).
 	ExpectedNodeTime time.Duration
 	ExpectedLiveTime time.Duration
+	// Keyring is nodes.kubelet_keyring (nil: not configured).
+	Keyring *Keyring
 }
 
 // The estimate's defaults, before the state has recorded a rotation: a fenced node on Hetzner
@@ -398,6 +400,7 @@ type nodesBlock struct {
 	ExpectedNodeTime     hcl.Expression `hcl:"expected_node_time,optional"`
 	ExpectedLiveTime     hcl.Expression `hcl:"expected_live_time,optional"`
 	RuntimeProbe         *probeBlock    `hcl:"runtime_probe,block"`
+	KubeletKeyring       *keyringBlock  `hcl:"kubelet_keyring,block"`
 }
 
 type probeBlock struct {
@@ -719,6 +722,11 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	d.state(raw, cfg)
 	d.liveness(raw, body, cfg)
 	d.probeNamespace(body, cfg)
+
+	if raw.Nodes != nil {
+		cfg.Nodes.Keyring = d.keyring(raw.Nodes.KubeletKeyring, body, cfg)
+	}
+
 	d.run(raw, cfg)
 
 	return cfg

@@ -53,6 +53,13 @@ liveness "github_actions" {
 }
 `
 
+const zeroDigest = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// withKeyring puts a nodes.kubelet_keyring block holding attrs into the valid configuration.
+func withKeyring(s, attrs string) string {
+	return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout      = "5m"`+"\n  kubelet_keyring {\n    "+attrs+"\n  }", 1)
+}
+
 func writeDir(t *testing.T, hcl string) string {
 	t.Helper()
 
@@ -218,6 +225,20 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"ghcrsync.hcl:", "Duplicate Kustomization", "flux-system/apps twice"}},
 		{"flux_without_suspend", func(s string) string { return s + "\nflux {\n}\n" },
 			[]string{"Missing required argument", "suspend"}},
+		{"keyring_image_not_pinned", func(s string) string {
+			return withKeyring(s, `image = "registry.example.com/platform/ghcrsync:v0.4.0"`)
+		},
+			[]string{"ghcrsync.hcl:19:5", "Keyring writer image not pinned", "by digest"}},
+		{"keyring_image_on_the_rotated_registry", func(s string) string {
+			return withKeyring(s, `image = "ghcr.io/ghcrsync/ghcrsync@sha256:`+zeroDigest+`"`)
+		},
+			[]string{"ghcrsync.hcl:19:5", "Keyring writer image on the rotated registry", "could never be mended"}},
+		{"keyring_namespace_shared", func(s string) string {
+			return withKeyring(s, `image = "registry.example.com/p/ghcrsync@sha256:`+zeroDigest+`"`+"\n    namespace = \"kube-system\"")
+		}, []string{"ghcrsync.hcl:20:5", "Keyring namespace not isolated", "kube-system"}},
+		{"keyring_window_too_short", func(s string) string {
+			return withKeyring(s, `image = "registry.example.com/p/ghcrsync@sha256:`+zeroDigest+`"`+"\n    window = \"30s\"")
+		}, []string{"ghcrsync.hcl:20:5", "Keyring window too short", "five minutes"}},
 		{"registry_with_path", func(s string) string {
 			return strings.Replace(s, `registry  = "ghcr.io"`, `registry  = "ghcr.io/org"`, 1)
 		},

@@ -50,6 +50,11 @@ node_template "t" {
 liveness "github_actions" {
   repository = "org/fleet"
 }
+nodes {
+  kubelet_keyring {
+    image = "registry.example.com/platform/ghcrsync@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+  }
+}
 `
 
 	cfg, err := Load(writeDir(t, minimal))
@@ -84,6 +89,9 @@ liveness "github_actions" {
 		"nodes.expected_live_time":              fmt.Sprint(cfg.Nodes.ExpectedLiveTime),
 		"nodes.runtime_probe.namespace":         cfg.Nodes.Probe.Namespace,
 		"nodes.runtime_probe.service_account":   cfg.Nodes.Probe.ServiceAccount,
+		"nodes.kubelet_keyring.namespace":       cfg.Nodes.Keyring.Namespace,
+		"nodes.kubelet_keyring.secret":          cfg.Nodes.Keyring.Secret,
+		"nodes.kubelet_keyring.window":          cfg.Nodes.Keyring.Window.String(),
 		"consumer.service_accounts":             list(cfg.Consumers[0].ServiceAccounts),
 		"consumers.service_accounts":            list(cfg.ConsumerSelector.ServiceAccounts),
 		"credential.consumer.service_accounts":  list(cfg.Tenants[0].Consumers[0].ServiceAccounts),

@@ -74,6 +74,18 @@ func ProbeObjects(p Probe) []runtime.Object {
 		ObjectMeta: meta(p.Shape.ServiceAccount, p.Namespace, "probe"), AutomountServiceAccountToken: ptr.To(false)}}
 }
 
+// KeyringObjects are the keyring writer's namespace (nodes.kubelet_keyring.namespace): it holds
+// the writer pods and their Secret, nothing else. Its PodSecurity level is "privileged": the
+// writer mounts the kubelet's root directory (a hostPath, which "baseline" forbids); what a pod
+// there may be is bounded by the admission policy ghcrsync-keyring-writers, not by PodSecurity.
+func KeyringObjects(namespace string) []runtime.Object {
+	ns := &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: meta(namespace, "", "keyring")}
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+	ns.Labels["pod-security.kubernetes.io/enforce-version"] = "latest"
+
+	return []runtime.Object{ns}
+}
+
 func roles(namespace string, id Identity) []runtime.Object {
 	byNS := map[string][]cluster.Access{}
 	for _, a := range id.Needs {

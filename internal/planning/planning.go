@@ -234,7 +234,7 @@ func (pl *Planner) dryRun(ctx context.Context, snap plan.Snapshot, reads map[str
 
 	for _, np := range p.Nodes {
 		n := byName[np.Name]
-		if n == nil || n.Talos == nil || (np.Action != plan.ActionFence && np.Action != plan.ActionApplyLive) {
+		if n == nil || n.Talos == nil || !np.Action.Acts() {
 			continue
 		}
 
@@ -246,7 +246,7 @@ func (pl *Planner) dryRun(ctx context.Context, snap plan.Snapshot, reads map[str
 			slots <- struct{}{}
 			defer func() { <-slots }()
 
-			mode, refused, err := tc.DryRun(ctx, n.InternalIP, reads[n.Name], pl.Config.Credential.Registry, cred.Username, cred.Password(), np.Action == plan.ActionApplyLive)
+			mode, refused, err := tc.DryRun(ctx, n.InternalIP, reads[n.Name], pl.Config.Credential.Registry, cred.Username, cred.Password(), np.Action.InPlace())
 			if err != nil {
 				return
 			}
@@ -296,7 +296,33 @@ func (pl *Planner) Input(o Options) (plan.Input, error) {
 		SelectedVerdict: cfg.Nodes.Verdict == config.VerdictSelected,
 		State:           plan.StateRef{Lineage: pl.State.Lineage, Serial: pl.State.Serial}, Known: pl.known(o.PreviousPlan),
 		AllowPending: o.AllowPending, Timing: pl.Timing(o.Within), Rotation: pl.State.Rotation,
+		Keyring: pl.keyringPolicy(cred.Revision()),
 	}, nil
+}
+
+// keyringPolicy is how the kubelet keyring may be used (nil: nodes.kubelet_keyring is not
+// configured): its trusted mirrors, and the nodes an earlier run of this revision wrote a
+// keyring on and could not prove (the writer did not run, or the proof failed within its
+// window) — a reboot loads the credential there instead.
+func (pl *Planner) keyringPolicy(revision string) *plan.KeyringPolicy {
+	k := pl.Config.Nodes.Keyring
+	if k == nil {
+		return nil
+	}
+
+	p := &plan.KeyringPolicy{TrustedMirrors: k.TrustedMirrors}
+
+	for _, r := range pl.State.Records {
+		if r.Action == state.ActionKeyring && r.Outcome == state.OutcomeFailed && r.DesiredRevision == revision && r.Phase.AtOrAfter(state.PhaseKeyring) {
+			if p.Failed == nil {
+				p.Failed = map[string]string{}
+			}
+
+			p.Failed[r.Node] = r.LastError
+		}
+	}
+
+	return p
 }
 
 // tenantRotations are the tenant credentials' rotations, from their SOPS files (proved later,
@@ -327,7 +353,12 @@ func (pl *Planner) Timing(within time.Duration) plan.Timing {
 		budget = within
 	}
 
-	return plan.Timing{Samples: pl.State.Samples, ExpectedNodeTime: n.ExpectedNodeTime, ExpectedLiveTime: n.ExpectedLiveTime,
+	keyringTime := config.DefaultKeyringWindow
+	if n.Keyring != nil {
+		keyringTime = n.Keyring.Window
+	}
+
+	return plan.Timing{Samples: pl.State.Samples, ExpectedNodeTime: n.ExpectedNodeTime, ExpectedLiveTime: n.ExpectedLiveTime, ExpectedKeyringTime: keyringTime,
 		WorkerParallelism: n.WorkerParallelism, LiveParallelism: n.LiveParallelism, DrainTimeout: n.DrainTimeout,
 		Budget: budget, Reserve: pl.Config.Run.Reserve}
 }
@@ -345,7 +376,7 @@ func (pl *Planner) known(previousPlan string) map[string]string {
 	if previousPlan != "" {
 		if prev, err := plan.Load(previousPlan); err == nil {
 			for _, n := range prev.Nodes {
-				if n.Action == plan.ActionFence || n.Action == plan.ActionApplyLive {
+				if n.Action.Acts() {
 					known[n.Name] = n.UID
 				}
 			}

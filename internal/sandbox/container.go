@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/containerd"
 )
 
 // ProcessImage is an image the simulated kubelets really run: its process starts on the host,
@@ -162,7 +164,9 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 
 	cmd, err := k.container(ctx, pod, c, img)
 	if err != nil {
+		containerd.UnmountUnder(filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID)))
 		fail("CreateContainerConfigError", err.Error())
+
 		return
 	}
 
@@ -171,6 +175,7 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 			_ = f.Close()
 		}
 
+		containerd.UnmountUnder(filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID)))
 		fail("StartError", err.Error())
 
 		return
@@ -204,11 +209,15 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 			code = 137 // killed: the node went down under it
 		}
 
+		root := filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID))
+		message := readTerminationMessage(filepath.Join(root, terminationLog(c)))
+		containerd.UnmountUnder(root) // the pod's hostPath mounts
+
 		end := st.DeepCopy()
 		end.Ready, end.Started = false, ptr.To(false)
 		end.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			ExitCode: int32(code), Reason: map[bool]string{true: "Completed", false: "Error"}[code == 0],
-			StartedAt: now, FinishedAt: metav1.Now(),
+			StartedAt: now, FinishedAt: metav1.Now(), Message: message,
 		}}
 
 		phase := corev1.PodSucceeded
@@ -329,6 +338,16 @@ func (k *kubelet) container(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 		return nil, err
 	}
 
+	// The container's message to its kubelet (terminationMessagePath, /dev/termination-log by
+	// default): read when it ends.
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		return nil, err
+	}
+
+	if err := os.WriteFile(filepath.Join(root, terminationLog(c)), nil, 0o666); err != nil {
+		return nil, err
+	}
+
 	argv := append([]string{img.Entrypoint}, c.Args...)
 	if len(c.Command) > 0 {
 		argv = append(slices.Clone(c.Command), c.Args...)
@@ -414,6 +433,21 @@ func (k *kubelet) mountVolume(ctx context.Context, pod *corev1.Pod, v corev1.Vol
 	mode := ptr.To(int32(0o644))
 
 	switch {
+	case v.HostPath != nil:
+		src, ok := k.m.hostPath(v.HostPath.Path)
+		if !ok {
+			return fmt.Errorf("hostPath %s: the sandbox's kubelet mounts only the kubelet's root directory (/var/lib/kubelet) from the machine", v.HostPath.Path)
+		}
+
+		if err := os.MkdirAll(src, 0o700); err != nil {
+			return err
+		}
+
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+
+		return syscall.Mount(src, dir, "", syscall.MS_BIND, "") // unmounted when the process ends
 	case v.EmptyDir != nil:
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return err
@@ -640,4 +674,29 @@ func (k *kubelet) hasProcess(uid types.UID) bool {
 	defer k.mu.Unlock()
 
 	return k.processes[uid] != nil
+}
+
+// terminationLog is the container's terminationMessagePath, relative to its root.
+func terminationLog(c corev1.Container) string {
+	p := c.TerminationMessagePath
+	if p == "" {
+		p = corev1.TerminationMessagePathDefault
+	}
+
+	return filepath.Clean("." + p)
+}
+
+// readTerminationMessage is what the container left in its termination log, at most 4096 bytes
+// as the kubelet reads it.
+func readTerminationMessage(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+
+	if len(b) > 4096 {
+		b = b[:4096]
+	}
+
+	return string(b)
 }

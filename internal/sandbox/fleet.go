@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -55,6 +57,7 @@ type Fleet struct {
 	admin kubernetes.Interface
 	cp    *controlPlane
 	reg   *registry.Registry
+	pub   *registry.Registry // anonymous: registry.k8s.io's stand-in
 	net   subnet
 	rng   *mrand.Rand // seeded: names, autoscaler decisions
 	// rebootRNG draws reboot durations (RebootMax), seeded apart from rng so the names and the
@@ -385,13 +388,27 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 		return nil, err
 	}
 
-	var sl slot
+	var (
+		sl      slot
+		realDir string // a real node's own folder (newRealNode)
+		rootDir string // its kubelet's root directory, as its machine config says
+	)
+
 	if real {
 		if sl, err = claimSlot(); err != nil {
 			return nil, err
 		}
 
-		ip = sl.ip()
+		// The node's files live in a short path of their own, linked from the sandbox's
+		// folder: the kubelet and containerd listen on unix sockets under them, whose paths may
+		// not exceed 107 bytes (a test's temporary folder alone can).
+		if realDir, err = os.MkdirTemp("", "ghcrsync-node-"); err != nil {
+			sl.release()
+
+			return nil, err
+		}
+
+		ip, rootDir = sl.ip(), filepath.Join(realDir, "kubelet", "root")
 	}
 
 	m := &Machine{
@@ -405,7 +422,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 
 	data := config
 	if data == nil {
-		if data, err = renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred); err != nil {
+		if data, err = renderMachineConfig(string(role), name, tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred, rootDir); err != nil {
 			return nil, err
 		}
 	}
@@ -413,7 +430,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	if real {
 		// A real node's containerd reaches ghcr.io and registry.k8s.io through mirrors, as
 		// its machine config says.
-		data = append(data, mirrorDocuments(f.reg.URL())...)
+		data = append(data, mirrorDocuments(f.reg.URL(), f.pub.URL())...)
 	}
 
 	provider, err := configloader.NewFromBytes(data)
@@ -436,7 +453,7 @@ func (f *Fleet) addMachine(ctx context.Context, name string, role Role, autoscal
 	}
 
 	if real {
-		r, err := f.newRealNode(m, sl, f.realKubelet, func(path string) error {
+		r, err := f.newRealNode(m, sl, realDir, f.realKubelet, func(path string) error {
 			return writeKubeconfig(path, f.endpoint.url(), f.cp.kubeCA.certPEM(), kp.CrtPEM, kp.KeyPEM)
 		})
 		if err != nil {

@@ -64,11 +64,11 @@ func (k *kubelet) ensureImage(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	present, ok := k.m.presentImage(c.Image)
 
 	reuse := ok && c.ImagePullPolicy != corev1.PullAlways
-	if reuse && c.ImagePullPolicy == corev1.PullIfNotPresent && present.source != "node" {
+	if reuse && c.ImagePullPolicy == corev1.PullIfNotPresent && !nodeWide(present.source) {
 		reuse = false
 
 		for _, cr := range creds {
-			if cr.source != "node" && cr.Username == present.secret.Username && cr.Password == present.secret.Password {
+			if !nodeWide(cr.source) && cr.Username == present.secret.Username && cr.Password == present.secret.Password {
 				reuse = true
 			}
 		}
@@ -97,7 +97,7 @@ func (k *kubelet) ensureImage(ctx context.Context, pod *corev1.Pod, c corev1.Con
 	}
 
 	rec := pulledImage{digest: digest, source: used.source}
-	if used.source != "node" {
+	if !nodeWide(used.source) {
 		rec.secret = used
 	}
 
@@ -128,3 +128,7 @@ func (k *kubelet) event(ctx context.Context, pod *corev1.Pod, typ, reason, messa
 		k.m.fleet.log.Debug("kubelet event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "error", err)
 	}
 }
+
+// nodeWide reports whether a credential is the node's (containerd's own, or its kubelet's
+// keyring): an image pulled with it is any pod's to use (KEP-2535 verifies pod pull secrets only).
+func nodeWide(source string) bool { return source == "node" || source == "keyring" }

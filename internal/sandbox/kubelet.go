@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ type kubelet struct {
 	wg      sync.WaitGroup
 	backoff map[types.UID]time.Time
 	queue   chan string // pod names to sync
+
+	// keyring is its node keyring's cache, empty at each start (kubelet 1.35's).
+	keyring *nodeKeyring
 
 	processes map[types.UID]*containerProcess // the process-run pods' processes (ProcessImage)
 	ran       map[types.UID]bool              // process-run pods started once (restartPolicy Never)
@@ -334,6 +338,8 @@ func (k *kubelet) boot() {
 	k.cancel = cancel
 	k.backoff = map[types.UID]time.Time{}
 	k.processes = map[types.UID]*containerProcess{}
+	k.keyring = &nodeKeyring{}
+	_ = os.MkdirAll(k.m.KubeletRootDir(), 0o700)
 	if k.ran == nil {
 		k.ran = map[types.UID]bool{}
 	}
@@ -585,8 +591,9 @@ func (k *kubelet) syncPod(ctx context.Context, pod *corev1.Pod, lister coreliste
 }
 
 // pullCredentials returns the credentials a pull may use, in the order a kubelet tries them:
-// the pod's image pull secrets for the registry, then the runtime's own (the machine's
-// effective credential from its Talos config).
+// the pod's image pull secrets for the registry, then its node keyring's (each sent with the
+// pull: containerd then uses none of its own), else the runtime's own (the machine's effective
+// credential from its Talos config).
 func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Credential {
 	var creds []Credential
 
@@ -606,6 +613,16 @@ func (k *kubelet) pullCredentials(ctx context.Context, pod *corev1.Pod) []Creden
 
 		if c, err := credential.Parse(s.Data[corev1.DockerConfigJsonKey], registry.RegistryHost); err == nil {
 			creds = append(creds, Credential{Username: c.Username, Password: c.Password(), source: "secret " + pod.Namespace + "/" + ref.Name})
+		}
+	}
+
+	k.mu.Lock()
+	kr := k.keyring
+	k.mu.Unlock()
+
+	if kr != nil {
+		if keyring := kr.lookup(k.m.KubeletRootDir(), k.m.fleet.opts.KeyringCache); len(keyring) > 0 {
+			return append(creds, keyring...)
 		}
 	}
 

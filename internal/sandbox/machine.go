@@ -71,6 +71,8 @@ type Machine struct {
 	// never comes up after a boot).
 	notReady string
 	latency  time.Duration // added before its Talos API answers (a slow machine)
+	// keyringMisplaced: its pods' hostPath of the kubelet's root directory is another folder.
+	keyringMisplaced bool
 	// etcdLearner and etcdAlarm are its etcd member's state (control planes): a learner does
 	// not vote; an alarm (NOSPACE, CORRUPT) is raised on the cluster.
 	etcdLearner bool

@@ -42,6 +42,10 @@ machine:
   certSANs: []
   kubelet:
     image: ghcr.io/siderolabs/kubelet:v{{ .Kubernetes }}
+{{- if .RootDir }}
+    extraArgs:
+      root-dir: {{ .RootDir }}
+{{- end }}
   network:
     hostname: {{ .Hostname }}
   install:
@@ -78,7 +82,9 @@ type machineCAs struct {
 // renderMachineConfig builds a Talos multi-document machine config whose registry
 // credential is a RegistryAuthConfig document, as Talos 1.13+ writes it. The config is valid for
 // Talos (validated as machined validates it).
-func renderMachineConfig(machineType, hostname, tag, endpoint string, cas machineCAs, cred Credential) ([]byte, error) {
+// rootDir, when set, is the kubelet's --root-dir (machine.kubelet.extraArgs): a real node's
+// kubelet keeps its root directory in the node's own folder.
+func renderMachineConfig(machineType, hostname, tag, endpoint string, cas machineCAs, cred Credential, rootDir string) ([]byte, error) {
 	var buf bytes.Buffer
 
 	key := func(a *authority) string {
@@ -104,6 +110,7 @@ func renderMachineConfig(machineType, hostname, tag, endpoint string, cas machin
 		"Password":   cred.Password,
 		// The kubelet a Talos 1.13 node runs (Talos validates it against its supported range).
 		"Kubernetes": constants.DefaultKubernetesVersion,
+		"RootDir":    rootDir,
 	})
 	if err != nil {
 		return nil, err

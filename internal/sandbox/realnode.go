@@ -13,6 +13,7 @@ import (
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/containerd"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 )
@@ -90,13 +91,13 @@ func (s *Sandbox) realNodes() error {
 
 	s.realKubelet = kubelet
 
-	return runnableImages(s.registry, pause)
+	return runnableImages(s.registry, s.public, pause)
 }
 
 // runnableImages makes the registry's images runnable by a real runtime: the private images
 // (a probe exits 0, an app runs until stopped; the distroless probe stays without an
-// entrypoint) and the public pause image.
-func runnableImages(reg *registry.Registry, pause string) error {
+// entrypoint), and the pause image in the public registry (registry.k8s.io's stand-in).
+func runnableImages(reg, public *registry.Registry, pause string) error {
 	for _, image := range registry.PrivateImages {
 		if image == registry.DistrolessImage {
 			continue
@@ -107,12 +108,12 @@ func runnableImages(reg *registry.Registry, pause string) error {
 			entry = []string{"/pause"}
 		}
 
-		if err := reg.PushRunnable(image, pause, entry, false); err != nil {
+		if _, err := reg.PushRunnable(image, pause, entry, false); err != nil {
 			return fmt.Errorf("sandbox: runnable image %s: %w", image, err)
 		}
 	}
 
-	if err := reg.PushRunnable(strings.TrimPrefix(PauseImage, k8sRegistry+"/"), pause, []string{"/pause"}, true); err != nil {
+	if _, err := public.PushRunnable(strings.TrimPrefix(PauseImage, k8sRegistry+"/"), pause, []string{"/pause"}, true); err != nil {
 		return fmt.Errorf("sandbox: runnable image %s: %w", PauseImage, err)
 	}
 
@@ -120,13 +121,14 @@ func runnableImages(reg *registry.Registry, pause string) error {
 }
 
 // mirrorDocuments are the RegistryMirrorConfig documents of a real node's machine config: ghcr.io
-// and registry.k8s.io served by the sandbox registry, without fallback (a real node here has
-// no way out).
-func mirrorDocuments(registryURL string) string {
+// served by the sandbox registry, registry.k8s.io by the public one (another host, as on the
+// internet: no ghcr.io credential is sent there), without fallback (a real node here has no way
+// out).
+func mirrorDocuments(ghcrURL, k8sURL string) string {
 	var b strings.Builder
 
-	for _, name := range []string{registry.RegistryHost, k8sRegistry} {
-		fmt.Fprintf(&b, "---\napiVersion: v1alpha1\nkind: RegistryMirrorConfig\nname: %s\nendpoints:\n  - url: %s\nskipFallback: true\n", name, registryURL)
+	for _, m := range []struct{ name, url string }{{registry.RegistryHost, ghcrURL}, {k8sRegistry, k8sURL}} {
+		fmt.Fprintf(&b, "---\napiVersion: v1alpha1\nkind: RegistryMirrorConfig\nname: %s\nendpoints:\n  - url: %s\nskipFallback: true\n", m.name, m.url)
 	}
 
 	return b.String()
@@ -179,15 +181,7 @@ type realNode struct {
 
 // newRealNode prepares machine m's real runtime: its folder, its node identity's kubeconfig
 // and its kubelet's port. boot starts it.
-func (f *Fleet) newRealNode(m *Machine, sl slot, kubeletBinary string, kubeconfig func(path string) error) (*realNode, error) {
-	// The node's files live in a short path of their own, linked from the sandbox's folder: the
-	// kubelet and containerd listen on unix sockets under them, whose paths may not exceed 107
-	// bytes (a test's temporary folder alone can).
-	dir, err := os.MkdirTemp("", "ghcrsync-node-")
-	if err != nil {
-		return nil, err
-	}
-
+func (f *Fleet) newRealNode(m *Machine, sl slot, dir, kubeletBinary string, kubeconfig func(path string) error) (*realNode, error) {
 	link := filepath.Join(f.opts.Dir, "real-nodes", m.Name)
 	_ = os.MkdirAll(filepath.Dir(link), 0o700)
 	_ = os.RemoveAll(link)
@@ -274,8 +268,13 @@ func (r *realNode) start(ctx context.Context) error {
 		return fmt.Errorf("containerd: %w", err)
 	}
 
+	mc, err := r.m.config(ctx, talosconfig.ActiveID)
+	if err != nil {
+		return err
+	}
+
 	r.kubelet, err = containerd.StartKubelet(containerd.KubeletConfig{
-		Binary: r.binary, Dir: filepath.Join(r.dir, "kubelet"), NodeName: r.m.Name, NodeIP: r.slot.ip(),
+		Binary: r.binary, Dir: filepath.Join(r.dir, "kubelet"), RootDir: keyring.RootDir(mc.Config()), NodeName: r.m.Name, NodeIP: r.slot.ip(),
 		Kubeconfig: r.kubeconfig, Port: r.port, Runtime: r.runtime, BootID: r.m.BootID(),
 		ProviderID: fmt.Sprintf("%s%d", HcloudProviderIDPrefix, r.m.ServerID), Heartbeat: r.m.fleet.opts.Heartbeat,
 	})
@@ -364,4 +363,43 @@ func (r *realNode) reload(ctx context.Context) bool {
 	}
 
 	return restarted
+}
+
+// KubeletRootDir is the folder the machine's kubelet runs in (its --root-dir: /var/lib/kubelet
+// on Talos), where the kubelet looks for its node keyring, config.json.
+func (m *Machine) KubeletRootDir() string {
+	if m.real != nil {
+		return filepath.Join(m.real.dir, "kubelet", "root")
+	}
+
+	return filepath.Join(m.fleet.opts.Dir, "kubelets", m.Name)
+}
+
+// RuntimePull asks a real node's containerd to pull image as a CRI client with no credential of
+// its own (as the kubelet does when it has none for the image): containerd answers with the
+// credential its config holds — what it loaded at its last start — and nothing of the kubelet's.
+func (m *Machine) RuntimePull(ctx context.Context, image string) (string, error) {
+	if m.real == nil {
+		return "", errors.New(m.Name + " is not a real node")
+	}
+
+	m.real.mu.Lock()
+	rt := m.real.runtime
+	m.real.mu.Unlock()
+
+	if rt == nil {
+		return "", errors.New(m.Name + "'s containerd is not running")
+	}
+
+	return rt.Pull(ctx, image, nil)
+}
+
+// RuntimePIDs are a real node's containerd's and kubelet's process ids while they run: a
+// restart of either shows as a new pid.
+func (m *Machine) RuntimePIDs() []int {
+	if m.real == nil {
+		return nil
+	}
+
+	return m.real.pids()
 }

@@ -36,6 +36,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ghcrsync/ghcrsync/config/examples"
+	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
@@ -76,7 +78,15 @@ type Options struct {
 	// CRIRestart is how long after a live apply (Talos 1.14+) the machine's CRI service
 	// controller restarts the runtime on its new registry config; default 1 s.
 	CRIRestart time.Duration
-	Logger     hclog.Logger
+	// KeyringWriter, when set, is the ghcrsync binary the sandbox publishes as the operator's own
+	// image of ghcrsync (in the public registry, by digest), and configures as the kubelet
+	// keyring's writer (nodes.kubelet_keyring): simulated kubelets run it as a process, real
+	// nodes as a container.
+	KeyringWriter string
+	// KeyringCache is how long a simulated kubelet keeps what it read of its keyring before it
+	// reads the file again; default the real kubelet's five minutes (keyring.CacheLifetime).
+	KeyringCache time.Duration
+	Logger       hclog.Logger
 }
 
 func (o *Options) defaults() {
@@ -108,6 +118,10 @@ func (o *Options) defaults() {
 		o.TalosVersion = "1.13"
 	}
 
+	if o.KeyringCache == 0 {
+		o.KeyringCache = keyring.CacheLifetime
+	}
+
 	if o.Autoscaler == "" {
 		o.Autoscaler = AutoscalerSim
 	}
@@ -132,14 +146,20 @@ type Sandbox struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	cp         *controlPlane
-	fleet      *Fleet
-	registry   *registry.Registry
-	ci         *ciAPI
-	apid       *apid
-	autoscaler *autoscaler
-	real       *realAutoscaler // AutoscalerReal
-	admin      *adminAPI
+	cp       *controlPlane
+	fleet    *Fleet
+	registry *registry.Registry
+	// public is another registry, anonymous: registry.k8s.io's stand-in (the pod sandbox image)
+	// and the operator's own registry (ghcrsync's image), on a host of their own, so no
+	// credential of ghcr.io's stand-in is ever sent there.
+	public *registry.Registry
+	// writerImage is ghcrsync's image in the public registry, by digest (Options.KeyringWriter).
+	writerImage string
+	ci          *ciAPI
+	apid        *apid
+	autoscaler  *autoscaler
+	real        *realAutoscaler // AutoscalerReal
+	admin       *adminAPI
 	// delays are the delay lines in front of the endpoints (TalosLatency, APILatency);
 	// talosAddr is where clients reach the Talos API (apid, or its delay line).
 	delays    []*delayLine
@@ -172,6 +192,8 @@ const (
 const (
 	LeaseNamespace = "flux-system"
 	LeaseName      = "ghcr-auth-refresh"
+	// writerRepository is ghcrsync's image in the operator's own registry (the public one).
+	writerRepository = "platform/ghcrsync"
 	// ProbeNamespace and ProbeServiceAccount are where and as whom the runtime probe runs.
 	ProbeNamespace      = "ghcrsync-probe"
 	ProbeServiceAccount = "ghcrsync-probe"
@@ -264,6 +286,19 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
+	if s.public, err = registry.Start(); err != nil {
+		return nil, err
+	}
+
+	if opts.KeyringWriter != "" {
+		digest, err := s.public.PushRunnable(writerRepository+":writer", opts.KeyringWriter, []string{keyring.Binary}, true)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: the keyring writer's image: %w", err)
+		}
+
+		s.writerImage = s.public.Addr() + "/" + writerRepository + "@" + digest
+	}
+
 	if opts.RealNodes > 0 {
 		if err := s.realNodes(); err != nil {
 			return nil, err
@@ -284,7 +319,7 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 	}
 
 	f := &Fleet{
-		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, net: sub,
+		ctx: sctx, opts: opts, log: log, admin: admin, cp: s.cp, reg: s.registry, pub: s.public, net: sub,
 		realNames: map[string]bool{}, realKubelet: s.realKubelet,
 		rng:      mrand.New(mrand.NewPCG(uint64(opts.Seed), 0x5eed)),
 		machines: map[string]*Machine{}, byIP: map[string]*Machine{}, started: time.Now(),
@@ -423,6 +458,16 @@ func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) er
 	_, err = kube.CoreV1().ServiceAccounts(ProbeNamespace).Create(ctx, probe[1].(*corev1.ServiceAccount), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+
+	if s.writerImage != "" {
+		s.fleet.RunImage(s.writerImage, ProcessImage{Binary: s.opts.KeyringWriter, Entrypoint: keyring.Binary, User: 65532, Group: 65532})
+
+		for _, o := range permission.KeyringObjects(config.DefaultKeyringNamespace) {
+			if _, err := kube.CoreV1().Namespaces().Create(ctx, o.(*corev1.Namespace), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		}
 	}
 
 	cred := s.oldCred
@@ -589,6 +634,14 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 			if s.opts.ControlPlanes < 3 {
 				b.Body().SetAttributeValue("allow_quorum_loss", cty.True)
 			}
+
+			// The kubelet keyring's writer: ghcrsync's image from the operator's registry; the
+			// real nodes' mirror of ghcr.io is the registry standing in for ghcr.io itself.
+			if s.writerImage != "" {
+				k := b.Body().AppendNewBlock("kubelet_keyring", nil).Body()
+				k.SetAttributeValue("image", cty.StringVal(s.writerImage))
+				k.SetAttributeValue("trusted_mirrors", cty.ListVal([]cty.Value{cty.StringVal(s.registry.URL())}))
+			}
 		}
 	}
 
@@ -659,6 +712,10 @@ func (s *Sandbox) Stop() {
 
 	if s.registry != nil {
 		s.registry.Close(sctx)
+	}
+
+	if s.public != nil {
+		s.public.Close(sctx)
 	}
 
 	if s.ci != nil {
@@ -784,16 +841,20 @@ func (s *Sandbox) EncryptSecret(dockerconfigjson []byte) ([]byte, error) {
 
 // Accessors for tests and the CLI.
 
-func (s *Sandbox) Dir() string                   { return s.opts.Dir }
-func (s *Sandbox) Path(name string) string       { return filepath.Join(s.opts.Dir, name) }
-func (s *Sandbox) Options() Options              { return s.opts }
-func (s *Sandbox) Fleet() *Fleet                 { return s.fleet }
-func (s *Sandbox) Registry() *registry.Registry  { return s.registry }
-func (s *Sandbox) AdminRESTConfig() *rest.Config { return rest.CopyConfig(s.cp.admin) }
-func (s *Sandbox) APIServerAddr() string         { return s.cp.apiAddr }
-func (s *Sandbox) EndpointURL() string           { return s.fleet.endpoint.url() }
-func (s *Sandbox) TalosEndpoint() string         { return s.talosAddr }
-func (s *Sandbox) CIURL() string                 { return s.ci.url() }
+func (s *Sandbox) Dir() string                  { return s.opts.Dir }
+func (s *Sandbox) Path(name string) string      { return filepath.Join(s.opts.Dir, name) }
+func (s *Sandbox) Options() Options             { return s.opts }
+func (s *Sandbox) Fleet() *Fleet                { return s.fleet }
+func (s *Sandbox) Registry() *registry.Registry { return s.registry }
+
+// PublicRegistry is the anonymous registry beside ghcr.io's stand-in: registry.k8s.io's
+// stand-in, and the operator's own registry ghcrsync's image comes from.
+func (s *Sandbox) PublicRegistry() *registry.Registry { return s.public }
+func (s *Sandbox) AdminRESTConfig() *rest.Config      { return rest.CopyConfig(s.cp.admin) }
+func (s *Sandbox) APIServerAddr() string              { return s.cp.apiAddr }
+func (s *Sandbox) EndpointURL() string                { return s.fleet.endpoint.url() }
+func (s *Sandbox) TalosEndpoint() string              { return s.talosAddr }
+func (s *Sandbox) CIURL() string                      { return s.ci.url() }
 
 // ChildPIDs are the processes the sandbox started: the control plane's, and each real node's
 // containerd and kubelet.

@@ -43,7 +43,7 @@ func (f *Fleet) writeTemplate(ctx context.Context, cred Credential) error {
 	}
 
 	// No hostname: on Hetzner a new server's Talos takes it from the platform metadata.
-	cfg, err := renderMachineConfig(string(RoleWorker), "", tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred)
+	cfg, err := renderMachineConfig(string(RoleWorker), "", tag, f.endpoint.url(), machineCAs{talos: f.talosCA, kube: f.cp.kubeCA}, cred, "")
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/registryauth"
@@ -161,7 +162,8 @@ func (c *Client) configFactsAndCredential(nctx context.Context, registry string)
 		return nil, Read{}, err
 	}
 
-	facts := &plan.TalosFacts{ConfiguredDigest: digest(active, registry), ConfigUpdated: active.Metadata().Updated().UTC()}
+	facts := &plan.TalosFacts{ConfiguredDigest: digest(active, registry), ConfigUpdated: active.Metadata().Updated().UTC(),
+		KubeletRootDir: keyring.RootDir(active.Provider()), Mirrors: keyring.Mirrors(active.Provider(), registry)}
 	facts.StagedDigest, facts.StagedDiffers = facts.ConfiguredDigest, false
 
 	if next != active && !sameBytes(active, next) {

@@ -68,6 +68,7 @@ const (
 var disruption = map[plan.Action]string{
 	plan.ActionFence:     "cordon + drain + reboot",
 	plan.ActionApplyLive: "CRI restart",
+	plan.ActionKeyring:   "none (kubelet keyring)",
 	plan.ActionNoOp:      "none",
 	plan.ActionDeselect:  "none (left alone)",
 }
@@ -117,6 +118,10 @@ func Headline(p *plan.Plan) string {
 
 	if n := p.Summary.ApplyLive; n > 0 {
 		parts = append(parts, plural(n, "live update", "live updates"))
+	}
+
+	if n := p.Summary.Keyring; n > 0 {
+		parts = append(parts, plural(n, "kubelet keyring update", "kubelet keyring updates"))
 	}
 
 	if n := p.Summary.SecretsCreate + p.Summary.SecretsUpdate; n > 0 {
@@ -201,7 +206,7 @@ func mdNodes(w io.Writer, p *plan.Plan) {
 
 	for _, n := range p.Nodes {
 		switch n.Action {
-		case plan.ActionFence, plan.ActionApplyLive:
+		case plan.ActionFence, plan.ActionApplyLive, plan.ActionKeyring:
 			acted = append(acted, n)
 		case plan.ActionDeselect:
 			left = append(left, n)
@@ -321,8 +326,8 @@ func mdWarnings(w io.Writer, p *plan.Plan) {
 // mdSummary is the plan's counts and its labels.
 func mdSummary(w io.Writer, p *plan.Plan) {
 	s := p.Summary
-	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.",
-		s.Fence, s.ApplyLive, s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
+	fmt.Fprintf(w, "**Plan:** %d to fence, %d to apply live, %s%d unchanged, %d deselected. **Pull secrets:** %d to create, %d to update, %d unchanged, %d left alone.",
+		s.Fence, s.ApplyLive, keyringCount(s), s.Unchanged, s.Deselected, s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
 
 	if len(p.Templates) > 0 {
 		fmt.Fprintf(w, " **Node templates:** %d to update, %s%d unchanged.", s.TemplatesUpdate, restarts(s), s.TemplatesUnchanged)

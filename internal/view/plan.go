@@ -17,6 +17,7 @@ var symbols = []struct {
 }{
 	{plan.ActionFence, "!", "fence: claim, cordon, drain, configure, reboot, prove, release"},
 	{plan.ActionApplyLive, "~", "apply live: configure and prove, no cordon, no reboot"},
+	{plan.ActionKeyring, "*", "kubelet keyring: configure live, write the kubelet's keyring and prove, no cordon, no drain, no reboot, no restart"},
 	{plan.ActionDeselect, "-", "deselect: left alone by this run"},
 }
 
@@ -33,6 +34,7 @@ func symbol(a plan.Action) string {
 var verbs = map[plan.Action]string{
 	plan.ActionFence:     "will be fenced",
 	plan.ActionApplyLive: "will be updated live",
+	plan.ActionKeyring:   "will take the credential through its kubelet keyring",
 	plan.ActionDeselect:  "will be left alone",
 	plan.ActionNoOp:      "is unchanged",
 }
@@ -225,7 +227,7 @@ func legend(w io.Writer, p *plan.Plan) {
 
 // nodes renders the nodes acted on (in order), then the unchanged and the deselected ones.
 func nodes(w io.Writer, p *plan.Plan) {
-	if s := p.Summary; s.Fence+s.ApplyLive > 0 {
+	if s := p.Summary; s.Fence+s.ApplyLive+s.Keyring > 0 {
 		fmt.Fprintln(w, "ghcrsync will act on these nodes, in this order (live updates first, several at a time; then fenced workers, then fenced control planes one at a time, the API endpoint's node last):")
 		fmt.Fprintln(w)
 
@@ -374,7 +376,7 @@ func planSummary(w io.Writer, p *plan.Plan) {
 		return
 	}
 
-	fmt.Fprintf(w, "Plan: %d to fence, %d to apply live, %d unchanged, %d deselected.\n", s.Fence, s.ApplyLive, s.Unchanged, s.Deselected)
+	fmt.Fprintf(w, "Plan: %d to fence, %d to apply live, %s%d unchanged, %d deselected.\n", s.Fence, s.ApplyLive, keyringCount(s), s.Unchanged, s.Deselected)
 
 	if len(p.Secrets) > 0 {
 		fmt.Fprintf(w, "Pull secrets: %d to create, %d to update, %d unchanged, %d left alone.\n", s.SecretsCreate, s.SecretsUpdate, s.SecretsUnchanged, s.SecretsSkipped)
@@ -632,3 +634,12 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 
 // PlanJSONTo writes the JSON view, indented.
 func PlanJSONTo(w io.Writer, p *plan.Plan) error { return writeJSON(w, NewPlanJSON(p)) }
+
+// keyringCount is the summary's count of kubelet-keyring nodes ("" when there are none).
+func keyringCount(s plan.Summary) string {
+	if s.Keyring == 0 {
+		return ""
+	}
+
+	return fmt.Sprintf("%d through the kubelet keyring, ", s.Keyring)
+}

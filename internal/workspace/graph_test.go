@@ -23,7 +23,7 @@ var layers = [][]string{
 		"internal/requests", "internal/taints", "internal/usage", "internal/release",
 	},
 	{ // 1: the model and the pure rules
-		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth",
+		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth", "internal/keyring",
 		"internal/liveness",
 	},
 	{ // 2: adapters: one client each

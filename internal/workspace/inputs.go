@@ -2,12 +2,14 @@ package workspace
 
 import (
 	"context"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
@@ -46,12 +48,45 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		return apply.Inputs{}, err
 	}
 
-	return apply.Inputs{
+	in := apply.Inputs{
 		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: planning.SelfNode(),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
 		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube}, Leasing: leasing{w.Kube},
 		Server: w.Kube.Server,
-	}, nil
+	}
+
+	if k, ok := w.KeyringWriter(); ok {
+		in.Keyrings = keyringWriters{w.Kube, k}
+	}
+
+	return in, nil
+}
+
+// KeyringWriter is nodes.kubelet_keyring's writer, for the credential's registry (false: not
+// configured).
+func (w *Workspace) KeyringWriter() (keyring.Writer, bool) {
+	k := w.Config.Nodes.Keyring
+	if k == nil {
+		return keyring.Writer{}, false
+	}
+
+	return keyring.Writer{Image: k.Image, Namespace: k.Namespace, Secret: k.Secret, Registry: w.Config.Credential.Registry, Window: k.Window}, true
+}
+
+// keyringWriters run the keyring writer on the connection.
+type keyringWriters struct {
+	c *cluster.Connection
+	w keyring.Writer
+}
+
+func (k keyringWriters) Prepare(ctx context.Context, data []byte) error {
+	return k.c.PutKeyringSecret(ctx, k.w, data)
+}
+
+func (k keyringWriters) Retire(ctx context.Context) error { return k.c.DeleteKeyringSecret(ctx, k.w) }
+
+func (k keyringWriters) Run(ctx context.Context, node string, mode keyring.Mode, rootDir string, timeout time.Duration) (keyring.Report, error) {
+	return k.c.RunKeyringWriter(ctx, node, k.w, mode, rootDir, timeout)
 }
 
 // pullSecrets are the fan-out's writes on the connection's clients.

@@ -14,8 +14,10 @@ import (
 // it serves on, and the node's containerd.
 type KubeletConfig struct {
 	Binary, Dir, NodeName, NodeIP, Kubeconfig string
-	Port                                      int
-	Runtime                                   *Node
+	// RootDir is its --root-dir (Dir/root when unset).
+	RootDir string
+	Port    int
+	Runtime *Node
 	// BootID, when set, is the boot id the kubelet reports (status.nodeInfo.bootID): it runs in
 	// a mount namespace of its own where a file holding it is bind-mounted over
 	// /proc/sys/kernel/random/boot_id, so a machine's reboot shows a new boot as a real one does.
@@ -96,8 +98,17 @@ providerID: %q
 		return nil, err
 	}
 
+	root := cfg.RootDir
+	if root == "" {
+		root = filepath.Join(cfg.Dir, "root")
+	}
+
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+
 	args := []string{cfg.Binary, "--config", confPath, "--kubeconfig", cfg.Kubeconfig,
-		"--root-dir", filepath.Join(cfg.Dir, "root"), "--cert-dir", filepath.Join(cfg.Dir, "certs"),
+		"--root-dir", root, "--cert-dir", filepath.Join(cfg.Dir, "certs"),
 		"--hostname-override", cfg.NodeName, "--node-ip", cfg.NodeIP, "--v", "2"}
 
 	if cfg.BootID != "" {

@@ -333,57 +333,76 @@ func (r *Registry) PushIndex(image string, platforms ...string) error {
 	return r.write(image, func(ref name.Reference) error { return remote.WriteIndex(ref, idx) })
 }
 
-// PushRunnable adds an image a real runtime can run: one layer holding binary at /NAME (mode
-// 0755), entrypoint args, linux and this machine's architecture. public makes it a public
-// package (as registry.k8s.io/pause is), else it needs a credential like every PrivateOrg image.
-func (r *Registry) PushRunnable(image, binary string, entrypoint []string, public bool) error {
+// PushRunnable adds an image a real runtime can run: one layer holding binary at entrypoint's
+// path (mode 0755, its folders 0755), entrypoint args, linux and this machine's architecture.
+// public makes it a public package (as registry.k8s.io/pause is), else it needs a credential
+// like every PrivateOrg image. It returns the image's digest.
+func (r *Registry) PushRunnable(image, binary string, entrypoint []string, public bool) (string, error) {
 	b, err := os.ReadFile(binary)
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	var buf bytes.Buffer
 
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(entrypoint[0]), Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
-		return err
+	file := strings.TrimPrefix(entrypoint[0], "/")
+
+	var dirs []string
+	for d := filepath.Dir(file); d != "."; d = filepath.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+	}
+
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+			return "", err
+		}
+	}
+
+	if err := tw.WriteHeader(&tar.Header{Name: file, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+		return "", err
 	}
 
 	if _, err := tw.Write(b); err != nil {
-		return err
+		return "", err
 	}
 
 	if err := tw.Close(); err != nil {
-		return err
+		return "", err
 	}
 
 	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return err
+		return "", err
 	}
 
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	cf.Config.Entrypoint = entrypoint
 
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
+		return "", err
 	}
 
 	if public {
 		r.markPublic(image)
 	}
 
-	return r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) })
+	digest, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+
+	return digest.String(), r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) })
 }
 
 // Push adds private images ("org/name:tag"): only a valid credential pulls them (each user

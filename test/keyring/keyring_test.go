@@ -1,0 +1,179 @@
+// Package keyring rotates the credential through the kubelets' node keyrings (plan's
+// kubelet-keyring action, nodes.kubelet_keyring) on a Talos 1.13 fleet, whose runtimes load
+// registry auth only at boot: the rotation ends "safe to revoke" with no reboot, no drain, no
+// eviction and no restart, every node proved by a pod with no pull secret after its kubelet was
+// seen reading the keyring — and after the old credential is revoked, every node still pulls.
+package keyring
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+)
+
+// fleet is a Talos 1.13 fleet whose kubelets keep their keyring 10 s (the real kubelet's 5
+// minutes, scaled down), with ghcrsync's writer image published and configured.
+func fleet(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
+	t.Helper()
+
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox runs the keyring writer's process only as root (chroot, bind mount)")
+	}
+
+	o.KeyringWriter = sandboxtest.Binary(t)
+	o.KeyringCache = 10 * time.Second
+	o.TalosVersion = "1.13"
+	o.AutoscalerPaused = true
+	o.Heartbeat = time.Second
+
+	return sandboxtest.Start(t, o)
+}
+
+// config is the sandbox's configuration with the keyring's window at its shortest (1 minute).
+func config(t *testing.T, sb *sandbox.Sandbox) string {
+	t.Helper()
+
+	return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
+		return strings.Replace(s, "kubelet_keyring {", "kubelet_keyring {\n    window = \"1m\"", 1)
+	})
+}
+
+// pulls runs a pod with no pull secret and imagePullPolicy Always on every node and reports the
+// nodes where it could not pull.
+func pulls(t *testing.T, sb *sandbox.Sandbox, attempt string) []string {
+	t.Helper()
+
+	kube, ctx := sb.Kube(), context.Background()
+
+	var failed []string
+
+	for _, m := range sb.Fleet().Machines() {
+		name := "pull-" + attempt + "-" + m.Name
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps"}, Spec: corev1.PodSpec{
+			NodeName: m.Name, RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: new(bool),
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:  []corev1.Container{{Name: "app", Image: registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1", ImagePullPolicy: corev1.PullAlways}},
+		}}
+
+		if _, err := kube.CoreV1().Pods("apps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		if state, _ := sandboxtest.PullOutcome(t, sb, "apps", name); state != "ok" {
+			failed = append(failed, m.Name)
+		}
+
+		_ = kube.CoreV1().Pods("apps").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+
+	return failed
+}
+
+// evictions are the Eviction API calls in the audit log.
+func evictions(t *testing.T, sb *sandbox.Sandbox) int {
+	t.Helper()
+
+	n := 0
+
+	for _, w := range sandboxtest.Mutations(t, sb, "sandbox-admin") {
+		if strings.Contains(w, "/eviction ") {
+			n++
+		}
+	}
+
+	return n
+}
+
+// An ordinary rotation of a Talos 1.13 fleet through the kubelet keyring: exit 0, safe to
+// revoke, no reboot, no eviction, no cordon; each node's keyring holds the new credential and
+// its Node records it; once the old credential is revoked, every node pulls with no pull secret.
+// The plan says why per node.
+func TestRotationThroughTheKubeletKeyring(t *testing.T) {
+	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 2, Seed: 61})
+	cfg := config(t, sb)
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg, "--detailed-exitcode")
+	if code != 2 || !strings.Contains(stdout, "will take the credential through its kubelet keyring") ||
+		!strings.Contains(stdout, "3 through the kubelet keyring") || strings.Contains(stdout, "will be fenced") {
+		t.Fatalf("plan: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	before := sb.Fleet().Stats()
+	evictedBefore := evictions(t, sb)
+
+	code, stdout, stderr = sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg)
+	if code != 0 || !strings.Contains(stdout, "It is safe to revoke") || !strings.Contains(stdout, "rotated through its kubelet keyring") {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	after := sb.Fleet().Stats()
+	for _, m := range sb.Fleet().Machines() {
+		if after.Reboots[m.Name] != before.Reboots[m.Name] {
+			t.Errorf("%s was rebooted", m.Name)
+		}
+
+		b, err := os.ReadFile(filepath.Join(m.KubeletRootDir(), keyring.File))
+		if err != nil || !strings.Contains(string(b), registry.RegistryHost) {
+			t.Errorf("%s's kubelet keyring: %v %s", m.Name, err, b)
+		}
+	}
+
+	if n := evictions(t, sb) - evictedBefore; n != 0 {
+		t.Errorf("the rotation evicted %d pods", n)
+	}
+
+	nodes, err := sb.Kube().CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable || n.Annotations["ghcrsync.dev/keyring"] == "" {
+			t.Errorf("node %s: cordoned %t, keyring annotation %q", n.Name, n.Spec.Unschedulable, n.Annotations["ghcrsync.dev/keyring"])
+		}
+	}
+
+	sb.Registry().RevokeCredential(sb.OldCredential().Username)
+
+	if failed := pulls(t, sb, "revoked"); len(failed) > 0 {
+		t.Fatalf("with the old credential revoked after exit 0, these nodes cannot pull: %v", failed)
+	}
+
+	// The next plan: every node in sync, nothing to do.
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg, "--detailed-exitcode"); code != 0 || !strings.Contains(stdout, "its kubelet keyring holds it") {
+		t.Fatalf("plan after the rotation: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// The negative control: a node whose kubelet does not read the keyring ghcrsync writes (its
+// writer's folder is not the kubelet's: as a root-dir ghcrsync got wrong) is not proved — the
+// proof waits for the kubelet's read, not merely for a pull that passes with containerd's old
+// credential — and the run exits 5 naming it; the next plan reboots it instead.
+func TestKeyringNotReadIsNotProved(t *testing.T) {
+	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 1, Seed: 62, NoWorkloads: true})
+	cfg := config(t, sb)
+
+	m, _ := sb.Fleet().Machine("prod-worker-1")
+	m.MisplaceKeyring(true)
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg)
+	if code != 5 || !strings.Contains(stdout, "prod-worker-1") || !strings.Contains(stdout, "did not read its keyring") || strings.Contains(stdout, "It is safe to revoke") {
+		t.Fatalf("apply with prod-worker-1's keyring misplaced: exit %d, want 5 naming it\n%s\n%s", code, stdout, stderr)
+	}
+
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg); !strings.Contains(stdout, "prod-worker-1 (worker, Talos v1.13") ||
+		!strings.Contains(stdout, "will be fenced") || !strings.Contains(stdout, "its kubelet keyring is not used again") {
+		t.Fatalf("the next plan does not fence prod-worker-1: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
