@@ -257,6 +257,11 @@ func keyringUnusable(n Node, in Input) string {
 		return "; its kubelet keyring is not used again: an earlier run of this revision wrote it and did not prove it (" + why + "), so a reboot loads the credential"
 	}
 
+	if dir := n.Talos.KubeletRootDir; dir != "" && in.Keyring.RootDirs != nil && !slices.Contains(in.Keyring.RootDirs, dir) {
+		return "; its kubelet keyring is not used: its kubelet keeps its root directory in " + dir + ", which is not in nodes.kubelet_keyring.root_dirs " +
+			"(the writer pod's admission policy mounts no other folder)"
+	}
+
 	if m := untrustedMirrors(n.Talos.Mirrors, in.Keyring.TrustedMirrors); len(m) > 0 {
 		return "; its kubelet keyring is not used: its containerd pulls " + in.Registry + " through the mirror " + strings.Join(m, ", ") +
 			", which would receive the keyring's credential with every pull (the kubelet sends it with no server address, and containerd hands it to every endpoint)" +

@@ -300,6 +300,8 @@ type KeyringPolicy struct {
 	// TrustedMirrors are mirror endpoints an operator accepts receiving the credential (the
 	// kubelet's keyring credential goes to every endpoint containerd pulls from).
 	TrustedMirrors []string `json:"trusted_mirrors,omitempty"`
+	// RootDirs are the kubelet root directories the writer may mount (nil: any).
+	RootDirs []string `json:"root_dirs,omitempty"`
 	// Failed are the nodes an earlier run of this revision wrote a keyring on and could not prove
 	// (the writer did not run, or no proof within the keyring's window), with what failed: a
 	// reboot loads the credential there instead.

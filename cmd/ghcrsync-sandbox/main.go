@@ -61,6 +61,15 @@ func newUp() *cobra.Command {
 				return errors.New("--dir is required")
 			}
 
+			if o.KeyringWriter != "" {
+				abs, err := filepath.Abs(o.KeyringWriter)
+				if err != nil {
+					return err
+				}
+
+				o.KeyringWriter = abs
+			}
+
 			// A fleet asked for no autoscaled machines gets none, unless a scale rate is asked for too.
 			if o.Autoscaled == 0 && !cmd.Flags().Changed("autoscaler-scale-rate") {
 				o.AutoscalerScaleRate = 0
@@ -94,6 +103,8 @@ func newUp() *cobra.Command {
 	f.IntVar(&o.RealNodes, "real-nodes", 0, "static workers that run a real containerd and kubelet (as root; build them with: make runtime kubelet)")
 	f.DurationVar(&o.TalosLatency, "talos-latency", 0, "round-trip added between clients and the Talos API endpoint (a WAN between a CI runner and the cluster)")
 	f.DurationVar(&o.APILatency, "api-latency", 0, "round-trip added between clients and the Kubernetes API endpoint")
+	f.StringVar(&o.KeyringWriter, "keyring-writer", "", "a ghcrsync binary to publish as the operator's image of ghcrsync and configure as the kubelet keyring's writer (nodes.kubelet_keyring)")
+	f.DurationVar(&o.KeyringCache, "keyring-cache", 5*time.Minute, "how long a simulated kubelet keeps what it read of its keyring (the real kubelet's: 5m)")
 	f.BoolVar(&detach, "detach", false, "start in the background and return once ready (stop it with: ghcrsync-sandbox down)")
 	f.StringVar(&logLevel, "log-level", "info", "log level (trace, debug, info, warn, error)")
 

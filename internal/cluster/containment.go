@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 )
@@ -30,6 +31,9 @@ type Escape struct {
 	// Probe is the probe pod's service account and image, for EscapePod: the escape is that pod
 	// with a Secret mounted.
 	Probe Probe
+	// Writer is the keyring writer, for EscapeWriterPod: the escape is its pod mounting the
+	// node's root instead of the kubelet's root directory.
+	Writer keyring.Writer
 }
 
 // EscapeKind is what an Escape writes.
@@ -45,6 +49,7 @@ const (
 	EscapeKustomization  EscapeKind = "spec.serviceAccountName of a Kustomization"
 	EscapeOCIRepository  EscapeKind = "spec.url of an OCIRepository"
 	EscapePod            EscapeKind = "a probe pod mounting a Secret"
+	EscapeWriterPod      EscapeKind = "a keyring writer pod mounting the node's root"
 )
 
 func (e Escape) String() string {
@@ -148,6 +153,12 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
 
 		_, err := c.Client.CoreV1().Pods(e.Namespace).Create(ctx, pod, create)
+
+		return err
+	case EscapeWriterPod:
+		pod := keyring.Pod(escapeMarker, e.Writer, keyring.ModeRead, "/", "containment-check")
+
+		_, err := c.Client.CoreV1().Pods(e.Writer.Namespace).Create(ctx, pod, create)
 
 		return err
 	}

@@ -92,6 +92,7 @@ nodes {
 		"nodes.kubelet_keyring.namespace":       cfg.Nodes.Keyring.Namespace,
 		"nodes.kubelet_keyring.secret":          cfg.Nodes.Keyring.Secret,
 		"nodes.kubelet_keyring.window":          cfg.Nodes.Keyring.Window.String(),
+		"nodes.kubelet_keyring.root_dirs":       list(cfg.Nodes.Keyring.RootDirs),
 		"consumer.service_accounts":             list(cfg.Consumers[0].ServiceAccounts),
 		"consumers.service_accounts":            list(cfg.ConsumerSelector.ServiceAccounts),
 		"credential.consumer.service_accounts":  list(cfg.Tenants[0].Consumers[0].ServiceAccounts),

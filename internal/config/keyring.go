@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type Keyring struct {
 	// Window is how long after the write the proof may still fail while the kubelet's cache of
 	// the keyring (five minutes) expires; then the node fails, and the next plan fences it.
 	Window time.Duration
+	// RootDirs are the kubelet root directories a writer pod may mount (the admission policy
+	// admits no other hostPath): a node whose kubelet keeps it elsewhere is fenced.
+	RootDirs []string
 }
 
 // The keyring writer's defaults.
@@ -37,6 +41,8 @@ const (
 	DefaultKeyringSecret    = "ghcrsync-keyring"
 	// DefaultKeyringWindow is the kubelet's five-minute keyring cache and the proof's pull.
 	DefaultKeyringWindow = 5*time.Minute + 30*time.Second
+	// DefaultKubeletRootDir is the kubelet's root directory on Talos.
+	DefaultKubeletRootDir = "/var/lib/kubelet"
 )
 
 type keyringBlock struct {
@@ -44,6 +50,7 @@ type keyringBlock struct {
 	Namespace      *string        `hcl:"namespace,optional"`
 	Secret         *string        `hcl:"secret,optional"`
 	TrustedMirrors []string       `hcl:"trusted_mirrors,optional"`
+	RootDirs       []string       `hcl:"root_dirs,optional"`
 	Window         hcl.Expression `hcl:"window,optional"`
 }
 
@@ -63,7 +70,18 @@ func (d *decoder) keyring(b *keyringBlock, body hcl.Body, cfg *Config) *Keyring 
 	at := func(attr string) hcl.Range { return nestedRange(body, "nodes", "kubelet_keyring", attr) }
 
 	k := &Keyring{Image: b.Image, Namespace: DefaultKeyringNamespace, Secret: DefaultKeyringSecret, TrustedMirrors: b.TrustedMirrors,
-		Window: d.duration(b.Window, DefaultKeyringWindow, "nodes.kubelet_keyring.window")}
+		Window: d.duration(b.Window, DefaultKeyringWindow, "nodes.kubelet_keyring.window"), RootDirs: []string{DefaultKubeletRootDir}}
+
+	if b.RootDirs != nil {
+		k.RootDirs = b.RootDirs
+	}
+
+	for _, dir := range k.RootDirs {
+		if !strings.HasPrefix(dir, "/") || dir != filepath.Clean(dir) || dir == "/" {
+			d.errorf(at("root_dirs"), "Invalid kubelet root directory",
+				"nodes.kubelet_keyring.root_dirs lists %q: each must be an absolute, clean path other than / (the writer pod mounts it).", dir)
+		}
+	}
 
 	if b.Namespace != nil {
 		k.Namespace = *b.Namespace

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -38,4 +39,12 @@ type Flux interface {
 // Recorder writes the cluster's audit trail (Events).
 type Recorder interface {
 	Record(ctx context.Context, ref cluster.Ref, reason, message string, warning bool) error
+}
+
+// Writers are the kubelet keyring's writer pods and Secret a run makes (nodes.kubelet_keyring):
+// listed, and removed once no run is alive.
+type Writers interface {
+	KeyringWriters(ctx context.Context, namespace string) ([]corev1.Pod, error)
+	DeleteKeyringWriters(ctx context.Context, namespace string) (int, error)
+	DeleteKeyringSecret(ctx context.Context, w keyring.Writer) error
 }

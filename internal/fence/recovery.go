@@ -12,6 +12,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -32,6 +33,8 @@ type Inputs struct {
 	State    *state.State
 	Liveness liveness.Source
 	Clock    clock.Clock
+	// Writers are the keyring writer's pods and Secret (nil: not configured).
+	Writers Writers
 }
 
 // observe reads every fence and its holder's liveness.
@@ -58,8 +61,64 @@ func Inventory(ctx context.Context, in Inputs, o InventoryOptions) (Report, erro
 	}
 
 	obs.Holder, obs.Force, obs.UncordonUnproven = o.Holder, o.Force, o.UncordonUnproven
+	rep := Classify(obs)
 
-	return Classify(obs), nil
+	rep.Notes = append(rep.Notes, in.keyringLeftovers(ctx)...)
+
+	return rep, nil
+}
+
+// keyringLeftovers names the keyring writer pods in the writer's namespace: a run deletes its
+// own as each ends, so one listed while no run is alive was left by a run that was killed.
+func (in Inputs) keyringLeftovers(ctx context.Context) []string {
+	k := in.Config.Nodes.Keyring
+	if k == nil || in.Writers == nil {
+		return nil
+	}
+
+	pods, err := in.Writers.KeyringWriters(ctx, k.Namespace)
+	if err != nil {
+		return []string{fmt.Sprintf("The keyring writer's pods in %s could not be listed: %v", k.Namespace, err)}
+	}
+
+	var out []string
+
+	for _, p := range pods {
+		out = append(out, fmt.Sprintf("keyring writer pod %s/%s on node %s (%s): a run makes and deletes these; `ghcrsync release` removes one a killed run left, "+
+			"with the writer's Secret %s", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, k.Secret))
+	}
+
+	return out
+}
+
+// removeKeyringLeftovers deletes the writer pods and the writer's Secret, once no run is alive
+// (a live run's writer is working): the Secret is a copy of the credential nothing reads then.
+func (in Inputs) removeKeyringLeftovers(ctx context.Context, rep Report) string {
+	k := in.Config.Nodes.Keyring
+	if k == nil || in.Writers == nil {
+		return ""
+	}
+
+	for _, f := range rep.Fences {
+		if f.Live {
+			return "the keyring writer's pods and Secret were left in place: a run is alive"
+		}
+	}
+
+	n, err := in.Writers.DeleteKeyringWriters(ctx, k.Namespace)
+	if err == nil {
+		err = in.Writers.DeleteKeyringSecret(ctx, keyring.Writer{Namespace: k.Namespace, Secret: k.Secret})
+	}
+
+	if err != nil {
+		return "the keyring writer's pods and Secret were not all removed: " + err.Error()
+	}
+
+	if n == 0 {
+		return ""
+	}
+
+	return fmt.Sprintf("%d keyring writer pod(s) left by a killed run were removed, and the writer's Secret %s/%s", n, k.Namespace, k.Secret)
 }
 
 // RecoveryOptions are `ghcrsync release`'s inputs.
@@ -149,6 +208,10 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 		Node: o.Node, ReadyTimeout: in.Config.Nodes.ReadyTimeout, Progress: o.Progress, UncordonUnproven: o.UncordonUnproven,
 	})
 	in.recordReleases(ctx, res.Outcomes, "ghcrsync release")
+
+	if note := in.removeKeyringLeftovers(ctx, rep); note != "" {
+		res.Report.Notes = append(res.Report.Notes, note)
+	}
 
 	if run := in.State.Run; run != nil && run.Finished == nil && res.Held() == 0 && o.Node == "" {
 		now := in.Clock.Now().UTC()

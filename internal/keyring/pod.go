@@ -31,7 +31,7 @@ type Writer struct {
 
 // AwaitStep is how long one writer pod in ModeAwait waits for the kubelet's read: between two,
 // a probe pull makes the kubelet read its keyring once its cache has expired.
-const AwaitStep = 30 * time.Second
+const AwaitStep = 20 * time.Second
 
 // What a writer pod does to the keyring.
 type Mode string

@@ -69,6 +69,11 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		if kubeState {
 			needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
 		}
+
+		if k := cfg.Nodes.Keyring; k != nil { // what a killed run left: writer pods, the writer's Secret
+			needs = append(needs, access("list", "", "pods", k.Namespace, ""), access("delete", "", "pods", k.Namespace, ""),
+				access("delete", "", "secrets", k.Namespace, k.Secret))
+		}
 	}
 
 	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
@@ -178,6 +183,18 @@ func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bo
 
 	if kubeState {
 		needs = append(needs, access("create", "", "secrets", cfg.State.Namespace, ""), access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+	}
+
+	if k := cfg.Nodes.Keyring; k != nil {
+		// The writer pods on the nodes (created, followed, deleted; a create whose answer was lost
+		// is found by listing), and the Secret they read the credential from, written at the run's
+		// start and deleted at its end. What the pods and the Secret may be is the admission
+		// policy's (KeyringPolicy): the namespace holds nothing else.
+		needs = append(needs,
+			access("create", "", "pods", k.Namespace, ""), access("delete", "", "pods", k.Namespace, ""),
+			access("list", "", "pods", k.Namespace, ""), access("watch", "", "pods", k.Namespace, ""),
+			access("get", "", "secrets", k.Namespace, k.Secret), access("create", "", "secrets", k.Namespace, ""),
+			access("update", "", "secrets", k.Namespace, k.Secret), access("delete", "", "secrets", k.Namespace, k.Secret))
 	}
 
 	return needs

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 )
 
@@ -44,6 +45,7 @@ const (
 	OCIRepositoriesPolicy = "ghcrsync-ocirepositories"
 	PodsPolicy            = "ghcrsync-pods"
 	PlanDryRunPolicyName  = "ghcrsync-plan-dry-run"
+	KeyringPolicy         = "ghcrsync-keyring-writers"
 )
 
 // Fields the API server maintains on every write: never ghcrsync's to bound.
@@ -52,17 +54,42 @@ var serverMaintained = []string{"managedFields", "resourceVersion", "generation"
 // Policies are every admission policy that bounds the identities of namespace, policy and
 // binding in turn: probe is the runtime probe a pod create must be (its service account and
 // images); with no probe image, no pod may be created at all.
-func Policies(namespace string, probe ProbeShape) []runtime.Object {
+func Policies(namespace string, probe ProbeShape, writer *KeyringShape) []runtime.Object {
 	var out []runtime.Object
 
+	secrets := secretsPolicy()
+	if writer != nil { // the writer's namespace holds its Secret and nothing else
+		secrets.rules = append(secrets.rules, rule("request.namespace != "+celString(writer.Namespace)+" || (object.metadata.name == "+celString(writer.Secret)+
+			` && object.type == "kubernetes.io/dockerconfigjson")`,
+			"ghcrsync's identities write only the keyring writer's Secret ("+writer.Secret+", a pull secret) in "+writer.Namespace))
+	}
+
 	for _, p := range []policy{
-		secretsPolicy(), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
-		kustomizationsPolicy(), ociRepositoriesPolicy(), podsPolicy(probe),
+		secrets, nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
+		kustomizationsPolicy(), ociRepositoriesPolicy(),
 	} {
 		out = append(out, p.objects(identitiesCondition(namespace))...)
 	}
 
+	// Pods: the probe's shape anywhere but the keyring writer's namespace, the writer's there.
+	pods := podsPolicy(probe)
+	if writer == nil {
+		out = append(out, pods.objects(identitiesCondition(namespace))...)
+	} else {
+		out = append(out, pods.objects(identitiesCondition(namespace), inNamespace(writer.Namespace, false))...)
+		out = append(out, keyringPolicy(*writer).objects(identitiesCondition(namespace), inNamespace(writer.Namespace, true))...)
+	}
+
 	return append(out, PlanDryRunPolicy(namespace)...)
+}
+
+// inNamespace matches a request in namespace (or, in false, every other one).
+func inNamespace(namespace string, in bool) admissionregistrationv1.MatchCondition {
+	if in {
+		return admissionregistrationv1.MatchCondition{Name: "in-" + namespace, Expression: `request.namespace == ` + celString(namespace)}
+	}
+
+	return admissionregistrationv1.MatchCondition{Name: "not-in-" + namespace, Expression: `request.namespace != ` + celString(namespace)}
 }
 
 // StaticPolicies are the policies that do not depend on a configuration (all but the probe
@@ -93,7 +120,7 @@ type policy struct {
 	rules      []admissionregistrationv1.Validation
 }
 
-func (p policy) objects(match admissionregistrationv1.MatchCondition) []runtime.Object {
+func (p policy) objects(match ...admissionregistrationv1.MatchCondition) []runtime.Object {
 	version := "*"
 	if p.group == "" {
 		version = "v1"
@@ -111,7 +138,7 @@ func (p policy) objects(match admissionregistrationv1.MatchCondition) []runtime.
 						Rule:       admissionregistrationv1.Rule{APIGroups: []string{p.group}, APIVersions: []string{version}, Resources: []string{p.resource}},
 					},
 				}}},
-				MatchConditions: []admissionregistrationv1.MatchCondition{match},
+				MatchConditions: match,
 				Validations:     p.rules,
 			},
 		},
@@ -376,5 +403,73 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 			Probe: cluster.Probe{Image: pr.Image, ServiceAccount: pr.ServiceAccount}})
 	}
 
+	if k := cfg.Nodes.Keyring; k != nil {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeWriterPod, Policy: KeyringPolicy, Namespace: k.Namespace,
+			Writer: keyring.Writer{Image: k.Image, Namespace: k.Namespace, Secret: k.Secret, Registry: cfg.Credential.Registry}})
+	}
+
 	return out
+}
+
+// KeyringShape is what a kubelet keyring writer pod may be (nodes.kubelet_keyring): in its
+// namespace, ghcrsync's image by digest, its command, one hostPath of a kubelet root directory.
+type KeyringShape struct {
+	Namespace, Image, Secret, Registry string
+	RootDirs                           []string
+}
+
+// The writer pod's allowed keys: what keyring.Pod sets, and what the API server defaults.
+var (
+	writerPodKeys = []string{"nodeName", "serviceAccountName", "serviceAccount", "restartPolicy", "tolerations", "automountServiceAccountToken",
+		"enableServiceLinks", "terminationGracePeriodSeconds", "securityContext", "volumes", "containers", "dnsPolicy", "schedulerName", "priority",
+		"preemptionPolicy"}
+	writerContainerKeys = []string{"name", "image", "imagePullPolicy", "command", "args", "env", "volumeMounts", "securityContext", "resources",
+		"terminationMessagePath", "terminationMessagePolicy"}
+)
+
+// keyringPolicy admits a pod created by ghcrsync in the writer's namespace only in the writer's
+// exact shape (keyring.Pod), and the one Secret it reads: ghcrsync's image by digest and its
+// node-keyring command with the configured registry, pinned to a node, one volume — a hostPath of
+// a kubelet root directory, mounted at /kubelet — no service-account token, no privilege, no
+// capability, a read-only root file system; the credential only from that Secret.
+func keyringPolicy(w KeyringShape) policy {
+	c := "object.spec.containers[0]"
+	v := "object.spec.volumes[0]"
+
+	dirs := make([]string, len(w.RootDirs))
+	for i, d := range w.RootDirs {
+		dirs[i] = celString(d)
+	}
+
+	modes := `["write", "read", "remove", "await"]`
+	args := c + ".args"
+
+	return policy{name: KeyringPolicy, resource: "pods", operations: create,
+		rules: []admissionregistrationv1.Validation{
+			rule("dyn(object.spec).all(k, "+keyIn(writerPodKeys...)+") && object.spec.nodeName != \"\"",
+				"ghcrsync's identities create only the keyring writer pod here, pinned to a node: no host namespaces, init or ephemeral containers, pull secrets or other fields"),
+			rule(`object.spec.serviceAccountName == "default" && object.spec.automountServiceAccountToken == false && object.spec.enableServiceLinks == false`,
+				"ghcrsync's keyring writer runs as its namespace's default account with no service-account token"),
+			rule("size(object.spec.volumes) == 1 && dyn("+v+").all(k, "+keyIn("name", "hostPath")+") && "+v+".hostPath.path in ["+strings.Join(dirs, ", ")+"] && "+
+				v+`.hostPath.type == "Directory"`,
+				"ghcrsync's keyring writer has one volume: a kubelet root directory (nodes.kubelet_keyring.root_dirs)"),
+			rule("size(object.spec.containers) == 1 && dyn("+c+").all(k, "+keyIn(writerContainerKeys...)+") && "+c+".image == "+celString(w.Image)+
+				" && "+c+`.command == ["/usr/local/bin/ghcrsync"]`,
+				"ghcrsync's keyring writer is one container of ghcrsync's configured image, running ghcrsync"),
+			rule(args+".size() >= 8 && "+args+`[0] == "node-keyring" && `+args+"[1] in "+modes+" && "+args+`[2] == "--root" && `+args+`[3] == "/kubelet" && `+
+				args+`[4] == "--registry" && `+args+"[5] == "+celString(w.Registry)+" && "+args+`[6] == "--node-path" && `+
+				"(("+args+".size() == 8) || ("+args+`.size() == 10 && `+args+`[1] == "await" && `+args+`[8] == "--within" && `+args+"[9] == "+celString(keyring.AwaitStep.String())+"))",
+				"ghcrsync's keyring writer runs its node-keyring command for the configured registry and nothing else"),
+			rule("size("+c+".volumeMounts) == 1 && dyn("+c+".volumeMounts[0]).all(k, "+keyIn("name", "mountPath")+") && "+c+`.volumeMounts[0].mountPath == "/kubelet"`,
+				"ghcrsync's keyring writer mounts its one volume at /kubelet, and only there"),
+			rule("!has("+c+".env) || ("+"size("+c+".env) == 1 && "+c+`.env[0].name == "GHCRSYNC_KEYRING_ENTRY" && `+
+				c+".env[0].valueFrom.secretKeyRef.name == "+celString(w.Secret)+" && "+c+`.env[0].valueFrom.secretKeyRef.key == ".dockerconfigjson" && !has(`+c+".env[0].value))",
+				"ghcrsync's keyring writer reads the credential from its Secret only, never from its spec"),
+			rule(c+".securityContext.privileged == false && "+c+".securityContext.allowPrivilegeEscalation == false && "+c+".securityContext.readOnlyRootFilesystem == true && "+
+				c+`.securityContext.capabilities.drop == ["ALL"] && !has(`+c+".securityContext.capabilities.add) && "+
+				"dyn("+c+".securityContext).all(k, "+keyIn("runAsUser", "runAsNonRoot", "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "capabilities")+")",
+				"ghcrsync's keyring writer drops every capability, may not escalate, and has a read-only root file system"),
+			rule(`object.spec.securityContext.seccompProfile.type == "RuntimeDefault" && dyn(object.spec.securityContext).all(k, k == "seccompProfile")`,
+				"ghcrsync's keyring writer runs under the runtime's default seccomp profile"),
+		}}
 }

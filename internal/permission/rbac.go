@@ -17,8 +17,18 @@ import (
 // created there could run as one of the identities.
 func ForConfiguration(cfg *config.Config, ns string, targets []cluster.SecretTarget, existing []string, offline bool) (objs []runtime.Object, skipped []string, err error) {
 	ids := Identities(cfg, targets)
+	probe := ProbeOf(cfg)
 
 	if !offline {
+		// The namespaces the rendering creates itself are there once it is applied.
+		if probe.Namespace != "" {
+			existing = append(existing, probe.Namespace)
+		}
+
+		if probe.Writer != nil {
+			existing = append(existing, probe.Writer.Namespace)
+		}
+
 		skipped = withoutAbsent(ids, ns, existing)
 	}
 
@@ -27,7 +37,7 @@ func ForConfiguration(cfg *config.Config, ns string, targets []cluster.SecretTar
 			"as one of them or mount the Job's inputs; give the probe a namespace of its own (the default, %s)", ns, config.DefaultProbeNamespace)
 	}
 
-	return Render(ns, ids, ProbeOf(cfg)), skipped, nil
+	return Render(ns, ids, probe), skipped, nil
 }
 
 // withoutAbsent drops the identities' needs in a namespace that does not exist (besides ns,

@@ -37,10 +37,14 @@ func AccountFor(class string) string { return "ghcrsync-" + class }
 // where the API can limit by name). The objects come in a fixed order, so the rendering of one
 // input is always the same text.
 func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
-	out := Policies(namespace, probe.Shape)
+	out := Policies(namespace, probe.Shape, probe.Writer)
 
 	if probe.Namespace != "" {
 		out = append(out, ProbeObjects(probe)...)
+	}
+
+	if w := probe.Writer; w != nil {
+		out = append(out, KeyringObjects(w.Namespace)...)
 	}
 
 	for _, id := range ids {
@@ -55,10 +59,12 @@ func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
 	return out
 }
 
-// Probe is where the runtime probe pods run: their namespace, and what they may be.
+// Probe is where the runtime probe pods run: their namespace, and what they may be; and what the
+// kubelet keyring's writer pods may be (nil: nodes.kubelet_keyring is not configured).
 type Probe struct {
 	Namespace string
 	Shape     ProbeShape
+	Writer    *KeyringShape
 }
 
 // ProbeObjects are the probe's namespace, where the PodSecurity admission enforces the
@@ -226,12 +232,18 @@ func meta(name, namespace, class string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}
 }
 
-// ProbeOf is the configuration's runtime probe (no namespace when it runs none).
+// ProbeOf is the configuration's runtime probe (no namespace when it runs none) and keyring writer.
 func ProbeOf(cfg *config.Config) Probe {
-	pr := cfg.Nodes.Probe
-	if pr.Image == "" {
-		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}}
+	var writer *KeyringShape
+
+	if k := cfg.Nodes.Keyring; k != nil {
+		writer = &KeyringShape{Namespace: k.Namespace, Image: k.Image, Secret: k.Secret, Registry: cfg.Credential.Registry, RootDirs: k.RootDirs}
 	}
 
-	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}}
+	pr := cfg.Nodes.Probe
+	if pr.Image == "" {
+		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}, Writer: writer}
+	}
+
+	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}, Writer: writer}
 }

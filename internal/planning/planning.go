@@ -310,7 +310,7 @@ func (pl *Planner) keyringPolicy(revision string) *plan.KeyringPolicy {
 		return nil
 	}
 
-	p := &plan.KeyringPolicy{TrustedMirrors: k.TrustedMirrors}
+	p := &plan.KeyringPolicy{TrustedMirrors: k.TrustedMirrors, RootDirs: k.RootDirs}
 
 	for _, r := range pl.State.Records {
 		if r.Action == state.ActionKeyring && r.Outcome == state.OutcomeFailed && r.DesiredRevision == revision && r.Phase.AtOrAfter(state.PhaseKeyring) {

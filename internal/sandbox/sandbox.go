@@ -641,6 +641,16 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 				k := b.Body().AppendNewBlock("kubelet_keyring", nil).Body()
 				k.SetAttributeValue("image", cty.StringVal(s.writerImage))
 				k.SetAttributeValue("trusted_mirrors", cty.ListVal([]cty.Value{cty.StringVal(s.registry.URL())}))
+
+				// A real node's kubelet keeps its root directory in the node's own folder.
+				dirs := []cty.Value{cty.StringVal(config.DefaultKubeletRootDir)}
+				for _, m := range s.fleet.Machines() {
+					if m.Real() {
+						dirs = append(dirs, cty.StringVal(m.KubeletRootDir()))
+					}
+				}
+
+				k.SetAttributeValue("root_dirs", cty.ListVal(dirs))
 			}
 		}
 	}

@@ -22,7 +22,7 @@ import (
 func (w *Workspace) Fences() fence.Inputs {
 	return fence.Inputs{
 		Config: w.Config, Nodes: w.Kube, Leases: leases{w.Kube}, Flux: w.Kube, Events: w.Kube, Pods: liveness.Pod{Client: w.Kube.Client},
-		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock,
+		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock, Writers: w.Kube,
 	}
 }
 
