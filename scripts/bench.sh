@@ -5,7 +5,8 @@
 #   PLAN_SIZES (default "10 100 1000"), LIVE_WORKERS (99: 100 nodes, live_parallelism 1 and 10),
 #   LIVE_LARGE_WORKERS (999: 1,000 nodes) at LIVE_LARGE_PARALLELISM ("10 50"), DRAIN_WORKERS
 #   (499) and DRAIN_HOLD (60 s), REBOOT_WORKERS (6),
-#   REBOOT_CPS (3), K (the worker_parallelism values, "1 3 10").
+#   REBOOT_CPS (3), K (the worker_parallelism values, "1 3 10"), KEYRING_WORKERS (99) and
+#   KEYRING_K (10: the reboot path's worker_parallelism beside the keyring's), KEYRING_CACHE (30s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +60,30 @@ scripts/bench-drain.sh "${DRAIN_WORKERS:-499}" "${DRAIN_HOLD:-60}" | tee -a "$ta
 
 section "apply with reboots (Talos 1.13, 5 s reboot)"
 scripts/bench-reboot.sh "${REBOOT_WORKERS:-6}" "${REBOOT_CPS:-3}" | tee -a "$tables"
+
+section "Talos 1.13 with no reboot: the kubelet keyring beside the reboot path (1 control plane + ${KEYRING_WORKERS:-99} workers)"
+scripts/bench-keyring.sh "${KEYRING_WORKERS:-99}" "${KEYRING_K:-10}" | tee -a "$tables"
+
+section "the kubelet keyring on real nodes (kubelet 1.35.4, containerd 1.6): from each keyring write to its proof"
+evidence=$(mktemp)
+if [ "$(id -u)" = 0 ] && command -v containerd >/dev/null &&
+  GHCRSYNC_REAL_RUNTIME=required GHCRSYNC_KEYRING_EVIDENCE="$evidence" "$GO" test -count=1 -timeout 30m \
+    -run '^TestRotationThroughTheKubeletKeyringOnRealNodes$' ./test/realnode >&2; then
+  python3 - "$evidence" <<'PY' | tee -a "$tables"
+import json, os, sys
+rounds = json.load(open(sys.argv[1]))
+print("| rotation | node | write → proof |")
+print("|---|---|---:|")
+for rnd, nodes in rounds.items():
+    for node, s in sorted(nodes.items()):
+        print(f"| {rnd} | {node} | {s:.1f} s |")
+with open(os.environ["BENCH_ROWS"], "a") as f:
+    f.write(json.dumps({"bench": "keyring-real-nodes", "write_to_proof_s": rounds}) + "\n")
+PY
+else
+  echo "(not measured: real nodes need root and containerd: make runtime kubelet)" | tee -a "$tables"
+fi
+rm -f "$evidence"
 
 section "disruption per pod: 3 workers, worker_parallelism 1, ordinary and with --allow-pending"
 K=1 scripts/bench-reboot.sh 3 1 | tee -a "$tables"

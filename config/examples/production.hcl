@@ -22,6 +22,18 @@ nodes {
     image     = "ghcr.io/acme/private-probe:v1"
     namespace = "ghcrsync-probe"
   }
+
+  # Talos 1.13 loads registry auth only at boot, so each of its nodes is drained and rebooted.
+  # With this block its kubelet's node keyring (/var/lib/kubelet/config.json) takes the credential
+  # instead, written by a short pod on the node: no cordon, drain, reboot or restart, the node
+  # proved as before (docs/apply.md, "The kubelet keyring"). It is opt-in: proved on the real
+  # kubelet and containerd of ghcrsync's test fleet, not yet on a real Talos machine
+  # (docs/troubleshooting.md says what is unproven). The image is ghcrsync's own, by digest, from
+  # a registry whose pulls never need this credential (docs/release.md).
+  #
+  # kubelet_keyring {
+  #   image = "registry.acme.example/platform/ghcrsync@sha256:<the digest `make image` pushed>"
+  # }
 }
 
 lease {

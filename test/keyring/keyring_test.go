@@ -112,9 +112,33 @@ func TestRotationThroughTheKubeletKeyring(t *testing.T) {
 	before := sb.Fleet().Stats()
 	evictedBefore := evictions(t, sb)
 
-	code, stdout, stderr = sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg)
+	code, stdout, stderr = sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg, "--log-level", "debug")
 	if code != 0 || !strings.Contains(stdout, "It is safe to revoke") || !strings.Contains(stdout, "rotated through its kubelet keyring") {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	// The credential is never in the run's output, an Event, the API server's audit log or a
+	// writer's log (the writer pods' specs carry a reference to the Secret only: keyring.Pod is
+	// never given the credential).
+	secret := sb.NewCredential().Password
+	noCredential(t, "apply's output", stdout+stderr, secret)
+
+	events, err := sb.Kube().CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, e := range events.Items {
+		noCredential(t, "Event "+e.Namespace+"/"+e.Name, e.Message, secret)
+	}
+
+	for _, glob := range []string{filepath.Join("logs", "*"), filepath.Join("containers", "*.log")} {
+		files, _ := filepath.Glob(sb.Path(glob))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil {
+				noCredential(t, f, string(b), secret)
+			}
+		}
 	}
 
 	after := sb.Fleet().Stats()
@@ -175,5 +199,14 @@ func TestKeyringNotReadIsNotProved(t *testing.T) {
 	if code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg); !strings.Contains(stdout, "prod-worker-1 (worker, Talos v1.13") ||
 		!strings.Contains(stdout, "will be fenced") || !strings.Contains(stdout, "its kubelet keyring is not used again") {
 		t.Fatalf("the next plan does not fence prod-worker-1: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// noCredential fails the test if text holds the credential's secret.
+func noCredential(t *testing.T, where, text, secret string) {
+	t.Helper()
+
+	if secret != "" && strings.Contains(text, secret) {
+		t.Errorf("%s holds the credential", where)
 	}
 }
