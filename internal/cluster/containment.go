@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +20,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/taints"
 )
 
 // An Escape is a write an identity's rights allow and its admission policy must refuse: the
@@ -50,6 +53,8 @@ const (
 	EscapeOCIRepository  EscapeKind = "spec.url of an OCIRepository"
 	EscapePod            EscapeKind = "a probe pod mounting a Secret"
 	EscapeWriterPod      EscapeKind = "a keyring writer pod mounting the node's root"
+	EscapeNoExecuteTaint EscapeKind = "the steering taint with effect NoExecute on a Node"
+	EscapeForeignLease   EscapeKind = "a Lease of another name"
 )
 
 func (e Escape) String() string {
@@ -155,6 +160,12 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 		_, err := c.Client.CoreV1().Pods(e.Namespace).Create(ctx, pod, create)
 
 		return err
+	case EscapeNoExecuteTaint:
+		return c.escapeNoExecute(ctx, opts)
+	case EscapeForeignLease:
+		_, err := c.Client.CoordinationV1().Leases(e.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: escapeMarker, Namespace: e.Namespace}}, create)
+
+		return err
 	case EscapeWriterPod:
 		pod := keyring.Pod(escapeMarker, e.Writer, keyring.ModeRead, "/", "containment-check")
 
@@ -164,6 +175,26 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 	}
 
 	return fmt.Errorf("unknown escape %q", e.Kind)
+}
+
+// escapeNoExecute adds the steering taint, with effect NoExecute, to the first Node's taints.
+func (c *Connection) escapeNoExecute(ctx context.Context, opts metav1.PatchOptions) error {
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return err
+	}
+
+	if len(list.Items) == 0 {
+		return errNothingToTry
+	}
+
+	n := list.Items[0]
+	t := append(slices.Clone(n.Spec.Taints), corev1.Taint{Key: taints.Steering, Value: taints.RunToken(escapeMarker), Effect: corev1.TaintEffectNoExecute})
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": t}})
+
+	_, err = c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, opts)
+
+	return err
 }
 
 // escapeNode patches the first Node (any will do: the policy bounds them all).

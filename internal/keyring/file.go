@@ -10,7 +10,6 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 )
 
 // MaxFile bounds what is read of a config.json: a keyring is a few entries.
@@ -24,7 +23,9 @@ const MaxFile = 1 << 20
 func Do(root string, mode Mode, registry string, dockerconfigjson []byte, nodePath string) (Report, error) {
 	path := filepath.Join(root, File)
 
-	current, err := readlimit.File(path, MaxFile)
+	// Read without moving the file's access time: the proof takes an access after the last
+	// change for the kubelet's read (Await), and a writer's own read must not pass for it.
+	current, err := readNoAtime(path)
 
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -46,6 +46,7 @@ const (
 	PodsPolicy            = "ghcrsync-pods"
 	PlanDryRunPolicyName  = "ghcrsync-plan-dry-run"
 	KeyringPolicy         = "ghcrsync-keyring-writers"
+	LeasesPolicy          = "ghcrsync-leases"
 )
 
 // Fields the API server maintains on every write: never ghcrsync's to bound.
@@ -54,8 +55,12 @@ var serverMaintained = []string{"managedFields", "resourceVersion", "generation"
 // Policies are every admission policy that bounds the identities of namespace, policy and
 // binding in turn: probe is the runtime probe a pod create must be (its service account and
 // images); with no probe image, no pod may be created at all.
-func Policies(namespace string, probe ProbeShape, writer *KeyringShape) []runtime.Object {
+func Policies(namespace string, probe ProbeShape, writer *KeyringShape, lease LeaseRef) []runtime.Object {
 	var out []runtime.Object
+
+	if lease.Name != "" {
+		out = append(out, leasesPolicy(lease.Namespace, lease.Name).objects(identitiesCondition(namespace))...)
+	}
 
 	secrets := secretsPolicy()
 	if writer != nil { // the writer's namespace holds its Secret and nothing else
@@ -157,13 +162,22 @@ func binding(name string) runtime.Object {
 	}
 }
 
-// identitiesCondition matches every service account of namespace: ghcrsync's identities.
+// identitiesCondition matches ghcrsync's identities, by their exact user names in namespace:
+// never a prefix, which would bound whatever else runs there.
 func identitiesCondition(namespace string) admissionregistrationv1.MatchCondition {
+	users := make([]string, 0, len(Classes))
+	for _, class := range Classes {
+		users = append(users, celString("system:serviceaccount:"+namespace+":"+AccountFor(class)))
+	}
+
 	return admissionregistrationv1.MatchCondition{
 		Name:       "ghcrsync-identities",
-		Expression: `request.userInfo.username.startsWith("system:serviceaccount:` + namespace + `:")`,
+		Expression: `request.userInfo.username in [` + strings.Join(users, ", ") + `]`,
 	}
 }
+
+// ReservedNamespaces are where ghcrsync's identities may not live: the cluster's and Flux's own.
+var ReservedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease", "default", "flux-system"}
 
 var (
 	update = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
@@ -240,7 +254,25 @@ func nodesPolicy() policy {
 				"ghcrsync's identities change only spec.unschedulable and spec.taints of a Node"),
 			rule("object.spec"+others+" == oldObject.spec"+others,
 				"ghcrsync's identities add or remove no taint of a Node but "+taints.Steering),
+			// The steering taint as ghcrsync writes it: PreferNoSchedule or NoSchedule (never
+			// NoExecute, which evicts every pod without a toleration at once, past every budget),
+			// its value a run's token.
+			rule("object.spec.?taints.orValue([]).filter(t, t.key == "+celString(taints.Steering)+`).all(t, t.effect in ["PreferNoSchedule", "NoSchedule"] && `+
+				`t.?value.orValue("").matches("^run-[0-9a-f]{16}$"))`,
+				"ghcrsync's steering taint "+taints.Steering+" is PreferNoSchedule or NoSchedule, valued run-TOKEN: never NoExecute"),
 		)}
+}
+
+// leasesPolicy: the run's Lease (lease.namespace/lease.name), and no other Lease, may be created
+// or written by ghcrsync's identities — Flux's controllers keep their leader-election Leases in
+// the same namespace, and one taken or pre-created with a long duration stops a controller.
+func leasesPolicy(namespace, name string) policy {
+	return policy{name: LeasesPolicy, group: "coordination.k8s.io", resource: "leases",
+		operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		rules: []admissionregistrationv1.Validation{
+			rule("request.namespace == "+celString(namespace)+" && request.name == "+celString(name),
+				"ghcrsync's identities write only the run Lease "+namespace+"/"+name),
+		}}
 }
 
 func serviceAccountsPolicy() policy {
@@ -364,7 +396,7 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 		return nil
 	}
 
-	out := []cluster.Escape{{Kind: cluster.EscapeNodeLabel, Policy: NodesPolicy}}
+	out := []cluster.Escape{{Kind: cluster.EscapeNodeLabel, Policy: NodesPolicy}, {Kind: cluster.EscapeNoExecuteTaint, Policy: NodesPolicy}}
 
 	if cfg.State.Backend == "kubernetes" {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeSecretAnnotate, Policy: SecretsPolicy, Namespace: cfg.State.Namespace, Name: cfg.State.Secret})
@@ -377,6 +409,10 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 	if command == CommandRelease {
 		return out
 	}
+
+	// apply may create a Lease in the Lease's namespace (RBAC cannot name what is created):
+	// only its own is admitted. release only patches its own, by name.
+	out = append(out, cluster.Escape{Kind: cluster.EscapeForeignLease, Policy: LeasesPolicy, Namespace: cfg.Lease.Namespace})
 
 	if len(targets) > 0 {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[0].Namespace})
@@ -473,3 +509,6 @@ func keyringPolicy(w KeyringShape) policy {
 				"ghcrsync's keyring writer runs under the runtime's default seccomp profile"),
 		}}
 }
+
+// LeaseRef is the run Lease the identities may write.
+type LeaseRef struct{ Namespace, Name string }

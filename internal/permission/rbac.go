@@ -16,6 +16,11 @@ import (
 // offline, every need is rendered. A runtime probe namespace that is ns is refused: a pod
 // created there could run as one of the identities.
 func ForConfiguration(cfg *config.Config, ns string, targets []cluster.SecretTarget, existing []string, offline bool) (objs []runtime.Object, skipped []string, err error) {
+	if slices.Contains(ReservedNamespaces, ns) {
+		return nil, nil, fmt.Errorf("--namespace %s is the cluster's or Flux's own: ghcrsync's identities, and the admission policies that bound them, "+
+			"belong in a namespace of their own (the default, %s)", ns, DefaultNamespace)
+	}
+
 	ids := Identities(cfg, targets)
 	probe := ProbeOf(cfg)
 

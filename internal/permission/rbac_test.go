@@ -2,9 +2,11 @@ package permission
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 )
 
 // A connected rendering leaves out what needs a namespace that does not exist (and names it);
@@ -32,5 +34,22 @@ func TestWithoutAbsent(t *testing.T) {
 				t.Fatalf("needs %v, skipped %v; want %d needs, skipped %v", ids[0].Needs, skipped, tc.wantNeeds, tc.wantSkipped)
 			}
 		})
+	}
+}
+
+// ghcrsync's identities never live in a namespace of the cluster's or Flux's: the policies bound
+// its identities by exact user name, and a rendering there would bound the wrong ones.
+func TestReservedNamespacesAreRefused(t *testing.T) {
+	cfg := &config.Config{}
+
+	for _, ns := range ReservedNamespaces {
+		if _, _, err := ForConfiguration(cfg, ns, nil, nil, true); err == nil || !strings.Contains(err.Error(), "--namespace "+ns) {
+			t.Errorf("--namespace %s: %v", ns, err)
+		}
+	}
+
+	cond := identitiesCondition("ghcrsync-system").Expression
+	if strings.Contains(cond, "startsWith") || !strings.Contains(cond, `"system:serviceaccount:ghcrsync-system:ghcrsync-apply"`) {
+		t.Fatalf("the identities are not matched by exact name: %s", cond)
 	}
 }

@@ -37,7 +37,7 @@ func AccountFor(class string) string { return "ghcrsync-" + class }
 // where the API can limit by name). The objects come in a fixed order, so the rendering of one
 // input is always the same text.
 func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
-	out := Policies(namespace, probe.Shape, probe.Writer)
+	out := Policies(namespace, probe.Shape, probe.Writer, probe.Lease)
 
 	if probe.Namespace != "" {
 		out = append(out, ProbeObjects(probe)...)
@@ -65,6 +65,8 @@ type Probe struct {
 	Namespace string
 	Shape     ProbeShape
 	Writer    *KeyringShape
+	// Lease is the run Lease, the only one the identities may write ("": not bounded).
+	Lease LeaseRef
 }
 
 // ProbeObjects are the probe's namespace, where the PodSecurity admission enforces the
@@ -240,10 +242,12 @@ func ProbeOf(cfg *config.Config) Probe {
 		writer = &KeyringShape{Namespace: k.Namespace, Image: k.Image, Secret: k.Secret, Registry: cfg.Credential.Registry, RootDirs: k.RootDirs}
 	}
 
+	lease := LeaseRef{Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name}
+
 	pr := cfg.Nodes.Probe
 	if pr.Image == "" {
-		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}, Writer: writer}
+		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}, Writer: writer, Lease: lease}
 	}
 
-	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}, Writer: writer}
+	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}, Writer: writer, Lease: lease}
 }

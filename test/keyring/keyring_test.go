@@ -7,15 +7,20 @@ package keyring
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -40,8 +45,8 @@ func fleet(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
 	return sandboxtest.Start(t, o)
 }
 
-// config is the sandbox's configuration with the keyring's window at its shortest (1 minute).
-func config(t *testing.T, sb *sandbox.Sandbox) string {
+// configFile is the sandbox's configuration with the keyring's window at its shortest (1 minute).
+func configFile(t *testing.T, sb *sandbox.Sandbox) string {
 	t.Helper()
 
 	return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
@@ -101,7 +106,7 @@ func evictions(t *testing.T, sb *sandbox.Sandbox) int {
 // The plan says why per node.
 func TestRotationThroughTheKubeletKeyring(t *testing.T) {
 	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 2, Seed: 61})
-	cfg := config(t, sb)
+	cfg := configFile(t, sb)
 
 	code, stdout, stderr := sandboxtest.Run(t, sb, "plan", "--config", cfg, "--detailed-exitcode")
 	if code != 2 || !strings.Contains(stdout, "will take the credential through its kubelet keyring") ||
@@ -186,7 +191,7 @@ func TestRotationThroughTheKubeletKeyring(t *testing.T) {
 // credential — and the run exits 5 naming it; the next plan reboots it instead.
 func TestKeyringNotReadIsNotProved(t *testing.T) {
 	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 1, Seed: 62, NoWorkloads: true})
-	cfg := config(t, sb)
+	cfg := configFile(t, sb)
 
 	m, _ := sb.Fleet().Machine("prod-worker-1")
 	m.MisplaceKeyring(true)
@@ -208,5 +213,168 @@ func noCredential(t *testing.T, where, text, secret string) {
 
 	if secret != "" && strings.Contains(text, secret) {
 		t.Errorf("%s holds the credential", where)
+	}
+}
+
+// startApply starts apply with cfg: the command, and its stderr as it comes.
+func startApply(t *testing.T, sb *sandbox.Sandbox, cfg string) (*exec.Cmd, *sandboxtest.SyncBuffer) {
+	t.Helper()
+
+	cmd := exec.Command(sandboxtest.Binary(t), "apply", "--auto-approve", "--config", cfg)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "SOPS_AGE_KEY_FILE=" + sb.Path(sandbox.AgeKeyFile)}
+
+	var out, errb sandboxtest.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	return cmd, &errb
+}
+
+func awaitOutput(t *testing.T, errb *sandboxtest.SyncBuffer, marker string) {
+	t.Helper()
+
+	sandboxtest.Eventually(t, 3*time.Minute, "apply's output "+marker, func() error {
+		if strings.Contains(errb.String(), marker) {
+			return nil
+		}
+
+		return fmt.Errorf("not yet")
+	})
+}
+
+// writers are the keyring writer pods now.
+func writers(t *testing.T, sb *sandbox.Sandbox) []corev1.Pod {
+	t.Helper()
+
+	list, err := sb.Kube().CoreV1().Pods(config.DefaultKeyringNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: keyring.Label})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return list.Items
+}
+
+// A run killed outright (SIGKILL: no chance to wind down) while a keyring writer pod runs leaves
+// that pod and the writer's Secret, and no cordon: `ghcrsync fences` lists the pod, `release`
+// removes both (the run's process has exited: no --holder), and the next apply finishes the
+// rotation: exit 0, every node pulling once the old credential is revoked.
+func TestKilledWhileAKeyringWriterRunsIsRecovered(t *testing.T) {
+	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 2, Seed: 63, NoWorkloads: true})
+	cfg := configFile(t, sb)
+	ctx := context.Background()
+
+	cmd, errb := startApply(t, sb, cfg)
+	awaitOutput(t, errb, "keyring-written: node=")
+
+	sandboxtest.Eventually(t, 2*time.Minute, "a keyring writer pod", func() error {
+		if len(writers(t, sb)) == 0 {
+			return fmt.Errorf("none yet")
+		}
+
+		return nil
+	})
+
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+
+	if _, err := sb.Kube().CoreV1().Secrets(config.DefaultKeyringNamespace).Get(ctx, config.DefaultKeyringSecret, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the killed run's writer Secret: %v", err)
+	}
+
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "fences", "--config", cfg); !strings.Contains(stdout, "keyring writer pod "+config.DefaultKeyringNamespace+"/") {
+		t.Fatalf("fences after the kill: exit %d, want the writer pod listed\n%s\n%s", code, stdout, stderr)
+	}
+
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "release", "--config", cfg); code != 0 || !strings.Contains(stdout, "keyring writer pod(s) left by a killed run were removed") {
+		t.Fatalf("release after the kill: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	if w := writers(t, sb); len(w) != 0 {
+		t.Fatalf("release left %d writer pods", len(w))
+	}
+
+	if _, err := sb.Kube().CoreV1().Secrets(config.DefaultKeyringNamespace).Get(ctx, config.DefaultKeyringSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("release left the writer's Secret: %v", err)
+	}
+
+	nodes, _ := sb.Kube().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s is cordoned after the kill", n.Name)
+		}
+	}
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg)
+	if code != 0 || !strings.Contains(stdout, "It is safe to revoke") {
+		t.Fatalf("apply after the release: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	sb.Registry().RevokeCredential(sb.OldCredential().Username)
+
+	if failed := pulls(t, sb, "after-kill"); len(failed) > 0 {
+		for _, n := range failed {
+			m, _ := sb.Fleet().Machine(n)
+			b, err := os.ReadFile(filepath.Join(m.KubeletRootDir(), keyring.File))
+			t.Logf("%s's keyring: %v %d bytes", n, err, len(b))
+		}
+
+		t.Fatalf("these nodes cannot pull after the revocation: %v\n%s", failed, stdout)
+	}
+}
+
+// A node rebooted by someone else between its keyring's write and its proof: the run does not
+// prove what it cannot (the node is not Ready while it reboots), and whatever it ends with, the
+// next apply ends exit 0 — the reboot loaded the new credential into containerd as well — and
+// every node pulls once the old credential is revoked. ghcrsync itself rebooted nothing.
+func TestANodeRebootedBetweenTheKeyringAndItsProof(t *testing.T) {
+	sb := fleet(t, sandbox.Options{ControlPlanes: 1, Workers: 2, Seed: 64, NoWorkloads: true})
+	cfg := configFile(t, sb)
+	node := "prod-worker-1"
+
+	cmd, errb := startApply(t, sb, cfg)
+	awaitOutput(t, errb, "ghcrsync.apply: keyring-written: node="+node)
+
+	if _, err := sb.Do(context.Background(), "reboot", sandbox.Request{Node: node}); err != nil {
+		t.Fatal(err)
+	}
+
+	_ = cmd.Wait()
+	t.Logf("the run with %s rebooted under it: exit %d", node, cmd.ProcessState.ExitCode())
+
+	sandboxtest.Eventually(t, 2*time.Minute, node+" Ready again", func() error {
+		n, err := sb.Kube().CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+
+		return fmt.Errorf("not Ready")
+	})
+
+	if code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--config", cfg); code != 0 || !strings.Contains(stdout, "It is safe to revoke") {
+		t.Fatalf("the next apply: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	if st := sb.Fleet().Stats(); st.Reboots[node] != 1 || st.ThirdPartyReboots != 1 {
+		t.Fatalf("%s rebooted %d time(s), by a third party %d: ghcrsync rebooted it too", node, st.Reboots[node], st.ThirdPartyReboots)
+	}
+
+	sb.Registry().RevokeCredential(sb.OldCredential().Username)
+
+	if failed := pulls(t, sb, "after-reboot"); len(failed) > 0 {
+		t.Fatalf("these nodes cannot pull after the revocation: %v", failed)
 	}
 }

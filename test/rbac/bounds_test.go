@@ -14,6 +14,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -280,8 +281,20 @@ func namedEscalations(node string) []write {
 				try: mergePatch(ks, ns, ksName, spec(map[string]any{"serviceAccountName": "cluster-admin-sa"}))},
 			write{name: who + "_node_label", who: who, policy: permission.NodesPolicy,
 				try: mergePatch(nodes, "", node, map[string]any{"metadata": map[string]any{"labels": map[string]any{"node-role.kubernetes.io/control-plane": ""}}})},
+			// The steering taint with NoExecute: every pod without a toleration evicted at once,
+			// past every budget; and with a value not of a run's token.
+			write{name: who + "_steering_taint_noexecute", who: who, policy: permission.NodesPolicy, try: steer(node, taints.RunToken("h1"), "NoExecute")},
+			write{name: who + "_steering_taint_other_value", who: who, policy: permission.NodesPolicy, try: steer(node, "anything", "NoSchedule")},
 		)
 	}
+
+	out = append(out, write{name: "apply_foreign_lease", who: "apply", policy: permission.LeasesPolicy, try: func(c *clients) error {
+		_, err := c.kube.CoordinationV1().Leases(sandbox.LeaseNamespace).Create(context.Background(),
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kustomize-controller-leader-election", Namespace: sandbox.LeaseNamespace}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+
+		return err
+	}})
 
 	return append(out,
 		write{name: "apply_ocirepository_spec_url", who: "apply", policy: permission.OCIRepositoriesPolicy,
@@ -317,6 +330,20 @@ func namedEscalations(node string) []write {
 				p.Spec.InitContainers = []corev1.Container{c}
 			})},
 	)
+}
+
+// steer is a dry-run patch adding the steering taint with value and effect to node's taints.
+func steer(node, value, effect string) func(*clients) error {
+	return func(c *clients) error {
+		n, err := c.kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		list := append(slices.Clone(n.Spec.Taints), corev1.Taint{Key: taints.Steering, Value: value, Effect: corev1.TaintEffect(effect)})
+
+		return mergePatch(nodes, "", node, map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": list}})(c)
+	}
 }
 
 // ownWrites are the writes ghcrsync makes, each admitted.

@@ -111,8 +111,11 @@ func (p *prober) until(since time.Time, limit time.Duration) (time.Duration, boo
 // asking the registry (KEP-2535's credential verification forces no re-pull); and the
 // containerd and kubelet processes are the same at the end as at the start.
 func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
-	sb := realFleet(t, sandbox.Options{ControlPlanes: 1, Workers: 2, RealNodes: 2, TalosVersion: "1.13", NoWorkloads: true, AutoscalerPaused: true, Heartbeat: time.Second})
+	sb := realFleet(t, sandbox.Options{ControlPlanes: 1, Workers: 4, RealNodes: 2, TalosVersion: "1.13", NoWorkloads: true, AutoscalerPaused: true, Heartbeat: time.Second})
 	cold, warm := "prod-worker-1", "prod-worker-2"
+	// Their simulated twins (the simulated kubelet's keyring, its cache the real one's five
+	// minutes): each decision below is compared with the real kubelet's.
+	simCold, simWarm := "prod-worker-3", "prod-worker-4"
 	reg := sb.Registry()
 	ctx := context.Background()
 	app := registry.RegistryHost + "/" + registry.PrivateOrg + "/app:v1"
@@ -134,9 +137,12 @@ func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
 	ns := "keyring"
 	namespace(t, sb, ns)
 	pod(t, sb, ns, "resident", warm, app, corev1.PullIfNotPresent, "")
+	pod(t, sb, ns, "sim-resident", simWarm, app, corev1.PullIfNotPresent, "")
 
-	if state, image := sandboxtest.PullOutcome(t, sb, ns, "resident"); state != "ok" || image != "pulled" {
-		t.Fatalf("the resident pod on %s: %s %s", warm, state, image)
+	for _, p := range []string{"resident", "sim-resident"} {
+		if state, image := sandboxtest.PullOutcome(t, sb, ns, p); state != "ok" || image != "pulled" {
+			t.Fatalf("the %s pod: %s %s", p, state, image)
+		}
 	}
 
 	filled := time.Now()
@@ -185,7 +191,41 @@ func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
 
 	const limit = 5*time.Minute + 45*time.Second
 
-	wg.Add(2)
+	// What each kubelet decided: the first probe right after the write, then whether one passed
+	// within the cache's lifetime.
+	decisions := map[string]string{}
+
+	decide := func(kind, first string, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+
+		decisions[kind] = fmt.Sprintf("first probe %s, then passed %t", first, ok)
+	}
+
+	twin := func(node, kind string, m *sandbox.Machine) {
+		defer wg.Done()
+
+		p := &prober{t: t, sb: sb, node: node}
+		written := writeKeyring(t, m.KubeletRootDir(), next)
+		first := p.once()
+
+		if first == "ok" {
+			decide(kind, first, true)
+
+			return
+		}
+
+		d, ok := p.until(written, limit)
+		decide(kind, first, ok)
+		measure(kind, d, ok)
+	}
+
+	wg.Add(4)
+
+	for _, s := range []struct{ node, kind string }{{simCold, "cold (simulated kubelet)"}, {simWarm, "warm (simulated kubelet)"}} {
+		m, _ := sb.Fleet().Machine(s.node)
+		go twin(s.node, s.kind, m)
+	}
 
 	go func() { // warm: the first probe after the write fails (the cache says "no keyring")
 		defer wg.Done()
@@ -193,13 +233,15 @@ func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
 		p := &prober{t: t, sb: sb, node: warm}
 		written := writeKeyring(t, machines[warm].KubeletRootDir(), next)
 
-		if got := p.once(); got != "ErrImagePull" && time.Since(filled) < 4*time.Minute {
+		got := p.once()
+		if got != "ErrImagePull" && time.Since(filled) < 4*time.Minute {
 			t.Errorf("%s: the probe right after the write, within the cache's 5 minutes: %s, want ErrImagePull", warm, got)
 		}
 
 		before := written.Sub(filled).Round(time.Second)
 		d, ok := p.until(written, limit)
 		measure("warm (cache filled "+before.String()+" before the write)", d, ok)
+		decide("warm (real kubelet)", got, ok)
 	}()
 
 	// cold gets a credential of its own: its rewrite revokes it, and warm's must stay valid.
@@ -213,6 +255,10 @@ func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
 
 		p := &prober{t: t, sb: sb, node: cold}
 		written := writeKeyring(t, machines[cold].KubeletRootDir(), coldCred)
+
+		first := p.once()
+		decide("cold (real kubelet)", first, first == "ok")
+
 		if d, ok := p.until(written, limit); !measure("cold (no pull since the kubelet started)", d, ok) {
 			return
 		}
@@ -241,6 +287,13 @@ func TestKubeletKeyringTakesANewCredentialWithNoRestart(t *testing.T) {
 
 	if t.Failed() {
 		return
+	}
+
+	// The simulated kubelet decides as the real one does, at the cache's boundary.
+	for _, kind := range []string{"cold", "warm"} {
+		if real, sim := decisions[kind+" (real kubelet)"], decisions[kind+" (simulated kubelet)"]; real != sim || real == "" {
+			t.Errorf("%s: the real kubelet: %s; the simulated one: %s", kind, real, sim)
+		}
 	}
 
 	// KEP-2535: an image the node pulled with its own credential before the write is reused by a
