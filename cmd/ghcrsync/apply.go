@@ -21,15 +21,16 @@ import (
 var testHooks apply.Hooks
 
 type applyArgs struct {
-	config       string
-	autoApprove  bool
-	allowPending bool
-	within       time.Duration
-	runRef       string
-	logLevel     string
-	logFormat    string
-	json         bool
-	verbose      bool
+	config           string
+	autoApprove      bool
+	allowPending     bool
+	allowUnreachable bool
+	within           time.Duration
+	runRef           string
+	logLevel         string
+	logFormat        string
+	json             bool
+	verbose          bool
 }
 
 func newApply() *cobra.Command {
@@ -52,6 +53,7 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "with --auto-approve: as plan --allow-pending")
+	f.BoolVar(&a.allowUnreachable, "allow-unreachable", false, "with --auto-approve: as plan --allow-unreachable")
 	f.DurationVar(&a.within, "within", 0, "the run's time budget (default: run.budget): a node whose estimate does not fit in what is left is not started; "+
 		"the run then stops at a safe point and exits 6 (progressed), and the next run continues")
 	f.StringVar(&a.runRef, "run-ref", "", "run reference in the Lease holder id (default: gh<GITHUB_RUN_ID>.<GITHUB_RUN_ATTEMPT>, else local)")
@@ -86,7 +88,7 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 		return plan.Load(path)
 	}
 
-	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{AllowPending: a.allowPending, Within: a.within})
+	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{AllowPending: a.allowPending, Within: a.within, AllowUnreachable: a.allowUnreachable})
 	if err != nil {
 		return nil, err
 	}

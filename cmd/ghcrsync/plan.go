@@ -21,9 +21,11 @@ type planArgs struct {
 	detailedExit bool
 	skipProof    bool
 	allowPending bool
-	strict       bool
-	expiresIn    time.Duration
-	within       time.Duration
+	// allowUnreachable plans when most nodes' Talos APIs could not be read.
+	allowUnreachable bool
+	strict           bool
+	expiresIn        time.Duration
+	within           time.Duration
 }
 
 func newPlan() *cobra.Command {
@@ -52,6 +54,7 @@ the registry. --out saves the plan (no secrets, checksummed) for ghcrsync apply.
 	f.BoolVar(&a.strict, "strict", false, "refuse (exit 1, no plan saved) when a fenced node's drain would be held (a PodDisruptionBudget allowing no disruption, a pod with no controller) or the API server refuses a dry run of a write")
 	f.BoolVar(&a.skipProof, "skip-proof", false, "do not prove the credential against the registry (offline use; shown in the plan)")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "let evicted pods wait Pending for a rotated node rather than land on one that cannot pull or is drained later")
+	f.BoolVar(&a.allowUnreachable, "allow-unreachable", false, "plan even when more than half of the nodes' Talos APIs cannot be read (they are left alone); by default that is an error")
 	f.DurationVar(&a.expiresIn, "expires-in", time.Hour, "how long the saved plan stays valid")
 	f.DurationVar(&a.within, "within", 0, "the run's time budget the estimate compares with (default: run.budget)")
 
@@ -104,7 +107,8 @@ func (a planArgs) run(cmd *cobra.Command) error {
 	}
 	defer ws.Close()
 
-	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending, Within: a.within})
+	p, err := ws.Planner().Plan(cmd.Context(), planning.Options{SkipProof: a.skipProof, TTL: a.expiresIn, PreviousPlan: a.out, AllowPending: a.allowPending, Within: a.within,
+		AllowUnreachable: a.allowUnreachable})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	AllowPending bool
 	// Within is the run's time budget (--within; 0: the configuration's run.budget).
 	Within time.Duration
+	// AllowUnreachable plans when more than half of the nodes' Talos APIs could not be read
+	// (--allow-unreachable); otherwise that is an error (plan.CheckReachable).
+	AllowUnreachable bool
 }
 
 // Fleet reads the cluster and its machines into a snapshot (fleet.Reader).
@@ -151,6 +154,12 @@ func (pl *Planner) Plan(ctx context.Context, o Options) (*plan.Plan, error) {
 	}
 
 	if err := pl.ProbeAdmissible(ctx, p); err != nil {
+		return nil, err
+	}
+
+	if gone := p.Unreachable(); o.AllowUnreachable && len(gone) > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("The Talos API of %d of the nodes could not be read: they are left alone (--allow-unreachable).", len(gone)))
+	} else if err := p.CheckReachable(strings.Join(pl.Config.Talos.Endpoints, ", ")); err != nil {
 		return nil, err
 	}
 
