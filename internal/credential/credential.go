@@ -288,7 +288,7 @@ func Parse(dockerconfigjson []byte, registry string) (*Credential, error) {
 	}
 
 	if err := json.Unmarshal(dockerconfigjson, &doc); err != nil {
-		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, jsonErr(err))
+		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, JSONProblem(err))
 	}
 
 	key, err := authsKey(slices.Collect(maps.Keys(doc.Auths)), registry)
@@ -374,12 +374,12 @@ func authsKey(keys []string, registry string) (string, error) {
 func renameAuths(dockerconfigjson []byte, from, to string) ([]byte, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(dockerconfigjson, &doc); err != nil {
-		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, jsonErr(err))
+		return nil, fmt.Errorf("%w: not JSON (%s)", ErrInvalid, JSONProblem(err))
 	}
 
 	var auths map[string]json.RawMessage
 	if err := json.Unmarshal(doc["auths"], &auths); err != nil {
-		return nil, fmt.Errorf("%w: auths (%s)", ErrInvalid, jsonErr(err))
+		return nil, fmt.Errorf("%w: auths (%s)", ErrInvalid, JSONProblem(err))
 	}
 
 	auths[to] = auths[from]
@@ -395,8 +395,8 @@ func renameAuths(dockerconfigjson []byte, from, to string) ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// jsonErr describes a JSON syntax error without quoting the input (which may hold the secret).
-func jsonErr(err error) string {
+// JSONProblem describes a JSON error without quoting the input (which may hold the secret).
+func JSONProblem(err error) string {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return fmt.Sprintf("syntax error at byte %d", se.Offset)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
+	"github.com/ghcrsync/ghcrsync/internal/credential"
 )
 
 // File is the keyring's name in the kubelet's root directory.
@@ -191,7 +192,7 @@ func Readable(data []byte) error {
 	}
 
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("config.json: %w: it is not a docker config (%s)", ErrUnreadable, jsonProblem(err))
+		return fmt.Errorf("config.json: %w: it is not a docker config (%s)", ErrUnreadable, credential.JSONProblem(err))
 	}
 
 	for key, raw := range doc.Auths {
@@ -201,21 +202,6 @@ func Readable(data []byte) error {
 	}
 
 	return nil
-}
-
-// jsonProblem says what is wrong with a JSON document without quoting it (it may hold a secret).
-func jsonProblem(err error) string {
-	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) {
-		return fmt.Sprintf("invalid JSON at byte %d", syntax.Offset)
-	}
-
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
-		return fmt.Sprintf("a %s where %s was expected at %s", typ.Value, typ.Type, typ.Field)
-	}
-
-	return "invalid JSON"
 }
 
 // decodeEntry reads one entry as the kubelet does: username and password, which auth, when set,

@@ -26,13 +26,7 @@ import (
 func keyringFleet(t *testing.T) *sandbox.Sandbox {
 	t.Helper()
 
-	if _, _, err := sandbox.RealNodeBinaries(); err != nil {
-		if os.Getenv("GHCRSYNC_REAL_RUNTIME") == "required" {
-			t.Fatal(err)
-		}
-
-		t.Skipf("SKIPPED, no real node on this machine: %v", err)
-	}
+	realNodesHere(t)
 
 	return sandboxtest.Start(t, sandbox.Options{ControlPlanes: 1, Workers: 2, RealNodes: 2, TalosVersion: "1.13", NoWorkloads: true,
 		AutoscalerPaused: true, Heartbeat: time.Second, Seed: 44, KeyringWriter: sandboxtest.Binary(t)})

@@ -38,6 +38,16 @@ const (
 func fleet(t *testing.T) *sandbox.Sandbox {
 	t.Helper()
 
+	realNodesHere(t)
+
+	return sandboxtest.Get(t)
+}
+
+// realNodesHere skips the test, saying why, where no real node can run (make test requires one:
+// GHCRSYNC_REAL_RUNTIME=required, then it fails instead).
+func realNodesHere(t *testing.T) {
+	t.Helper()
+
 	if _, _, err := sandbox.RealNodeBinaries(); err != nil {
 		if os.Getenv("GHCRSYNC_REAL_RUNTIME") == "required" {
 			t.Fatal(err)
@@ -45,8 +55,6 @@ func fleet(t *testing.T) *sandbox.Sandbox {
 
 		t.Skipf("SKIPPED, no real node on this machine: %v", err)
 	}
-
-	return sandboxtest.Get(t)
 }
 
 func apply(t *testing.T, sb *sandbox.Sandbox) (code int, stdout, stderr string) {
