@@ -129,12 +129,13 @@ func Decode(data []byte, path string) (*Plan, error) {
 }
 
 // sealScheme names how a plan's MAC was made: HMAC-SHA256 of the body under the credential's
-// plan key (credential.PlanKey, HKDF of the SOPS data key and the credential's secret).
-// retiredSchemes are the ones older versions wrote: v1's key could be computed from public
-// digests, v2's by whoever knows the token alone (its minter), so their plans are refused.
-const sealScheme = "hmac-sha256+hkdf-v3"
+// plan key (credential.PlanKey, HKDF of the deploy side's age identity, the SOPS data key and the
+// credential's secret). retiredSchemes are the ones older versions wrote: v1's key could be
+// computed from public digests, v2's by whoever knows the token alone, v3's by whoever also
+// chose the SOPS data key (the token's minter encrypts the file), so their plans are refused.
+const sealScheme = "hmac-sha256+hkdf-v4"
 
-var retiredSchemes = []string{"hmac-sha256", "hmac-sha256+hkdf-v2"}
+var retiredSchemes = []string{"hmac-sha256", "hmac-sha256+hkdf-v2", "hmac-sha256+hkdf-v3"}
 
 func mac(key, body []byte) string {
 	m := hmac.New(sha256.New, key)

@@ -542,7 +542,7 @@ func planRows() []badInput {
 		}, 3, []string{"is not authentic", "changed after `ghcrsync plan` made it", "ghcrsync plan --out", "Nothing was changed"}, ""},
 		{"plan_forged_from_the_revision_it_prints", func(b *bench) []string {
 			p := b.savedPlan()
-			b.forgePlan(p, "hmac-sha256+hkdf-v3", addConsumer)
+			b.forgePlan(p, "hmac-sha256+hkdf-v4", addConsumer)
 			return apply(b, p)
 		}, 3, []string{"is not authentic", "ghcrsync plan --out", "Nothing was changed"}, ""},
 		{"plan_forged_in_the_retired_scheme", func(b *bench) []string {

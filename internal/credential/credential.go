@@ -34,8 +34,12 @@ type Credential struct {
 	password string
 	raw      []byte // the dockerconfigjson as stored
 	// dataKey is the SOPS file's data key, the key its values are encrypted with: only a holder
-	// of one of the file's recipient keys (the age key) can decrypt it. Part of PlanKey's input.
-	dataKey []byte
+	// of one of the file's recipient keys (the age key) can decrypt it — but whoever encrypted the
+	// file chose it. deployKey is the age identity that decrypted it (the deploy side's secret,
+	// nil when none ghcrsync can read; deployErr says why). Both are PlanKey's input.
+	dataKey   []byte
+	deployKey []byte
+	deployErr error
 }
 
 // Password returns the secret. Call it only to hand the secret to the registry, Talos or a
@@ -85,25 +89,29 @@ func (c *Credential) PullSecretRevision() string { return authdigest.DockerConfi
 // every plan sealed before it (plan.sealScheme names the scheme in the file).
 const (
 	planKeySalt = "ghcrsync.dev plan-key salt 2026-12"
-	planKeyInfo = "ghcrsync plan authentication v3"
+	planKeyInfo = "ghcrsync plan authentication v4"
 )
 
 // ErrNoPlanKey is a credential not read from a SOPS file: it has no data key to seal plans with.
 var ErrNoPlanKey = errors.New("the credential was not decrypted from its SOPS file: no plan key")
 
-// PlanKey is the key that authenticates saved plans: HKDF-SHA256 of the SOPS file's data key and
-// the credential's secret (the password or token), salted, bound to the registry and the
-// username. It takes both: the data key is decrypted only with the file's age key (the CI's), the
-// password is known to whoever minted it (GitHub, the person who made the token) — neither alone
-// makes a plan apply accepts. Every digest ghcrsync writes (the revision, the auth digest, the
-// pull-secret revision) is a plain hash of other input and none is HKDF's input keying material.
+// PlanKey is the key that authenticates saved plans: HKDF-SHA256 of the deploy side's age
+// identity (the one that decrypted the SOPS file), the file's data key and the credential's
+// secret, salted, bound to the registry and the username. The identity is what only the deploy
+// side holds: the person who encrypts a new token knows the token and chooses the data key, and
+// still cannot seal a plan apply accepts. Every digest ghcrsync writes (the revision, the auth
+// digest, the pull-secret revision) is a plain hash of other input and none is HKDF's input.
 func (c *Credential) PlanKey() ([]byte, error) {
 	if len(c.dataKey) == 0 {
 		return nil, ErrNoPlanKey
 	}
 
-	ikm := make([]byte, 0, len(c.dataKey)+1+len(c.password))
-	ikm = append(append(append(ikm, c.dataKey...), 0), c.password...)
+	if len(c.deployKey) == 0 {
+		return nil, fmt.Errorf("credential: %w", c.deployErr)
+	}
+
+	ikm := make([]byte, 0, len(c.deployKey)+len(c.dataKey)+len(c.password)+2)
+	ikm = append(append(append(append(append(ikm, c.deployKey...), 0), c.dataKey...), 0), c.password...)
 
 	key, err := hkdf.Key(sha256.New, ikm, []byte(planKeySalt), planKeyInfo+"\x00"+c.Registry+"\x00"+c.Username, sha256.Size)
 	if err != nil { // only for a key length HKDF cannot give: a programming error
@@ -129,17 +137,17 @@ func Load(path string, keyPath []string, registry string) (*Credential, error) {
 		return nil, fmt.Errorf("credential: read SOPS file %s: %w", path, err)
 	}
 
-	plain, dataKey, err := decryptDocument(data, path)
+	doc, err := decryptDocument(data, path)
 	if err != nil {
 		return nil, err
 	}
 
-	c, err := FromDocument(plain, keyPath, registry)
+	c, err := FromDocument(doc.plain, keyPath, registry)
 	if err != nil {
 		return nil, fmt.Errorf("credential: %s%w", path, err)
 	}
 
-	c.dataKey = dataKey
+	c.dataKey, c.deployKey, c.deployErr = doc.dataKey, doc.deployKey, doc.deployErr
 
 	return c, nil
 }
@@ -160,44 +168,54 @@ func FromDocument(plain []byte, keyPath []string, registry string) (*Credential,
 	return c, nil
 }
 
+// decrypted is a SOPS file decrypted: its plaintext, its data key, and the age identity that
+// decrypted it (nil when ghcrsync cannot read one; deployErr says why).
+type decrypted struct {
+	plain, dataKey, deployKey []byte
+	deployErr                 error
+}
+
 // decryptDocument decrypts a SOPS file's bytes in-process (its format from path's extension), as
 // sops' decrypt package does — load the tree, decrypt its data key with the available keys,
-// decrypt the values, check the file's MAC — and returns the data key with the plaintext.
-func decryptDocument(data []byte, path string) (plain, dataKey []byte, err error) {
+// decrypt the values, check the file's MAC — and returns the plaintext, the data key and the age
+// identity that decrypts it (deployIdentity).
+func decryptDocument(data []byte, path string) (*decrypted, error) {
 	store := common.StoreForFormat(formats.FormatForPath(path), sopsconfig.NewStoresConfig())
 
 	tree, err := store.LoadEncryptedFile(data)
 	if err != nil {
-		return nil, nil, decryptError(path, err)
+		return nil, decryptError(path, err)
 	}
 
 	key, err := tree.Metadata.GetDataKey()
 	if err != nil {
-		return nil, nil, decryptError(path, err)
+		return nil, decryptError(path, err)
 	}
 
 	cipher := aes.NewCipher()
 
 	mac, err := tree.Decrypt(key, cipher)
 	if err != nil {
-		return nil, nil, decryptError(path, err)
+		return nil, decryptError(path, err)
 	}
 
 	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, key, tree.Metadata.LastModified.Format(time.RFC3339))
 	if err != nil {
-		return nil, nil, decryptError(path, fmt.Errorf("Failed to decrypt original mac: %w", err))
+		return nil, decryptError(path, fmt.Errorf("Failed to decrypt original mac: %w", err))
 	}
 
 	if stored != mac {
-		return nil, nil, decryptError(path, errors.New("MAC mismatch: the file's values do not match its MAC"))
+		return nil, decryptError(path, errors.New("MAC mismatch: the file's values do not match its MAC"))
 	}
 
-	plain, err = store.EmitPlainFile(tree.Branches)
+	plain, err := store.EmitPlainFile(tree.Branches)
 	if err != nil {
-		return nil, nil, decryptError(path, err)
+		return nil, decryptError(path, err)
 	}
 
-	return plain, key, nil
+	deployKey, deployErr := deployIdentity(tree.Metadata)
+
+	return &decrypted{plain: plain, dataKey: key, deployKey: deployKey, deployErr: deployErr}, nil
 }
 
 func decryptError(path string, err error) error {

@@ -47,7 +47,7 @@ func NewAgeKey() (identityFile []byte, recipient string, err error) {
 // Encrypt produces a SOPS-encrypted Kubernetes Secret manifest holding dockerconfigjson under
 // stringData.ghcr_dockerconfigjson, encrypted for the age recipient (only data/stringData are
 // encrypted, as in Flux repos).
-func Encrypt(dockerconfigjson []byte, recipient string) ([]byte, error) {
+func Encrypt(dockerconfigjson []byte, recipient string, more ...string) ([]byte, error) {
 	plain := fmt.Sprintf(`apiVersion: v1
 kind: Secret
 metadata:
@@ -58,11 +58,12 @@ stringData:
   ghcr_dockerconfigjson: %s
 `, mustJSONString(string(dockerconfigjson)))
 
-	return EncryptYAML([]byte(plain), recipient)
+	return EncryptYAML([]byte(plain), recipient, more...)
 }
 
-// EncryptYAML encrypts an arbitrary YAML document's data/stringData for the age recipient.
-func EncryptYAML(plain []byte, recipient string) ([]byte, error) {
+// EncryptYAML encrypts an arbitrary YAML document's data/stringData for the age recipient (and
+// more recipients: any one of their identities decrypts it).
+func EncryptYAML(plain []byte, recipient string, more ...string) ([]byte, error) {
 	store := sopsyaml.NewStore(&sopsconfig.YAMLStoreConfig{})
 
 	branches, err := store.LoadPlainFile(plain)
@@ -70,15 +71,21 @@ func EncryptYAML(plain []byte, recipient string) ([]byte, error) {
 		return nil, fmt.Errorf("secretfile: load secret plaintext: %w", err)
 	}
 
-	key, err := sopsage.MasterKeyFromRecipient(recipient)
-	if err != nil {
-		return nil, err
+	var keyGroup []keys.MasterKey
+
+	for _, r := range append([]string{recipient}, more...) {
+		key, err := sopsage.MasterKeyFromRecipient(r)
+		if err != nil {
+			return nil, err
+		}
+
+		keyGroup = append(keyGroup, key)
 	}
 
 	tree := sops.Tree{
 		Branches: branches,
 		Metadata: sops.Metadata{
-			KeyGroups:      []sops.KeyGroup{[]keys.MasterKey{key}},
+			KeyGroups:      []sops.KeyGroup{keyGroup},
 			EncryptedRegex: "^(data|stringData)$",
 			Version:        version.Version,
 		},
