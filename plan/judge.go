@@ -192,6 +192,10 @@ func judgeTransaction(s Subject) Verdict {
 		return verdict(Refuse, ReasonInvalidInventory, problem)
 	}
 
+	if n.ControlPlane != p.ControlPlane && !mutated {
+		return verdict(Refuse, ReasonRoleChanged, map[bool]string{true: "planned a worker, now a control plane", false: "planned a control plane, now a worker"}[n.ControlPlane])
+	}
+
 	if s.Phase == state.PhaseSelected && p.BootID != "" && n.BootID != "" && n.BootID != p.BootID {
 		return verdict(Deselect, ReasonRebooted, "boot "+human.Short(p.BootID)+" → "+human.Short(n.BootID))
 	}

@@ -67,7 +67,7 @@ func TestJudge(t *testing.T) {
 
 	for _, r := range []plan.Reason{plan.ReasonAutoscalerCandidate, plan.ReasonAutoscalerDeleting, plan.ReasonDeleting,
 		plan.ReasonNotFound, plan.ReasonFencedByOther, plan.ReasonNotReady, plan.ReasonRebooted, plan.ReasonCordonChanged,
-		plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig} {
+		plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig, plan.ReasonRoleChanged} {
 		want = append(want, "reason "+string(r))
 	}
 
@@ -143,6 +143,8 @@ func parseJudgeLine(c *judgeCase, text string) error {
 				inv.ConfiguredDigest = v
 			case "cordoned":
 				inv.Unschedulable = true
+			case "control-plane":
+				inv.ControlPlane = true
 			case "taint":
 				inv.SchedulingTaints = taints.Scheduling(append(parseTaints(inv.SchedulingTaints), parseTaint(v)))
 			default:
@@ -173,6 +175,8 @@ func parseJudgeLine(c *judgeCase, text string) error {
 				n.BootID = v
 			case "ready":
 				n.Ready = true
+			case "control-plane":
+				n.ControlPlane = true
 			case "cordoned":
 				n.Unschedulable = true
 			case "deleting":

@@ -117,6 +117,7 @@ func classify(n Node, in Input, identity string) NodePlan {
 			SchedulingTaints: taints.Scheduling(n.Taints),
 			Owner:            n.Owner,
 			BootID:           n.BootID,
+			ControlPlane:     n.ControlPlane,
 		},
 	}
 
@@ -564,6 +565,14 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 	}
 
 	for _, sec := range s.Secrets {
+		if len(sec.Contested) > 0 {
+			w = append(w, "Pull secret of several credentials: "+sec.ContestedSentence()+".")
+		}
+
+		if sec.Moved && !sec.MoveDeclared {
+			w = append(w, "Namespace moved between credentials: "+sec.MoveSentence()+".")
+		}
+
 		if sec.OutsideRoles {
 			w = append(w, "Consumer outside the roles: "+sec.OutsideRolesSentence()+" (`ghcrsync rbac --config FILE`, then apply its output).")
 		}

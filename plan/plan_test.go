@@ -151,7 +151,7 @@ func TestGolden(t *testing.T) {
 	}
 
 	// These only arise during a run (testdata/judge covers them); a plan cannot give them.
-	runOnly := []plan.Reason{plan.ReasonRebooted, plan.ReasonCordonChanged, plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig}
+	runOnly := []plan.Reason{plan.ReasonRebooted, plan.ReasonCordonChanged, plan.ReasonTaintsChanged, plan.ReasonConfigChanged, plan.ReasonFenceRemoved, plan.ReasonNeverClaimed, plan.ReasonStagedConfig, plan.ReasonRoleChanged}
 
 	for _, r := range plan.Reasons {
 		if !reasons[r] && !slices.Contains(runOnly, r) {

@@ -31,6 +31,7 @@ const (
 	ReasonTalosUnsupported    Reason = "talos-unsupported"
 	ReasonTalosRefuses        Reason = "talos-refuses"
 	ReasonKeyringStale        Reason = "keyring-stale"
+	ReasonRoleChanged         Reason = "role-changed"
 )
 
 // Reasons lists every reason code.
@@ -39,7 +40,7 @@ var Reasons = []Reason{
 	ReasonAutoscalerDeleting, ReasonDeleting, ReasonNotFound, ReasonFencedByOther, ReasonNotReady,
 	ReasonTalosUnreachable, ReasonExcluded, ReasonUnclassifiable, ReasonRebooted, ReasonCordonChanged,
 	ReasonTaintsChanged, ReasonConfigChanged, ReasonFenceRemoved, ReasonNeverClaimed, ReasonStagedConfig,
-	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported, ReasonTalosRefuses, ReasonKeyringStale,
+	ReasonRunsGhcrsync, ReasonInvalidInventory, ReasonTalosUnsupported, ReasonTalosRefuses, ReasonKeyringStale, ReasonRoleChanged,
 }
 
 // clauses say each reason about the node ("it", "its"); the node itself is named by whoever
@@ -61,6 +62,7 @@ var clauses = map[Reason]string{
 	ReasonCordonChanged:       "its cordon changed outside ghcrsync (%s)",
 	ReasonTaintsChanged:       "its taints changed outside ghcrsync: %s",
 	ReasonConfigChanged:       "its Talos config changed outside ghcrsync since the plan (%s)",
+	ReasonRoleChanged:         "its role changed since the plan (%s): whether it passes the etcd quorum gate is the plan's to say; run plan again",
 	ReasonFenceRemoved:        "ghcrsync's owner annotation was removed outside ghcrsync (%s)",
 	ReasonNeverClaimed:        "ghcrsync's claim never landed on it (%s): nothing of ghcrsync's is there to undo",
 	ReasonStagedConfig:        "it has a config staged for its next boot that differs from its active one (%s); ghcrsync never drops an operator's staged change",

@@ -2,7 +2,9 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +43,50 @@ type SecretObs struct {
 	// OutsideRoles: its namespace carries the consumer label, but ghcrsync's roles grant nothing
 	// there (rendered before the label came): it was not read, and is not written.
 	OutsideRoles bool `json:"outside_roles,omitempty"`
+	// Contested are the credentials whose consumer selectors all match its namespace with the
+	// same secret name (the cluster credential as ""): it was not read, and is not written.
+	Contested []string `json:"contested,omitempty"`
+	// Moved: it carries the mark of another credential of this configuration, MovedFrom (the
+	// cluster credential as ""): its namespace was moved to Credential since it was written.
+	// MoveDeclared: the roles in force were rendered with the move (a reviewed change); until
+	// then it is not written.
+	Moved        bool   `json:"moved,omitempty"`
+	MovedFrom    string `json:"moved_from,omitempty"`
+	MoveDeclared bool   `json:"move_declared,omitempty"`
+}
+
+// JudgedBy reports whether the secret counts in the verdict on credential (the cluster
+// credential as ""): its own, and while it is contested or moving, every credential concerned
+// (a moving secret holds the credential it moves from until it is written).
+func (s SecretObs) JudgedBy(credential string) bool {
+	return s.Credential == credential || (s.Moved && s.MovedFrom == credential) || slices.Contains(s.Contested, credential)
+}
+
+// ContestedSentence says why a pull secret two credentials name was neither read nor written.
+func (s SecretObs) ContestedSentence() string {
+	names := make([]string, len(s.Contested))
+	for i, c := range s.Contested {
+		names[i] = credentialName(c)
+	}
+
+	return s.Namespace + "/" + s.Name + " is a consumer of " + strings.Join(names, " and of ") + " (their consumer selectors all match namespace " +
+		s.Namespace + "): a pull secret holds one credential; it was not read and is not written. Change the namespace's labels or a selector so one credential names it"
+}
+
+// MoveSentence says why a pull secret moved to another credential is not written.
+func (s SecretObs) MoveSentence() string {
+	return s.Namespace + "/" + s.Name + " holds " + credentialName(s.MovedFrom) + " (its ghcrsync.dev/credential mark), but its namespace now selects " +
+		credentialName(s.Credential) + ": moving a namespace between credentials is a reviewed change, so nothing is written there. " +
+		"To move it, render the roles again (ghcrsync rbac), review and apply them; to keep it, restore the namespace's labels"
+}
+
+// credentialName names a credential, the cluster credential as "".
+func credentialName(name string) string {
+	if name == "" {
+		return "the cluster credential"
+	}
+
+	return "credential " + strconv.Quote(name)
 }
 
 // OutsideRolesSentence says why a consumer was neither read nor written, and what to do.
@@ -113,6 +159,10 @@ func planSecrets(obs []SecretObs, revisionOf func(credential string) string) []S
 		switch {
 		case s.OutsideRoles:
 			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, s.OutsideRolesSentence(), nil
+		case len(s.Contested) > 0:
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, s.ContestedSentence(), nil
+		case s.Moved && !s.MoveDeclared:
+			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, s.MoveSentence(), nil
 		case s.NamespaceMissing:
 			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, "namespace "+s.Namespace+" does not exist", nil
 		case s.Foreign != "":
@@ -121,12 +171,18 @@ func planSecrets(obs []SecretObs, revisionOf func(credential string) string) []S
 			sp.Action, sp.Reason, sp.ServiceAccounts = SecretSkip, fmt.Sprintf("%s is of type %s, not kubernetes.io/dockerconfigjson: ghcrsync does not change a Secret's type", where, s.Type), nil
 		case !s.Exists:
 			sp.Action, sp.Reason = SecretCreate, where+" does not exist"
+		case s.Moved && s.Digest == revision:
+			sp.Action, sp.Reason = SecretUpdate, where+" already holds credential revision "+human.Short(revision)+", but the mark of "+credentialName(s.MovedFrom)
 		case s.Digest != revision:
 			sp.Action, sp.Reason = SecretUpdate, fmt.Sprintf("%s holds another credential (%s)", where, human.ShortOrNone(s.Digest))
 		case len(s.MissingFrom) > 0:
 			sp.Action, sp.Reason = SecretUpdate, "service account(s) "+strings.Join(s.MissingFrom, ", ")+" do not reference "+where+" yet"
 		default:
 			sp.Action, sp.Reason = SecretNoOp, where+" already holds credential revision "+human.Short(revision)
+		}
+
+		if s.Moved && sp.Action == SecretUpdate {
+			sp.Reason += "; it moves from " + credentialName(s.MovedFrom) + " to " + credentialName(s.Credential) + ", as the roles in force were rendered"
 		}
 
 		if sp.Role == RoleRoot && (sp.Action == SecretCreate || sp.Action == SecretUpdate) {

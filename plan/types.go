@@ -503,6 +503,8 @@ type Invariants struct {
 	Owner            string   `json:"owner,omitempty"`
 	ConfiguredDigest string   `json:"configured_digest,omitempty"`
 	BootID           string   `json:"boot_id,omitempty"`
+	// ControlPlane: it was a control plane (its etcd gate, its order) when the plan was made.
+	ControlPlane bool `json:"control_plane,omitempty"`
 }
 
 // Summary counts the actions.

@@ -126,7 +126,7 @@ func Inventory(s Snapshot, in Input) Revocation {
 	}
 
 	for _, sec := range s.Secrets {
-		if sec.Credential != "" {
+		if !sec.JudgedBy("") {
 			continue // a tenant's: judged in its own verdict
 		}
 
@@ -167,7 +167,7 @@ func tenantInventory(s Snapshot, in Input, t TenantRotation) Revocation {
 	v := Revocation{Credential: t.Name, Tenant: true, Revision: t.Revision}
 
 	for _, sec := range s.Secrets {
-		if sec.Credential != t.Name {
+		if !sec.JudgedBy(t.Name) {
 			continue
 		}
 
@@ -322,6 +322,16 @@ func secretUse(s SecretObs, revision string, since time.Time) (Use, bool) {
 	case s.OutsideRoles:
 		u.State, u.Why = UseUnknown, s.OutsideRolesSentence()
 		u.Next = "render the roles with `ghcrsync rbac --config FILE`, apply them, and run ghcrsync again"
+
+		return u, true
+	case len(s.Contested) > 0:
+		u.State, u.Why = UseUnknown, s.ContestedSentence()
+		u.Next = "make one credential's consumers name it, then run ghcrsync again"
+
+		return u, true
+	case s.Moved && !s.MoveDeclared:
+		u.State, u.Why = UseUnknown, s.MoveSentence()
+		u.Next = "render the roles with `ghcrsync rbac --config FILE`, review and apply them (or restore the namespace's labels), and run ghcrsync again"
 
 		return u, true
 	case s.NamespaceMissing:
