@@ -936,17 +936,31 @@ func (r *run) releaseLease(ctx context.Context) {
 // update disrupts nothing, and 1,000 Events would double the run's requests); each Node carries
 // its verified marker, and the state file names each.
 func (r *run) rotatedLive() string {
-	n := 0
+	live, keyring := 0, 0
 
 	for _, res := range r.res.Nodes {
-		if res.Action.InPlace() && res.Outcome == state.OutcomeDone {
-			n++
+		switch {
+		case res.Outcome != state.OutcomeDone:
+		case res.Action == plan.ActionApplyLive:
+			live++
+		case res.Action == plan.ActionKeyring:
+			keyring++
 		}
 	}
 
-	if n == 0 {
-		return ""
+	var out string
+
+	if live > 0 {
+		out += fmt.Sprintf("; %d node(s) rotated live", live)
 	}
 
-	return fmt.Sprintf("; %d node(s) rotated in place, live or through the kubelet keyring (no cordon, no reboot; each Node carries its verified marker)", n)
+	if keyring > 0 {
+		out += fmt.Sprintf("; %d node(s) rotated through the kubelet keyring", keyring)
+	}
+
+	if out != "" {
+		out += " (no cordon, no reboot; each Node carries its verified marker)"
+	}
+
+	return out
 }
