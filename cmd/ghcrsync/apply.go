@@ -77,6 +77,10 @@ func newLogger(w io.Writer, level, format string) (hclog.Logger, error) {
 		return nil, fmt.Errorf("unknown --log-format %q: use text or json", format)
 	}
 
+	if format == "json" { // valid JSON through the stream's guard, whatever a field holds
+		w = view.JSONLog(w)
+	}
+
 	return hclog.New(&hclog.LoggerOptions{
 		Name: "ghcrsync", Level: lvl, Output: w, JSONFormat: format == "json", TimeFormat: "2006-01-02T15:04:05.000Z07:00",
 	}), nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -95,4 +96,39 @@ func writeJSONLine(w io.Writer, v any) error {
 	_, err = w.Write(b)
 
 	return err
+}
+
+// JSONLog wraps the stream a JSON log (hclog's JSONFormat, one object a line) is written to:
+// each line is escaped as marshalJSON escapes (escapeJSON), so a hostile string in a log field
+// stays valid JSON through Guard. A line is written once complete.
+func JSONLog(w io.Writer) io.Writer { return &jsonLog{w: w} }
+
+type jsonLog struct {
+	mu      sync.Mutex
+	w       io.Writer
+	pending []byte // the line written so far, without its newline
+}
+
+func (j *jsonLog) Write(p []byte) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+
+	for rest := p; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			j.pending = append(j.pending, rest...)
+
+			break
+		}
+
+		line := append(j.pending, rest[:i+1]...)
+		j.pending = nil
+		rest = rest[i+1:]
+
+		if _, err := j.w.Write(escapeJSON(line)); err != nil {
+			return 0, err
+		}
+	}
+
+	return len(p), nil
 }

@@ -185,6 +185,31 @@ func TestHostileClusterStrings(t *testing.T) {
 		}
 	}
 
+	// The Job's progress log (--log-format json) is JSON a line, whatever the strings hold: with
+	// the hostile Lease gone, apply runs (and logs) past the hostile fence on prod-worker-2.
+	if err := kube.CoordinationV1().Leases(sandbox.LeaseNamespace).Delete(ctx, sandbox.LeaseName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := ghcrsync(t, sb, "apply", "--config", cfg, "--auto-approve", "--log-format", "json", "--log-level", "debug")
+	logged := 0
+
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+
+		logged++
+
+		if !json.Valid([]byte(line)) {
+			t.Errorf("apply --log-format json wrote a line that is not JSON:\n%s", line)
+		}
+	}
+
+	if logged == 0 {
+		t.Fatalf("apply --log-format json logged no JSON line:\n%s", r.stderr)
+	}
+
 	// Negative control: the values were shown, escaped (not dropped, which would pass vacuously).
 	joined := strings.Join(all, "")
 	for _, want := range []string{`::error title=pwned::owned\n::add-mask::x\r\x1b[31mred\x1b[0m\x1b]0;title\a \u202e`} {
