@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -47,6 +49,11 @@ type runner struct {
 	// to them (the comment step's script runs under node against a stub of the GitHub API).
 	existing []prComment
 	edits    []commentEdit
+	// pinned are values the repository's copy of a workflow sets in its env (the digest pin),
+	// replacing the shipped placeholder of a variable the workflow declares.
+	pinned map[string]string
+	// cacheSeed, when set, is what actions/cache restores (file name -> content): a hit.
+	cacheSeed map[string][]byte
 }
 
 // prComment is a pull-request comment as the GitHub API lists it.
@@ -198,6 +205,12 @@ func (r *runner) run(file string) []string {
 			env[k] = v
 		}
 
+		for k, v := range r.pinned {
+			if _, ok := env[k]; ok {
+				env[k] = v
+			}
+		}
+
 		for i, step := range job.Steps {
 			name := ""
 			if step.Name != nil {
@@ -248,13 +261,40 @@ func (r *runner) action(step *actionlint.Step, exe *actionlint.ExecAction, env m
 	switch {
 	case strings.HasPrefix(uses, "actions/checkout@"), strings.HasPrefix(uses, "actions/setup-go@"):
 	case strings.HasPrefix(uses, "actions/cache@"):
+		hit := len(r.cacheSeed) > 0
+		if hit {
+			r.restore(exe.Inputs["path"].Value.Value)
+		}
+
 		if step.ID != nil {
-			r.outputs[step.ID.Value] = map[string]string{"cache-hit": "false"}
+			r.outputs[step.ID.Value] = map[string]string{"cache-hit": strconv.FormatBool(hit)}
 		}
 	case strings.HasPrefix(uses, "actions/github-script@"):
 		r.githubScript(exe.Inputs["script"].Value.Value, env)
 	default:
 		r.t.Fatalf("the workflow uses %s, which this runner does not play", uses)
+	}
+}
+
+// restore writes the cache seed into path (~ is the runner's HOME), as a cache hit does.
+func (r *runner) restore(path string) {
+	home := ""
+
+	for _, kv := range r.env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+
+	dir := strings.Replace(path, "~", home, 1)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		r.t.Fatal(err)
+	}
+
+	for name, content := range r.cacheSeed {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o700); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 }
 
@@ -450,6 +490,8 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		baseEnv = append(baseEnv, "XDG_CACHE_HOME="+filepath.Join(os.Getenv("HOME"), ".cache"))
 	}
 
+	var pin string // the release archive's digest, as the repository's copies of the workflows pin it
+
 	newRunnerIn := func(workspace string, inputs map[string]string) *runner {
 		r := &runner{t: t, workspace: workspace, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), env: baseEnv,
 			outputs: map[string]map[string]string{}, outcomes: map[string]string{},
@@ -466,6 +508,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		}
 
 		r.summary = filepath.Join(r.temp, "summary.md")
+		r.pinned = map[string]string{"GHCRSYNC_SHA256": pin}
 
 		return r
 	}
@@ -490,9 +533,49 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		}
 	}
 
+	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
+	pin = publishedDigest(t, filepath.Join(releases, "v0.3.0", "SHA256SUMS"), archive)
+
 	// The merge queue's required check: validate.yml on the pull request's files passes; on a
 	// configuration with an error it fails, annotating the error on its line.
 	git(ws, "checkout", "-q", prSHA)
+
+	// The install step checks the pinned digest on every run. A cache entry holding another
+	// binary (any workflow of the repository may write one) fails the job at that step, before
+	// the binary runs; an unset pin fails it too. The control: the real archive, restored from
+	// the cache, passes.
+	ran := filepath.Join(t.TempDir(), "the-cached-binary-ran")
+	genuine, _ := os.ReadFile(filepath.Join(releases, "v0.3.0", archive))
+
+	for _, c := range []struct {
+		name, pin string
+		seed      []byte
+		fails     string
+	}{
+		{"another binary in the cache", pin, tarGz(t, "ghcrsync", "#!/bin/sh\ntouch "+ran+"\n"), "FAILED"},
+		{"no pin", "", genuine, "GHCRSYNC_SHA256 is not set"},
+		{"the pinned archive in the cache", pin, genuine, ""},
+	} {
+		r := newRunner(nil)
+		r.env = append(slices.Clone(baseEnv), "HOME="+t.TempDir())
+		r.cacheSeed, r.pinned = map[string][]byte{archive: c.seed}, map[string]string{"GHCRSYNC_SHA256": c.pin}
+
+		trace := r.run("../../docs/workflows/validate.yml")
+
+		switch {
+		case !slices.Contains(trace, "Download ghcrsync: skipped"):
+			t.Fatalf("%s: the cache hit downloaded anyway: %v", c.name, trace)
+		case c.fails == "" && (r.failed || !slices.Contains(trace, "Valid: exit 0")):
+			t.Fatalf("%s: validate.yml failed: %v\n%s", c.name, trace, r.log.String())
+		case c.fails != "" && (!r.failed || !slices.Contains(trace, "Install ghcrsync: exit 1") || !strings.Contains(r.log.String(), c.fails) ||
+			slices.Contains(trace, "ghcrsync on PATH: exit 0")):
+			t.Fatalf("%s: the job did not fail at its install step: %v\n%s", c.name, trace, r.log.String())
+		}
+	}
+
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Fatalf("the binary from the cache ran (%v)", err)
+	}
 
 	check := newRunner(nil)
 	if trace := check.run("../../docs/workflows/validate.yml"); check.failed || !slices.Contains(trace, "Valid: exit 0") ||
@@ -637,6 +720,46 @@ case "$1 $2" in
 *) echo "gh stub: $* is not played" >&2; exit 1 ;;
 esac
 `
+
+// publishedDigest is archive's SHA-256 as the release's SHA256SUMS lists it.
+func publishedDigest(t *testing.T, sums, archive string) string {
+	t.Helper()
+
+	b, err := os.ReadFile(sums)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, line := range strings.Split(string(b), "\n") {
+		if digest, name, ok := strings.Cut(line, "  "); ok && name == archive {
+			return digest
+		}
+	}
+
+	t.Fatalf("%s lists no %s:\n%s", sums, archive, b)
+
+	return ""
+}
+
+// tarGz is a gzipped tar archive of one executable file.
+func tarGz(t *testing.T, name, content string) []byte {
+	t.Helper()
+
+	var b bytes.Buffer
+
+	gz := gzip.NewWriter(&b)
+	tw := tar.NewWriter(gz)
+
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(content))}); err != nil {
+		t.Fatal(err)
+	}
+
+	_, _ = tw.Write([]byte(content))
+	_ = tw.Close()
+	_ = gz.Close()
+
+	return b.Bytes()
+}
 
 func goTool(t *testing.T) string {
 	t.Helper()

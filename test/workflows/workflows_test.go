@@ -236,36 +236,71 @@ func TestShippedWorkflowsFitAMergeQueue(t *testing.T) {
 	}
 }
 
-// Every workflow that runs ghcrsync installs it with the same step (a download of the pinned
-// release, its checksum checked), never by compiling it.
+// Every workflow that runs ghcrsync installs it with the same steps (a download of the pinned
+// release, its checksum checked), never by compiling it; and every run, a cache hit included,
+// checks the archive against the digest the workflow pins (required: an unset pin fails).
 func TestShippedWorkflowsInstallOneWay(t *testing.T) {
-	installs := map[string]string{}
+	steps := map[string]map[string]string{"Download ghcrsync": {}, "Install ghcrsync": {}}
 
 	for _, path := range shipped(t) {
-		wf, content := parse(t, filepath.Base(path))
+		name := filepath.Base(path)
+
+		wf, content := parse(t, name)
 		if strings.Contains(string(content), "go install") {
-			t.Errorf("%s compiles ghcrsync (go install): install the release", filepath.Base(path))
+			t.Errorf("%s compiles ghcrsync (go install): install the release", name)
 		}
 
 		for _, job := range wf.Jobs {
 			for _, step := range job.Steps {
-				if run, ok := step.Exec.(*actionlint.ExecRun); ok && step.Name != nil && step.Name.Value == "Install ghcrsync" {
-					installs[filepath.Base(path)] = run.Run.Value
+				run, ok := step.Exec.(*actionlint.ExecRun)
+				if !ok || step.Name == nil || steps[step.Name.Value] == nil {
+					continue
 				}
+
+				steps[step.Name.Value][name] = run.Run.Value
+
+				if step.Name.Value == "Install ghcrsync" && step.If != nil {
+					t.Errorf("%s installs ghcrsync only %s: the pinned digest must be checked on every run, a cache hit included", name, step.If.Value)
+				}
+			}
+
+			if steps["Install ghcrsync"][name] != "" && !declares(job.Env, "GHCRSYNC_SHA256") {
+				t.Errorf("%s pins no GHCRSYNC_SHA256 in its job's env", name)
 			}
 		}
 	}
 
-	if len(installs) != 5 {
-		t.Fatalf("%d workflows install ghcrsync from a release, want the 5 that run it: %v", len(installs), installs)
-	}
+	for step, scripts := range steps {
+		if len(scripts) != 5 {
+			t.Fatalf("%d workflows have a %q step, want the 5 that run ghcrsync: %v", len(scripts), step, scripts)
+		}
 
-	first := installs["validate.yml"]
-	for name, script := range installs {
-		if script != first || !strings.Contains(script, "sha256sum --check") {
-			t.Errorf("%s's Install ghcrsync step differs from validate.yml's or checks no checksum: keep them one step, copied", name)
+		first := scripts["validate.yml"]
+		for name, script := range scripts {
+			if script != first || !strings.Contains(script, "sha256sum --check") {
+				t.Errorf("%s's %s step differs from validate.yml's or checks no checksum: keep them one step, copied", name, step)
+			}
 		}
 	}
+
+	if install := steps["Install ghcrsync"]["validate.yml"]; !strings.Contains(install, `${GHCRSYNC_SHA256:?`) || !strings.Contains(install, `"$GHCRSYNC_SHA256  $archive" | sha256sum --check --strict`) {
+		t.Errorf("the Install ghcrsync step does not require and check GHCRSYNC_SHA256:\n%s", install)
+	}
+}
+
+// declares reports whether env sets the variable name.
+func declares(env *actionlint.Env, name string) bool {
+	if env == nil {
+		return false
+	}
+
+	for _, v := range env.Vars {
+		if v.Name.Value == name {
+			return true
+		}
+	}
+
+	return false
 }
 
 // The negative controls: the same checks find what they exist for.
