@@ -55,6 +55,11 @@ const (
 	EscapeWriterPod      EscapeKind = "a keyring writer pod mounting the node's root"
 	EscapeNoExecuteTaint EscapeKind = "the steering taint with effect NoExecute on a Node"
 	EscapeForeignLease   EscapeKind = "a Lease of another name"
+	EscapeOpaqueSecret   EscapeKind = "an Opaque Secret of another name"
+	EscapeSecretKey      EscapeKind = "a second key in a pull secret"
+	EscapeCredentialMark EscapeKind = "a pull secret marked with another credential"
+	EscapeTemplateKey    EscapeKind = "a key of a node template besides its configured one"
+	EscapeForgedEvent    EscapeKind = "an Event posing as the kubelet"
 )
 
 func (e Escape) String() string {
@@ -131,7 +136,37 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 		}
 
 		metav1.SetMetaDataAnnotation(&s.ObjectMeta, corev1.ServiceAccountNameKey, "default")
+		s.ResourceVersion = ""
 		_, err = c.Client.CoreV1().Secrets(e.Namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{dryRun}})
+
+		return err
+	case EscapeOpaqueSecret:
+		_, err := c.Client.CoreV1().Secrets(e.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: escapeMarker, Namespace: e.Namespace}, Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"HCLOUD_TOKEN": []byte(escapeMarker)}}, create)
+
+		return err
+	case EscapeSecretKey, EscapeTemplateKey:
+		return c.escapeSecret(ctx, e, func(s *corev1.Secret) {
+			if s.Data == nil {
+				s.Data = map[string][]byte{}
+			}
+
+			s.Data[escapeMarker] = []byte(escapeMarker)
+		})
+	case EscapeCredentialMark:
+		return c.escapeSecret(ctx, e, func(s *corev1.Secret) {
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, CredentialAnnotation, escapeMarker)
+		})
+	case EscapeForgedEvent:
+		now := metav1.Now()
+		_, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: escapeMarker, Namespace: metav1.NamespaceDefault},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: metav1.NamespaceDefault, Name: escapeMarker, APIVersion: "v1"},
+			Reason:         "Pulled", Message: "Successfully pulled image", Type: corev1.EventTypeNormal,
+			Source:         corev1.EventSource{Component: "kubelet", Host: escapeMarker},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1, ReportingController: "kubelet", ReportingInstance: escapeMarker,
+		}, create)
 
 		return err
 	case EscapeNodeLabel:
@@ -177,6 +212,21 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 	return fmt.Errorf("unknown escape %q", e.Kind)
 }
 
+// escapeSecret updates the Secret e names as change says (one that does not exist proves nothing).
+func (c *Connection) escapeSecret(ctx context.Context, e Escape, change func(*corev1.Secret)) error {
+	s, err := c.Client.CoreV1().Secrets(e.Namespace).Get(ctx, e.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+
+	change(s)
+	s.ResourceVersion = "" // a dry run: no compare-and-swap for a concurrent write to lose to
+
+	_, err = c.Client.CoreV1().Secrets(e.Namespace).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{dryRun}})
+
+	return err
+}
+
 // escapeNoExecute adds the steering taint, with effect NoExecute, to the first Node's taints.
 func (c *Connection) escapeNoExecute(ctx context.Context, opts metav1.PatchOptions) error {
 	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
@@ -190,7 +240,9 @@ func (c *Connection) escapeNoExecute(ctx context.Context, opts metav1.PatchOptio
 
 	n := list.Items[0]
 	t := append(slices.Clone(n.Spec.Taints), corev1.Taint{Key: taints.Steering, Value: taints.RunToken(escapeMarker), Effect: corev1.TaintEffectNoExecute})
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": t}})
+	// No resourceVersion: a dry run stores nothing, and a kubelet heartbeat between the list and
+	// the patch must not turn the proof into a conflict that fails the preflight.
+	body, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": t}})
 
 	_, err = c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, opts)
 

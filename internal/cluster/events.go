@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,14 +31,26 @@ func LeaseRef(namespace, name string) Ref {
 	return Ref{Kind: "Lease", Namespace: namespace, Name: name, APIVersion: "coordination.k8s.io/v1"}
 }
 
-// EventSource is the component Events name as their source.
-const EventSource = "ghcrsync"
+// The shape of every Event ghcrsync records: the admission policy ghcrsync-events admits
+// ghcrsync's identities no other (internal/permission).
+const (
+	// EventSource is the component Events name as their source (and their reporting instance).
+	EventSource = "ghcrsync"
+	// EventReportingController is their reporting component.
+	EventReportingController = "ghcrsync.dev/ghcrsync"
+	// EventReasonPrefix begins every reason.
+	EventReasonPrefix = "Ghcrsync"
+)
 
 // Record writes a Kubernetes Event about ref (in the default namespace for a cluster-scoped
 // object): the cluster's own audit trail of what ghcrsync did, readable with `kubectl
 // describe`. reason is CamelCase; message holds no secret (digests and holder ids only).
 // Best effort: a failed Event never stops a run; the error is returned for the log.
 func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string, warning bool) error {
+	if !strings.HasPrefix(reason, EventReasonPrefix) {
+		return fmt.Errorf("record event %s on %s %s: a reason of ghcrsync's begins %s", reason, ref.Kind, ref.Name, EventReasonPrefix)
+	}
+
 	ns := ref.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
@@ -67,7 +80,7 @@ func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string
 		Type:           kind,
 		Source:         corev1.EventSource{Component: EventSource},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "ghcrsync.dev/ghcrsync", ReportingInstance: EventSource,
+		ReportingController: EventReportingController, ReportingInstance: EventSource,
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("record event %s on %s %s: %w", reason, ref.Kind, ref.Name, err)

@@ -34,6 +34,37 @@ type SecretTarget struct {
 	// OutsideRoles: the identity's roles cover nothing in the namespace (it gained the consumer
 	// label after they were rendered): the secret is neither read nor written.
 	OutsideRoles bool
+	// Contested are the credentials whose consumers all name it (two selectors match its
+	// namespace, with the same secret name; the cluster credential as ""): which it should hold
+	// is the configuration's to say, so it is neither read nor written.
+	Contested []string
+	// Marks are this configuration's credential marks, the cluster credential's first: another
+	// of them on the Secret is a move between credentials (plan.SecretObs.Moved).
+	Marks []string
+}
+
+// mark is the credential mark the target's Secret carries once written.
+func (t SecretTarget) mark() string {
+	if len(t.Marks) == 0 {
+		return t.Credential
+	}
+
+	return CredentialMark(t.Credential, t.Marks[0])
+}
+
+// movedFrom is the credential (the cluster's as "") whose mark the Secret carries instead of the
+// target's own, if it is another of this configuration's and the Secret is this configuration's.
+func (t SecretTarget) movedFrom(s *corev1.Secret) (string, bool) {
+	m := s.Annotations[CredentialAnnotation]
+	if m == "" || m == t.mark() || !slices.Contains(t.Marks, m) || OtherConfiguration(s, t.Configuration) != "" {
+		return "", false
+	}
+
+	if m == t.Marks[0] {
+		return "", true
+	}
+
+	return m, true
 }
 
 // SelectedNamespaces lists the names of the namespaces matching a label selector, sorted.
@@ -76,6 +107,16 @@ const (
 	ConfigurationAnnotation = "ghcrsync.dev/configuration"
 	CredentialAnnotation    = "ghcrsync.dev/credential"
 )
+
+// CredentialMark is the ghcrsync.dev/credential mark of a pull secret holding credential (a
+// tenant's name, or "" for the cluster credential, named clusterCredential).
+func CredentialMark(credential, clusterCredential string) string {
+	if credential != "" {
+		return credential
+	}
+
+	return clusterCredential
+}
 
 // OtherConfiguration names the other ghcrsync configuration whose mark the Secret carries ("":
 // none, or self's): a pull secret two configurations write is a tug of war, which plan lists
@@ -123,8 +164,8 @@ func Foreign(s *corev1.Secret) string {
 func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry string) (plan.SecretObs, *credential.Credential, error) {
 	var held *credential.Credential
 
-	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role, Credential: t.Credential, OutsideRoles: t.OutsideRoles}
-	if t.OutsideRoles {
+	obs := plan.SecretObs{Namespace: t.Namespace, Name: t.Name, Role: t.Role, Credential: t.Credential, OutsideRoles: t.OutsideRoles, Contested: t.Contested}
+	if t.OutsideRoles || len(t.Contested) > 0 {
 		return obs, nil, nil
 	}
 
@@ -145,6 +186,11 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 	default:
 		obs.Exists, obs.Type, obs.Foreign = true, string(s.Type), Foreign(s)
 		obs.OtherConfiguration = OtherConfiguration(s, t.Configuration)
+
+		if from, ok := t.movedFrom(s); ok {
+			obs.Moved, obs.MovedFrom = true, from
+			obs.MoveDeclared = c.moveDeclared(ctx, s, t.mark())
+		}
 
 		obs.Writers = Writers(s.ObjectMeta, corev1.DockerConfigJsonKey)
 		if data, ok := s.Data[corev1.DockerConfigJsonKey]; ok {
@@ -169,6 +215,28 @@ func (c *Connection) ObserveSecret(ctx context.Context, t SecretTarget, registry
 	}
 
 	return obs, held, nil
+}
+
+// SecretsPolicy is the admission policy that bounds the identities' Secret writes: rendered
+// for a configuration, it pins each pull secret's credential mark (internal/permission).
+const SecretsPolicy = "ghcrsync-secrets"
+
+// moveDeclared reports whether moving s to the credential mark to is declared: the roles were
+// rendered with its namespace under that credential, and are in force. Both are asked of the
+// API server as server-side dry runs of a mark-only update (no credential is sent, nothing is
+// stored): the mark to is admitted, and a mark no rendering names is refused by
+// ghcrsync-secrets (the pins are in force). With no policy in force, nothing declares a move.
+func (c *Connection) moveDeclared(ctx context.Context, s *corev1.Secret, to string) bool {
+	try := func(mark string) error {
+		next := s.DeepCopy()
+		next.ResourceVersion = "" // a dry run: nothing to compare and swap
+		metav1.SetMetaDataAnnotation(&next.ObjectMeta, CredentialAnnotation, mark)
+		_, err := c.Client.CoreV1().Secrets(s.Namespace).Update(ctx, next, metav1.UpdateOptions{DryRun: []string{dryRun}})
+
+		return err
+	}
+
+	return try(to) == nil && refusedBy(try(escapeMarker), SecretsPolicy)
 }
 
 // TemplateValue reads one key of a node template's Secret.

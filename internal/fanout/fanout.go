@@ -117,10 +117,7 @@ func (o Options) data(sp plan.SecretPlan) []byte {
 
 // marks are the annotations that say which configuration and credential wrote the secret.
 func (o Options) marks(sp plan.SecretPlan) map[string]string {
-	name := sp.Credential
-	if name == "" {
-		name = o.Credential
-	}
+	name := cluster.CredentialMark(sp.Credential, o.Credential)
 
 	out := map[string]string{}
 	if o.Configuration != "" {
@@ -328,7 +325,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
 		case cur.Type != corev1.SecretTypeDockerConfigJson:
 			return fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
-		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data):
+		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data) && marked(cur, o.marks(sp)):
 			return nil
 		default:
 			o.Hooks.between(sp, attempt)
@@ -358,6 +355,17 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 
 		return nil
 	})
+}
+
+// marked reports whether s carries every one of marks.
+func marked(s *corev1.Secret, marks map[string]string) bool {
+	for k, v := range marks {
+		if s.Annotations[k] != v {
+			return false
+		}
+	}
+
+	return true
 }
 
 // landed runs read-modify-write attempts until one lands. An attempt reads, decides, and

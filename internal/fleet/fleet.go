@@ -279,13 +279,15 @@ func (r *Reader) Targets(ctx context.Context) ([]cluster.SecretTarget, error) {
 		selected[sel] = names
 	}
 
-	return PullSecrets(r.Config, selected)
+	return PullSecrets(r.Config, selected), nil
 }
 
 // PullSecrets are the pull secrets the configuration names, each credential's consumer selector's
 // secret in every namespace it matches (selected, by selector): consumers by namespace and name,
-// the root last. A pull secret two credentials would write is an error: it can hold only one.
-func PullSecrets(cfg *config.Config, selected map[string][]string) ([]cluster.SecretTarget, error) {
+// the root last. A pull secret two credentials' consumers name is contested (it can hold only
+// one): it is neither read nor written, and counts as unknown in each one's verdict — a
+// namespace relabelled by mistake does not stop every run, an emergency's included.
+func PullSecrets(cfg *config.Config, selected map[string][]string) []cluster.SecretTarget {
 	var consumers []cluster.SecretTarget
 
 	for _, set := range cfg.PullSecretSets() {
@@ -308,49 +310,55 @@ func PullSecrets(cfg *config.Config, selected map[string][]string) ([]cluster.Se
 		consumers = append(consumers, cluster.ConsumerTargets(explicit, nss, secret, sas, set.Credential)...)
 	}
 
-	if err := claimedOnce(cfg, consumers); err != nil {
-		return nil, err
+	contested := contestedSecrets(consumers)
+	var targets []cluster.SecretTarget
+
+	for _, t := range consumers { // a contested one once, as its first credential names it
+		if !slices.ContainsFunc(targets, func(x cluster.SecretTarget) bool { return x.Namespace == t.Namespace && x.Name == t.Name }) {
+			targets = append(targets, t)
+		}
 	}
 
-	targets := cluster.ConsumerTargets(consumers, nil, "", nil, "")
+	targets = cluster.ConsumerTargets(targets, nil, "", nil, "") // sorted
 
 	if r := cfg.FluxRoot; r != nil {
 		targets = append(targets, cluster.SecretTarget{Namespace: r.Namespace, Name: r.Secret, Role: plan.RoleRoot})
 	}
 
-	for i := range targets {
-		targets[i].Configuration = cfg.Identity()
+	marks := []string{cfg.Credential.Name}
+	for _, t := range cfg.Tenants {
+		marks = append(marks, t.Credential.Name)
 	}
 
-	return targets, nil
+	for i := range targets {
+		targets[i].Configuration, targets[i].Marks = cfg.Identity(), marks
+		targets[i].Contested = contested[targets[i].Namespace+"/"+targets[i].Name]
+	}
+
+	return targets
 }
 
-// claimedOnce refuses a pull secret two credentials' consumers name (a namespace two consumer
-// selectors match, with the same secret name): which credential it should hold is the
-// configuration's to say.
-func claimedOnce(cfg *config.Config, targets []cluster.SecretTarget) error {
-	by := map[string]string{}
+// contestedSecrets are the pull secrets (namespace/name) two credentials' consumers name, with
+// those credentials (the cluster's as ""), in the configuration's order.
+func contestedSecrets(consumers []cluster.SecretTarget) map[string][]string {
+	by := map[string][]string{}
 
-	name := func(t cluster.SecretTarget) string {
-		if t.Credential == "" {
-			return cfg.Credential.Name
-		}
-
-		return t.Credential
-	}
-
-	for _, t := range targets {
+	for _, t := range consumers {
 		key := t.Namespace + "/" + t.Name
-		if prev, ok := by[key]; ok && prev != name(t) {
-			return fmt.Errorf("pull secret %s is a consumer of credential %q and of credential %q (their consumer selectors both match namespace %s): "+
-				"a pull secret holds one credential; nothing was planned. Change a namespace's labels or a selector so one credential names it",
-				key, prev, name(t), t.Namespace)
+		if !slices.Contains(by[key], t.Credential) {
+			by[key] = append(by[key], t.Credential)
 		}
-
-		by[key] = name(t)
 	}
 
-	return nil
+	out := map[string][]string{}
+
+	for key, creds := range by {
+		if len(creds) > 1 {
+			out[key] = creds
+		}
+	}
+
+	return out
 }
 
 // HeldByNodes reads the credentials the selected nodes' active configs hold now: one LIST of the

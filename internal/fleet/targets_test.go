@@ -1,14 +1,14 @@
 package fleet
 
 import (
-	"strings"
+	"slices"
 	"testing"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
 )
 
 // Every credential's consumers become targets carrying its name (the cluster credential's ""),
-// each marked with the configuration; a pull secret two credentials' selectors reach is refused.
+// each marked with the configuration; a pull secret two credentials' selectors reach is one target, contested by both.
 func TestTargetsOfSeveralCredentials(t *testing.T) {
 	cfg := &config.Config{
 		Credential:       config.Credential{Name: "ghcr"},
@@ -23,40 +23,40 @@ func TestTargetsOfSeveralCredentials(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name     string
-		selected map[string][]string
-		want     map[string]string // namespace/secret -> credential
-		err      string
+		name      string
+		selected  map[string][]string
+		want      map[string]string   // namespace/secret -> credential
+		contested map[string][]string // namespace/secret -> the credentials naming it
 	}{
 		{"each_credential_its_own", map[string][]string{"platform=yes": {"web"}, "tenant=a": {"a1", "a2"}},
 			map[string]string{"apps/ghcr-pull": "", "web/ghcr-pull": "", "a1/ghcr-pull": "tenant-a", "a2/ghcr-pull": "tenant-a", "b1/b-pull": "tenant-b",
-				"flux-system/ghcr-auth": ""}, ""},
-		{"a_namespace_two_selectors_match", map[string][]string{"platform=yes": {"a1"}, "tenant=a": {"a1"}}, nil,
-			`pull secret a1/ghcr-pull is a consumer of credential "ghcr" and of credential "tenant-a"`},
+				"flux-system/ghcr-auth": ""}, nil},
+		// Contested: one target, neither read nor written, naming both; the rest as before.
+		{"a_namespace_two_selectors_match", map[string][]string{"platform=yes": {"a1", "web"}, "tenant=a": {"a1", "a2"}},
+			map[string]string{"apps/ghcr-pull": "", "web/ghcr-pull": "", "a1/ghcr-pull": "", "a2/ghcr-pull": "tenant-a", "b1/b-pull": "tenant-b",
+				"flux-system/ghcr-auth": ""}, map[string][]string{"a1/ghcr-pull": {"", "tenant-a"}}},
 		// The control: the same namespace under two secret names is two pull secrets.
 		{"one_namespace_two_secret_names", map[string][]string{"tenant=a": {"b1"}},
-			map[string]string{"apps/ghcr-pull": "", "b1/ghcr-pull": "tenant-a", "b1/b-pull": "tenant-b", "flux-system/ghcr-auth": ""}, ""},
+			map[string]string{"apps/ghcr-pull": "", "b1/ghcr-pull": "tenant-a", "b1/b-pull": "tenant-b", "flux-system/ghcr-auth": ""}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			targets, err := PullSecrets(cfg, tc.selected)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want %q", err, tc.err)
-				}
-
-				return
-			}
-
-			if err != nil {
-				t.Fatal(err)
-			}
+			targets := PullSecrets(cfg, tc.selected)
 
 			got := map[string]string{}
 			for _, x := range targets {
-				got[x.Namespace+"/"+x.Name] = x.Credential
+				key := x.Namespace + "/" + x.Name
+				got[key] = x.Credential
 
 				if x.Configuration != "flux-system/ghcr-auth-refresh" {
-					t.Errorf("%s/%s marked with configuration %q", x.Namespace, x.Name, x.Configuration)
+					t.Errorf("%s marked with configuration %q", key, x.Configuration)
+				}
+
+				if !slices.Equal(x.Marks, []string{"ghcr", "tenant-a", "tenant-b"}) {
+					t.Errorf("%s: marks %q", key, x.Marks)
+				}
+
+				if !slices.Equal(x.Contested, tc.contested[key]) {
+					t.Errorf("%s: contested by %q, want %q", key, x.Contested, tc.contested[key])
 				}
 			}
 

@@ -28,11 +28,13 @@ func fixture() (*config.Config, []cluster.SecretTarget) {
 		NodeTemplates: []config.NodeTemplate{{Name: "hcloud", Namespace: "kube-system", Secret: "hcloud-cluster-config", Key: "HCLOUD_CLUSTER_CONFIG",
 			RestartDeployment: "kube-system/cluster-autoscaler"}},
 	}
+	cfg.Credential.Name = "ghcr"
 	cfg.Nodes.Probe = config.Probe{Image: "ghcr.io/org/private-probe@sha256:0123", Images: []string{"ghcr.io/org/private-probe@sha256:0123"}, Namespace: config.DefaultProbeNamespace, ServiceAccount: config.DefaultProbeServiceAccount}
 
 	targets := []cluster.SecretTarget{
 		{Namespace: "billing", Name: "registry", Role: "consumer", ServiceAccounts: []string{"builder"}},
 		{Namespace: "team-a", Name: "ghcr-pull", Role: "consumer", ServiceAccounts: []string{"default"}},
+		{Namespace: "team-b", Name: "ghcr-pull", Role: "consumer", Credential: "tenant-b"},
 		{Namespace: "flux-system", Name: "ghcr-auth", Role: "root"},
 	}
 
@@ -48,7 +50,7 @@ func TestRenderGrantsExactlyTheNeeds(t *testing.T) {
 		t.Run(id.Class, func(t *testing.T) {
 			var granted []cluster.Access
 
-			for _, o := range Render(DefaultNamespace, []Identity{id}, ProbeOf(cfg)) {
+			for _, o := range Render(DefaultNamespace, []Identity{id}, ShapesOf(cfg, targets)) {
 				var (
 					ns    string
 					rules []rbacv1.PolicyRule
@@ -129,7 +131,7 @@ func TestRenderGolden(t *testing.T) {
 
 	var b bytes.Buffer
 
-	for _, o := range Render(DefaultNamespace, Identities(cfg, targets), ProbeOf(cfg)) {
+	for _, o := range Render(DefaultNamespace, Identities(cfg, targets), ShapesOf(cfg, targets)) {
 		y, err := yaml.Marshal(o)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +142,7 @@ func TestRenderGolden(t *testing.T) {
 
 	golden(t, "rendered.yaml", b.Bytes())
 
-	if n := len(Render(DefaultNamespace, Identities(cfg, targets), ProbeOf(cfg))); n < 20 {
+	if n := len(Render(DefaultNamespace, Identities(cfg, targets), ShapesOf(cfg, targets))); n < 20 {
 		t.Fatalf("only %d objects", n)
 	}
 }
@@ -178,12 +180,62 @@ const admissionHeader = `# The admission policies ` + "`ghcrsync rbac`" + ` rend
 # Secrets with no service-account annotation (no create right becomes a token); a Node's cordon,
 # steering taint and ghcrsync.dev/* annotations; a ServiceAccount's imagePullSecrets; a
 # Deployment's rollout-restart annotation; a Kustomization's spec.suspend; an OCIRepository's
-# reconcile request. ` + "`ghcrsync rbac`" + ` also renders the probe pod's policy (its exact shape, from
-# the configuration) and the plan identity's (dry runs only). Needs Kubernetes 1.30+
-# (docs/rbac.md).
+# reconcile request; Events of ghcrsync's own shape. ` + "`ghcrsync rbac`" + ` also renders, from the
+# configuration, the Secrets policy narrowed to the Secrets it names (each pull secret pinned to
+# its credential, each node template to its key), the run Lease's, the probe pod's (its exact
+# shape) and the plan identity's (dry runs only). Needs Kubernetes 1.30+ (docs/rbac.md).
 `
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	goldenfile.Check(t, filepath.Join("testdata", name), got)
+}
+
+// Each bound an identity's rights reach has its canary: the escapes the containment preflight
+// tries, by command. A contested pull secret (written by none) is not tried.
+func TestEscapesCoverEachBound(t *testing.T) {
+	cfg, targets := fixture()
+	targets[0].Contested = []string{"", "tenant-b"}
+
+	for _, tc := range []struct {
+		command string
+		want    []cluster.EscapeKind
+		not     []cluster.EscapeKind
+	}{
+		{CommandApply, []cluster.EscapeKind{cluster.EscapeNodeLabel, cluster.EscapeNoExecuteTaint, cluster.EscapeForgedEvent, cluster.EscapeSecretAnnotate,
+			cluster.EscapeForeignLease, cluster.EscapeTokenSecret, cluster.EscapeOpaqueSecret, cluster.EscapeSecretKey, cluster.EscapeCredentialMark,
+			cluster.EscapeTemplateKey, cluster.EscapeDeploymentSA, cluster.EscapeOCIRepository, cluster.EscapePod}, nil},
+		{CommandRelease, []cluster.EscapeKind{cluster.EscapeNodeLabel, cluster.EscapeNoExecuteTaint, cluster.EscapeForgedEvent, cluster.EscapeSecretAnnotate},
+			[]cluster.EscapeKind{cluster.EscapeForeignLease, cluster.EscapeOpaqueSecret, cluster.EscapeTemplateKey, cluster.EscapePod}},
+		{CommandPlan, nil, []cluster.EscapeKind{cluster.EscapeNodeLabel}},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			got := map[cluster.EscapeKind][]string{}
+			for _, e := range Escapes(cfg, tc.command, targets) {
+				got[e.Kind] = append(got[e.Kind], e.Namespace+"/"+e.Name)
+			}
+
+			for _, k := range tc.want {
+				if _, ok := got[k]; !ok {
+					t.Errorf("no canary %q", k)
+				}
+			}
+
+			for _, k := range tc.not {
+				if _, ok := got[k]; ok {
+					t.Errorf("canary %q for a right %s does not hold", k, tc.command)
+				}
+			}
+
+			for _, where := range got[cluster.EscapeSecretKey] {
+				if where == targets[0].Namespace+"/"+targets[0].Name {
+					t.Errorf("the contested %s is tried", where)
+				}
+			}
+
+			if tc.command == CommandApply && !slices.Equal(got[cluster.EscapeSecretKey], []string{"team-a/ghcr-pull", "flux-system/ghcr-auth"}) {
+				t.Errorf("pull secret key canaries on %v, want the first consumer and the root", got[cluster.EscapeSecretKey])
+			}
+		})
+	}
 }

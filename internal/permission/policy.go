@@ -2,6 +2,8 @@ package permission
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,6 +15,8 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
+	"github.com/ghcrsync/ghcrsync/state/kubestate"
 )
 
 // RBAC cannot say which fields a write may change: a patch right on a Deployment is a right to
@@ -47,42 +51,36 @@ const (
 	PlanDryRunPolicyName  = "ghcrsync-plan-dry-run"
 	KeyringPolicy         = "ghcrsync-keyring-writers"
 	LeasesPolicy          = "ghcrsync-leases"
+	EventsPolicy          = "ghcrsync-events"
 )
 
 // Fields the API server maintains on every write: never ghcrsync's to bound.
 var serverMaintained = []string{"managedFields", "resourceVersion", "generation"}
 
 // Policies are every admission policy that bounds the identities of namespace, policy and
-// binding in turn: probe is the runtime probe a pod create must be (its service account and
-// images); with no probe image, no pod may be created at all.
-func Policies(namespace string, probe ProbeShape, writer *KeyringShape, lease LeaseRef) []runtime.Object {
+// binding in turn, for what the configuration writes (s): the run Lease, the Secrets it names,
+// the probe pod (with no probe image, no pod may be created at all) and the keyring writer.
+func Policies(namespace string, s Shapes) []runtime.Object {
 	var out []runtime.Object
 
-	if lease.Name != "" {
-		out = append(out, leasesPolicy(lease.Namespace, lease.Name).objects(identitiesCondition(namespace))...)
-	}
-
-	secrets := secretsPolicy()
-	if writer != nil { // the writer's namespace holds its Secret and nothing else
-		secrets.rules = append(secrets.rules, rule("request.namespace != "+celString(writer.Namespace)+" || (object.metadata.name == "+celString(writer.Secret)+
-			` && object.type == "kubernetes.io/dockerconfigjson")`,
-			"ghcrsync's identities write only the keyring writer's Secret ("+writer.Secret+", a pull secret) in "+writer.Namespace))
+	if s.Lease.Name != "" {
+		out = append(out, leasesPolicy(s.Lease.Namespace, s.Lease.Name).objects(identitiesCondition(namespace))...)
 	}
 
 	for _, p := range []policy{
-		secrets, nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
-		kustomizationsPolicy(), ociRepositoriesPolicy(),
+		secretsPolicy(&s.Secrets), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
+		kustomizationsPolicy(), ociRepositoriesPolicy(), eventsPolicy(),
 	} {
 		out = append(out, p.objects(identitiesCondition(namespace))...)
 	}
 
 	// Pods: the probe's shape anywhere but the keyring writer's namespace, the writer's there.
-	pods := podsPolicy(probe)
-	if writer == nil {
+	pods := podsPolicy(s.Probe)
+	if s.Writer == nil {
 		out = append(out, pods.objects(identitiesCondition(namespace))...)
 	} else {
-		out = append(out, pods.objects(identitiesCondition(namespace), inNamespace(writer.Namespace, false))...)
-		out = append(out, keyringPolicy(*writer).objects(identitiesCondition(namespace), inNamespace(writer.Namespace, true))...)
+		out = append(out, pods.objects(identitiesCondition(namespace), inNamespace(s.Writer.Namespace, false))...)
+		out = append(out, keyringPolicy(*s.Writer).objects(identitiesCondition(namespace), inNamespace(s.Writer.Namespace, true))...)
 	}
 
 	return append(out, PlanDryRunPolicy(namespace)...)
@@ -102,7 +100,8 @@ func inNamespace(namespace string, in bool) admissionregistrationv1.MatchConditi
 func StaticPolicies(namespace string) []runtime.Object {
 	var out []runtime.Object
 
-	for _, p := range []policy{secretsPolicy(), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(), kustomizationsPolicy(), ociRepositoriesPolicy()} {
+	for _, p := range []policy{secretsPolicy(nil), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(), kustomizationsPolicy(), ociRepositoriesPolicy(),
+		eventsPolicy()} {
 		out = append(out, p.objects(identitiesCondition(namespace))...)
 	}
 
@@ -229,16 +228,200 @@ func onlyMetadata(what, annotations string) []admissionregistrationv1.Validation
 	}
 }
 
-func secretsPolicy() policy {
-	return policy{name: SecretsPolicy, resource: "secrets",
+// secretsPolicy bounds every Secret write; with a shape (a rendering for a configuration), to
+// exactly the Secrets it names and each as ghcrsync writes it (secretShapeRules).
+func secretsPolicy(shape *SecretsShape) policy {
+	p := policy{name: SecretsPolicy, resource: "secrets",
 		operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		rules: []admissionregistrationv1.Validation{
 			rule(`object.type in ["kubernetes.io/dockerconfigjson", "Opaque"]`,
 				"ghcrsync's identities write only pull secrets (kubernetes.io/dockerconfigjson) and opaque Secrets"),
 			rule(`!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, k.startsWith("kubernetes.io/service-account"))`,
 				"ghcrsync's identities never write a service-account annotation on a Secret"),
+			rule(`!object.?immutable.orValue(false)`, "ghcrsync's identities never make a Secret immutable (no later run could rotate it)"),
 		}}
+
+	if shape != nil {
+		p.rules = append(p.rules, secretShapeRules(*shape)...)
+	}
+
+	return p
 }
+
+// SecretsShape is every Secret the identities write, and what each may be: the pull secrets
+// (consumers' and the root's, each with the credential its mark names), the node templates (the
+// data keys each may change), the run state's Secret and the keyring writer's.
+type SecretsShape struct {
+	Pull      []PullSecretShape
+	Templates []TemplateShape
+	State     *Named // nil: the state is not kept in the cluster
+	Keyring   *Named // nil: nodes.kubelet_keyring is not configured
+}
+
+// PullSecretShape is one pull secret: Credential is the ghcrsync.dev/credential mark it must
+// carry ("": none is written).
+type PullSecretShape struct{ Namespace, Name, Credential string }
+
+// TemplateShape is one node-template Secret and the keys ghcrsync rewrites in it.
+type TemplateShape struct {
+	Namespace, Name string
+	Keys            []string
+}
+
+// Named is one namespaced object.
+type Named struct{ Namespace, Name string }
+
+func (n Named) String() string { return n.Namespace + "/" + n.Name }
+
+// secretMarks are the annotations ghcrsync writes on a pull secret.
+var secretMarks = []string{cluster.ConfigurationAnnotation, cluster.CredentialAnnotation}
+
+// secretShapeRules: a Secret write is one of the named Secrets, shaped as ghcrsync writes it —
+//
+//   - a pull secret: type kubernetes.io/dockerconfigjson; created with the one key
+//     .dockerconfigjson, ghcrsync's label and marks only; updated in .dockerconfigjson and its
+//     marks only (no other key, label, annotation, owner or finalizer); its credential mark the
+//     one rendered for its namespace (a tenant namespace relabelled since cannot move another
+//     credential in: the move is a re-rendering, a reviewed change);
+//   - a node template: updated (never created) in its configured keys only, nothing else of it;
+//   - the state: Opaque, its chunk keys only;
+//   - the keyring writer's Secret: a pull secret with the one key.
+func secretShapeRules(s SecretsShape) []admissionregistrationv1.Validation {
+	id := `(request.namespace + "/" + object.metadata.name)`
+	data, oldData := orEmpty("object", "data"), orEmpty("oldObject", "data")
+	creating := `request.operation == "CREATE"`
+
+	var all, pulls []string
+
+	pins := map[string]string{}
+
+	for _, p := range s.Pull {
+		n := Named{p.Namespace, p.Name}.String()
+		all, pulls = append(all, n), append(pulls, n)
+
+		if p.Credential != "" {
+			pins[n] = p.Credential
+		}
+	}
+
+	templates := map[string][]string{}
+
+	for _, t := range s.Templates {
+		n := Named{t.Namespace, t.Name}.String()
+		all = append(all, n)
+		templates[n] = append(templates[n], t.Keys...)
+	}
+
+	var rules []admissionregistrationv1.Validation
+
+	onlyKey := "dyn(" + data + ").all(k, k == " + celString(dockerConfigKey) + ")"
+
+	for _, n := range []*Named{s.State, s.Keyring} {
+		if n != nil {
+			all = append(all, n.String())
+		}
+	}
+
+	rules = append(rules,
+		rule(id+" in "+celList(all),
+			"ghcrsync's identities write only the Secrets this configuration names: its pull secrets, node templates, state and keyring writer's Secret "+
+				"(a new one is a new rendering of ghcrsync rbac, reviewed and applied)"),
+		rule("!("+id+" in "+celList(pulls)+") || (object.type == "+celString(dockerConfigType)+" && "+
+			either(creating, onlyKey, unchanged(data, oldData, keyIn(dockerConfigKey)))+")",
+			"ghcrsync's identities write a pull secret as kubernetes.io/dockerconfigjson with the one key .dockerconfigjson, and change no other key of it"),
+		rule("!("+id+" in "+celList(pulls)+") || "+either(creating,
+			"dyn("+orEmpty("object.metadata", "labels")+").all(k, k == \"app.kubernetes.io/managed-by\") && "+
+				"dyn("+orEmpty("object.metadata", "annotations")+").all(k, "+keyIn(secretMarks...)+") && "+
+				"!has(object.metadata.ownerReferences) && !has(object.metadata.finalizers)",
+			unchanged("object.metadata", "oldObject.metadata", keyIn(append([]string{"annotations"}, serverMaintained...)...))+" && "+
+				unchanged(orEmpty("object.metadata", "annotations"), orEmpty("oldObject.metadata", "annotations"), keyIn(secretMarks...))),
+			"ghcrsync's identities write no label, annotation, owner or finalizer of a pull secret but their own marks"),
+	)
+
+	if len(pins) > 0 {
+		rules = append(rules, rule("!("+id+" in "+celMap(pins)+") || "+
+			orEmpty("object.metadata", "annotations")+"[?"+celString(cluster.CredentialAnnotation)+"].orValue(\"\") == "+celMap(pins)+"["+id+"]",
+			"ghcrsync's identities write into each pull secret the credential rendered for its namespace ("+cluster.CredentialAnnotation+
+				"): moving a namespace to another credential is a new rendering of ghcrsync rbac, reviewed and applied"))
+	}
+
+	if len(templates) > 0 {
+		keys := map[string]string{}
+		for n, ks := range templates {
+			keys[n] = celList(ks)
+		}
+
+		rules = append(rules, rule("!("+id+" in "+celList(keysOf(templates))+") || (!("+creating+") && "+
+			unchanged("object", "oldObject", keyIn(append([]string{"data"}, serverMaintainedTop...)...))+" && "+
+			unchanged("object.metadata", "oldObject.metadata", keyIn(serverMaintained...))+" && "+
+			unchanged(data, oldData, "k in "+celRawMap(keys)+"["+id+"]")+")",
+			"ghcrsync's identities change only the configured key of a node template (nodes.template.key): no other key, no type, label or annotation, and create none"))
+	}
+
+	if s.State != nil {
+		rules = append(rules, rule(id+" != "+celString(s.State.String())+" || (object.type == \"Opaque\" && dyn("+data+").all(k, k.matches("+celString(kubestate.KeyPattern)+")))",
+			"ghcrsync's identities write the state Secret "+s.State.String()+" as Opaque, with its chunks only"))
+	}
+
+	if s.Keyring != nil {
+		rules = append(rules, rule(id+" != "+celString(s.Keyring.String())+" || (object.type == "+celString(dockerConfigType)+" && "+onlyKey+")",
+			"ghcrsync's identities write the keyring writer's Secret "+s.Keyring.String()+" as a pull secret with the one key .dockerconfigjson"))
+	}
+
+	return rules
+}
+
+// either is a CEL expression: yes when cond holds, no otherwise. Not CEL's "cond ? yes : no":
+// YAML folds a long expression at its spaces, and a folded line beginning with the ":" would be
+// escaped by the output guard (a line starting with a colon is a workflow command's form).
+func either(cond, yes, no string) string {
+	return "((" + cond + " && " + yes + ") || (!(" + cond + ") && " + no + "))"
+}
+
+const (
+	dockerConfigType = "kubernetes.io/dockerconfigjson"
+	dockerConfigKey  = ".dockerconfigjson"
+)
+
+// Top-level fields of a Secret that are not its content: the metadata, and what the API
+// server sets (apiVersion and kind, as a typed object has them).
+var serverMaintainedTop = []string{"metadata", "apiVersion", "kind"}
+
+// celList is items as a CEL list of strings (sorted, without repeats).
+func celList(items []string) string {
+	sorted := slices.Clone(items)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+
+	quoted := make([]string, len(sorted))
+	for i, s := range sorted {
+		quoted[i] = celString(s)
+	}
+
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// celMap is m as a CEL map of strings to strings.
+func celMap(m map[string]string) string {
+	quoted := map[string]string{}
+	for k, v := range m {
+		quoted[k] = celString(v)
+	}
+
+	return celRawMap(quoted)
+}
+
+// celRawMap is m as a CEL map of strings to CEL expressions, its keys sorted.
+func celRawMap(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, celString(k)+": "+m[k])
+	}
+
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func keysOf[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // nodesPolicy: the claim, the cordon, the phase and record annotations, the verified marker, the
 // autoscaler's scale-down guard, the steering taint — and nothing else of a Node (its labels, an
@@ -272,6 +455,26 @@ func leasesPolicy(namespace, name string) policy {
 		rules: []admissionregistrationv1.Validation{
 			rule("request.namespace == "+celString(namespace)+" && request.name == "+celString(name),
 				"ghcrsync's identities write only the run Lease "+namespace+"/"+name),
+		}}
+}
+
+// eventsPolicy: the Events ghcrsync records (cluster.Connection.Record) and no other shape —
+// its reason, its source and reporting component, about a Node, a Secret or a Lease. An Event
+// posing as the kubelet (a Pulled on a probe pod) or another controller is refused.
+func eventsPolicy() policy {
+	// dyn: "events" is also served as events.k8s.io/v1 (other field names), which the API server
+	// type-checks the rule against; requests there are converted to core v1 before it runs.
+	e := "dyn(object)"
+
+	return policy{name: EventsPolicy, resource: "events",
+		operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		rules: []admissionregistrationv1.Validation{
+			rule(e+".reason.startsWith("+celString(cluster.EventReasonPrefix)+") && "+e+".?source.component.orValue(\"\") == "+celString(cluster.EventSource)+
+				" && "+e+".?reportingComponent.orValue(\"\") == "+celString(cluster.EventReportingController)+
+				" && "+e+".?reportingInstance.orValue(\"\") == "+celString(cluster.EventSource),
+				"ghcrsync's identities record only ghcrsync's Events: reason "+cluster.EventReasonPrefix+"…, source and reporting component ghcrsync"),
+			rule(e+`.involvedObject.kind in ["Node", "Secret", "Lease"] && !has(`+e+`.related) && !has(`+e+`.series)`,
+				"ghcrsync's identities record Events about a Node, a Secret or a Lease only"),
 		}}
 }
 
@@ -385,7 +588,7 @@ func PlanDryRunPolicy(namespace string) []runtime.Object {
 
 // SecretsAdmissionPolicy is the Secrets policy of namespace's identities alone.
 func SecretsAdmissionPolicy(namespace string) []runtime.Object {
-	return secretsPolicy().objects(identitiesCondition(namespace))
+	return secretsPolicy(nil).objects(identitiesCondition(namespace))
 }
 
 // Escapes are the writes command's identity must be refused by its policies with cfg and the
@@ -396,7 +599,8 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 		return nil
 	}
 
-	out := []cluster.Escape{{Kind: cluster.EscapeNodeLabel, Policy: NodesPolicy}, {Kind: cluster.EscapeNoExecuteTaint, Policy: NodesPolicy}}
+	out := []cluster.Escape{{Kind: cluster.EscapeNodeLabel, Policy: NodesPolicy}, {Kind: cluster.EscapeNoExecuteTaint, Policy: NodesPolicy},
+		{Kind: cluster.EscapeForgedEvent, Policy: EventsPolicy}}
 
 	if cfg.State.Backend == "kubernetes" {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeSecretAnnotate, Policy: SecretsPolicy, Namespace: cfg.State.Namespace, Name: cfg.State.Secret})
@@ -414,8 +618,28 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 	// only its own is admitted. release only patches its own, by name.
 	out = append(out, cluster.Escape{Kind: cluster.EscapeForeignLease, Policy: LeasesPolicy, Namespace: cfg.Lease.Namespace})
 
-	if len(targets) > 0 {
-		out = append(out, cluster.Escape{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[0].Namespace})
+	// A pull secret's bounds are tried on the first consumer's and on the root's (an escape on a
+	// Secret that does not exist yet proves nothing, and is skipped).
+	if i := slices.IndexFunc(targets, func(t cluster.SecretTarget) bool { return len(t.Contested) == 0 }); i >= 0 {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace},
+			cluster.Escape{Kind: cluster.EscapeOpaqueSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace})
+
+		tried := []cluster.SecretTarget{targets[i]}
+		if last := targets[len(targets)-1]; last.Role == plan.RoleRoot && len(targets)-1 != i {
+			tried = append(tried, last)
+		}
+
+		for _, t := range tried {
+			out = append(out, cluster.Escape{Kind: cluster.EscapeSecretKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
+
+			if cluster.CredentialMark(t.Credential, cfg.Credential.Name) != "" {
+				out = append(out, cluster.Escape{Kind: cluster.EscapeCredentialMark, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
+			}
+		}
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeTemplateKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Secret})
 	}
 
 	for _, t := range targets {

@@ -22,16 +22,16 @@ func ForConfiguration(cfg *config.Config, ns string, targets []cluster.SecretTar
 	}
 
 	ids := Identities(cfg, targets)
-	probe := ProbeOf(cfg)
+	shapes := ShapesOf(cfg, targets)
 
 	if !offline {
 		// The namespaces the rendering creates itself are there once it is applied.
-		if probe.Namespace != "" {
-			existing = append(existing, probe.Namespace)
+		if shapes.ProbeNamespace != "" {
+			existing = append(existing, shapes.ProbeNamespace)
 		}
 
-		if probe.Writer != nil {
-			existing = append(existing, probe.Writer.Namespace)
+		if shapes.Writer != nil {
+			existing = append(existing, shapes.Writer.Namespace)
 		}
 
 		skipped = withoutAbsent(ids, ns, existing)
@@ -42,7 +42,7 @@ func ForConfiguration(cfg *config.Config, ns string, targets []cluster.SecretTar
 			"as one of them or mount the Job's inputs; give the probe a namespace of its own (the default, %s)", ns, config.DefaultProbeNamespace)
 	}
 
-	return Render(ns, ids, probe), skipped, nil
+	return Render(ns, ids, shapes), skipped, nil
 }
 
 // withoutAbsent drops the identities' needs in a namespace that does not exist (besides ns,

@@ -36,14 +36,14 @@ func AccountFor(class string) string { return "ghcrsync-" + class }
 // a Role (and binding) in each namespace it touches, each rule as narrow as its need (by name
 // where the API can limit by name). The objects come in a fixed order, so the rendering of one
 // input is always the same text.
-func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
-	out := Policies(namespace, probe.Shape, probe.Writer, probe.Lease)
+func Render(namespace string, ids []Identity, shapes Shapes) []runtime.Object {
+	out := Policies(namespace, shapes)
 
-	if probe.Namespace != "" {
-		out = append(out, ProbeObjects(probe)...)
+	if shapes.ProbeNamespace != "" {
+		out = append(out, ProbeObjects(shapes.ProbeNamespace, shapes.Probe)...)
 	}
 
-	if w := probe.Writer; w != nil {
+	if w := shapes.Writer; w != nil {
 		out = append(out, KeyringObjects(w.Namespace)...)
 	}
 
@@ -59,27 +59,29 @@ func Render(namespace string, ids []Identity, probe Probe) []runtime.Object {
 	return out
 }
 
-// Probe is where the runtime probe pods run: their namespace, and what they may be; and what the
-// kubelet keyring's writer pods may be (nil: nodes.kubelet_keyring is not configured).
-type Probe struct {
-	Namespace string
-	Shape     ProbeShape
-	Writer    *KeyringShape
-	// Lease is the run Lease, the only one the identities may write ("": not bounded).
-	Lease LeaseRef
+// Shapes are what the identities' writes may be with a configuration: where the runtime probe
+// pods run ("": no probe) and what they may be; what the kubelet keyring's writer pods may be (nil:
+// nodes.kubelet_keyring is not configured); the run Lease, the only one they may write ("": not
+// bounded); and the Secrets they may write.
+type Shapes struct {
+	ProbeNamespace string
+	Probe          ProbeShape
+	Writer         *KeyringShape
+	Lease          LeaseRef
+	Secrets        SecretsShape
 }
 
 // ProbeObjects are the probe's namespace, where the PodSecurity admission enforces the
 // "restricted" profile, and its service account: no rights, no token, and no imagePullSecrets
 // for admission to add to the probe (a pull through one would prove nothing). Nothing else lives
 // there: no Secret, no other account, so a pod created there has nothing to steal.
-func ProbeObjects(p Probe) []runtime.Object {
-	ns := &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: meta(p.Namespace, "", "probe")}
+func ProbeObjects(namespace string, p ProbeShape) []runtime.Object {
+	ns := &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: meta(namespace, "", "probe")}
 	ns.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
 	ns.Labels["pod-security.kubernetes.io/enforce-version"] = "latest"
 
 	return []runtime.Object{ns, &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"),
-		ObjectMeta: meta(p.Shape.ServiceAccount, p.Namespace, "probe"), AutomountServiceAccountToken: ptr.To(false)}}
+		ObjectMeta: meta(p.ServiceAccount, namespace, "probe"), AutomountServiceAccountToken: ptr.To(false)}}
 }
 
 // KeyringObjects are the keyring writer's namespace (nodes.kubelet_keyring.namespace): it holds
@@ -234,20 +236,46 @@ func meta(name, namespace, class string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}
 }
 
-// ProbeOf is the configuration's runtime probe (no namespace when it runs none) and keyring writer.
-func ProbeOf(cfg *config.Config) Probe {
-	var writer *KeyringShape
+// ShapesOf are the configuration's shapes, with the pull secrets targets resolves to.
+func ShapesOf(cfg *config.Config, targets []cluster.SecretTarget) Shapes {
+	out := Shapes{Lease: LeaseRef{Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name}, Secrets: SecretsOf(cfg, targets),
+		Probe: ProbeShape{ServiceAccount: cfg.Nodes.Probe.ServiceAccount}}
 
 	if k := cfg.Nodes.Keyring; k != nil {
-		writer = &KeyringShape{Namespace: k.Namespace, Image: k.Image, Secret: k.Secret, Registry: cfg.Credential.Registry, RootDirs: k.RootDirs}
+		out.Writer = &KeyringShape{Namespace: k.Namespace, Image: k.Image, Secret: k.Secret, Registry: cfg.Credential.Registry, RootDirs: k.RootDirs}
 	}
 
-	lease := LeaseRef{Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name}
-
-	pr := cfg.Nodes.Probe
-	if pr.Image == "" {
-		return Probe{Shape: ProbeShape{ServiceAccount: pr.ServiceAccount}, Writer: writer, Lease: lease}
+	if pr := cfg.Nodes.Probe; pr.Image != "" {
+		out.ProbeNamespace, out.Probe.Images = pr.Namespace, pr.Images
 	}
 
-	return Probe{Namespace: pr.Namespace, Shape: ProbeShape{ServiceAccount: pr.ServiceAccount, Images: pr.Images}, Writer: writer, Lease: lease}
+	return out
+}
+
+// SecretsOf are the Secrets the configuration writes, with the pull secrets targets resolves to
+// (a contested one is written by none).
+func SecretsOf(cfg *config.Config, targets []cluster.SecretTarget) SecretsShape {
+	var out SecretsShape
+
+	for _, t := range targets {
+		if len(t.Contested) > 0 {
+			continue // neither read nor written: no write of it is admitted
+		}
+
+		out.Pull = append(out.Pull, PullSecretShape{Namespace: t.Namespace, Name: t.Name, Credential: cluster.CredentialMark(t.Credential, cfg.Credential.Name)})
+	}
+
+	for _, t := range cfg.NodeTemplates {
+		out.Templates = append(out.Templates, TemplateShape{Namespace: t.Namespace, Name: t.Secret, Keys: []string{t.Key}})
+	}
+
+	if cfg.State.Backend == "kubernetes" {
+		out.State = &Named{Namespace: cfg.State.Namespace, Name: cfg.State.Secret}
+	}
+
+	if k := cfg.Nodes.Keyring; k != nil {
+		out.Keyring = &Named{Namespace: k.Namespace, Name: k.Secret}
+	}
+
+	return out
 }

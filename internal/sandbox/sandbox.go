@@ -448,7 +448,7 @@ func (s *Sandbox) seedCluster(ctx context.Context, kube kubernetes.Interface) er
 	// The probe's namespace (PodSecurity "restricted") and its own service account, as `ghcrsync
 	// rbac` renders them: no pull secret for the ServiceAccount admission plugin to add to the
 	// probe pods.
-	probe := permission.ProbeObjects(permission.Probe{Namespace: ProbeNamespace, Shape: permission.ProbeShape{ServiceAccount: ProbeServiceAccount}})
+	probe := permission.ProbeObjects(ProbeNamespace, permission.ProbeShape{ServiceAccount: ProbeServiceAccount})
 
 	_, err := kube.CoreV1().Namespaces().Create(ctx, probe[0].(*corev1.Namespace), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -28,10 +28,27 @@ func RBAC(w io.Writer, source string, skipped []string, objs []runtime.Object) e
 			return err
 		}
 
+		if line, bad := guardAlters(b); bad {
+			return fmt.Errorf("the rendering of %T would be changed by the output guard at %q: a rendering bug, report it", o, Clean(line))
+		}
+
 		fmt.Fprintf(w, "---\n%s", withoutEmpty(b))
 	}
 
 	return nil
+}
+
+// guardAlters reports a line of b that Guard would print otherwise (a line beginning with a
+// colon, a "##["): YAML folds a long string at its spaces, so a policy's CEL expression could
+// begin a line with one, and the policy applied would not be the one rendered.
+func guardAlters(b []byte) (string, bool) {
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimLeft(line, " \t"), ":") || strings.Contains(line, legacyCommand) {
+			return line, true
+		}
+	}
+
+	return "", false
 }
 
 // withoutEmpty drops the fields an object that was never stored marshals with no value.

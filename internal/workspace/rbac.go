@@ -48,12 +48,7 @@ func RBAC(ctx context.Context, o RBACOptions) (objs []runtime.Object, skipped []
 		ns = permission.DefaultNamespace
 	}
 
-	targets, err := fleet.PullSecrets(cfg, selected)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	return permission.ForConfiguration(cfg, ns, targets, existing, o.Offline)
+	return permission.ForConfiguration(cfg, ns, fleet.PullSecrets(cfg, selected), existing, o.Offline)
 }
 
 // rbacNamespaces are the consumer namespaces to render for (each selector's, listed now, or

@@ -30,6 +30,11 @@ import (
 const (
 	// chunkSize keeps each data key well under the 1 MiB object limit.
 	chunkSize = 512 << 10
+
+	// KeyPattern is every key the state Secret holds (RE2): its chunk count and its chunks. The
+	// admission policy admits no other key in it (internal/permission).
+	KeyPattern = `^(chunks|state[.]json[.]gz[.][0-9]+)$`
+
 	// maxChunks and maxStateSize bound what a read accepts (a Secret is at most 1 MiB anyway; a
 	// tampered chunk count or a gzip bomb must not exhaust memory).
 	maxChunks    = 64

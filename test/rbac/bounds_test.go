@@ -83,6 +83,7 @@ func TestWritesAreBoundedToTheirFields(t *testing.T) {
 
 	node := aWorker(t, kube)
 	escalations := namedEscalations(node)
+	markPullSecret(t, kube)
 
 	typeChecked(t, kube, objs)
 
@@ -211,7 +212,28 @@ var (
 	deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	nodes       = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	accounts    = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	secrets     = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 )
+
+// markPullSecret marks the consumer pull secret as a run of the sandbox's configuration writes
+// it (with the cluster credential's name, as the roles were rendered).
+func markPullSecret(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+
+	ns, name := sandbox.ConsumerNamespaces[0], sandbox.ConsumerSecret
+
+	s, err := kube.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, sandbox.LeaseNamespace+"/ghcr-auth-refresh")
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "ghcr")
+
+	if _, err := kube.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // write is one dry-run write by an identity. podSecurity: the probe namespace's PodSecurity
 // "restricted" admission refuses it as well (before the policy sees it), with or without it.
@@ -288,6 +310,49 @@ func namedEscalations(node string) []write {
 		)
 	}
 
+	// Secrets: only those the configuration names, each as ghcrsync writes it.
+	team, pull := sandbox.ConsumerNamespaces[0], sandbox.ConsumerSecret
+	tmplNS, tmpl := sandbox.TemplateNamespace, sandbox.TemplateSecret
+	out = append(out,
+		write{name: "apply_opaque_secret_of_another_name", who: "apply", policy: permission.SecretsPolicy,
+			try: createSecret(team, "app-config", corev1.SecretTypeOpaque, map[string][]byte{"DATABASE_URL": []byte("postgres://attacker")})},
+		write{name: "apply_opaque_secret_in_flux_system", who: "apply", policy: permission.SecretsPolicy,
+			try: createSecret(sandbox.RootNamespace, "cluster-vars", corev1.SecretTypeOpaque, map[string][]byte{"domain": []byte("attacker.example")})},
+		write{name: "apply_pull_secret_of_another_name", who: "apply", policy: permission.SecretsPolicy,
+			try: createSecret(team, "other-pull", corev1.SecretTypeDockerConfigJson, map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)})},
+		write{name: "apply_pull_secret_opaque", who: "apply", policy: permission.SecretsPolicy,
+			try: createSecret(sandbox.ConsumerNamespaces[1], pull, corev1.SecretTypeOpaque, map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)})},
+		write{name: "apply_pull_secret_second_key", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Data["HCLOUD_TOKEN"] = []byte("x") })},
+		write{name: "apply_pull_secret_another_credential", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(team, pull, func(s *corev1.Secret) {
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "tenant-x")
+			})},
+		write{name: "apply_pull_secret_immutable", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Immutable = ptr.To(true) })},
+		write{name: "apply_pull_secret_owner", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Finalizers = append(s.Finalizers, "example.com/hold") })},
+		write{name: "apply_template_another_key", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { s.Data["HCLOUD_ENDPOINT"] = []byte("https://attacker.example") })},
+		write{name: "apply_template_label", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { metav1.SetMetaDataLabel(&s.ObjectMeta, "example.com/x", "y") })},
+		write{name: "apply_template_annotation", who: "apply", policy: permission.SecretsPolicy,
+			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { metav1.SetMetaDataAnnotation(&s.ObjectMeta, "ghcrsync.dev/x", "y") })},
+	)
+
+	// Events: only ghcrsync's own shape, never the kubelet's.
+	for _, who := range []string{"apply", "release"} {
+		out = append(out,
+			write{name: who + "_event_as_the_kubelet", who: who, policy: permission.EventsPolicy, try: createEvent(func(e *corev1.Event) {
+				e.Reason, e.Source, e.ReportingController, e.ReportingInstance = "Pulled", corev1.EventSource{Component: "kubelet"}, "kubelet", "node-1"
+				e.InvolvedObject = corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web-0", APIVersion: "v1"}
+			})},
+			write{name: who + "_event_about_a_pod", who: who, policy: permission.EventsPolicy, try: createEvent(func(e *corev1.Event) {
+				e.InvolvedObject = corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web-0", APIVersion: "v1"}
+			})},
+		)
+	}
+
 	out = append(out, write{name: "apply_foreign_lease", who: "apply", policy: permission.LeasesPolicy, try: func(c *clients) error {
 		_, err := c.kube.CoordinationV1().Leases(sandbox.LeaseNamespace).Create(context.Background(),
 			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kustomize-controller-leader-election", Namespace: sandbox.LeaseNamespace}},
@@ -332,6 +397,55 @@ func namedEscalations(node string) []write {
 	)
 }
 
+// createSecret is a dry-run create of a Secret.
+func createSecret(ns, name string, typ corev1.SecretType, data map[string][]byte) func(*clients) error {
+	return func(c *clients) error {
+		_, err := c.kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: typ, Data: data},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+
+		return err
+	}
+}
+
+// updateSecret is a dry-run update of a Secret as it is now, changed by change.
+func updateSecret(ns, name string, change func(*corev1.Secret)) func(*clients) error {
+	return func(c *clients) error {
+		s, err := c.kube.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+
+		change(s)
+		_, err = c.kube.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+
+		return err
+	}
+}
+
+// createEvent is a dry-run create, in the default namespace, of an Event as ghcrsync records one
+// about a Node, changed by change.
+func createEvent(change func(*corev1.Event)) func(*clients) error {
+	return func(c *clients) error {
+		now := metav1.Now()
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "bounds." + strconv.FormatInt(now.UnixNano(), 16), Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node0, APIVersion: "v1"}, Reason: "GhcrsyncClaim", Message: "run x: claimed",
+			Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: cluster.EventSource}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+			ReportingController: cluster.EventReportingController, ReportingInstance: cluster.EventSource}
+
+		if change != nil {
+			change(e)
+		}
+
+		_, err := c.kube.CoreV1().Events("default").Create(context.Background(), e, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+
+		return err
+	}
+}
+
 // steer is a dry-run patch adding the steering taint with value and effect to node's taints.
 func steer(node, value, effect string) func(*clients) error {
 	return func(c *clients) error {
@@ -340,9 +454,10 @@ func steer(node, value, effect string) func(*clients) error {
 			return err
 		}
 
+		// A dry run stores nothing: no resourceVersion, so a kubelet heartbeat in between is no conflict.
 		list := append(slices.Clone(n.Spec.Taints), corev1.Taint{Key: taints.Steering, Value: value, Effect: corev1.TaintEffect(effect)})
 
-		return mergePatch(nodes, "", node, map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion}, "spec": map[string]any{"taints": list}})(c)
+		return mergePatch(nodes, "", node, map[string]any{"spec": map[string]any{"taints": list}})(c)
 	}
 }
 
@@ -379,6 +494,27 @@ func ownWrites(node string) []write {
 			return mergePatch(nodes, "", node, cluster.SteerPatch(n, "run", "PreferNoSchedule"))(c)
 		}},
 		write{name: "apply_probe_pod", who: "apply", try: probePod(nil)},
+		// The fan-out's writes: a pull secret created and updated (its key and marks), the template's key.
+		write{name: "apply_pull_secret_create", who: "apply", try: func(c *clients) error {
+			ns := sandbox.ConsumerNamespaces[1]
+			_, err := c.kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"},
+					Annotations: map[string]string{cluster.ConfigurationAnnotation: "flux-system/x", cluster.CredentialAnnotation: "ghcr"}},
+				Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)},
+			}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+
+			return err
+		}},
+		write{name: "apply_pull_secret_update", who: "apply", try: updateSecret(sandbox.ConsumerNamespaces[0], sandbox.ConsumerSecret, func(s *corev1.Secret) {
+			s.Data[corev1.DockerConfigJsonKey] = []byte(`{"auths":{}}`)
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, "flux-system/x")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "ghcr")
+		})},
+		write{name: "apply_template_key", who: "apply", try: updateSecret(sandbox.TemplateNamespace, sandbox.TemplateSecret, func(s *corev1.Secret) {
+			s.Data[sandbox.TemplateKey] = append(s.Data[sandbox.TemplateKey], ' ')
+		})},
+		write{name: "apply_event", who: "apply", try: createEvent(nil)},
+		write{name: "release_event", who: "release", try: createEvent(nil)},
 	)
 }
 
@@ -410,6 +546,15 @@ func boundedObjects(node string) []bounded {
 			policy: permission.OCIRepositoriesPolicy, patchers: []string{"apply"}, ours: annotation(cluster.ReconcileRequestAnnotation)},
 		{name: "ServiceAccount " + sandbox.ConsumerNamespaces[0] + "/default", gvr: accounts, ns: sandbox.ConsumerNamespaces[0], obj: "default",
 			policy: permission.ServiceAccountsPolicy, patchers: []string{"apply"}, ours: func(p string) bool { return strings.HasPrefix(p, "/imagePullSecrets") }},
+		// The pull secret as ghcrsync left it (markPullSecret): its key and configuration mark are
+		// ghcrsync's; its credential mark is pinned to the credential rendered for its namespace.
+		{name: "Secret " + sandbox.ConsumerNamespaces[0] + "/" + sandbox.ConsumerSecret, gvr: secrets, ns: sandbox.ConsumerNamespaces[0], obj: sandbox.ConsumerSecret,
+			policy: permission.SecretsPolicy, patchers: []string{"apply"},
+			ours: func(p string) bool {
+				return p == "/data/.dockerconfigjson" || annotation(cluster.ConfigurationAnnotation)(p)
+			}},
+		{name: "Secret " + sandbox.TemplateNamespace + "/" + sandbox.TemplateSecret, gvr: secrets, ns: sandbox.TemplateNamespace, obj: sandbox.TemplateSecret,
+			policy: permission.SecretsPolicy, patchers: []string{"apply"}, ours: func(p string) bool { return p == "/data/"+sandbox.TemplateKey }},
 	}
 }
 

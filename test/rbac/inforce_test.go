@@ -121,3 +121,84 @@ func containsAll(s string, parts ...string) bool {
 
 	return true
 }
+
+// Each bound has a canary in the containment preflight: a policy edited to admit what one rule
+// refuses (that rule dropped, the rest in force) fails the preflight of apply or release, naming
+// the policy and the write it admitted. The control: the policies as rendered pass it.
+func TestEachWeakenedRuleFailsThePreflight(t *testing.T) {
+	sb := sandboxtest.Get(t)
+
+	create(t, sb.Kube(), manifests(t, "namespace.yaml")...)
+	objs := rendered(t, sb, adminConfig(t, sb))
+	install(t, sb, objs...)
+	markPullSecret(t, sb.Kube())
+
+	ids := map[string]identity{permission.CommandApply: newIdentity(t, sb, "ghcrsync-apply"), permission.CommandRelease: newIdentity(t, sb, "ghcrsync-release")}
+
+	for _, c := range []struct {
+		name, policy, rule, command string
+		escape                      cluster.EscapeKind
+	}{
+		{"secret_names", permission.SecretsPolicy, "Secrets this configuration names", permission.CommandApply, cluster.EscapeOpaqueSecret},
+		{"pull_secret_key", permission.SecretsPolicy, "the one key .dockerconfigjson, and change no other", permission.CommandApply, cluster.EscapeSecretKey},
+		{"credential_pin", permission.SecretsPolicy, "the credential rendered for its namespace", permission.CommandApply, cluster.EscapeCredentialMark},
+		{"template_key", permission.SecretsPolicy, "only the configured key of a node template", permission.CommandApply, cluster.EscapeTemplateKey},
+		{"events_apply", permission.EventsPolicy, "ghcrsync's identities record", permission.CommandApply, cluster.EscapeForgedEvent},
+		{"events_release", permission.EventsPolicy, "ghcrsync's identities record", permission.CommandRelease, cluster.EscapeForgedEvent},
+		{"noexecute_release", permission.NodesPolicy, "never NoExecute", permission.CommandRelease, cluster.EscapeNoExecuteTaint},
+		{"foreign_lease", permission.LeasesPolicy, "only the run Lease", permission.CommandApply, cluster.EscapeForeignLease},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := ids[c.command]
+			weakened := weaken(t, objs, c.policy, c.rule)
+			create(t, sb.Kube(), weakened)
+			t.Cleanup(func() { install(t, sb, objs...) })
+
+			sandboxtest.Eventually(t, inForceTimeout, c.command+"'s preflight refuses "+c.policy+" without its rule", func() error {
+				err := contained(id.cfg, c.command)
+				if err != nil && containsAll(err.Error(), "will not run as "+id.user, c.policy, string(c.escape)) {
+					return nil
+				}
+
+				return fmt.Errorf("preflight: %v", err)
+			})
+
+			install(t, sb, objs...)
+
+			if err := contained(id.cfg, c.command); err != nil {
+				t.Fatalf("control: with the policies as rendered, the preflight fails: %v", err)
+			}
+		})
+	}
+}
+
+// weaken is the rendered policy named policy without its validations whose message holds rule.
+func weaken(t *testing.T, objs []runtime.Object, policy, rule string) runtime.Object {
+	t.Helper()
+
+	for _, o := range objs {
+		p, ok := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		if !ok || p.Name != policy {
+			continue
+		}
+
+		// Each such rule admits everything (the policy stays valid with its other rules).
+		w, dropped := p.DeepCopy(), 0
+
+		for i, v := range w.Spec.Validations {
+			if strings.Contains(v.Message, rule) {
+				w.Spec.Validations[i].Expression, dropped = "true", dropped+1
+			}
+		}
+
+		if dropped == 0 {
+			t.Fatalf("policy %s has no rule %q", policy, rule)
+		}
+
+		return w
+	}
+
+	t.Fatalf("no policy %s rendered", policy)
+
+	return nil
+}

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -836,8 +837,11 @@ func TestPlanIdentityWritesOnlyDryRuns(t *testing.T) {
 		return nil
 	})
 
+	// As the fan-out creates it: its label, and its marks (the credential the rendering pins).
 	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}}, Type: corev1.SecretTypeDockerConfigJson,
+		Labels:      map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"},
+		Annotations: map[string]string{cluster.ConfigurationAnnotation: sandbox.LeaseNamespace + "/ghcr-auth-refresh", cluster.CredentialAnnotation: "ghcr"}},
+		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
 
 	if _, err := as.CoreV1().Secrets(ns).Create(ctx, pull, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
