@@ -1,4 +1,4 @@
-package kubestate
+package kubestate_test
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/state"
+	"github.com/ghcrsync/ghcrsync/state/kubestate"
 )
 
 func TestMain(m *testing.M) {
@@ -25,7 +26,7 @@ var secretSeq int
 
 // newStore is a store on a Secret of its own in the sandbox's real API server, whose client can
 // drop the response of its next write (after the write committed).
-func newStore(t *testing.T) (*Store, *dropper) {
+func newStore(t *testing.T) (*kubestate.Store, *dropper) {
 	t.Helper()
 
 	secretSeq++
@@ -39,14 +40,14 @@ func newStore(t *testing.T) (*Store, *dropper) {
 		t.Fatal(err)
 	}
 
-	return &Store{Client: c, Namespace: "default", Name: fmt.Sprintf("ghcrsync-state-%d", secretSeq)}, d
+	return &kubestate.Store{Client: c, Namespace: "default", Name: fmt.Sprintf("ghcrsync-state-%d", secretSeq)}, d
 }
 
 // other is a second writer of the same Secret (another ghcrsync command).
-func other(t *testing.T, s *Store) *Store {
+func other(t *testing.T, s *kubestate.Store) *kubestate.Store {
 	t.Helper()
 
-	return &Store{Client: sandboxtest.Get(t).Kube(), Namespace: s.Namespace, Name: s.Name}
+	return &kubestate.Store{Client: sandboxtest.Get(t).Kube(), Namespace: s.Namespace, Name: s.Name}
 }
 
 // dropper loses the response of the next PUT: the server commits it, the client gets an error.
@@ -173,7 +174,7 @@ func TestDecodeBounds(t *testing.T) {
 		"future_format": mustEncode(t, &state.State{FormatVersion: "9"}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Decode(data); err == nil {
+			if _, err := kubestate.Decode(data); err == nil {
 				t.Fatal("accepted")
 			}
 		})
@@ -183,7 +184,7 @@ func TestDecodeBounds(t *testing.T) {
 func mustEncode(t *testing.T, st *state.State) map[string][]byte {
 	t.Helper()
 
-	d, err := encode(st)
+	d, err := kubestate.Encode(st)
 	if err != nil {
 		t.Fatal(err)
 	}
