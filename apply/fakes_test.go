@@ -567,7 +567,7 @@ func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
 		p.Nodes = append(p.Nodes, plan.NodePlan{
 			Name: name, UID: obs.UID, Role: role, Action: action, Order: i + 1, Keyring: w.keyringHeld[name],
 			Invariants: plan.Invariants{UID: obs.UID, Unschedulable: obs.Unschedulable, SchedulingTaints: []string{},
-				BootID: obs.BootID, ConfiguredDigest: "old"},
+				BootID: obs.BootID, ConfiguredDigest: "old", ControlPlane: obs.ControlPlane},
 		})
 	}
 
