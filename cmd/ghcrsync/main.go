@@ -155,7 +155,7 @@ func newRoot() *cobra.Command {
 		return fmt.Errorf("%w: see `%s --help`", err, c.CommandPath())
 	})
 
-	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), newValidate(), newFmt(), newVersion(), newNodeKeyring())
+	root.AddCommand(newPlan(), newShow(), newApply(), newFences(), newRelease(), newDestroy(), newState(), newRBAC(), newValidate(), newFmt(), newVersion(), newNodeKeyring(), newAdmission())
 
 	return root
 }
@@ -229,6 +229,7 @@ func overrides(cmd *cobra.Command) config.Overrides {
 
 	return config.Overrides{
 		Kubeconfig: get("kubeconfig"), Context: get("context"), Talosconfig: get("talosconfig"), TalosContext: get("talos-context"),
+		TemplateKubeconfig: get("template-kubeconfig"),
 	}
 }
 

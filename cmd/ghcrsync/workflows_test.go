@@ -496,7 +496,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		r := &runner{t: t, workspace: workspace, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), env: baseEnv,
 			outputs: map[string]map[string]string{}, outcomes: map[string]string{},
 			values: map[string]string{
-				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig),
+				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig), "secrets.TEMPLATE_KUBECONFIG": string(kubeconfig),
 				"secrets.RELEASE_KUBECONFIG": string(kubeconfig), "secrets.TALOSCONFIG": string(talosconfig),
 				"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "",
 				"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test", "github.ref_name": "v0.3.0",

@@ -1,7 +1,8 @@
 # ghcrsync configuration for a production fleet rotated from GitHub Actions
 # (docs/workflows/apply.yml): the repository root holds this file and the SOPS-encrypted
 # credential; the workflow passes --kubeconfig and --talosconfig (files it writes from secrets),
-# so neither is named here. The blocks are described in docs/config.md; `ghcrsync validate`
+# and --template-kubeconfig for the node_template below (the ghcrsync-template identity, the only
+# one that may write it: docs/rbac.md), so none is named here. The blocks are described in docs/config.md; `ghcrsync validate`
 # checks this file in a pull request without contacting the cluster.
 
 credential "ghcr" {

@@ -93,6 +93,10 @@ type Cluster struct {
 	// KUBERNETES_SERVICE_HOST/PORT, the token and CA from ServiceAccountDir.
 	InCluster         bool
 	ServiceAccountDir string
+	// TemplateKubeconfig is the template identity's kubeconfig (its current context): apply
+	// writes the node templates, and restarts their readers, with it and nothing else ("": with
+	// its own connection, which then needs the template identity's rights too; docs/rbac.md).
+	TemplateKubeconfig string
 }
 
 // DefaultServiceAccountDir is where Kubernetes mounts a pod's service-account token and CA.
@@ -357,6 +361,7 @@ type clusterBlock struct {
 	Timeout           hcl.Expression `hcl:"timeout,optional"`
 	InCluster         *bool          `hcl:"in_cluster,optional"`
 	ServiceAccountDir *string        `hcl:"service_account_dir,optional"`
+	TemplateKube      *string        `hcl:"template_kubeconfig,optional"`
 }
 
 type talosBlock struct {
@@ -781,6 +786,10 @@ func (d *decoder) connections(raw *file, body hcl.Body, cfg *Config) {
 
 		if c.Context != nil {
 			cfg.Cluster.Context = *c.Context
+		}
+
+		if c.TemplateKube != nil {
+			cfg.Cluster.TemplateKubeconfig = d.existingFile(*c.TemplateKube, attrRange(body, "cluster", "template_kubeconfig"), "template_kubeconfig")
 		}
 
 		cfg.Cluster.InCluster = c.InCluster != nil && *c.InCluster
@@ -1301,6 +1310,8 @@ func (d *decoder) probe(p *probeBlock, body hcl.Body, pr *Probe) {
 // working directory, like any command-line path).
 type Overrides struct {
 	Kubeconfig, Context, Talosconfig, TalosContext string
+	// TemplateKubeconfig is --template-kubeconfig (cluster.template_kubeconfig).
+	TemplateKubeconfig string
 }
 
 // Override applies the set overrides; a file that does not exist is an error naming the flag.
@@ -1308,7 +1319,8 @@ func (c *Config) Override(o Overrides) error {
 	for _, f := range []struct {
 		flag, path string
 		into       *string
-	}{{"--kubeconfig", o.Kubeconfig, &c.Cluster.Kubeconfig}, {"--talosconfig", o.Talosconfig, &c.Talos.Talosconfig}} {
+	}{{"--kubeconfig", o.Kubeconfig, &c.Cluster.Kubeconfig}, {"--talosconfig", o.Talosconfig, &c.Talos.Talosconfig},
+		{"--template-kubeconfig", o.TemplateKubeconfig, &c.Cluster.TemplateKubeconfig}} {
 		if f.path == "" {
 			continue
 		}

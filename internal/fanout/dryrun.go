@@ -12,8 +12,9 @@ import (
 // each node template to rewrite — as a server-side dry run (dryRun=All: authorized, admitted and
 // validated as apply's write will be, persisted nowhere), through the very compare-and-swap code
 // apply runs. It returns each write's error by object ("ns/name"; a template "ns/name[key]"),
-// nil for one the server admitted.
-func DryRun(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) map[string]error {
+// nil for one the server admitted. The node templates are tried on templates, the client apply
+// writes them with (the template identity's).
+func DryRun(ctx context.Context, kube, templates kubernetes.Interface, p *plan.Plan, o Options) map[string]error {
 	o.dryRun, o.Hooks = true, Hooks{}
 	o.Assert = func(context.Context) error { return nil } // no Lease: nothing is written
 
@@ -28,7 +29,7 @@ func DryRun(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Opti
 
 	for _, t := range o.Templates {
 		if _, update, _ := templateActions(p, t); update {
-			_, err := putTemplate(ctx, kube, t, o)
+			_, err := putTemplate(ctx, templates, t, o)
 			out[plan.TemplateRef(t.Namespace, t.Secret, t.Key)] = err
 		}
 	}

@@ -102,6 +102,38 @@ func Rewrite(format string, value []byte, pools []string, registry, username, pa
 	})
 }
 
+// CredentialOnly reports whether next differs from prev in nothing but the registry's
+// credential in the selected pools' configs — what a rotation writes (nil), or what else it
+// changes. Both are rewritten with one neutral credential, in the form each already uses: equal
+// results differ in the credential alone. A value that does not decode is refused.
+func CredentialOnly(format string, prev, next []byte, pools []string, registry string) error {
+	if bytes.Equal(prev, next) {
+		return nil
+	}
+
+	a, err := Rewrite(format, prev, pools, registry, neutralUser, neutralPassword)
+	if err != nil {
+		return fmt.Errorf("the current value: %w", err)
+	}
+
+	b, err := Rewrite(format, next, pools, registry, neutralUser, neutralPassword)
+	if err != nil {
+		return fmt.Errorf("the new value: %w", err)
+	}
+
+	if !bytes.Equal(a, b) {
+		return fmt.Errorf("it changes more than the credential for %s: another part of a machine config, another pool, or the value's layout", registry)
+	}
+
+	return nil
+}
+
+// The neutral credential CredentialOnly compares with (never written anywhere).
+const (
+	neutralUser     = "ghcrsync-compare"
+	neutralPassword = "ghcrsync-compare"
+)
+
 func inPool(pool string, err error) error {
 	if pool == "" {
 		return err

@@ -180,6 +180,95 @@ func TestRewriteKeepsEverythingElse(t *testing.T) {
 	}
 }
 
+// CredentialOnly admits exactly what a rotation writes, in each form, and refuses any other
+// change of the value.
+func TestCredentialOnly(t *testing.T) {
+	doc, legacy, none := fixture(t, "document.yaml"), fixture(t, "legacy.yaml"), fixture(t, "none.yaml")
+	b64 := func(b []byte) []byte { return []byte(base64.StdEncoding.EncodeToString(b)) }
+	cloud := hcloud(t, map[string][]byte{"cx43": doc, "other": legacy})
+
+	for _, c := range []struct {
+		name, format string
+		value        []byte
+		pools        []string
+	}{
+		{"document", "talos", doc, nil},
+		{"legacy", "talos", legacy, nil},
+		{"none", "talos", none, nil},
+		{"base64", "talos-base64", b64(doc), nil},
+		{"hcloud", "hcloud-cluster-config", cloud, []string{"cx43"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rotated, err := nodetemplate.Rewrite(c.format, c.value, c.pools, registry, "fleet-new", "ghp_new")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if err := nodetemplate.CredentialOnly(c.format, c.value, rotated, c.pools, registry); err != nil {
+				t.Fatalf("a rotation's write refused: %v", err)
+			}
+
+			if err := nodetemplate.CredentialOnly(c.format, c.value, c.value, c.pools, registry); err != nil {
+				t.Fatalf("no change refused: %v", err)
+			}
+		})
+	}
+
+	tamper := func(format string, value []byte, pools []string, edit func(string) string) []byte {
+		rotated, err := nodetemplate.Rewrite(format, value, pools, registry, "fleet-new", "ghp_new")
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		changed := func(a string) string {
+			b := edit(a)
+			if b == a {
+				t.Fatal("the tampering changed nothing")
+			}
+
+			return b
+		}
+
+		if format == "talos" {
+			return []byte(changed(string(rotated)))
+		}
+
+		js, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(rotated)))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return append(b64([]byte(changed(string(js)))), '\n')
+	}
+
+	for _, c := range []struct {
+		name, format string
+		value        []byte
+		pools        []string
+		next         []byte
+	}{
+		{"install_disk", "talos", doc, nil, tamper("talos", doc, nil, func(s string) string { return strings.Replace(s, "/dev/sda", "/dev/sdb", 1) })},
+		{"another_registrys_credential", "talos", doc, nil, tamper("talos", doc, nil, func(s string) string { return strings.Replace(s, "keep-me", "stolen", 1) })},
+		{"control_plane_endpoint", "talos", doc, nil, tamper("talos", doc, nil, func(s string) string {
+			return strings.Replace(s, "https://10.0.0.2:6443", "https://attacker.example:6443", 1)
+		})},
+		{"another_registry", "talos", doc, nil, []byte(strings.Replace(string(doc), "ghcr.io", "attacker.example", -1))},
+		{"not_a_config", "talos", doc, nil, []byte("{")},
+		{"another_pool", "hcloud-cluster-config", cloud, []string{"cx43"}, tamper("hcloud-cluster-config", cloud, []string{"cx43"}, func(s string) string {
+			return strings.Replace(s, `"pool": "other"`, `"pool": "elsewhere"`, 1)
+		})},
+		{"another_image", "hcloud-cluster-config", cloud, []string{"cx43"}, tamper("hcloud-cluster-config", cloud, []string{"cx43"}, func(s string) string {
+			return strings.Replace(s, `"amd64"`, `"arm64"`, 1)
+		})},
+	} {
+		t.Run("refused_"+c.name, func(t *testing.T) {
+			if err := nodetemplate.CredentialOnly(c.format, c.value, c.next, c.pools, registry); err == nil {
+				t.Fatal("admitted")
+			}
+		})
+	}
+}
+
 // Bad templates are refused with an error naming what is wrong, before anything is written.
 func TestMalformedTemplates(t *testing.T) {
 	doc := fixture(t, "document.yaml")

@@ -17,12 +17,20 @@ const (
 	CommandFences  = "fences"
 	CommandApply   = "apply"
 	CommandRelease = "release"
+	// CommandTemplate is the node templates' writer: apply uses it for that step only
+	// (cluster.template_kubeconfig), so that no one token both writes the machine config new
+	// nodes boot from and forces a node to reboot into it.
+	CommandTemplate = "template"
 )
 
 // Needs lists the Kubernetes permissions command needs with cfg, for the secret targets the
 // consumers resolve to (every namespace is named: nothing is granted cluster-wide that a name
 // or a namespace can bound).
 func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) []cluster.Access {
+	if command == CommandTemplate {
+		return dedupe(templateNeeds(cfg))
+	}
+
 	needs := []cluster.Access{
 		access("get", "", "nodes", "", ""), access("list", "", "nodes", "", ""),
 		access("get", "", "namespaces", "", "kube-system"),
@@ -169,12 +177,10 @@ func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bo
 		}
 	}
 
+	// The node templates are the template identity's to write (templateNeeds); apply records
+	// their outcome as Events on them.
 	for _, t := range cfg.NodeTemplates {
-		needs = append(needs, access("update", "", "secrets", t.Namespace, t.Secret), access("create", "", "events", t.Namespace, ""))
-
-		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
-			needs = append(needs, access("patch", "apps", "deployments", ns, name))
-		}
+		needs = append(needs, access("create", "", "events", t.Namespace, ""))
 	}
 
 	if r := cfg.FluxRoot; r != nil && r.OCIRepository != "" {
@@ -195,6 +201,28 @@ func applyNeeds(cfg *config.Config, targets []cluster.SecretTarget, kubeState bo
 			access("list", "", "pods", k.Namespace, ""), access("watch", "", "pods", k.Namespace, ""),
 			access("get", "", "secrets", k.Namespace, k.Secret), access("create", "", "secrets", k.Namespace, ""),
 			access("update", "", "secrets", k.Namespace, k.Secret), access("delete", "", "secrets", k.Namespace, k.Secret))
+	}
+
+	return needs
+}
+
+// templateNeeds are the template identity's: read and update each node template Secret, and
+// restart the deployment that reads it (then follow its rollout). No node, no eviction, no pull
+// secret: a token that writes what new machines boot from cannot also reboot one into it.
+func templateNeeds(cfg *config.Config) []cluster.Access {
+	if len(cfg.NodeTemplates) == 0 {
+		return nil
+	}
+
+	// The cluster's identity: the template connection must reach the cluster apply's does.
+	needs := []cluster.Access{access("get", "", "namespaces", "", "kube-system")}
+
+	for _, t := range cfg.NodeTemplates {
+		needs = append(needs, access("get", "", "secrets", t.Namespace, t.Secret), access("update", "", "secrets", t.Namespace, t.Secret))
+
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			needs = append(needs, access("get", "apps", "deployments", ns, name), access("patch", "apps", "deployments", ns, name))
+		}
 	}
 
 	return needs
@@ -222,14 +250,19 @@ func dedupe(needs []cluster.Access) []cluster.Access {
 }
 
 // Classes are the command classes that get an identity each: plan (which also runs fences,
-// show and state list), apply and release (also destroy).
-var Classes = []string{CommandPlan, CommandApply, CommandRelease}
+// show and state list), apply and release (also destroy), and the node templates' writer.
+var Classes = []string{CommandPlan, CommandApply, CommandRelease, CommandTemplate}
 
-// Identities are the classes' identities with what each needs with cfg and targets.
+// Identities are the classes' identities with what each needs with cfg and targets (the
+// template identity only when node templates are configured).
 func Identities(cfg *config.Config, targets []cluster.SecretTarget) []Identity {
 	out := make([]Identity, 0, len(Classes))
 
 	for _, class := range Classes {
+		if class == CommandTemplate && len(cfg.NodeTemplates) == 0 {
+			continue
+		}
+
 		needs := Needs(cfg, class, targets)
 		if class == CommandPlan {
 			needs = dedupe(append(needs, Needs(cfg, CommandFences, targets)...))

@@ -112,14 +112,68 @@ func TestNoClusterWideSecretWrites(t *testing.T) {
 	}
 
 	// The plan identity's write rights are its dry runs (PlanDryRunPolicy refuses a real
-	// write): the probe pod's, and the fan-out's writes, which apply may make too — none more.
+	// write): the probe pod's, and the fan-out's writes, which apply (or, for a node template,
+	// the template identity) may make too — none more.
 	ids := Identities(cfg, targets)
 	for _, a := range ids[0].Needs {
 		probe := a == cluster.Access{Verb: "create", Resource: "pods", Namespace: config.DefaultProbeNamespace}
-		fanout := a.Resource == "secrets" && slices.Contains(ids[1].Needs, a)
+		fanout := a.Resource == "secrets" && (slices.Contains(ids[1].Needs, a) || slices.Contains(ids[3].Needs, a))
 
 		if a.Verb != "get" && a.Verb != "list" && !probe && !fanout {
 			t.Errorf("the plan identity may %s", a)
+		}
+	}
+}
+
+// No one identity both writes a node template and patches a Node or evicts a pod: the template
+// identity writes the templates (and restarts their readers), nothing else; apply writes none.
+func TestTemplateWriterIsItsOwnIdentity(t *testing.T) {
+	cfg, targets := fixture()
+	if len(cfg.NodeTemplates) == 0 {
+		t.Fatal("the fixture configures no node template")
+	}
+
+	template := func(a cluster.Access) bool {
+		return slices.ContainsFunc(cfg.NodeTemplates, func(nt config.NodeTemplate) bool {
+			return a.Resource == "secrets" && a.Namespace == nt.Namespace && a.Name == nt.Secret
+		})
+	}
+
+	var writers []string
+
+	for _, id := range Identities(cfg, targets) {
+		writesTemplate, disrupts := false, false
+
+		for _, a := range id.Needs {
+			writesTemplate = writesTemplate || template(a) && a.Verb == "update" && id.Class != CommandPlan
+			disrupts = disrupts || a.Resource == "nodes" && a.Verb == "patch" || a.Resource == "pods/eviction"
+		}
+
+		if writesTemplate {
+			writers = append(writers, id.Class)
+		}
+
+		if writesTemplate && disrupts {
+			t.Errorf("the %s identity both writes a node template and patches nodes or evicts pods", id.Class)
+		}
+
+		if id.Class == CommandTemplate {
+			for _, a := range id.Needs {
+				if !template(a) && a.Resource != "deployments" && (a != cluster.Access{Verb: "get", Resource: "namespaces", Name: "kube-system"}) {
+					t.Errorf("the template identity may %s", a)
+				}
+			}
+		}
+	}
+
+	if !slices.Equal(writers, []string{CommandTemplate}) {
+		t.Errorf("node templates are written by %v, want the template identity alone", writers)
+	}
+
+	cfg.NodeTemplates = nil
+	for _, id := range Identities(cfg, targets) {
+		if id.Class == CommandTemplate {
+			t.Error("a template identity is rendered for a configuration without node templates")
 		}
 	}
 }
@@ -204,7 +258,9 @@ func TestEscapesCoverEachBound(t *testing.T) {
 	}{
 		{CommandApply, []cluster.EscapeKind{cluster.EscapeNodeLabel, cluster.EscapeNoExecuteTaint, cluster.EscapeForgedEvent, cluster.EscapeSecretAnnotate,
 			cluster.EscapeForeignLease, cluster.EscapeTokenSecret, cluster.EscapeOpaqueSecret, cluster.EscapeSecretKey, cluster.EscapeCredentialMark,
-			cluster.EscapeTemplateKey, cluster.EscapeDeploymentSA, cluster.EscapeOCIRepository, cluster.EscapePod}, nil},
+			cluster.EscapeOCIRepository, cluster.EscapePod}, []cluster.EscapeKind{cluster.EscapeTemplateKey, cluster.EscapeDeploymentSA}},
+		{CommandTemplate, []cluster.EscapeKind{cluster.EscapeTemplateKey, cluster.EscapeDeploymentSA},
+			[]cluster.EscapeKind{cluster.EscapeNodeLabel, cluster.EscapeNoExecuteTaint, cluster.EscapeForeignLease, cluster.EscapeSecretKey}},
 		{CommandRelease, []cluster.EscapeKind{cluster.EscapeNodeLabel, cluster.EscapeNoExecuteTaint, cluster.EscapeForgedEvent, cluster.EscapeSecretAnnotate},
 			[]cluster.EscapeKind{cluster.EscapeForeignLease, cluster.EscapeOpaqueSecret, cluster.EscapeTemplateKey, cluster.EscapePod}},
 		{CommandPlan, nil, []cluster.EscapeKind{cluster.EscapeNodeLabel}},

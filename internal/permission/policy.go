@@ -595,6 +595,10 @@ func SecretsAdmissionPolicy(namespace string) []runtime.Object {
 // consumer targets: one per policy that bounds a right it holds, on an object it may write
 // (cluster.Contained tries them). A command that writes nothing (plan, fences) has none.
 func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget) []cluster.Escape {
+	if command == CommandTemplate {
+		return templateEscapes(cfg)
+	}
+
 	if command != CommandApply && command != CommandRelease {
 		return nil
 	}
@@ -638,19 +642,9 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 		}
 	}
 
-	for _, t := range cfg.NodeTemplates {
-		out = append(out, cluster.Escape{Kind: cluster.EscapeTemplateKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Secret})
-	}
-
 	for _, t := range targets {
 		for _, sa := range t.ServiceAccounts {
 			out = append(out, cluster.Escape{Kind: cluster.EscapeAccountToken, Policy: ServiceAccountsPolicy, Namespace: t.Namespace, Name: sa})
-		}
-	}
-
-	for _, t := range cfg.NodeTemplates {
-		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
-			out = append(out, cluster.Escape{Kind: cluster.EscapeDeploymentSA, Policy: DeploymentsPolicy, Namespace: ns, Name: name})
 		}
 	}
 
@@ -666,6 +660,22 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 	if k := cfg.Nodes.Keyring; k != nil {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeWriterPod, Policy: KeyringPolicy, Namespace: k.Namespace,
 			Writer: keyring.Writer{Image: k.Image, Namespace: k.Namespace, Secret: k.Secret, Registry: cfg.Credential.Registry}})
+	}
+
+	return out
+}
+
+// templateEscapes are the template identity's: a second key of each node template, and each
+// restarted deployment's service account.
+func templateEscapes(cfg *config.Config) []cluster.Escape {
+	var out []cluster.Escape
+
+	for _, t := range cfg.NodeTemplates {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeTemplateKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Secret})
+
+		if ns, name, ok := strings.Cut(t.RestartDeployment, "/"); ok {
+			out = append(out, cluster.Escape{Kind: cluster.EscapeDeploymentSA, Policy: DeploymentsPolicy, Namespace: ns, Name: name})
+		}
 	}
 
 	return out

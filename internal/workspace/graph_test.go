@@ -28,6 +28,7 @@ var layers = [][]string{
 	},
 	{ // 2: adapters: one client each
 		"internal/cluster", "internal/talos", "internal/lease", "state/kubestate", "internal/fanout", "internal/permission",
+		"internal/admission",
 	},
 	{"internal/fleet", "internal/prover"},                                     // 3: the readers
 	{"apply", "internal/fence", "internal/planning"},                          // 4: the operations

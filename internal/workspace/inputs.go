@@ -48,10 +48,15 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		return apply.Inputs{}, err
 	}
 
+	templates, err := w.TemplateKube()
+	if err != nil {
+		return apply.Inputs{}, err
+	}
+
 	in := apply.Inputs{
 		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: planning.SelfNode(),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
-		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube}, Leasing: leasing{w.Kube},
+		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube, templates}, Leasing: leasing{w.Kube},
 		Server: w.Kube.Server,
 	}
 
@@ -89,11 +94,15 @@ func (k keyringWriters) Run(ctx context.Context, node string, mode keyring.Mode,
 	return k.c.RunKeyringWriter(ctx, node, k.w, mode, rootDir, timeout)
 }
 
-// pullSecrets are the fan-out's writes on the connection's clients.
-type pullSecrets struct{ *cluster.Connection }
+// pullSecrets are the fan-out's writes on the connection's clients; the node templates on the
+// template identity's (Workspace.TemplateKube).
+type pullSecrets struct {
+	*cluster.Connection
+	templates *cluster.Connection
+}
 
 func (p pullSecrets) Templates(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {
-	return fanout.Templates(ctx, p.Client, pl, o)
+	return fanout.Templates(ctx, p.templates.Client, pl, o)
 }
 
 func (p pullSecrets) Consumers(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {

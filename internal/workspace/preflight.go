@@ -16,6 +16,8 @@ const (
 	CommandFences  = permission.CommandFences
 	CommandApply   = permission.CommandApply
 	CommandRelease = permission.CommandRelease
+	// CommandTemplate is the node templates' writer, apply's for that step only.
+	CommandTemplate = permission.CommandTemplate
 )
 
 // grantHint is how an identity gets what a command needs: the roles `ghcrsync rbac` renders
@@ -42,6 +44,20 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	}
 
 	needs := permission.Needs(w.Config, needsOf, targets)
+	escapesOf := []string{needsOf}
+
+	templates := command == CommandApply && len(w.Config.NodeTemplates) > 0 && w.Config.Cluster.TemplateKubeconfig != ""
+
+	switch {
+	case command != CommandApply || len(w.Config.NodeTemplates) == 0:
+	case templates:
+		// The template identity writes the node templates (and makes their dry runs, in the plan
+		// apply makes): checked on its own connection (below), not on apply's.
+		needs = slices.DeleteFunc(needs, w.templateAccess)
+	case needsOf == CommandApply: // apply's own connection writes the templates: it needs the template identity's rights
+		needs = append(needs, permission.Needs(w.Config, CommandTemplate, nil)...)
+		escapesOf = append(escapesOf, CommandTemplate)
+	}
 
 	denied, err := w.Kube.Denied(ctx, needs)
 	if err != nil {
@@ -50,7 +66,18 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 
 	outside, denied := permission.OutsideRoles(needs, denied, permission.SelectorOnly(w.Config, targets))
 	if len(denied) > 0 {
-		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grantHint, Denied: denied}
+		grant := grantHint
+		if slices.ContainsFunc(denied, w.templateAccess) {
+			grant += "; node templates are written by the template identity: give its kubeconfig as cluster.template_kubeconfig or --template-kubeconfig"
+		}
+
+		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grant, Denied: denied}
+	}
+
+	if templates { // once, before apply reads the fleet (its plan makes the templates' dry runs)
+		if err := w.preflightTemplates(ctx); err != nil {
+			return err
+		}
 	}
 
 	for _, ns := range outside {
@@ -59,7 +86,65 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 
 	inside := slices.DeleteFunc(slices.Clone(targets), func(t cluster.SecretTarget) bool { return w.outside[t.Namespace] })
 
-	return w.contained(ctx, command, permission.Escapes(w.Config, needsOf, inside))
+	var escapes []cluster.Escape
+	for _, of := range escapesOf {
+		escapes = append(escapes, permission.Escapes(w.Config, of, inside)...)
+	}
+
+	return w.contained(ctx, w.Kube, command, escapes)
+}
+
+// templateAccess reports whether a is one of the template identity's writes.
+func (w *Workspace) templateAccess(a cluster.Access) bool {
+	return a.Verb != "get" && slices.Contains(permission.Needs(w.Config, CommandTemplate, nil), a)
+}
+
+// preflightTemplates checks the template identity's connection (cluster.template_kubeconfig):
+// the same cluster as apply's (its kube-system namespace), every right the template writes
+// need, and the admission policy that bounds them in force.
+func (w *Workspace) preflightTemplates(ctx context.Context) error {
+	if w.templatesChecked {
+		return nil
+	}
+
+	tc, err := w.TemplateKube()
+	if err != nil {
+		return err
+	}
+
+	const command = "apply (node templates)"
+
+	denied, err := tc.Denied(ctx, permission.Needs(w.Config, CommandTemplate, nil))
+	if err != nil {
+		return err
+	}
+
+	if len(denied) > 0 {
+		return &cluster.PermissionError{Command: command, Identity: tc.Identity(ctx), Grant: grantHint, Denied: denied}
+	}
+
+	mine, err := w.Kube.ClusterUID(ctx)
+	if err != nil {
+		return err
+	}
+
+	theirs, err := tc.ClusterUID(ctx)
+	if err != nil {
+		return err
+	}
+
+	if mine != theirs {
+		return fmt.Errorf("cluster.template_kubeconfig %s reaches another cluster (%s, kube-system uid %s) than apply's (%s, uid %s): "+
+			"point it at this cluster; nothing was changed", w.Config.Cluster.TemplateKubeconfig, tc.Server, mine, w.Kube.Server, theirs)
+	}
+
+	if err := w.contained(ctx, tc, command, permission.Escapes(w.Config, CommandTemplate, nil)); err != nil {
+		return err
+	}
+
+	w.templatesChecked = true
+
+	return nil
 }
 
 // contained proves that the admission policies bounding the command's writes are in force: each
@@ -67,17 +152,17 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 // server-side dry run and must come back refused by that policy. The policies bind ghcrsync's
 // service accounts: an identity that is not a service account (a person's, an admin's) is not
 // what they bound, and is not checked.
-func (w *Workspace) contained(ctx context.Context, command string, escapes []cluster.Escape) error {
+func (w *Workspace) contained(ctx context.Context, conn *cluster.Connection, command string, escapes []cluster.Escape) error {
 	if len(escapes) == 0 {
 		return nil
 	}
 
-	who := w.Kube.Identity(ctx)
+	who := conn.Identity(ctx)
 	if !strings.HasPrefix(who, "system:serviceaccount:") {
 		return nil
 	}
 
-	if err := w.Kube.Contained(ctx, escapes); err != nil {
+	if err := conn.Contained(ctx, escapes); err != nil {
 		return fmt.Errorf("ghcrsync %s will not run as %s: its writes are not bounded to the fields ghcrsync writes (%w). "+
 			"Install the admission policies `ghcrsync rbac --config FILE` renders (they come first in its output; docs/rbac.md), "+
 			"and give the API server a few seconds to load them; nothing was changed", command, who, err)

@@ -82,6 +82,11 @@ type Workspace struct {
 	// tenants are the tenant credentials, decrypted once each (by name).
 	tenants map[string]*credential.Credential
 	talos   *talos.Client
+	// templateKube is the template identity's connection (cluster.template_kubeconfig), once
+	// opened.
+	templateKube *cluster.Connection
+	// templatesChecked: the template identity's preflight passed (it is checked once).
+	templatesChecked bool
 	// outside are the consumer namespaces the identity's roles do not cover (the preflight found
 	// nothing granted there): their pull secrets are neither read nor written.
 	outside map[string]bool
@@ -222,6 +227,32 @@ func (w *Workspace) Close() {
 	}
 }
 
+// TemplateKube is the connection node templates are written with: the template identity's
+// (cluster.template_kubeconfig), or apply's own when none is configured.
+func (w *Workspace) TemplateKube() (*cluster.Connection, error) {
+	if w.Config.Cluster.TemplateKubeconfig == "" {
+		return w.Kube, nil
+	}
+
+	if w.templateKube == nil {
+		c, err := cluster.Connect(w.Config.Cluster.TemplateKubeconfig, "", w.Config.Cluster.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.template_kubeconfig: %w", err)
+		}
+
+		if w.faults != nil && w.faults.Kube != nil {
+			if err := c.Wrap(w.faults.Kube); err != nil {
+				return nil, err
+			}
+		}
+
+		c.Clock = w.clock
+		w.templateKube = c
+	}
+
+	return w.templateKube, nil
+}
+
 // Requests are the calls made so far: to the Kubernetes API, and to Talos (zero when no Talos
 // client was opened), and both by the step that made them (requests.Steps).
 func (w *Workspace) Requests() (kube, talos, steps string) {
@@ -343,7 +374,7 @@ func (w *Workspace) Prover() *prover.Prover {
 // Planner is the plan operation on the workspace's reader, prover and clients.
 func (w *Workspace) Planner() *planning.Planner {
 	return &planning.Planner{Config: w.Config, State: w.State, Credentials: w, Clock: w.clock, Fleet: w.Fleet(), Prover: w.Prover(),
-		Talos: w.dryRunner, Writes: writes{w.Kube}, Admission: w.Kube}
+		Talos: w.dryRunner, Writes: writes{w}, Admission: w.Kube}
 }
 
 func (w *Workspace) dryRunner(ctx context.Context) (planning.Talos, error) {
@@ -355,11 +386,17 @@ func (w *Workspace) dryRunner(ctx context.Context) (planning.Talos, error) {
 	return tc, nil
 }
 
-// writes are the fan-out's writes as server-side dry runs on the connection's client.
-type writes struct{ *cluster.Connection }
+// writes are the fan-out's writes as server-side dry runs, on the clients apply makes them with:
+// the node templates on the template identity's (TemplateKube).
+type writes struct{ w *Workspace }
 
 func (d writes) DryRun(ctx context.Context, p *plan.Plan, o fanout.Options) map[string]error {
-	return fanout.DryRun(ctx, d.Client, p, o)
+	templates, err := d.w.TemplateKube()
+	if err != nil { // checked by the preflight: only a test's workspace gets here
+		templates = d.w.Kube
+	}
+
+	return fanout.DryRun(ctx, d.w.Kube.Client, templates.Client, p, o)
 }
 
 // Liveness is the configured liveness source, or nil.

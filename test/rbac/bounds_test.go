@@ -16,6 +16,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,6 +75,8 @@ func TestWritesAreBoundedToTheirFields(t *testing.T) {
 	as := map[string]*clients{
 		"apply":   clientsOf(t, newIdentity(t, sb, "ghcrsync-apply")),
 		"release": clientsOf(t, newIdentity(t, sb, "ghcrsync-release")),
+		// The node templates' writer: no other identity may write one (rbac below).
+		"template": clientsOf(t, newIdentity(t, sb, "ghcrsync-template")),
 	}
 
 	// The probe namespace holds no account but the probe's: a pod as ghcrsync-release there is
@@ -102,6 +105,16 @@ func TestWritesAreBoundedToTheirFields(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			if err := e.try(as[e.who]); !e.refused(err) {
 				t.Fatalf("want a refusal by %s, got %v", e.policy, err)
+			}
+		})
+	}
+
+	// The template identity's split holds by RBAC; the control is among the own writes below:
+	// the template identity writes the template key and restarts the autoscaler, apply steers.
+	for _, e := range splitTemplateWrites(node) {
+		t.Run(e.name, func(t *testing.T) {
+			if err := e.try(as[e.who]); !e.refused(err) {
+				t.Fatalf("want a refusal by %s's roles, got %v", e.who, err)
 			}
 		})
 	}
@@ -237,15 +250,42 @@ func markPullSecret(t *testing.T, kube kubernetes.Interface) {
 
 // write is one dry-run write by an identity. podSecurity: the probe namespace's PodSecurity
 // "restricted" admission refuses it as well (before the policy sees it), with or without it.
+// rbac: the identity's roles refuse it (no policy is involved: it holds no such right).
 type write struct {
 	name, who, policy string
 	try               func(*clients) error
-	podSecurity       bool
+	podSecurity, rbac bool
 }
 
 // refused reports whether err is the refusal w must meet.
 func (w write) refused(err error) bool {
+	if w.rbac {
+		return apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}
+
 	return refusedBy(err, w.policy) || w.podSecurity && err != nil && strings.Contains(err.Error(), `violates PodSecurity "restricted`)
+}
+
+// splitTemplateWrites are the writes the template identity's split refuses by RBAC: apply writes
+// no node template and restarts no deployment; the template identity patches no node, evicts
+// nothing and writes no pull secret — no one token both writes what new machines boot from and
+// reboots a node into it.
+func splitTemplateWrites(node string) []write {
+	touch := func(s *corev1.Secret) { s.Data[sandbox.TemplateKey] = append(s.Data[sandbox.TemplateKey], ' ') }
+
+	return []write{
+		{name: "apply_writes_the_template", who: "apply", rbac: true, try: updateSecret(sandbox.TemplateNamespace, sandbox.TemplateSecret, touch)},
+		{name: "apply_restarts_the_autoscaler", who: "apply", rbac: true, try: mergePatch(deployments, "kube-system", sandbox.AutoscalerDeployment,
+			spec(map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.RestartedAtAnnotation: "now"}}}}))},
+		{name: "template_cordons_a_node", who: "template", rbac: true, try: mergePatch(nodes, "", node, spec(map[string]any{"unschedulable": true}))},
+		{name: "template_evicts_a_pod", who: "template", rbac: true, try: func(c *clients) error {
+			return c.kube.CoreV1().Pods("default").EvictV1(context.Background(), &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default"}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+		}},
+		{name: "template_writes_a_pull_secret", who: "template", rbac: true, try: updateSecret(sandbox.ConsumerNamespaces[0], sandbox.ConsumerSecret, func(s *corev1.Secret) {
+			s.Data[corev1.DockerConfigJsonKey] = []byte(`{"auths":{}}`)
+		})},
+	}
 }
 
 func mergePatch(gvr schema.GroupVersionResource, ns, name string, body map[string]any) func(*clients) error {
@@ -289,7 +329,7 @@ func namedEscalations(node string) []write {
 	ks, repo := cluster.Kustomizations, cluster.OCIRepositories
 	ksName, ns := sandbox.Kustomization, sandbox.RootNamespace
 	dep := func(name string, body map[string]any) write {
-		return write{name: "apply_deployment_" + name, who: "apply", policy: permission.DeploymentsPolicy,
+		return write{name: "template_deployment_" + name, who: "template", policy: permission.DeploymentsPolicy,
 			try: mergePatch(deployments, "kube-system", sandbox.AutoscalerDeployment, body)}
 	}
 
@@ -332,11 +372,11 @@ func namedEscalations(node string) []write {
 			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Immutable = ptr.To(true) })},
 		write{name: "apply_pull_secret_owner", who: "apply", policy: permission.SecretsPolicy,
 			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Finalizers = append(s.Finalizers, "example.com/hold") })},
-		write{name: "apply_template_another_key", who: "apply", policy: permission.SecretsPolicy,
+		write{name: "template_template_another_key", who: "template", policy: permission.SecretsPolicy,
 			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { s.Data["HCLOUD_ENDPOINT"] = []byte("https://attacker.example") })},
-		write{name: "apply_template_label", who: "apply", policy: permission.SecretsPolicy,
+		write{name: "template_template_label", who: "template", policy: permission.SecretsPolicy,
 			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { metav1.SetMetaDataLabel(&s.ObjectMeta, "example.com/x", "y") })},
-		write{name: "apply_template_annotation", who: "apply", policy: permission.SecretsPolicy,
+		write{name: "template_template_annotation", who: "template", policy: permission.SecretsPolicy,
 			try: updateSecret(tmplNS, tmpl, func(s *corev1.Secret) { metav1.SetMetaDataAnnotation(&s.ObjectMeta, "ghcrsync.dev/x", "y") })},
 	)
 
@@ -481,7 +521,7 @@ func ownWrites(node string) []write {
 	return append(out,
 		write{name: "apply_reconcile_request", who: "apply", try: mergePatch(cluster.OCIRepositories, ns, sandbox.OCIRepository,
 			map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.ReconcileRequestAnnotation: "now"}}})},
-		write{name: "apply_rollout_restart", who: "apply", try: mergePatch(deployments, "kube-system", sandbox.AutoscalerDeployment,
+		write{name: "template_rollout_restart", who: "template", try: mergePatch(deployments, "kube-system", sandbox.AutoscalerDeployment,
 			spec(map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.RestartedAtAnnotation: "now"}}}}))},
 		write{name: "apply_pull_secret_reference", who: "apply", try: mergePatch(accounts, sandbox.ConsumerNamespaces[0], "default",
 			map[string]any{"imagePullSecrets": []any{map[string]any{"name": sandbox.ConsumerSecret}}})},
@@ -510,7 +550,7 @@ func ownWrites(node string) []write {
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, "flux-system/x")
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "ghcr")
 		})},
-		write{name: "apply_template_key", who: "apply", try: updateSecret(sandbox.TemplateNamespace, sandbox.TemplateSecret, func(s *corev1.Secret) {
+		write{name: "template_template_key", who: "template", try: updateSecret(sandbox.TemplateNamespace, sandbox.TemplateSecret, func(s *corev1.Secret) {
 			s.Data[sandbox.TemplateKey] = append(s.Data[sandbox.TemplateKey], ' ')
 		})},
 		write{name: "apply_event", who: "apply", try: createEvent(nil)},
@@ -538,7 +578,7 @@ func boundedObjects(node string) []bounded {
 					p == "/spec/unschedulable"
 			}},
 		{name: "Deployment kube-system/" + sandbox.AutoscalerDeployment, gvr: deployments, ns: "kube-system", obj: sandbox.AutoscalerDeployment,
-			policy: permission.DeploymentsPolicy, patchers: []string{"apply"}, ours: annotationOfTemplate(cluster.RestartedAtAnnotation)},
+			policy: permission.DeploymentsPolicy, patchers: []string{"template"}, ours: annotationOfTemplate(cluster.RestartedAtAnnotation)},
 		{name: "Kustomization " + sandbox.RootNamespace + "/" + sandbox.Kustomization, gvr: cluster.Kustomizations, ns: sandbox.RootNamespace, obj: sandbox.Kustomization,
 			policy: permission.KustomizationsPolicy, patchers: []string{"apply", "release"},
 			ours: func(p string) bool { return p == "/spec/suspend" || annotation(cluster.SuspendedByAnnotation)(p) }},
@@ -554,7 +594,7 @@ func boundedObjects(node string) []bounded {
 				return p == "/data/.dockerconfigjson" || annotation(cluster.ConfigurationAnnotation)(p)
 			}},
 		{name: "Secret " + sandbox.TemplateNamespace + "/" + sandbox.TemplateSecret, gvr: secrets, ns: sandbox.TemplateNamespace, obj: sandbox.TemplateSecret,
-			policy: permission.SecretsPolicy, patchers: []string{"apply"}, ours: func(p string) bool { return p == "/data/"+sandbox.TemplateKey }},
+			policy: permission.SecretsPolicy, patchers: []string{"template"}, ours: func(p string) bool { return p == "/data/"+sandbox.TemplateKey }},
 	}
 }
 

@@ -34,7 +34,7 @@ func install(t *testing.T, sb *sandbox.Sandbox, objs ...runtime.Object) {
 // inForceTimeout bounds the wait for the API server to load a policy (seconds, as a rule).
 const inForceTimeout = 60 * time.Second
 
-// policiesInForce waits until the apply and release identities pass their own containment
+// policiesInForce waits until the apply (with the template identity) and release identities pass their own containment
 // preflight — every write each holds that a policy must refuse is tried as a dry run and
 // refused by that policy — exactly what the commands check before they write.
 func policiesInForce(t *testing.T, sb *sandbox.Sandbox) {
@@ -142,6 +142,7 @@ func TestEachWeakenedRuleFailsThePreflight(t *testing.T) {
 		{"secret_names", permission.SecretsPolicy, "Secrets this configuration names", permission.CommandApply, cluster.EscapeOpaqueSecret},
 		{"pull_secret_key", permission.SecretsPolicy, "the one key .dockerconfigjson, and change no other", permission.CommandApply, cluster.EscapeSecretKey},
 		{"credential_pin", permission.SecretsPolicy, "the credential rendered for its namespace", permission.CommandApply, cluster.EscapeCredentialMark},
+		// apply's preflight tries it with the template identity's connection, and names that identity.
 		{"template_key", permission.SecretsPolicy, "only the configured key of a node template", permission.CommandApply, cluster.EscapeTemplateKey},
 		{"events_apply", permission.EventsPolicy, "ghcrsync's identities record", permission.CommandApply, cluster.EscapeForgedEvent},
 		{"events_release", permission.EventsPolicy, "ghcrsync's identities record", permission.CommandRelease, cluster.EscapeForgedEvent},
@@ -150,13 +151,18 @@ func TestEachWeakenedRuleFailsThePreflight(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			id := ids[c.command]
+			user := id.user
+
+			if c.escape == cluster.EscapeTemplateKey {
+				user = id.templateUser
+			}
 			weakened := weaken(t, objs, c.policy, c.rule)
 			create(t, sb.Kube(), weakened)
 			t.Cleanup(func() { install(t, sb, objs...) })
 
 			sandboxtest.Eventually(t, inForceTimeout, c.command+"'s preflight refuses "+c.policy+" without its rule", func() error {
 				err := contained(id.cfg, c.command)
-				if err != nil && containsAll(err.Error(), "will not run as "+id.user, c.policy, string(c.escape)) {
+				if err != nil && containsAll(err.Error(), "will not run as "+user, c.policy, string(c.escape)) {
 					return nil
 				}
 

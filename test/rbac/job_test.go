@@ -190,7 +190,9 @@ func inputs(t *testing.T, sb *sandbox.Sandbox) {
 
 	text := string(cfg)
 	for old, new := range map[string]string{
-		`kubeconfig = "kubeconfig"`: "in_cluster = true",
+		// The pod's own service account (apply's), and the template identity's kubeconfig among the
+		// inputs (docs/deploy/job.yaml): the apply identity writes no node template.
+		`kubeconfig = "kubeconfig"`: "in_cluster          = true\n  template_kubeconfig = \"template.kubeconfig\"",
 		"state {\n  backend = \"local\"\n  path    = \"ghcrsync.state.json\"\n}": "state {\n  backend   = \"kubernetes\"\n  namespace = \"flux-system\"\n  secret    = \"ghcrsync-state\"\n}",
 	} {
 		if !strings.Contains(text, old) {
@@ -201,6 +203,10 @@ func inputs(t *testing.T, sb *sandbox.Sandbox) {
 	}
 
 	data := map[string][]byte{"ghcrsync.hcl": []byte(text)}
+
+	if data["template.kubeconfig"], err = os.ReadFile(tokenKubeconfig(t, sb, "ghcrsync-template")); err != nil {
+		t.Fatal(err)
+	}
 
 	for key, file := range map[string]string{"secret.enc.yaml": sandbox.SecretFile, "talosconfig": sandbox.TalosconfigFile, "age.key": sandbox.AgeKeyFile} {
 		if data[key], err = os.ReadFile(sb.Path(file)); err != nil {

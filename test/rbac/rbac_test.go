@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +34,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -208,26 +212,70 @@ func replaceBinding[T interface {
 // exercised too).
 type identity struct {
 	sa, user, cfg string
+	// templateUser is the template identity's user, when the configuration names one.
+	templateUser string
 }
 
+// newIdentity is the service account sa's configuration. The apply identity's names the
+// template identity's kubeconfig too (cluster.template_kubeconfig): it writes no node template.
 func newIdentity(t *testing.T, sb *sandbox.Sandbox, sa string) identity {
 	t.Helper()
 
-	kube := sb.Kube()
-	dir := t.TempDir()
+	id := identity{sa: sa, user: userOf(sa), cfg: identityConfig(t, sb, tokenKubeconfig(t, sb, sa))}
+	if sa == permission.AccountFor(permission.CommandApply) {
+		id = withTemplates(t, sb, id, permission.AccountFor(permission.CommandTemplate))
+	}
 
-	tok, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
+	return id
+}
+
+// userOf is the service account sa's user name.
+func userOf(sa string) string { return "system:serviceaccount:" + ns + ":" + sa }
+
+// tokenKubeconfig is a kubeconfig holding a fresh token of the service account sa.
+func tokenKubeconfig(t *testing.T, sb *sandbox.Sandbox, sa string) string {
+	t.Helper()
+
+	tok, err := sb.Kube().CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for %s: %v", sa, err)
 	}
 
-	kc := filepath.Join(dir, "kubeconfig")
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := sb.WriteTokenKubeconfig(kc, tok.Status.Token); err != nil {
 		t.Fatal(err)
 	}
 
-	return identity{sa: sa, user: "system:serviceaccount:" + ns + ":" + sa, cfg: identityConfig(t, sb, kc)}
+	return kc
+}
+
+// withTemplates is id with the service account templateSA as its template identity
+// (cluster.template_kubeconfig), and templateUser set to it.
+func withTemplates(t *testing.T, sb *sandbox.Sandbox, id identity, templateSA string) identity {
+	t.Helper()
+
+	// Beside the configuration it is made from: a relative path in it means the same file.
+	cfg := filepath.Join(filepath.Dir(id.cfg), "ghcrsync-templates.hcl")
+
+	text, err := os.ReadFile(id.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	re := regexp.MustCompile(`(?m)^(\s*)kubeconfig\s*=.*$`)
+	if !re.Match(text) {
+		t.Fatalf("%s has no cluster.kubeconfig to set the template identity's beside", id.cfg)
+	}
+
+	line := "${0}\n${1}template_kubeconfig = " + strconv.Quote(tokenKubeconfig(t, sb, templateSA))
+	if err := os.WriteFile(cfg, re.ReplaceAll(text, []byte(line)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	id.cfg, id.templateUser = cfg, userOf(templateSA)
+
+	return id
 }
 
 // identityConfig is the sandbox's ghcrsync.hcl pointed at kubeconfig, with the state in a
@@ -315,10 +363,36 @@ func TestRenderedRBAC(t *testing.T) {
 		t.Fatalf("a refused apply wrote: %v", w)
 	}
 
-	// A full rotation as the apply identity.
+	// A credential of its own (an earlier test of the package may have rotated the last one
+	// everywhere): the rotation below writes the node template.
+	if _, err := sb.RotateSecret("rbac-first"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The apply identity alone writes no node template: without the template identity's
+	// kubeconfig, apply is refused early, naming the right and the setting, and writes nothing.
+	alone := identityConfig(t, sb, filepath.Join(filepath.Dir(applier.cfg), "kubeconfig"))
+	before := len(writes(t, sb, applier.user))
+
+	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", alone); r.code != 1 ||
+		!strings.Contains(r.stderr, "the cluster denies update secrets "+sandbox.TemplateSecret+" in "+sandbox.TemplateNamespace) ||
+		!strings.Contains(r.stderr, "--template-kubeconfig") {
+		t.Fatalf("apply as %s without the template identity: exit %d\n%s", applier.sa, r.code, r.stderr)
+	}
+
+	if w := writes(t, sb, applier.user); len(w) != before {
+		t.Fatalf("apply refused for the template identity wrote: %v", w[before:])
+	}
+
+	// A full rotation as the apply identity, the node templates written with the template
+	// identity alone: the template holds the new credential and the autoscaler restarted.
+	before, beforeTemplate := len(writes(t, sb, applier.user)), len(writes(t, sb, applier.templateUser))
+
 	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", applier.cfg); r.code != 0 || !strings.Contains(r.stdout, "0 failed") {
 		t.Fatalf("apply as %s: exit %d\n%s\n%s", applier.sa, r.code, r.stdout, r.stderr)
 	}
+
+	templateWrites(t, sb, applier, before, beforeTemplate)
 
 	// A second rotation killed at its first reboot leaves a fence the release identity undoes.
 	if _, err := sb.RotateSecret("rbac-second"); err != nil {
@@ -348,6 +422,48 @@ func TestRenderedRBAC(t *testing.T) {
 
 	if r := ghcrsync(t, sb, "fences", "--config", planner.cfg); r.code != 0 || !strings.Contains(r.stdout, "No fence is held") {
 		t.Fatalf("fences after release --uncordon-unproven: %s", r.stdout)
+	}
+}
+
+// templateWrites checks a rotation by id (its identities' writes from the counts given): the
+// node template and the autoscaler's restart were written by id's template identity, and
+// nothing of either by the apply identity.
+func templateWrites(t *testing.T, sb *sandbox.Sandbox, id identity, before, beforeTemplate int) {
+	t.Helper()
+
+	tmpl := "/api/v1/namespaces/" + sandbox.TemplateNamespace + "/secrets/" + sandbox.TemplateSecret
+	dep := "/apis/apps/v1/namespaces/kube-system/deployments/" + sandbox.AutoscalerDeployment
+
+	for _, w := range writes(t, sb, id.user)[before:] {
+		if strings.Contains(w, tmpl) || strings.Contains(w, dep) {
+			t.Errorf("the apply identity wrote %s", w)
+		}
+	}
+
+	var wroteTemplate, restarted bool
+
+	for _, w := range writes(t, sb, id.templateUser)[beforeTemplate:] {
+		wroteTemplate = wroteTemplate || strings.HasPrefix(w, "update "+tmpl) && strings.HasSuffix(w, " 200")
+		restarted = restarted || strings.HasPrefix(w, "patch "+dep) && strings.HasSuffix(w, " 200")
+	}
+
+	if !wroteTemplate || !restarted {
+		t.Fatalf("the template identity wrote the template: %v, restarted the autoscaler: %v (its writes: %v)", wroteTemplate, restarted, writes(t, sb, id.templateUser))
+	}
+
+	s, err := sb.Kube().CoreV1().Secrets(sandbox.TemplateNamespace).Get(context.Background(), sandbox.TemplateSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pools, err := nodetemplate.Read(nodetemplate.FormatHcloud, s.Data[sandbox.TemplateKey], []string{sandbox.TemplatePool}, sandbox.RegistryHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := authdigest.Of(sb.NewCredential().Username, sb.NewCredential().Password)
+	if len(pools) != 1 || pools[0].Digest != want {
+		t.Fatalf("node template %s/%s does not hold the new credential after the rotation: %+v", sandbox.TemplateNamespace, sandbox.TemplateSecret, pools)
 	}
 }
 
@@ -466,8 +582,11 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 
 	create(t, kube, manifests(t, "namespace.yaml")...)
 
+	// Everything rendered (the policies, and the identities a copy is not made of: the template
+	// identity apply's copies write templates with, the apply identity the template's copies
+	// serve).
 	all := rendered(t, sb, adminConfig(t, sb))
-	install(t, sb, permissionPolicy(all)...)
+	install(t, sb, all...)
 
 	// Which command each class's roles serve.
 	classes := []struct {
@@ -477,6 +596,7 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 		{"plan", []string{"plan"}},
 		{"apply", []string{"apply", "--auto-approve"}},
 		{"release", []string{"release"}},
+		{"template", []string{"apply", "--auto-approve"}},
 	}
 
 	n := 0
@@ -502,8 +622,22 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 					}
 
 					who := bindCopies(t, sb, id, held)
+					cfg, by := who.cfg, ""
 
-					args := append(append([]string{}, c.command...), "--config", who.cfg)
+					switch c.class {
+					case "apply": // it writes the templates with the template identity
+						cfg = withTemplates(t, sb, who, permission.AccountFor(permission.CommandTemplate)).cfg
+					case "template": // the copy writes the apply identity's templates
+						applier := identity{sa: "ghcrsync-apply", user: userOf("ghcrsync-apply"), cfg: identityConfig(t, sb, tokenKubeconfig(t, sb, "ghcrsync-apply"))}
+						cfg, by = withTemplates(t, sb, applier, who.sa).cfg, applier.user
+					}
+
+					before := 0
+					if by != "" {
+						before = len(writes(t, sb, by))
+					}
+
+					args := append(append([]string{}, c.command...), "--config", cfg)
 					r := ghcrsync(t, sb, args...)
 
 					// The refusal names what the rule grants: one of its verbs on its resource (the
@@ -528,6 +662,12 @@ func TestEveryRuleIsNeeded(t *testing.T) {
 
 					if w := writes(t, sb, who.user); len(w) != 0 {
 						t.Fatalf("without %s the command wrote: %v", name, w)
+					}
+
+					if by != "" {
+						if w := writes(t, sb, by); len(w) != before {
+							t.Fatalf("without %s the apply identity wrote: %v", name, w[before:])
+						}
 					}
 				})
 			}
