@@ -75,6 +75,9 @@ type Inputs struct {
 type Fleet interface {
 	// Read reads the fleet as plan does (fleet.Reader): the snapshot and the planner's input.
 	Read(ctx context.Context) (plan.Snapshot, plan.Input, error)
+	// ReadJudged is Read with the credentials in use judged by the registry, as plan judges
+	// them (none asked when skipProof): what a node that joined mid-run is planned on.
+	ReadJudged(ctx context.Context, skipProof bool) (plan.Snapshot, plan.Input, error)
 	// Provisioning is what the autoscaler is creating now (nil: no autoscaler status).
 	Provisioning(ctx context.Context) (*plan.AutoscalerObs, error)
 	// ClusterUID identifies the cluster (its kube-system namespace's uid).

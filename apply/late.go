@@ -122,12 +122,17 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 	r.res.Nodes = append(r.res.Nodes, results...)
 }
 
-// replan lists the fleet again and plans it with the plan's own rules.
+// replan lists the fleet again and plans it with the plan's own rules: the registry's judgement
+// of the credentials in use (an emergency stays one: the late node's drain steers hard, its pods
+// never land on a node that cannot pull) and the plan's options (--allow-pending, the proof
+// skipped, the probe image).
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	snap, in, err := r.in.Fleet.Read(ctx)
+	snap, in, err := r.in.Fleet.ReadJudged(ctx, r.p.ProofSkipped)
 	if err != nil {
 		return nil, err
 	}
+
+	in.AllowPending, in.ProofSkipped, in.Probe = r.p.Steering.AllowPending, r.p.ProofSkipped, r.p.Probe
 
 	return plan.Make(snap, in), nil
 }

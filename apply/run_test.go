@@ -292,7 +292,7 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 	st := &state.State{}
 	store := &state.Local{Path: filepath.Join(t.TempDir(), "state.json")}
 
-	snap, in, err := w.Read(context.Background())
+	snap, in, err := w.ReadJudged(context.Background(), false) // as plan reads: the registry judges the credentials in use
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,12 @@ func (w *runWorld) render(res *Result, err error) []string {
 
 		switch f := strings.Fields(l); {
 		case strings.Contains(l, `"ghcrsync.dev/steered-by":"`):
+			hard := strings.Contains(l, `"effect":"NoSchedule"`) // an emergency's, or --allow-pending's
+
 			l = "steer " + f[1]
+			if hard {
+				l += " (hard)"
+			}
 		case strings.Contains(l, `"ghcrsync.dev/steered-by":null`):
 			l = "unsteer " + f[1]
 		}
@@ -500,8 +505,30 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
-// Read is the snapshot as plan reads it, from the fakes: the nodes with their Talos facts,
-// the pull secrets, the Kustomizations, and the credentials in use as the registry judges them.
+// ReadJudged is Read with the credentials in use as the registry judges them: the old one
+// refused (revoked), held by the nodes that hold it.
+func (w *runWorld) ReadJudged(ctx context.Context, skipProof bool) (plan.Snapshot, plan.Input, error) {
+	snap, in, err := w.Read(ctx)
+	if err != nil || skipProof || !w.s.revoked {
+		return snap, in, err
+	}
+
+	var holders []string
+
+	for _, n := range snap.Nodes {
+		if n.Talos != nil && n.Talos.ConfiguredDigest == "old" {
+			holders = append(holders, n.Name)
+		}
+	}
+
+	snap.InUse = []plan.CredentialInUse{{Digest: "old", State: plan.CredentialRefused, Detail: "401 Unauthorized", Nodes: holders}}
+
+	return snap, in, nil
+}
+
+// Read is the snapshot as the fleet reader reads it, from the fakes: the nodes with their Talos
+// facts, the pull secrets, the Kustomizations — and, as the real reader, no judgement of the
+// credentials in use (ReadJudged asks the registry).
 func (w *runWorld) Read(context.Context) (plan.Snapshot, plan.Input, error) {
 	w.world.mu.Lock()
 	defer w.world.mu.Unlock()
@@ -536,10 +563,6 @@ func (w *runWorld) Read(context.Context) (plan.Snapshot, plan.Input, error) {
 	for _, k := range w.fx.cfg.FluxSuspend {
 		snap.Kustomizations = append(snap.Kustomizations, plan.KustomizationObs{Namespace: k.Namespace, Name: k.Name, Exists: true, UID: "uid-" + k.Name,
 			Suspended: w.suspended[k.Namespace+"/"+k.Name]})
-	}
-
-	if w.s.revoked {
-		snap.InUse = []plan.CredentialInUse{{Digest: "old", State: plan.CredentialRefused, Detail: "401 Unauthorized"}}
 	}
 
 	return snap, w.input(), nil

@@ -190,6 +190,23 @@ func (a applyCluster) ClusterUID(ctx context.Context) (string, error) {
 	return a.w.Kube.ClusterUID(ctx)
 }
 
+// ReadJudged is Read with the credentials in use judged by the registry, as the plan judges them.
+func (a applyCluster) ReadJudged(ctx context.Context, skipProof bool) (plan.Snapshot, plan.Input, error) {
+	in, err := a.w.Planner().Input(planning.Options{SkipProof: skipProof})
+	if err != nil {
+		return plan.Snapshot{}, plan.Input{}, err
+	}
+
+	snap, mem, err := a.w.Fleet().Read(ctx)
+	if err != nil {
+		return plan.Snapshot{}, plan.Input{}, err
+	}
+
+	snap.InUse = a.w.Prover().CheckInUse(ctx, mem.Held, in.AuthDigest, skipProof)
+
+	return snap, in, nil
+}
+
 // Read reads the fleet into a snapshot and the planner's input, as plan does.
 func (a applyCluster) Read(ctx context.Context) (plan.Snapshot, plan.Input, error) {
 	in, err := a.w.Planner().Input(planning.Options{})
