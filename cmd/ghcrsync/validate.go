@@ -20,7 +20,9 @@ func newValidate() *cobra.Command {
 parses and every reference resolves, a runtime probe image is set, and the SOPS file is a SOPS
 document whose credential value is there and encrypted. With an age key at hand (SOPS_AGE_KEY_FILE,
 SOPS_AGE_KEY) the credential is decrypted and checked for the registry too, in memory only.
-Each finding names its file, line and column; --json gives terraform validate's diagnostics (one
+Each finding names its file, line and column (a finding about the SOPS file or the credential
+points at the sops_file that names it; one about the probe image, at the credential block; a
+configuration that cannot be read at all names its path); --json gives terraform validate's diagnostics (one
 per error, each with its range and snippet), and under GitHub Actions each is annotated on its line
 of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 		Example: `  ghcrsync validate --config ghcrsync.hcl

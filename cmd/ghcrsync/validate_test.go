@@ -72,18 +72,21 @@ func TestValidate(t *testing.T) {
 		says      string
 		warnings  int
 		errorsMin int
+		// at is what the line every finding points at holds (its snippet): each finding names
+		// its file, line and column.
+		at string
 	}{
 		{name: "valid_decrypted", cfg: config(nil), keyFile: sb.Path(sandbox.AgeKeyFile), code: 0, says: "Success!"},
-		{name: "valid_without_a_key", cfg: config(nil), code: 0, says: "Credential not decrypted", warnings: 1},
+		{name: "valid_without_a_key", cfg: config(nil), code: 0, says: "Credential not decrypted", warnings: 1, at: "sops_file"},
 		{name: "malformed_hcl", cfg: config(func(s string) string { return s + "\nnodes {\n" }), code: 1, says: "ghcrsync.hcl line 96", errorsMin: 1},
 		{name: "no_probe_image", cfg: config(func(s string) string {
 			s = strings.Replace(s, `prove     = ["ghcrsync/private-probe:v1"]`, "", 1)
 			return strings.Replace(s, `image     = "ghcr.io/ghcrsync/private-probe:v1"`, "", 1)
-		}), keyFile: sb.Path(sandbox.AgeKeyFile), code: 1, says: "No runtime probe image", errorsMin: 1},
+		}), keyFile: sb.Path(sandbox.AgeKeyFile), code: 1, says: "No runtime probe image", errorsMin: 1, at: `credential "ghcr"`},
 		{name: "plaintext_credential_file", cfg: config(func(s string) string {
 			return strings.Replace(s, `"`+sb.Path(sandbox.SecretFile)+`"`, `"`+plaintext+`"`, 1)
-		}), code: 1, says: "not encrypted with SOPS", errorsMin: 1},
-		{name: "wrong_age_key", cfg: config(nil), keyFile: otherKeyFile, code: 1, says: "Invalid credential", errorsMin: 1},
+		}), code: 1, says: "not encrypted with SOPS", errorsMin: 1, at: "sops_file"},
+		{name: "wrong_age_key", cfg: config(nil), keyFile: otherKeyFile, code: 1, says: "Invalid credential", errorsMin: 1, at: "sops_file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SOPS_AGE_KEY_FILE", tc.keyFile)
@@ -99,6 +102,12 @@ func TestValidate(t *testing.T) {
 			var v view.ValidateJSON
 			if err := json.Unmarshal([]byte(js.stdout), &v); err != nil || v.Valid != (tc.code == 0) || v.WarningCount != tc.warnings || v.ErrorCount < tc.errorsMin {
 				t.Fatalf("--json: %v %+v\n%s", err, v, js.stdout)
+			}
+
+			for _, d := range v.Diagnostics {
+				if d.Range == nil || d.Range.Filename != tc.cfg || d.Range.Start.Line == 0 || d.Snippet == nil || !strings.Contains(d.Snippet.Code, tc.at) {
+					t.Errorf("finding %q has no place in %s at %q: range %+v, snippet %+v", d.Summary, tc.cfg, tc.at, d.Range, d.Snippet)
+				}
 			}
 		})
 	}

@@ -34,6 +34,9 @@ type Config struct {
 	Path   string // absolute path of the file
 	Digest string // hex SHA-256 of the file's bytes
 
+	// files are the parsed sources, for a finding's snippet (Finding).
+	files map[string]*hcl.File
+
 	Cluster Cluster
 	Talos   Talos
 	// Credential is the cluster's credential: the nodes' (Talos RegistryAuthConfig), the node
@@ -127,6 +130,9 @@ type Credential struct {
 	// TrustedHosts are the hosts besides the endpoint's that the registry's token realm may be
 	// on: the password is sent there (HTTP Basic) to trade it for a pull token.
 	TrustedHosts []string
+	// Where is the credential block in the file; SopsWhere its sops_file attribute: where a
+	// finding about the block or its SOPS file points (validate).
+	Where, SopsWhere hcl.Range
 	// RetryWindow bounds how long a registry's transient answers (429, 5xx) are asked again;
 	// DeniedWindow is how long a denial (401, 403) must last to be final ("refused (stable)").
 	RetryWindow  time.Duration
@@ -490,6 +496,13 @@ func (e *Error) Findings(filename string) []diag.Diagnostic {
 	return diag.FromHCL(e.Diagnostics, e.Files, filename, func(s string) string { return withoutEnvValues(s, e.envs) })
 }
 
+// Finding is a diagnostic about the configuration at where (a range in it), with its snippet;
+// filename names the file as the user gave it.
+func (c *Config) Finding(severity hcl.DiagnosticSeverity, summary, detail string, where hcl.Range, filename string) diag.Diagnostic {
+	return diag.FromHCL(hcl.Diagnostics{{Severity: severity, Summary: summary, Detail: detail, Subject: &where}}, c.files, filename,
+		func(s string) string { return s })[0]
+}
+
 func formatDiag(d *hcl.Diagnostic) string {
 	where := ""
 	if d.Subject != nil {
@@ -541,7 +554,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 
 	sum := sha256.Sum256(src)
 	cfg := d.build(&raw, f.Body)
-	cfg.Path, cfg.Digest = filename, hex.EncodeToString(sum[:])
+	cfg.Path, cfg.Digest, cfg.files = filename, hex.EncodeToString(sum[:]), p.Files()
 
 	if d.diags.HasErrors() {
 		return nil, d.newError(d.diags, p.Files())
@@ -1127,13 +1140,15 @@ func (d *decoder) oneCredential(c credentialBlock, body hcl.Body) Credential {
 	}
 
 	cred := Credential{
-		Name:     c.Name,
-		Registry: c.Registry,
-		Endpoint: "https://" + c.Registry,
-		SopsFile: sops,
-		Key:      []string{"stringData", "ghcr_dockerconfigjson"},
-		Prove:    c.Prove,
-		Deny:     c.Deny,
+		Where:     blockRange(body, "credential", c.Name, ""),
+		SopsWhere: at("sops_file"),
+		Name:      c.Name,
+		Registry:  c.Registry,
+		Endpoint:  "https://" + c.Registry,
+		SopsFile:  sops,
+		Key:       []string{"stringData", "ghcr_dockerconfigjson"},
+		Prove:     c.Prove,
+		Deny:      c.Deny,
 	}
 
 	if c.Registry == "" || strings.Contains(c.Registry, "/") {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/diag"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -46,9 +48,9 @@ func Validate(path string) Validation {
 	}
 
 	if cfg.Nodes.Probe.Image == "" {
-		v.add(diag.New(diag.Error, "No runtime probe image",
+		v.add(cfg.Finding(hcl.DiagError, "No runtime probe image",
 			"apply proves each node's container runtime by pulling a private image with the node's own credential: set credential.prove "+
-				"(its first image is the probe) or nodes.runtime_probe.image (docs/config.md)"))
+				"(its first image is the probe) or nodes.runtime_probe.image (docs/config.md)", cfg.Credential.Where, path))
 	}
 
 	creds := []Credential{cfg.Credential}
@@ -69,7 +71,7 @@ func Validate(path string) Validation {
 
 	for _, c := range creds {
 		if err := credential.CheckStructure(c.SopsFile, c.Key); err != nil {
-			v.add(diag.New(diag.Error, "Invalid SOPS file", named(c, err.Error())))
+			v.add(cfg.Finding(hcl.DiagError, "Invalid SOPS file", named(c, err.Error()), c.SopsWhere, path))
 
 			structured = false
 		}
@@ -80,15 +82,16 @@ func Validate(path string) Validation {
 	}
 
 	if os.Getenv("SOPS_AGE_KEY_FILE") == "" && os.Getenv("SOPS_AGE_KEY") == "" {
-		v.add(diag.New(diag.Warning, "Credential not decrypted",
-			"no age key is at hand (SOPS_AGE_KEY_FILE, SOPS_AGE_KEY): the SOPS file's structure was checked, not the credential it holds"))
+		v.add(cfg.Finding(hcl.DiagWarning, "Credential not decrypted",
+			"no age key is at hand (SOPS_AGE_KEY_FILE, SOPS_AGE_KEY): the SOPS file's structure was checked, not the credential it holds",
+			cfg.Credential.SopsWhere, path))
 
 		return v
 	}
 
 	for _, c := range creds {
 		if _, err := credential.Load(c.SopsFile, c.Key, c.Registry); err != nil {
-			v.add(diag.New(diag.Error, "Invalid credential", named(c, redact.Error(err))))
+			v.add(cfg.Finding(hcl.DiagError, "Invalid credential", named(c, redact.Error(err)), c.SopsWhere, path))
 		}
 	}
 
