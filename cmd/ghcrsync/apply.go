@@ -31,6 +31,8 @@ type applyArgs struct {
 	logFormat        string
 	json             bool
 	verbose          bool
+	metricsFile      string
+	metricsPush      string
 }
 
 func newApply() *cobra.Command {
@@ -61,6 +63,8 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f.StringVar(&a.logLevel, "log-level", "info", "progress log level: trace, debug, info, warn or error")
 	f.StringVar(&a.logFormat, "log-format", "text", "progress log format: text or json (one object per line)")
 	f.BoolVar(&a.verbose, "verbose", false, "also print where each node's seconds went (one line per node) and the requests the run made, on stderr")
+	f.StringVar(&a.metricsFile, "metrics-file", "", "write the run's Prometheus metrics to FILE (the node exporter's textfile collector; docs/metrics.md)")
+	f.StringVar(&a.metricsPush, "metrics-push", "", "push the run's Prometheus metrics to the Pushgateway at URL (docs/metrics.md)")
 	f.BoolVar(&a.json, "json", false, "print JSON Lines: each step as it happens (type \"event\"), then the outcome (type \"summary\")")
 
 	return cmd
@@ -105,7 +109,14 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 
 // run executes the saved plan (or, with --auto-approve, a fresh one) and exits 0 only when the
 // old credential is safe to revoke.
-func (a applyArgs) run(cmd *cobra.Command, args []string) error {
+func (a applyArgs) run(cmd *cobra.Command, args []string) (err error) {
+	var res *apply.Result
+
+	start := time.Now()
+	defer func() {
+		a.writeMetrics(cmd.Context(), func(what string, werr error) { view.Warning(cmd.ErrOrStderr(), what+": "+werr.Error()) }, res, err, start)
+	}()
+
 	planPath := ""
 	if len(args) == 1 {
 		planPath = args[0]
@@ -146,7 +157,7 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 
-	res, err := apply.Run(cmd.Context(), in, p, o)
+	res, err = apply.Run(cmd.Context(), in, p, o)
 	if err != nil {
 		return err
 	}

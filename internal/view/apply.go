@@ -60,8 +60,8 @@ const (
 	OutcomeCancelled  = "cancelled"
 )
 
-// runOutcome is the run's outcome in one word, as the exit code says it.
-func runOutcome(res *apply.Result) string {
+// RunOutcome is the run's outcome in one word, as the exit code says it (ApplyJSON.Outcome, the metrics).
+func RunOutcome(res *apply.Result) string {
 	switch {
 	case res.Cancelled:
 		return OutcomeCancelled
@@ -158,7 +158,7 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 		LeaseReleased: res.Holder != "" && res.ReleaseErr == nil, Failed: res.Failed(),
 		Cancelled: res.Cancelled, Held: append([]string{}, res.Held()...), MaxFailures: res.MaxFailures,
 		Verdict: newVerdictJSON(res.Verdict, res.VerdictErr), Flux: []ApplyFluxJSON{},
-		Outcome: runOutcome(res), Deferred: append([]string{}, res.Deferred()...), BudgetSeconds: res.Budget.Seconds(),
+		Outcome: RunOutcome(res), Deferred: append([]string{}, res.Deferred()...), BudgetSeconds: res.Budget.Seconds(),
 	}
 
 	if out.Remaining = len(out.Deferred); out.Outcome == OutcomeProgressed {

@@ -243,7 +243,7 @@ func appendSummary(render func(io.Writer)) error {
 // cancelled), remaining (the nodes a budget deferred to the next run), safe_to_revoke.
 func ApplyOutputs(res *apply.Result) [][2]string {
 	return [][2]string{
-		{"outcome", runOutcome(res)},
+		{"outcome", RunOutcome(res)},
 		{"remaining", strconv.Itoa(len(res.Deferred()))},
 		{"safe_to_revoke", strconv.FormatBool(res.SafeToRevoke())},
 	}

@@ -24,7 +24,7 @@ var layers = [][]string{
 	},
 	{ // 1: the model and the pure rules
 		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth", "internal/keyring",
-		"internal/liveness",
+		"internal/liveness", "internal/metrics",
 	},
 	{ // 2: adapters: one client each
 		"internal/cluster", "internal/talos", "internal/lease", "state/kubestate", "internal/fanout", "internal/permission",

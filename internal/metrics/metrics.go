@@ -1,0 +1,234 @@
+// Package metrics is a run's outcome as Prometheus metrics (the text exposition format, in the
+// names and units Prometheus's naming guide asks for): a file for the node exporter's textfile
+// collector, and a push to a Pushgateway. Render is pure; WriteFile and Push are the edges.
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ghcrsync/ghcrsync/internal/atomicfile"
+	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/internal/redact"
+)
+
+// Run is what a run's metrics say.
+type Run struct {
+	// Configuration identifies the configuration (its Lease, namespace/name): the one label
+	// every series carries, so two configurations' files or pushes never mix.
+	Configuration string
+	Finished      time.Time
+	Duration      time.Duration
+	ExitCode      int
+	// Outcome is one of Outcomes.
+	Outcome string
+	// SafeToRevoke: the verdict found the old credential used nowhere (exit 0).
+	SafeToRevoke bool
+	// Nodes, PullSecrets and Templates count the run's objects by their outcome.
+	Nodes, PullSecrets, Templates map[string]int
+	// OldCredentialNodes are the Nodes still using the old credential at the end (the verdict);
+	// OldCredentialUses every use of it (nodes, pull secrets, templates).
+	OldCredentialNodes, OldCredentialUses int
+	// CredentialExpires is when the new credential expires, as the registry said (zero: unknown).
+	CredentialExpires time.Time
+}
+
+// Outcomes are the run outcomes: apply's (done, progressed, partial, cancelled) and those of a
+// run that stopped before its work (refused: a stale or unauthentic plan; lease-held; error).
+var Outcomes = []string{"done", "progressed", "partial", "cancelled", "refused", "lease-held", "error"}
+
+// LastSuccessName is the series a run that did not succeed carries over from the last one that did.
+const LastSuccessName = "ghcrsync_last_success_timestamp_seconds"
+
+// Render writes r in the text format. lastSuccess is when the last run ended safe to revoke
+// before this one (zero: never; a successful r is its own).
+func Render(w io.Writer, r Run, lastSuccess time.Time) error {
+	b := &bytes.Buffer{}
+	label := `configuration="` + escape(r.Configuration) + `"`
+
+	gauge := func(name, help string) { fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name) }
+	sample := func(name, extra string, v float64) {
+		labels := label
+		if extra != "" {
+			labels += "," + extra
+		}
+
+		fmt.Fprintf(b, "%s{%s} %s\n", name, labels, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	seconds := func(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
+
+	gauge("ghcrsync_last_run_timestamp_seconds", "When the last ghcrsync apply ended.")
+	sample("ghcrsync_last_run_timestamp_seconds", "", seconds(r.Finished))
+
+	if r.SafeToRevoke {
+		lastSuccess = r.Finished
+	}
+
+	if !lastSuccess.IsZero() {
+		gauge(LastSuccessName, "When the last ghcrsync apply ended with the old credential used nowhere (safe to revoke).")
+		sample(LastSuccessName, "", seconds(lastSuccess))
+	}
+
+	gauge("ghcrsync_last_run_duration_seconds", "How long the last ghcrsync apply ran.")
+	sample("ghcrsync_last_run_duration_seconds", "", r.Duration.Seconds())
+
+	gauge("ghcrsync_last_run_exit_code", "The last ghcrsync apply's exit code (docs/ci.md).")
+	sample("ghcrsync_last_run_exit_code", "", float64(r.ExitCode))
+
+	gauge("ghcrsync_last_run_outcome", "The last ghcrsync apply's outcome: 1 for the one it had.")
+
+	for _, o := range Outcomes {
+		sample("ghcrsync_last_run_outcome", `outcome="`+o+`"`, boolean(o == r.Outcome))
+	}
+
+	for _, c := range []struct {
+		name, help string
+		by         map[string]int
+	}{
+		{"ghcrsync_nodes", "The last run's nodes by outcome.", r.Nodes},
+		{"ghcrsync_pull_secrets", "The last run's pull secrets (consumers and the root) by outcome.", r.PullSecrets},
+		{"ghcrsync_node_templates", "The last run's node templates by outcome.", r.Templates},
+	} {
+		gauge(c.name, c.help)
+
+		for _, k := range sortedKeys(c.by) {
+			sample(c.name, `outcome="`+escape(k)+`"`, float64(c.by[k]))
+		}
+	}
+
+	gauge("ghcrsync_old_credential_in_use", "1 while the old credential is still used somewhere in the cluster (do not revoke it), else 0.")
+	sample("ghcrsync_old_credential_in_use", "", boolean(!r.SafeToRevoke))
+
+	gauge("ghcrsync_old_credential_nodes", "The Nodes still using the old credential at the end of the last run.")
+	sample("ghcrsync_old_credential_nodes", "", float64(r.OldCredentialNodes))
+
+	gauge("ghcrsync_old_credential_uses", "Every use of the old credential at the end of the last run: nodes, pull secrets, node templates.")
+	sample("ghcrsync_old_credential_uses", "", float64(r.OldCredentialUses))
+
+	if !r.CredentialExpires.IsZero() {
+		gauge("ghcrsync_credential_expiry_timestamp_seconds", "When the new credential expires, as the registry reported it.")
+		sample("ghcrsync_credential_expiry_timestamp_seconds", "", seconds(r.CredentialExpires))
+	}
+
+	_, err := w.Write(b.Bytes())
+
+	return err
+}
+
+// WriteFile writes r to path for the textfile collector, atomically (the collector never reads a
+// half-written file), carrying over the last success of the file it replaces.
+func WriteFile(path string, r Run) error {
+	last := time.Time{}
+
+	if prev, err := readlimit.File(path, 1<<20); err == nil {
+		last = LastSuccess(prev, r.Configuration)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("metrics file %s: %w", path, err)
+	}
+
+	var b bytes.Buffer
+	if err := Render(&b, r, last); err != nil {
+		return err
+	}
+
+	if err := atomicfile.Write(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("metrics file %s: %w", path, err)
+	}
+
+	return nil
+}
+
+// LastSuccess is the last success a metrics file records for configuration (zero: none).
+func LastSuccess(prev []byte, configuration string) time.Time {
+	want := LastSuccessName + `{configuration="` + escape(configuration) + `"} `
+
+	sc := bufio.NewScanner(bytes.NewReader(prev))
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), want)
+		if !ok {
+			continue
+		}
+
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+			return time.UnixMilli(int64(f * 1000)).UTC()
+		}
+	}
+
+	return time.Time{}
+}
+
+// Push sends r to the Pushgateway at gateway, grouped by job "ghcrsync" and the configuration.
+// It POSTs (replacing only the series it sends): a run that did not succeed sends no last
+// success, so the gateway keeps the previous run's.
+func Push(ctx context.Context, client *http.Client, gateway string, r Run) error {
+	var b bytes.Buffer
+	if err := Render(&b, r, time.Time{}); err != nil {
+		return err
+	}
+
+	url := strings.TrimRight(gateway, "/") + "/metrics/job/ghcrsync/configuration@base64/" +
+		base64.RawURLEncoding.EncodeToString([]byte(r.Configuration))
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &b)
+	if err != nil {
+		return fmt.Errorf("push metrics: %s", redact.Error(err))
+	}
+
+	req.Header.Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+
+	shown := gateway
+	if u, err := neturl.Parse(gateway); err == nil {
+		u.User = nil // a gateway's basic-auth password is never shown
+		shown = u.String()
+	}
+
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("push metrics to %s: %s", shown, redact.Error(err))
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode/100 != 2 {
+		body, _ := readlimit.Reader(resp.Body, 512, "the Pushgateway's answer")
+
+		return fmt.Errorf("push metrics to %s: %s %s", shown, resp.Status, strings.TrimSpace(string(body)))
+	}
+
+	return nil
+}
+
+// escape is a label value in the text format: backslash, double quote and line feed escaped.
+func escape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+func boolean(b bool) float64 {
+	if b {
+		return 1
+	}
+
+	return 0
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+
+	slices.Sort(keys)
+
+	return keys
+}
