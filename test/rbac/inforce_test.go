@@ -2,6 +2,8 @@ package rbac
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -49,6 +51,34 @@ func policiesInForce(t *testing.T, sb *sandbox.Sandbox) {
 			return contained(id.cfg, c.command)
 		})
 	}
+}
+
+// ownWritesAdmitted waits until the plan identity's dry runs of apply's writes with cfg (a
+// configuration of the plan identity) are all admitted: a rendering that changes a policy an
+// earlier one installed (a new consumer namespace, a tenant's credential pin) is enforced a
+// moment after install returns, and a write the old policy refuses would fail apply meanwhile.
+func ownWritesAdmitted(t *testing.T, sb *sandbox.Sandbox, cfg string) {
+	t.Helper()
+
+	sandboxtest.Eventually(t, inForceTimeout, "the API server admits apply's writes (plan's dry runs)", func() error {
+		r := ghcrsync(t, sb, "plan", "--json", "--config", cfg)
+		if r.code != 0 && r.code != 2 {
+			return fmt.Errorf("plan: exit %d: %s", r.code, r.stderr)
+		}
+
+		var p struct{ Warnings []string }
+		if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+			return err
+		}
+
+		for _, w := range p.Warnings {
+			if strings.Contains(w, "refused a dry run") {
+				return errors.New(w)
+			}
+		}
+
+		return nil
+	})
 }
 
 // contained is the command's preflight as the identity of cfg: nil once its writes are bounded.

@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,13 +83,24 @@ func TestKeyringWriterIsBounded(t *testing.T) {
 		return err
 	}
 
-	// ghcrsync's own writer, in each mode, is admitted (once the policies are in force).
-	for _, mode := range []keyring.Mode{keyring.ModeWrite, keyring.ModeRead, keyring.ModeRemove, keyring.ModeAwait} {
-		pod := keyring.Pod(node, w, mode, config.DefaultKubeletRootDir, "own")
-		if _, err := as.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Fatalf("ghcrsync's own writer pod (%s) is refused: %v", mode, err)
+	// ghcrsync's own writer, in each mode, is admitted, and apply's containment preflight (the
+	// writer's escape among its canaries) passes — once the API server enforces this rendering:
+	// install waited for the policies an earlier rendering shares with it, but this one changes
+	// ghcrsync-pods (the writer's namespace left to its own policy), which loads a moment later
+	// (run straight after install, the writer was refused by the old ghcrsync-pods, once in a
+	// clean make test).
+	applyCfg := keyringConfig(t, applier.cfg)
+
+	sandboxtest.Eventually(t, inForceTimeout, "the keyring rendering's policies in force", func() error {
+		for _, mode := range []keyring.Mode{keyring.ModeWrite, keyring.ModeRead, keyring.ModeRemove, keyring.ModeAwait} {
+			pod := keyring.Pod(node, w, mode, config.DefaultKubeletRootDir, "own")
+			if _, err := as.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+				return fmt.Errorf("ghcrsync's own writer pod (%s) is refused: %w", mode, err)
+			}
 		}
-	}
+
+		return contained(applyCfg, permission.CommandApply)
+	})
 
 	otherHostPath := func(p *corev1.Pod) { p.Spec.Volumes[0].HostPath.Path = "/etc" }
 
@@ -151,7 +163,6 @@ func TestKeyringWriterIsBounded(t *testing.T) {
 	}
 
 	// apply's own containment preflight, as the apply identity, tries the writer's escape too.
-	applyCfg := keyringConfig(t, applier.cfg)
 	if err := contained(applyCfg, permission.CommandApply); err != nil {
 		t.Fatalf("apply's preflight with the policies in force: %v", err)
 	}

@@ -65,6 +65,7 @@ func TestARelabelledTenantNamespaceMovesOnlyWithTheRoles(t *testing.T) {
 
 	planner, applier := newIdentity(t, sb, "ghcrsync-plan"), newIdentity(t, sb, "ghcrsync-apply")
 	planner.cfg, applier.cfg = withTenant(planner.cfg), withTenant(applier.cfg)
+	ownWritesAdmitted(t, sb, planner.cfg)
 
 	// The cluster credential's consumer: written, marked with it.
 	if r := ghcrsync(t, sb, "apply", "--auto-approve", "--config", applier.cfg); r.code != 0 {
