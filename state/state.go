@@ -211,12 +211,6 @@ type Steer struct {
 	Added  time.Time `json:"added"`
 }
 
-// PutSteer records that node may carry owner's steering taint.
-func (s *State) PutSteer(x Steer) {
-	s.DropSteer(x.Node, x.Owner)
-	s.Steered = append(s.Steered, x)
-}
-
 // TakeSteer records x as the only steering of its node: a run's steering taint replaces any
 // other on the node (one taint per key), an earlier run's left by its death included.
 func (s *State) TakeSteer(x Steer) {

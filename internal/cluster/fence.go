@@ -332,18 +332,6 @@ func WithKeyring(p map[string]any, digest string) map[string]any {
 	return p
 }
 
-// RecordOf reads the recovery record from a node's annotation; false if absent or invalid.
-func RecordOf(n *corev1.Node) (state.Fence, bool) {
-	raw, ok := n.Annotations[RecordAnnotation]
-	if !ok {
-		return state.Fence{}, false
-	}
-
-	r, err := ParseRecord(raw)
-
-	return r, err == nil
-}
-
 // maxRecord bounds a recovery record annotation: a genuine one is a few hundred bytes.
 const maxRecord = 16 << 10
 

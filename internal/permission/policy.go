@@ -586,11 +586,6 @@ func PlanDryRunPolicy(namespace string) []runtime.Object {
 	})
 }
 
-// SecretsAdmissionPolicy is the Secrets policy of namespace's identities alone.
-func SecretsAdmissionPolicy(namespace string) []runtime.Object {
-	return secretsPolicy(nil).objects(identitiesCondition(namespace))
-}
-
 // Escapes are the writes command's identity must be refused by its policies with cfg and the
 // consumer targets: one per policy that bounds a right it holds, on an object it may write
 // (cluster.Contained tries them). A command that writes nothing (plan, fences) has none.
