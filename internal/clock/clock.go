@@ -1,6 +1,7 @@
-// Package clock is ghcrsync's one source of time and its one wait. Every component that reads
-// the time or waits is handed a Clock; Until (poll a condition to a bound) and Ride (retry a
-// transient failure to a bound) are the two loops every wait in the product is. System is the
+// Package clock is ghcrsync's one source of time. Every component that reads the time or waits
+// is handed a Clock; Until (poll a condition to a bound) and Ride (retry a transient failure to a
+// bound) are the loops most waits of the product are — not yet all: some loops still select on
+// ctx.Done() and After themselves (issue: "one wait"). System is the
 // machine's clock; Fake is simulated time, in which time passes only by waiting, so a scripted
 // run that waits out a ten-minute bound ends in milliseconds.
 package clock

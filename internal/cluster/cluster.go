@@ -1,4 +1,8 @@
-// Package cluster reads Kubernetes into ghcrsync's snapshot types. It decides nothing.
+// Package cluster is ghcrsync's Kubernetes adapter: it reads the API into ghcrsync's snapshot
+// types and makes the writes the rules decided elsewhere (plan, apply, fence) ask for — compare-
+// and-swap patches of Nodes, the drain's evictions, the probe and writer pods, Events, access
+// reviews and the containment canaries. The rules it applies are the API's own (a conflict is
+// re-read, a lost answer is reconciled), never which node or secret to act on.
 package cluster
 
 import (

@@ -1,9 +1,10 @@
 // Package workspace opens what a command works with, once each: the configuration, the
-// Kubernetes connection, the state (locked when the command writes it), the decrypted
-// credential and the Talos client; and it observes the fleet into the planner's snapshot. It
-// wires inputs — apply and the fence commands are handed theirs as plain structs (Apply,
-// Fences) and never see the workspace; it never sequences a run (that is apply's) or decides
-// anything (that is plan's).
+// Kubernetes connections (apply's, and the template identity's), the state (locked when the
+// command writes it), the decrypted credential and the Talos client; and it observes the fleet
+// into the planner's snapshot. It wires inputs — apply and the fence commands are handed theirs
+// as plain structs (Apply, Fences) and never see the workspace. It never sequences a run (that is
+// apply's) nor decides what a run does (that is plan's); the one check it owns is the permission
+// preflight: whether the identities may run the command at all (Preflight).
 package workspace
 
 import (
