@@ -46,15 +46,16 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	needs := permission.Needs(w.Config, needsOf, targets)
 	escapesOf := []string{needsOf}
 
-	templates := command == CommandApply && len(w.Config.NodeTemplates) > 0 && w.Config.Cluster.TemplateKubeconfig != ""
+	writesTemplates := command == CommandApply && len(w.Config.NodeTemplates) > 0
+	split := writesTemplates && w.Config.Cluster.TemplateKubeconfig != ""
+	templateWrite := w.templateWrites()
 
 	switch {
-	case command != CommandApply || len(w.Config.NodeTemplates) == 0:
-	case templates:
+	case split:
 		// The template identity writes the node templates (and makes their dry runs, in the plan
 		// apply makes): checked on its own connection (below), not on apply's.
-		needs = slices.DeleteFunc(needs, w.templateAccess)
-	case needsOf == CommandApply: // apply's own connection writes the templates: it needs the template identity's rights
+		needs = slices.DeleteFunc(needs, templateWrite)
+	case writesTemplates && needsOf == CommandApply: // apply's own connection writes them: it needs the template identity's rights
 		needs = append(needs, permission.Needs(w.Config, CommandTemplate, nil)...)
 		escapesOf = append(escapesOf, CommandTemplate)
 	}
@@ -67,14 +68,14 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	outside, denied := permission.OutsideRoles(needs, denied, permission.SelectorOnly(w.Config, targets))
 	if len(denied) > 0 {
 		grant := grantHint
-		if slices.ContainsFunc(denied, w.templateAccess) {
+		if slices.ContainsFunc(denied, templateWrite) {
 			grant += "; node templates are written by the template identity: give its kubeconfig as cluster.template_kubeconfig or --template-kubeconfig"
 		}
 
 		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grant, Denied: denied}
 	}
 
-	if templates { // once, before apply reads the fleet (its plan makes the templates' dry runs)
+	if split { // once, before apply reads the fleet (its plan makes the templates' dry runs)
 		if err := w.preflightTemplates(ctx); err != nil {
 			return err
 		}
@@ -94,9 +95,11 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	return w.contained(ctx, w.Kube, command, escapes)
 }
 
-// templateAccess reports whether a is one of the template identity's writes.
-func (w *Workspace) templateAccess(a cluster.Access) bool {
-	return a.Verb != "get" && slices.Contains(permission.Needs(w.Config, CommandTemplate, nil), a)
+// templateWrites reports whether an access is one of the template identity's writes.
+func (w *Workspace) templateWrites() func(cluster.Access) bool {
+	needs := permission.Needs(w.Config, CommandTemplate, nil)
+
+	return func(a cluster.Access) bool { return a.Verb != "get" && slices.Contains(needs, a) }
 }
 
 // preflightTemplates checks the template identity's connection (cluster.template_kubeconfig):
@@ -135,7 +138,7 @@ func (w *Workspace) preflightTemplates(ctx context.Context) error {
 
 	if mine != theirs {
 		return fmt.Errorf("cluster.template_kubeconfig %s reaches another cluster (%s, kube-system uid %s) than apply's (%s, uid %s): "+
-			"point it at this cluster; nothing was changed", w.Config.Cluster.TemplateKubeconfig, tc.Server, mine, w.Kube.Server, theirs)
+			"point it at this cluster; nothing was changed", w.Config.Cluster.TemplateKubeconfig, tc.Server, theirs, w.Kube.Server, mine)
 	}
 
 	if err := w.contained(ctx, tc, command, permission.Escapes(w.Config, CommandTemplate, nil)); err != nil {

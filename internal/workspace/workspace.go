@@ -393,7 +393,7 @@ type writes struct{ w *Workspace }
 
 func (d writes) DryRun(ctx context.Context, p *plan.Plan, o fanout.Options) map[string]error {
 	templates, err := d.w.TemplateKube()
-	if err != nil { // checked by the preflight: only a test's workspace gets here
+	if err != nil { // apply's preflight connected it; plan's (the plan identity's) dry runs are its own
 		templates = d.w.Kube
 	}
 
