@@ -8,6 +8,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
@@ -57,6 +59,28 @@ func (a *authority) client(cn string, orgs ...string) (*x509.KeyPair, error) {
 		x509.NotAfter(time.Now().Add(7*24*time.Hour)),
 		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}),
 	)
+}
+
+// WriteServingPair writes into dir a CA of its own (ca.crt) and a serving key pair it issued for
+// ips (tls.crt, tls.key): what a test server the API server calls (a webhook) serves with.
+func WriteServingPair(dir string, ips ...net.IP) error {
+	ca, err := newAuthority("ghcrsync-sandbox-serving")
+	if err != nil {
+		return err
+	}
+
+	kp, err := ca.serving(ips[0].String(), ips, nil)
+	if err != nil {
+		return err
+	}
+
+	for name, data := range map[string][]byte{"ca.crt": ca.certPEM(), "tls.crt": kp.CrtPEM, "tls.key": kp.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+
+	return nil
 }
 
 // newSigningKey makes the service-account token signing key (PKCS#8 PEM private, PKIX PEM public).

@@ -3,15 +3,8 @@ package rbac
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -181,7 +174,9 @@ func startWebhook(t *testing.T, sb *sandbox.Sandbox, dep *appsv1.Deployment) (we
 	t.Helper()
 
 	dir := t.TempDir()
-	servingPair(t, dir)
+	if err := sandbox.WriteServingPair(dir, net.IPv4(127, 0, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
 
 	args := dep.Spec.Template.Spec.Containers[0].Args
 	repl := strings.NewReplacer("/config/ghcrsync.hcl", adminConfig(t, sb), "/tls/", dir+"/", ":8443", "127.0.0.1:0")
@@ -235,54 +230,6 @@ func startWebhook(t *testing.T, sb *sandbox.Sandbox, dep *appsv1.Deployment) (we
 	}
 
 	return webhookAddr{addr: m[1], cert: filepath.Join(dir, "tls.crt")}, stop
-}
-
-// servingPair writes a CA (ca.crt) and a serving pair for 127.0.0.1 signed by it (tls.crt,
-// tls.key) into dir.
-func servingPair(t *testing.T, dir string) {
-	t.Helper()
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	now := time.Now()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ghcrsync-admission-test-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	for name, block := range map[string]*pem.Block{
-		"ca.crt": {Type: "CERTIFICATE", Bytes: caDER}, "tls.crt": {Type: "CERTIFICATE", Bytes: leafDER}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // updateTemplate updates the node template as a dry run, as the client kube: its value with a
