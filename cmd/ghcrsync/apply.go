@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
@@ -110,11 +111,14 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 // run executes the saved plan (or, with --auto-approve, a fresh one) and exits 0 only when the
 // old credential is safe to revoke.
 func (a applyArgs) run(cmd *cobra.Command, args []string) (err error) {
-	var res *apply.Result
+	var (
+		res *apply.Result
+		cfg *config.Config // the workspace's, once opened
+	)
 
 	start := time.Now()
 	defer func() {
-		a.writeMetrics(cmd.Context(), func(what string, werr error) { view.Warning(cmd.ErrOrStderr(), what+": "+werr.Error()) }, res, err, start)
+		a.writeMetrics(cmd.Context(), func(what string, werr error) { view.Warning(cmd.ErrOrStderr(), what+": "+werr.Error()) }, cfg, res, err, start)
 	}()
 
 	planPath := ""
@@ -143,6 +147,8 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) (err error) {
 		return err
 	}
 	defer ws.Close()
+
+	cfg = ws.Config
 
 	p, err := applyPlan(cmd, ws, v, planPath, a)
 	if err != nil {

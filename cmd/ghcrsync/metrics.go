@@ -62,14 +62,19 @@ func runMetrics(configuration string, res *apply.Result, code int, start, end ti
 }
 
 // writeMetrics writes the run's metrics where asked (--metrics-file, --metrics-push); a failure
-// to is reported, never the run's outcome.
-func (a applyArgs) writeMetrics(ctx context.Context, warn func(string, error), res *apply.Result, err error, start time.Time) {
+// to is reported, never the run's outcome. cfg is the run's configuration (nil: the run stopped
+// before its workspace opened, and the file is read for its identity, else its path names it).
+func (a applyArgs) writeMetrics(ctx context.Context, warn func(string, error), cfg *config.Config, res *apply.Result, err error, start time.Time) {
 	if a.metricsFile == "" && a.metricsPush == "" {
 		return
 	}
 
+	if cfg == nil {
+		cfg, _ = config.Load(a.config)
+	}
+
 	configuration := a.config
-	if cfg, lerr := config.Load(a.config); lerr == nil {
+	if cfg != nil {
 		configuration = cfg.Identity()
 	}
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -103,7 +104,7 @@ func Render(w io.Writer, r Run, lastSuccess time.Time) error {
 	} {
 		gauge(c.name, c.help)
 
-		for _, k := range sortedKeys(c.by) {
+		for _, k := range slices.Sorted(maps.Keys(c.by)) {
 			sample(c.name, `outcome="`+escape(k)+`"`, float64(c.by[k]))
 		}
 	}
@@ -220,15 +221,4 @@ func boolean(b bool) float64 {
 	}
 
 	return 0
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-
-	slices.Sort(keys)
-
-	return keys
 }

@@ -91,7 +91,7 @@ func TestRender(t *testing.T) {
 		lastSuccess time.Time
 		wantSuccess float64 // 0: no series
 	}{
-		{"a_partial_run_keeps_the_last_success", run("partial", 5, false), finished.Add(-48 * time.Hour), float64(finished.Add(-48*time.Hour).Unix())},
+		{"a_partial_run_keeps_the_last_success", run("partial", 5, false), finished.Add(-48 * time.Hour), float64(finished.Add(-48 * time.Hour).Unix())},
 		{"a_successful_run_is_its_own", run("done", 0, true), finished.Add(-48 * time.Hour), float64(finished.Unix())},
 		{"never_succeeded", run("lease-held", 4, false), time.Time{}, 0},
 	} {
