@@ -34,8 +34,10 @@ type Config struct {
 	Path   string // absolute path of the file
 	Digest string // hex SHA-256 of the file's bytes
 
-	// files are the parsed sources, for a finding's snippet (Finding).
+	// files are the parsed sources, for a finding's snippet (Finding); envs what env() returned,
+	// never repeated in one (as in the decoder's own errors).
 	files map[string]*hcl.File
+	envs  []envValue
 
 	Cluster Cluster
 	Talos   Talos
@@ -500,7 +502,7 @@ func (e *Error) Findings(filename string) []diag.Diagnostic {
 // filename names the file as the user gave it.
 func (c *Config) Finding(severity hcl.DiagnosticSeverity, summary, detail string, where hcl.Range, filename string) diag.Diagnostic {
 	return diag.FromHCL(hcl.Diagnostics{{Severity: severity, Summary: summary, Detail: detail, Subject: &where}}, c.files, filename,
-		func(s string) string { return s })[0]
+		func(s string) string { return withoutEnvValues(s, c.envs) })[0]
 }
 
 func formatDiag(d *hcl.Diagnostic) string {
@@ -554,7 +556,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 
 	sum := sha256.Sum256(src)
 	cfg := d.build(&raw, f.Body)
-	cfg.Path, cfg.Digest, cfg.files = filename, hex.EncodeToString(sum[:]), p.Files()
+	cfg.Path, cfg.Digest, cfg.files, cfg.envs = filename, hex.EncodeToString(sum[:]), p.Files(), d.envs
 
 	if d.diags.HasErrors() {
 		return nil, d.newError(d.diags, p.Files())
