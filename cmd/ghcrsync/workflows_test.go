@@ -495,14 +495,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	newRunnerIn := func(workspace string, inputs map[string]string) *runner {
 		r := &runner{t: t, workspace: workspace, temp: t.TempDir(), path: tools + ":" + os.Getenv("PATH"), env: baseEnv,
 			outputs: map[string]map[string]string{}, outcomes: map[string]string{},
-			values: map[string]string{
-				"secrets.SOPS_AGE_KEY": string(age), "secrets.PLAN_KUBECONFIG": string(kubeconfig), "secrets.APPLY_KUBECONFIG": string(kubeconfig), "secrets.TEMPLATE_KUBECONFIG": string(kubeconfig),
-				"secrets.RELEASE_KUBECONFIG": string(kubeconfig), "secrets.TALOSCONFIG": string(talosconfig),
-				"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "",
-				"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test", "github.ref_name": "v0.3.0",
-				"github.server_url": "https://github.com", "github.repository": "ghcrsync/fleet", "github.run_id": "7001",
-				"github.workflow": "ghcrsync plan", "github.job": "plan", "strategy.job-index": "0",
-			}}
+			values: runnerValues(string(kubeconfig), string(talosconfig), string(age), prSHA)}
 		for k, v := range inputs {
 			r.values["inputs."+k] = v
 		}
@@ -689,6 +682,19 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	recover := newRunner(map[string]string{"holder": ""})
 	if trace := recover.run("../../docs/workflows/recover.yml"); recover.failed {
 		t.Fatalf("recover.yml: %v", trace)
+	}
+}
+
+// runnerValues are the contexts a workflow's expressions read: the repository's secrets (one
+// kubeconfig for every identity), the pull request's head and the run's own names.
+func runnerValues(kubeconfig, talosconfig, age, prSHA string) map[string]string {
+	return map[string]string{
+		"secrets.SOPS_AGE_KEY": age, "secrets.PLAN_KUBECONFIG": kubeconfig, "secrets.APPLY_KUBECONFIG": kubeconfig, "secrets.TEMPLATE_KUBECONFIG": kubeconfig,
+		"secrets.RELEASE_KUBECONFIG": kubeconfig, "secrets.TALOSCONFIG": talosconfig,
+		"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "",
+		"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test", "github.ref_name": "v0.3.0",
+		"github.server_url": "https://github.com", "github.repository": "ghcrsync/fleet", "github.run_id": "7001",
+		"github.workflow": "ghcrsync plan", "github.job": "plan", "strategy.job-index": "0",
 	}
 }
 
