@@ -188,8 +188,8 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 			r := &runner{t: t, workspace: clone(t, origin), temp: t.TempDir(), path: os.Getenv("PATH"),
 				env:     append(os.Environ(), "HOME="+t.TempDir(), "STUB_CODES="+codes, "STUB_LOG="+log),
 				outputs: map[string]map[string]string{}, outcomes: map[string]string{},
-				values:  runnerValues("kubeconfig", "talosconfig", "age-key", prSHA),
-				pinned:  map[string]string{"GHCRSYNC_SHA256": pin}, cacheSeed: map[string][]byte{archive: content}}
+				values: runnerValues("kubeconfig", "talosconfig", "age-key", prSHA),
+				pinned: map[string]string{"GHCRSYNC_SHA256": pin}, cacheSeed: map[string][]byte{archive: content}}
 			r.summary = filepath.Join(r.temp, "summary.md")
 			r.values["inputs.holder"] = ""
 
