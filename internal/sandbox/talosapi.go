@@ -39,6 +39,7 @@ type apid struct {
 	machine.UnimplementedMachineServiceServer
 
 	fleet *Fleet
+	ca    *authority // the Talos CA: what GenerateClientConfiguration signs with
 	srv   *grpc.Server
 	addr  string
 }
@@ -59,7 +60,7 @@ func startAPID(f *Fleet, ca *authority) (*apid, error) {
 		MinVersion:   tls.VersionTLS13,
 	})
 
-	a := &apid{fleet: f}
+	a := &apid{fleet: f, ca: ca}
 	a.srv = grpc.NewServer(grpc.Creds(creds),
 		grpc.ChainUnaryInterceptor(a.authorizeUnary),
 		grpc.ChainStreamInterceptor(a.authorizeStream))

@@ -102,6 +102,30 @@ func TestRealTalosctl(t *testing.T) {
 		}
 	}
 
+	// config new mints a CI certificate (the quickstart's step): the new talosconfig reads the
+	// machine config, and carries only the roles asked for. Refused to an os:reader and on a
+	// worker, as machined refuses them.
+	minted := filepath.Join(dir, "ci.talosconfig")
+	c.Must("-n", cp.IP, "config", "new", minted, "--roles", "os:reader", "--crt-ttl", "2h")
+
+	ci := c
+	ci.Conf = minted
+	if out := ci.Must("-n", worker.IP, "get", "machinestatus"); !strings.Contains(out, "running") {
+		t.Fatalf("the minted talosconfig: get machinestatus:\n%s", out)
+	}
+
+	if out := ci.Must("config", "info"); !strings.Contains(out, "os:reader") || strings.Contains(out, "os:admin") || !strings.Contains(out, "Certificate expires: 1 hour from now") {
+		t.Fatalf("the minted talosconfig's info:\n%s", out)
+	}
+
+	if out, err := ci.Run("-n", cp.IP, "config", "new", filepath.Join(dir, "escalated"), "--roles", "os:admin"); err == nil || !strings.Contains(out, "PermissionDenied") {
+		t.Fatalf("config new by an os:reader: %v\n%s", err, out)
+	}
+
+	if out, err := c.Run("-n", worker.IP, "config", "new", filepath.Join(dir, "from-a-worker")); err == nil || !strings.Contains(out, "control plane") {
+		t.Fatalf("config new on a worker: %v\n%s", err, out)
+	}
+
 	if got := sb.Fleet().Stats().UnsafeWrites; got != 0 {
 		t.Fatalf("unsafe writes: %+v", sb.Fleet().Stats().Unsafe)
 	}
