@@ -355,10 +355,24 @@ func TestQuickstartOnTheSandbox(t *testing.T) {
 
 	t.Logf("the quickstart's output:\n%s", r.output)
 
-	for _, want := range []string{"ghcrsync v0.3.0", "Verdict: safe to revoke the old credential"} {
-		if !strings.Contains(r.output, want) {
-			t.Fatalf("the quickstart's output lacks %q", want)
+	// Step 7's verdict, as the quickstart quotes it ("…" stands for the part that varies), is
+	// apply's last line; step 1's version is the tag installed.
+	verdict := regexp.MustCompile("Exit 0 and the last line `([^`]+)`").FindStringSubmatch(readRepo(t, "docs/quickstart.md"))
+	if verdict == nil {
+		t.Fatal("the quickstart's step 7 no longer quotes the verdict (\"Exit 0 and the last line `…`\")")
+	}
+
+	lines := strings.Split(strings.TrimSpace(r.output), "\n")
+	last := lines[len(lines)-1]
+
+	for _, part := range strings.Split(verdict[1], "…") {
+		if !strings.Contains(last, strings.TrimSpace(part)) {
+			t.Fatalf("apply's last line is not the verdict the quickstart quotes (%q):\n%s", verdict[1], last)
 		}
+	}
+
+	if !strings.Contains(r.output, "ghcrsync v0.3.0") {
+		t.Fatal("ghcrsync version did not print the tag installed, v0.3.0")
 	}
 
 	enc, err := os.ReadFile(filepath.Join(r.dir, "clusters", "prod", "ghcr-secret.enc.yaml"))
