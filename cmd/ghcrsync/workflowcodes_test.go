@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/actions"
 )
 
 // codeCell is one cell of docs/ci.md's table "What each shipped workflow makes of each code":
@@ -166,7 +168,7 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 
 	// The stub is installed as a release archive is: from the cache, checked against its pin.
 	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
-	content := tarGz(t, "ghcrsync", stubGhcrsync)
+	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
 	sum := sha256.Sum256(content)
 	pin := hex.EncodeToString(sum[:])
 
@@ -185,28 +187,25 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 				codes += ";plan --detailed-exitcode=2" // apply runs only on a plan with changes
 			}
 
-			r := &runner{t: t, workspace: clone(t, origin), temp: t.TempDir(), path: os.Getenv("PATH"),
-				env:     append(os.Environ(), "HOME="+t.TempDir(), "STUB_CODES="+codes, "STUB_LOG="+log),
-				outputs: map[string]map[string]string{}, outcomes: map[string]string{},
-				values: runnerValues("kubeconfig", "talosconfig", "age-key", prSHA),
-				pinned: map[string]string{"GHCRSYNC_SHA256": pin}, cacheSeed: map[string][]byte{archive: content}}
-			r.summary = filepath.Join(r.temp, "summary.md")
-			r.values["inputs.holder"] = ""
+			r := actions.New(t, clone(t, origin), os.Getenv("PATH"), append(os.Environ(), "HOME="+t.TempDir(), "STUB_CODES="+codes, "STUB_LOG="+log),
+				actions.Contexts("kubeconfig", "talosconfig", "age-key", prSHA))
+			r.Pinned, r.CacheSeed = map[string]string{"GHCRSYNC_SHA256": pin}, map[string][]byte{archive: content}
+			r.Values["inputs.holder"] = ""
 
-			trace := r.run("../../docs/workflows/" + c.workflow)
+			trace := r.Run("../../docs/workflows/" + c.workflow)
 
 			calls, _ := os.ReadFile(log)
 			if !slices.Contains(strings.Split(string(calls), "\n"), fmt.Sprintf("%s %d", c.command, c.code)) {
 				t.Fatalf("the step never ran `ghcrsync %s` (calls: %q): %v", c.command, calls, trace)
 			}
 
-			got := map[bool]string{true: "fail", false: "pass"}[r.failed]
-			if got == "pass" && strings.Contains(r.log.String(), "::notice") {
+			got := map[bool]string{true: "fail", false: "pass"}[r.Failed]
+			if got == "pass" && strings.Contains(r.Log.String(), "::notice") {
 				got = "notice"
 			}
 
 			if got != c.result {
-				t.Fatalf("the job's result is %s, docs/ci.md's table says %s: %v\n%s", got, c.result, trace, r.log.String())
+				t.Fatalf("the job's result is %s, docs/ci.md's table says %s: %v\n%s", got, c.result, trace, r.Log.String())
 			}
 
 			if c.workflow == "apply.yml" || c.workflow == "continue.yml" {
@@ -218,9 +217,9 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 
 			if c.workflow == "plan.yml" {
 				planned := c.result != "fail"
-				if len(r.comments) != 1 || strings.Contains(r.comments[0], "ghcrsync plan: stub") != planned ||
-					strings.Contains(r.comments[0], "ghcrsync plan: failed") == planned {
-					t.Fatalf("plan.yml's comment on exit %d: %q", c.code, r.comments)
+				if len(r.Comments) != 1 || strings.Contains(r.Comments[0], "ghcrsync plan: stub") != planned ||
+					strings.Contains(r.Comments[0], "ghcrsync plan: failed") == planned {
+					t.Fatalf("plan.yml's comment on exit %d: %q", c.code, r.Comments)
 				}
 			}
 		})
