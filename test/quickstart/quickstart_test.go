@@ -344,6 +344,14 @@ func TestQuickstartOnTheSandbox(t *testing.T) {
 		{"ghcrsync-bot", cred.Username, "the token's account"},
 	})
 
+	// Step 2 alone, for the next rotation's token.
+	step2 := func(user string) string {
+		return script(t, section(quick, "2. "), []substitution{
+			{"age1...your-recipient...", recipient(t, string(identity)), "the reader's age recipient"},
+			{"ghcrsync-bot", user, "the token's account"},
+		})
+	}
+
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 
@@ -389,6 +397,28 @@ func TestQuickstartOnTheSandbox(t *testing.T) {
 			t.Fatalf("%s holds %q after the quickstart, want the token typed (%q)", m.Name, got.Username, cred.Username)
 		}
 	}
+
+	// Step 8: the pipeline, in docs/ci.md's order; its last pull request is a rotation.
+	playAdoption(t, sb, r, step2, identity)
+
+	for _, m := range sb.Fleet().Machines() {
+		if got := m.Configured(); got != sb.NewCredential() {
+			t.Fatalf("%s holds %q after the pipeline's rotation, want %q", m.Name, got.Username, sb.NewCredential().Username)
+		}
+	}
+}
+
+// section is the blocks under the ## heading that starts with prefix ("2. ").
+func section(blocks []block, prefix string) []block {
+	var out []block
+
+	for _, b := range blocks {
+		if strings.HasPrefix(b.section, prefix) {
+			out = append(out, b)
+		}
+	}
+
+	return out
 }
 
 // The SOPS step's control: with the line the quickstart had (`sops --encrypt secret.yaml`), sops
@@ -412,14 +442,7 @@ func TestQuickstartSopsStepControl(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			quick, _ := quickstartBlocks(t, c.doc)
-
-			var step2 []block
-
-			for _, b := range quick {
-				if strings.HasPrefix(b.section, "2. ") {
-					step2 = append(step2, b)
-				}
-			}
+			step2 := section(quick, "2. ")
 
 			r := newReader(t, toolDir)
 			r.stdin = "ghp_not-a-real-token\n"
