@@ -55,7 +55,6 @@ runs under the configured Lease and writes the state before every mutation.`,
 	f := cmd.Flags()
 	f.StringVar(&a.config, "config", defaultConfig(), "configuration file")
 	f.BoolVar(&a.autoApprove, "auto-approve", false, "plan, print the plan, and apply it in one go")
-	f.String("template-kubeconfig", "", "the template identity's kubeconfig: node templates are written with it alone (overrides cluster.template_kubeconfig)")
 	f.BoolVar(&a.allowPending, "allow-pending", false, "with --auto-approve: as plan --allow-pending")
 	f.BoolVar(&a.allowUnreachable, "allow-unreachable", false, "with --auto-approve: as plan --allow-unreachable")
 	f.DurationVar(&a.within, "within", 0, "the run's time budget (default: run.budget): a node whose estimate does not fit in what is left is not started; "+

@@ -147,6 +147,7 @@ func newRoot() *cobra.Command {
 	pf.String("context", "", "kubeconfig context (overrides cluster.context)")
 	pf.String("talosconfig", "", "talosconfig file (overrides talos.talosconfig)")
 	pf.String("talos-context", "", "talosconfig context (overrides talos.context)")
+	pf.String("template-kubeconfig", "", "the template identity's kubeconfig: node templates are dry-run (plan) and written (apply) with it alone (overrides cluster.template_kubeconfig)")
 	pf.Bool("no-color", false, "accepted for Terraform-style scripts: ghcrsync never colours its output")
 	root.PersistentFlags().String("output", outputAuto,
 		"GitHub Actions output (annotations, step summary): auto (when GITHUB_ACTIONS=true), github or plain")

@@ -20,8 +20,8 @@ import (
 // the workflows that run on it, and those that run on main after its merge (by name:
 // "validate" for validate.yml).
 type pullRequest struct {
-	name      string
-	files     []string
+	name       string
+	files      []string
 	runs, then []string
 }
 
