@@ -47,13 +47,13 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 	escapesOf := []string{needsOf}
 
 	writesTemplates := command == CommandApply && len(w.Config.NodeTemplates) > 0
-	split := writesTemplates && w.Config.Cluster.TemplateKubeconfig != ""
+	// With a template identity, it writes the node templates and makes their dry runs (plan's,
+	// and those of the plan apply makes): checked on its own connection (below), not on this one.
+	split := (writesTemplates || command == CommandPlan && len(w.Config.NodeTemplates) > 0) && w.Config.Cluster.TemplateKubeconfig != ""
 	templateWrite := w.templateWrites()
 
 	switch {
 	case split:
-		// The template identity writes the node templates (and makes their dry runs, in the plan
-		// apply makes): checked on its own connection (below), not on apply's.
 		needs = slices.DeleteFunc(needs, templateWrite)
 	case writesTemplates && needsOf == CommandApply: // apply's own connection writes them: it needs the template identity's rights
 		needs = append(needs, permission.Needs(w.Config, CommandTemplate, nil)...)
@@ -75,8 +75,8 @@ func (w *Workspace) preflight(ctx context.Context, command, needsOf string) erro
 		return &cluster.PermissionError{Command: command, Identity: w.Kube.Identity(ctx), Grant: grant, Denied: denied}
 	}
 
-	if split { // once, before apply reads the fleet (its plan makes the templates' dry runs)
-		if err := w.preflightTemplates(ctx); err != nil {
+	if split { // once, before the fleet is read (a plan makes the templates' dry runs)
+		if err := w.preflightTemplates(ctx, command); err != nil {
 			return err
 		}
 	}
@@ -103,9 +103,9 @@ func (w *Workspace) templateWrites() func(cluster.Access) bool {
 }
 
 // preflightTemplates checks the template identity's connection (cluster.template_kubeconfig):
-// the same cluster as apply's (its kube-system namespace), every right the template writes
+// the same cluster as the command's (its kube-system namespace), every right the template writes
 // need, and the admission policy that bounds them in force.
-func (w *Workspace) preflightTemplates(ctx context.Context) error {
+func (w *Workspace) preflightTemplates(ctx context.Context, of string) error {
 	if w.templatesChecked {
 		return nil
 	}
@@ -115,7 +115,7 @@ func (w *Workspace) preflightTemplates(ctx context.Context) error {
 		return err
 	}
 
-	const command = "apply (node templates)"
+	command := of + " (node templates)"
 
 	denied, err := tc.Denied(ctx, permission.Needs(w.Config, CommandTemplate, nil))
 	if err != nil {
@@ -137,8 +137,8 @@ func (w *Workspace) preflightTemplates(ctx context.Context) error {
 	}
 
 	if mine != theirs {
-		return fmt.Errorf("cluster.template_kubeconfig %s reaches another cluster (%s, kube-system uid %s) than apply's (%s, uid %s): "+
-			"point it at this cluster; nothing was changed", w.Config.Cluster.TemplateKubeconfig, tc.Server, theirs, w.Kube.Server, mine)
+		return fmt.Errorf("cluster.template_kubeconfig %s reaches another cluster (%s, kube-system uid %s) than %s's (%s, uid %s): "+
+			"point it at this cluster; nothing was changed", w.Config.Cluster.TemplateKubeconfig, tc.Server, theirs, of, w.Kube.Server, mine)
 	}
 
 	if err := w.contained(ctx, tc, command, permission.Escapes(w.Config, CommandTemplate, nil)); err != nil {
