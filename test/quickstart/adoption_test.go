@@ -3,6 +3,7 @@ package quickstart
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,15 +117,7 @@ func (f *fleetRepo) checkout(rev string) string {
 func playAdoption(t *testing.T, sb *sandbox.Sandbox, r *reader, step2 func(user string) string, identity []byte) {
 	t.Helper()
 
-	f := &fleetRepo{t: t, origin: t.TempDir(), work: t.TempDir()}
-	f.git(f.origin, "init", "-q", "--bare")
-	f.git(f.work, "init", "-q")
-	_ = os.WriteFile(filepath.Join(f.work, "README.md"), []byte("# fleet\n"), 0o600)
-	f.git(f.work, "add", "-A")
-	f.git(f.work, "commit", "-qm", "the fleet")
-	f.git(f.work, "remote", "add", "origin", f.origin)
-	f.git(f.work, "push", "-q", "origin", "HEAD:main")
-
+	f := newFleetRepo(t)
 	gh, pin := publishRelease(t, filepath.Join(r.dir, "ghcrsync-src", "bin", "ghcrsync"))
 	secret := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(r.dir, name))
@@ -153,35 +146,15 @@ func playAdoption(t *testing.T, sb *sandbox.Sandbox, r *reader, step2 func(user 
 	}
 
 	for i, pr := range adoptionTable(t, readRepo(t, "docs/ci.md")) {
-		n := strings.TrimSpace(strings.SplitN(pr.name, ".", 2)[0])
-		f.git(f.work, "checkout", "-q", "-b", "pr-"+n, "main")
-
 		if i > 0 && slices.Contains(pr.files, "clusters/prod/ghcr-secret.enc.yaml") {
 			rotateAgain(t, sb, r, step2)
 		}
 
-		for _, file := range pr.files {
-			from, to := filepath.Join(r.dir, file), filepath.Join(f.work, file)
-			if strings.HasSuffix(file, ".yml") {
-				from, to = filepath.Join("..", "..", "docs", "workflows", file), filepath.Join(f.work, ".github", "workflows", file)
-			}
+		prSHA, changed := f.open(i, pr, r.dir)
+		own, target := f.onPullRequest(prSHA, changed)
 
-			copyFile(t, from, to)
-		}
-
-		f.git(f.work, "add", "-A")
-		f.git(f.work, "commit", "-qm", pr.name)
-		prSHA := f.git(f.work, "rev-parse", "HEAD")
-		f.git(f.work, "push", "-q", "origin", "HEAD:refs/pull/"+n+"/head")
-		changed := strings.Split(f.git(f.work, "diff", "--name-only", "main", "HEAD"), "\n")
-
-		// On the pull request: its own pull_request workflows, the base's pull_request_target ones.
-		head, base := f.checkout(prSHA), f.checkout("main")
-		own := triggered(t, head, actions.Event{Name: "pull_request", Branch: "main", Changed: changed})
-		target := triggered(t, base, actions.Event{Name: "pull_request_target", Branch: "main", Changed: changed})
-
-		if got := names(own, target); !slices.Equal(got, pr.runs) {
-			t.Fatalf("%s (%v): GitHub runs %v on it, docs/ci.md's table says %v", pr.name, changed, got, pr.runs)
+		if err := pr.runsOnIt(own, target); err != nil {
+			t.Fatal(err)
 		}
 
 		for _, w := range own {
@@ -194,16 +167,9 @@ func playAdoption(t *testing.T, sb *sandbox.Sandbox, r *reader, step2 func(user 
 			}
 		}
 
-		// The merge, then what runs on main: the push's workflows, then the next scheduled run.
-		f.git(f.work, "checkout", "-q", "main")
-		f.git(f.work, "merge", "-q", "--ff-only", "pr-"+n)
-		f.git(f.work, "push", "-q", "origin", "main")
-
-		pushed := triggered(t, f.checkout("main"), actions.Event{Name: "push", Branch: "main", Changed: changed})
-		scheduled := triggered(t, f.checkout("main"), actions.Event{Name: "schedule", Branch: "main"})
-
-		if got := names(pushed, scheduled); !slices.Equal(got, pr.then) {
-			t.Fatalf("%s: after its merge GitHub runs %v on main, docs/ci.md's table says %v", pr.name, got, pr.then)
+		pushed, scheduled := f.merge(i, changed)
+		if err := pr.runsOnMain(pushed, scheduled); err != nil {
+			t.Fatal(err)
 		}
 
 		for _, w := range append(pushed, scheduled...) {
@@ -218,6 +184,139 @@ func playAdoption(t *testing.T, sb *sandbox.Sandbox, r *reader, step2 func(user 
 		}
 
 		t.Logf("%s: ran %v on it, %v on main", pr.name, pr.runs, pr.then)
+	}
+}
+
+// newFleetRepo is the reader's repository before ghcrsync: a README on main.
+func newFleetRepo(t *testing.T) *fleetRepo {
+	t.Helper()
+
+	f := &fleetRepo{t: t, origin: t.TempDir(), work: t.TempDir()}
+	f.git(f.origin, "init", "-q", "--bare")
+	f.git(f.work, "init", "-q")
+	_ = os.WriteFile(filepath.Join(f.work, "README.md"), []byte("# fleet\n"), 0o600)
+	f.git(f.work, "add", "-A")
+	f.git(f.work, "commit", "-qm", "the fleet")
+	f.git(f.work, "remote", "add", "origin", f.origin)
+	f.git(f.work, "push", "-q", "origin", "HEAD:main")
+
+	return f
+}
+
+// open makes the i-th pull request: the row's files from the reader's directory (a workflow
+// from docs/workflows into .github/workflows), pushed as refs/pull/N/head. It returns the
+// head's commit and the files it changes.
+func (f *fleetRepo) open(i int, pr pullRequest, readerDir string) (sha string, changed []string) {
+	f.t.Helper()
+
+	f.git(f.work, "checkout", "-q", "-b", fmt.Sprintf("pr-%d", i+1), "main")
+
+	for _, file := range pr.files {
+		from, to := filepath.Join(readerDir, file), filepath.Join(f.work, file)
+		if strings.HasSuffix(file, ".yml") {
+			from, to = filepath.Join("..", "..", "docs", "workflows", file), filepath.Join(f.work, ".github", "workflows", file)
+		}
+
+		copyFile(f.t, from, to)
+	}
+
+	f.git(f.work, "add", "-A")
+	f.git(f.work, "commit", "-qm", pr.name)
+	sha = f.git(f.work, "rev-parse", "HEAD")
+	f.git(f.work, "push", "-q", "origin", fmt.Sprintf("HEAD:refs/pull/%d/head", i+1))
+
+	return sha, strings.Split(f.git(f.work, "diff", "--name-only", "main", "HEAD"), "\n")
+}
+
+// onPullRequest is what GitHub runs on a pull request: its own pull_request workflows, and the
+// base branch's pull_request_target ones.
+func (f *fleetRepo) onPullRequest(sha string, changed []string) (own, target []string) {
+	f.t.Helper()
+
+	own = triggered(f.t, f.checkout(sha), actions.Event{Name: "pull_request", Branch: "main", Changed: changed})
+	target = triggered(f.t, f.checkout("main"), actions.Event{Name: "pull_request_target", Branch: "main", Changed: changed})
+
+	return own, target
+}
+
+// merge fast-forwards main to the i-th pull request and says what then runs on main: the
+// push's workflows, and the scheduled ones.
+func (f *fleetRepo) merge(i int, changed []string) (pushed, scheduled []string) {
+	f.t.Helper()
+
+	f.git(f.work, "checkout", "-q", "main")
+	f.git(f.work, "merge", "-q", "--ff-only", fmt.Sprintf("pr-%d", i+1))
+	f.git(f.work, "push", "-q", "origin", "main")
+
+	main := f.checkout("main")
+
+	return triggered(f.t, main, actions.Event{Name: "push", Branch: "main", Changed: changed}),
+		triggered(f.t, main, actions.Event{Name: "schedule", Branch: "main"})
+}
+
+// runsOnIt compares what GitHub runs on the pull request with the table's row.
+func (pr pullRequest) runsOnIt(own, target []string) error {
+	if got := names(own, target); !slices.Equal(got, pr.runs) {
+		return fmt.Errorf("%s: GitHub runs %v on it, docs/ci.md's adoption table says %v", pr.name, got, pr.runs)
+	}
+
+	return nil
+}
+
+// runsOnMain compares what GitHub runs on main after the merge with the table's row.
+func (pr pullRequest) runsOnMain(pushed, scheduled []string) error {
+	if got := names(pushed, scheduled); !slices.Equal(got, pr.then) {
+		return fmt.Errorf("%s: after its merge GitHub runs %v on main, docs/ci.md's adoption table says %v", pr.name, got, pr.then)
+	}
+
+	return nil
+}
+
+// The adoption table against GitHub's rules, with no cluster: each pull request's files (a
+// stand-in for the reader's), what runs on it and on main after its merge. The control puts
+// back the order the docs had (the pull request that adds plan.yml promised a plan): plan.yml
+// runs from the base branch, which has none yet, and the check fails naming it.
+func TestAdoptionTableMatchesGitHubsTriggers(t *testing.T) {
+	ci := readRepo(t, "docs/ci.md")
+	old := strings.Replace(ci, "`validate.yml`, `plan.yml` | validate | — |", "`validate.yml`, `plan.yml` | validate, plan | — |", 1)
+
+	if old == ci {
+		t.Fatal("the adoption table's first row changed: update this control")
+	}
+
+	for _, c := range []struct {
+		name, doc string
+		fails     string
+	}{
+		{"as written", ci, ""},
+		{"a plan promised on the pull request that adds plan.yml", old, "1. Adoption: GitHub runs [validate] on it, docs/ci.md's adoption table says [validate plan]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, reader := newFleetRepo(t), t.TempDir()
+
+			var err error
+
+			for i, pr := range adoptionTable(t, c.doc) {
+				for _, file := range pr.files { // the reader's files, each pull request's own version
+					if !strings.HasSuffix(file, ".yml") {
+						writeFile(t, filepath.Join(reader, file), pr.name+"\n")
+					}
+				}
+
+				sha, changed := f.open(i, pr, reader)
+				if err = pr.runsOnIt(f.onPullRequest(sha, changed)); err != nil {
+					break
+				}
+
+				if err = pr.runsOnMain(f.merge(i, changed)); err != nil {
+					break
+				}
+			}
+
+			if got := fmt.Sprint(err); (c.fails == "") != (err == nil) || c.fails != "" && !strings.Contains(got, c.fails) {
+				t.Fatalf("got %v, want %q", err, c.fails)
+			}
+		})
 	}
 }
 
@@ -309,4 +408,16 @@ func runnerEnv(t *testing.T) []string {
 	}
 
 	return append(env, "HOME="+t.TempDir())
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
