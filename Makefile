@@ -15,7 +15,7 @@ export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghc
 # The static binary of the images a sandbox's real nodes run (pause, and the probe's entrypoint).
 export GHCRSYNC_PAUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/pause/pause
 
-.PHONY: all build release image control-plane talosctl cluster-autoscaler runtime kubelet tools test unit demo bench vet check-leaks check-build clean chaos fuzz
+.PHONY: all build release control-plane talosctl cluster-autoscaler runtime kubelet tools test unit demo bench vet check-leaks check-build clean chaos fuzz
 
 all: build
 
@@ -24,22 +24,16 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unk
 # Static (no cgo), reproducible paths, stripped, with the version stamped in.
 GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
-# The image `make image` builds: IMAGE:VERSION. Push it to a registry of your own whose pulls
-# do not depend on the credential ghcrsync rotates (docs/release.md).
-IMAGE    ?= ghcrsync
 
 build:
 	$(GOBUILD) -o $(BIN)/ghcrsync ./cmd/ghcrsync
 	$(GOBUILD) -o $(BIN)/ghcrsync-sandbox ./cmd/ghcrsync-sandbox
 
-# dist/: a reproducible .tar.gz per platform, a CycloneDX SBOM, an in-toto SLSA provenance
+# dist/: a reproducible .tar.gz per platform, the multi-platform image of the linux ones (an
+# OCI archive: no base image, no builder needed), a CycloneDX SBOM, an in-toto SLSA provenance
 # statement and SHA256SUMS (scripts/release.sh; docs/release.md publishes them).
 release:
 	@PLATFORMS="$(PLATFORMS)" GO="$(GO)" scripts/release.sh $(VERSION)
-
-# The container image (Dockerfile, distroless/static), when a container builder is available.
-image:
-	@scripts/build-image.sh $(IMAGE) $(VERSION)
 
 # The shipped binary is static and reports its version.
 check-build: build

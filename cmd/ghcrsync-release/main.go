@@ -1,6 +1,7 @@
 // Command ghcrsync-release packages the binaries `make release` built (scripts/release.sh):
-// a reproducible .tar.gz per platform, the provenance statement of what was built, and the
-// SHA256SUMS of everything published. It builds nothing and publishes nothing.
+// a reproducible .tar.gz per platform, the multi-platform image of the linux ones (an OCI
+// archive), the provenance statement of what was built, and the SHA256SUMS of everything
+// published. It builds nothing and publishes nothing.
 package main
 
 import (
@@ -75,6 +76,22 @@ func run(args []string) error {
 
 	if len(platforms) == 0 {
 		return fmt.Errorf("no binary ghcrsync_%s_* in %s (run make release)", *version, *bins)
+	}
+
+	// The image: the linux binaries, one platform each, as an OCI archive beside the archives.
+	linux := map[string]string{}
+
+	for _, p := range platforms {
+		if strings.HasPrefix(p, "linux/") {
+			linux[p] = filepath.Join(*bins, "ghcrsync_"+*version+"_"+strings.Replace(p, "/", "_", 1))
+		}
+	}
+
+	if len(linux) > 0 {
+		src := release.ImageSource{Version: *version, Commit: *commit, Repository: *repo}
+		if _, err := release.Image(filepath.Join(*dist, "ghcrsync_"+*version+"_image.oci.tar"), linux, src, mtime); err != nil {
+			return err
+		}
 	}
 
 	published, err := publishedFiles(*dist)

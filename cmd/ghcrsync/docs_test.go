@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -169,27 +168,27 @@ func TestDocsPairsAgree(t *testing.T) {
 		}
 	})
 
-	t.Run("image_name_is_the_build_scripts", func(t *testing.T) {
-		// make image passes IMAGE and VERSION to the build script, which tags IMAGE:VERSION;
-		// the README's make image line names the image the Job runs.
-		out, err := exec.Command("make", "-C", "../..", "-n", "image", "IMAGE=registry.example.com/x/ghcrsync", "VERSION=v9.9.9").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "scripts/build-image.sh registry.example.com/x/ghcrsync v9.9.9") {
-			t.Fatalf("make -n image: %v\n%s", err, out)
+	t.Run("image_is_the_one_release_publishes", func(t *testing.T) {
+		// release.yml copies make release's image archive to GHCRSYNC_IMAGE:VERSION; the README
+		// names that image (the example variable, at the version the workflows pin), and the Job
+		// and CronJob run it.
+		wf := read("docs/workflows/release.yml")
+		if !strings.Contains(wf, `"oci-archive:dist/ghcrsync_${VERSION}_image.oci.tar" "docker://$IMAGE:$VERSION"`) ||
+			!strings.Contains(read("scripts/release.sh"), "ghcrsync-release") {
+			t.Fatal("release.yml does not copy make release's image archive to $IMAGE:$VERSION")
 		}
 
-		if script := read("scripts/build-image.sh"); strings.Count(script, `-t "$image:$version"`) != 2 {
-			t.Errorf("scripts/build-image.sh does not tag \"$image:$version\" with every builder")
+		example := regexp.MustCompile("GHCRSYNC_IMAGE` is set\\s+\\(`(\\S+)`\\)").FindStringSubmatch(read("docs/release.md"))
+		version := regexp.MustCompile(`GHCRSYNC_VERSION:\s*(v\S+)`).FindStringSubmatch(read("docs/workflows/apply.yml"))
+
+		if example == nil || version == nil {
+			t.Fatal("docs/release.md names no example GHCRSYNC_IMAGE, or apply.yml pins no GHCRSYNC_VERSION")
 		}
 
-		m := regexp.MustCompile("make image IMAGE=(\\S+)\\s*(?:#\\s*)?VERSION=(\\S+)`").FindStringSubmatch(read("README.md"))
-		if m == nil {
-			t.Fatal("README.md has no `make image IMAGE=… VERSION=…` line")
-		}
-
-		image := m[1] + ":" + m[2]
+		image := example[1] + ":" + version[1]
 		for _, f := range []string{"README.md", "docs/deploy/job.yaml", "docs/deploy/cronjob.yaml"} {
 			if !strings.Contains(read(f), image) {
-				t.Errorf("%s does not name %s, the image README.md's make image line builds", f, image)
+				t.Errorf("%s does not name %s, the image release.yml publishes at the pinned version", f, image)
 			}
 		}
 	})

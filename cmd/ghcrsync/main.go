@@ -16,6 +16,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	// The TLS roots a machine without any uses (the shipped image has no base, and so no
+	// /etc/ssl): Mozilla's, compiled in. A machine's own roots, where it has them, win.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"

@@ -285,3 +285,47 @@ func readDoc(t *testing.T, path string) string {
 
 	return string(b)
 }
+
+// The install downloads the fork's release and checks its attestation: an archive the fork's
+// release workflow attested installs; one it did not (a release edited after the fact, with
+// SHA256SUMS and the pin edited to match) fails the job at the download, before it runs; with
+// GHCRSYNC_ATTESTATION=none (a private fork without attestations) the pin alone decides.
+func TestDownloadChecksTheAttestation(t *testing.T) {
+	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
+	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
+	sum := sha256.Sum256(content)
+	pin := hex.EncodeToString(sum[:])
+	origin, _, prSHA := pullRequestRepo(t)
+
+	for _, c := range []struct {
+		name, attested, mode string
+		fails                bool
+	}{
+		{"attested by the fork's release workflow", pin + " acme/ghcrsync\n", "required", false},
+		{"attested by another repository's workflow", pin + " mallory/ghcrsync\n", "required", true},
+		{"not attested", "", "required", true},
+		{"not attested, attestations off", "", "none", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store, gh := t.TempDir(), t.TempDir()
+			_ = os.MkdirAll(filepath.Join(store, "v0.3.0"), 0o700)
+			_ = os.WriteFile(filepath.Join(store, "v0.3.0", archive), content, 0o600)
+			_ = os.WriteFile(filepath.Join(store, "v0.3.0", "SHA256SUMS"), []byte(pin+"  "+archive+"\n"), 0o600)
+			_ = os.WriteFile(filepath.Join(store, "attested"), []byte(c.attested), 0o600)
+			_ = os.WriteFile(filepath.Join(gh, "gh"), []byte(strings.ReplaceAll(actions.GhStub, "STORE", store)), 0o700)
+
+			r := actions.New(t, clone(t, origin), gh+":"+os.Getenv("PATH"), append(os.Environ(), "HOME="+t.TempDir(), "STUB_LOG="+filepath.Join(t.TempDir(), "calls")),
+				actions.Contexts("kubeconfig", "talosconfig", "age-key", prSHA))
+			r.Pinned = map[string]string{"GHCRSYNC_SHA256": pin, "GHCRSYNC_ATTESTATION": c.mode}
+
+			trace := r.Run("../../docs/workflows/validate.yml")
+
+			switch {
+			case c.fails && (!r.Failed || !slices.Contains(trace, "Download ghcrsync: exit 1") || !strings.Contains(r.Log.String(), "no attestation")):
+				t.Fatalf("the job did not fail at the download: %v\n%s", trace, r.Log.String())
+			case !c.fails && (r.Failed || !slices.Contains(trace, "Valid: exit 0")):
+				t.Fatalf("the job failed: %v\n%s", trace, r.Log.String())
+			}
+		})
+	}
+}

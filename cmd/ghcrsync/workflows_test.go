@@ -113,13 +113,16 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		t.Fatalf("git clone: %v\n%s", err, out)
 	}
 
+	// The fork's release workflow: its attest step records what GitHub would have attested.
 	rel := newRunnerIn(src, nil)
+	rel.Values["github.repository"], rel.Attestations = "acme/ghcrsync", filepath.Join(releases, "attested")
 	if trace := rel.Run("../../docs/workflows/release.yml"); rel.Failed || !slices.Contains(trace, "Image: skipped") {
 		t.Fatalf("release.yml: %v", trace)
 	}
 
 	published, _ := filepath.Glob(filepath.Join(releases, "v0.3.0", "*"))
-	for _, want := range []string{"SHA256SUMS", "ghcrsync_v0.3.0.cdx.json", "ghcrsync_v0.3.0.intoto.jsonl", "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"} {
+	for _, want := range []string{"SHA256SUMS", "ghcrsync_v0.3.0.cdx.json", "ghcrsync_v0.3.0.intoto.jsonl", "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz",
+		"ghcrsync_v0.3.0_image.oci.tar"} {
 		if !slices.Contains(published, filepath.Join(releases, "v0.3.0", want)) {
 			t.Fatalf("release.yml published %v, not %s", published, want)
 		}

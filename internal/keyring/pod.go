@@ -51,7 +51,7 @@ const (
 	// Label marks writer pods (its value: the node); AttemptLabel tells one create from another.
 	Label        = "ghcrsync.dev/keyring-node"
 	AttemptLabel = "ghcrsync.dev/keyring-attempt"
-	// Binary is the ghcrsync binary in its image (the Dockerfile's ENTRYPOINT).
+	// Binary is the ghcrsync binary in its image (the shipped image's entrypoint, release.ImageBinary).
 	Binary = "/usr/local/bin/ghcrsync"
 	// Command is the writer's subcommand.
 	Command = "node-keyring"

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
+	"github.com/ghcrsync/ghcrsync/internal/release"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 )
@@ -291,7 +293,14 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 	}
 
 	if opts.KeyringWriter != "" {
-		digest, err := s.public.PushRunnable(writerRepository+":writer", opts.KeyringWriter, []string{keyring.Binary}, true)
+		// The image a team ships (make release's), of the binary given, for this machine.
+		idx, err := release.ImageIndex(map[string]string{"linux/" + runtime.GOARCH: opts.KeyringWriter},
+			release.ImageSource{Version: "sandbox"}, time.Unix(0, 0))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: the keyring writer's image: %w", err)
+		}
+
+		digest, err := s.public.PushImageIndex(writerRepository+":writer", idx, true)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: the keyring writer's image: %w", err)
 		}

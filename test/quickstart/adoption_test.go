@@ -383,6 +383,8 @@ func publishRelease(t *testing.T, binary string) (ghDir, pin string) {
 	_ = os.MkdirAll(filepath.Join(store, "v0.3.0"), 0o700)
 	_ = os.WriteFile(filepath.Join(store, "v0.3.0", archive), content, 0o600)
 	_ = os.WriteFile(filepath.Join(store, "v0.3.0", "SHA256SUMS"), []byte(pin+"  "+archive+"\n"), 0o600)
+	// What the fork's release workflow attested (its attest step), for gh attestation verify.
+	_ = os.WriteFile(filepath.Join(store, "attested"), []byte(pin+" acme/ghcrsync\n"), 0o600)
 
 	if err := os.WriteFile(filepath.Join(ghDir, "gh"), []byte(strings.ReplaceAll(actions.GhStub, "STORE", store)), 0o700); err != nil {
 		t.Fatal(err)

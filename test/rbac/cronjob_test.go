@@ -58,7 +58,7 @@ func TestHardKilledCronJobRunIsRecoveredByTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sb.Fleet().RunImage(image, dockerfileImage(t, sandboxtest.Binary(t)))
+	sb.Fleet().RunImage(image, shippedImage(t, sandboxtest.Binary(t)))
 
 	suspended := cron.DeepCopy()
 	suspended.Spec.Suspend = ptr.To(true)

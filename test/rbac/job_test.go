@@ -1,12 +1,13 @@
 package rbac
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/release"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
@@ -25,7 +27,7 @@ import (
 // The shipped Job manifest, applied as written: the real apiserver admits it (its service
 // account's token volume added by admission), the real job controller and scheduler run it,
 // and the node's kubelet runs its one container as a process (sandbox.ProcessImage): chrooted
-// into the image's file system (the Dockerfile's ENTRYPOINT and USER), the pod's volumes laid
+// into the image's file system (the shipped image's ENTRYPOINT, USER and ENV), the pod's volumes laid
 // out as a kubelet does (the secret's file modes and fsGroup ownership, a token bound to the
 // pod), as the pod's user, with a read-only root file system. The Job prefers a control plane;
 // that one runs Talos 1.14 here, which reloads registry auth live, so the Job updates its own node
@@ -62,7 +64,7 @@ func TestShippedJobManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sb.Fleet().RunImage(image, dockerfileImage(t, sandboxtest.Binary(t)))
+	sb.Fleet().RunImage(image, shippedImage(t, sandboxtest.Binary(t)))
 
 	if _, err := sb.RotateSecret("job"); err != nil {
 		t.Fatal(err)
@@ -143,38 +145,40 @@ func workflowPin(t *testing.T) string {
 	return string(m[1])
 }
 
-// dockerfileImage is the image the Dockerfile builds, with binary as its content: its
-// ENTRYPOINT and its USER (distroless's nonroot is 65532).
-func dockerfileImage(t *testing.T, binary string) sandbox.ProcessImage {
+// shippedImage is the image make release ships (release.ImageIndex), with binary as its content,
+// as the sandbox's kubelet runs it: its ENTRYPOINT, USER and ENV, read from its config.
+func shippedImage(t *testing.T, binary string) sandbox.ProcessImage {
 	t.Helper()
 
-	f, err := os.Open(filepath.Join("..", "..", "Dockerfile"))
+	idx, err := release.ImageIndex(map[string]string{"linux/" + runtime.GOARCH: binary}, release.ImageSource{Version: "test"}, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 
-	users := map[string]int64{"nonroot": 65532, "root": 0}
-	img := sandbox.ProcessImage{Binary: binary, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/nonroot"}}
-	entry := regexp.MustCompile(`^ENTRYPOINT \["([^"]+)"\]$`)
-
-	for s := bufio.NewScanner(f); s.Scan(); {
-		line := strings.TrimSpace(s.Text())
-		if m := entry.FindStringSubmatch(line); m != nil {
-			img.Entrypoint = m[1]
-		}
-
-		if u, ok := strings.CutPrefix(line, "USER "); ok {
-			user, group, _ := strings.Cut(u, ":")
-			img.User, img.Group = users[user], users[group]
-		}
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 {
+		t.Fatalf("the shipped image's index: %v", err)
 	}
 
-	if img.Entrypoint == "" || img.User == 0 {
-		t.Fatalf("Dockerfile: want an ENTRYPOINT and a non-root USER, got %+v", img)
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
 	}
 
-	return img
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	user, group, _ := strings.Cut(cf.Config.User, ":")
+	uid, _ := strconv.ParseInt(user, 10, 64)
+	gid, _ := strconv.ParseInt(group, 10, 64)
+
+	if len(cf.Config.Entrypoint) != 1 || uid == 0 {
+		t.Fatalf("the shipped image: want one ENTRYPOINT and a non-root USER, got %+v", cf.Config)
+	}
+
+	return sandbox.ProcessImage{Binary: binary, Entrypoint: cf.Config.Entrypoint[0], User: uid, Group: gid, Env: cf.Config.Env}
 }
 
 // inputs creates the ghcrsync-inputs Secret the manifest's header says to create: the sandbox's

@@ -214,8 +214,10 @@ func TestShippedWorkflowsFitAMergeQueue(t *testing.T) {
 		}
 	}
 
-	if strings.Contains(string(content), "secrets.") {
-		t.Error("validate.yml reads a secret: the required check must hold none")
+	// The one exception: a private fork's release token, read-only and only for the download
+	// (with github.token in its place where it is not set).
+	if strings.Contains(strings.ReplaceAll(string(content), "secrets.GHCRSYNC_RELEASES_TOKEN || github.token", ""), "secrets.") {
+		t.Error("validate.yml reads a secret: the required check must hold none (but a private fork's release token)")
 	}
 
 	if plan, _ := parse(t, "plan.yml"); plan.Concurrency == nil || !strings.Contains(plan.Concurrency.Group.Value, "pull_request.number") {

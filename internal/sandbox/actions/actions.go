@@ -51,6 +51,10 @@ type Runner struct {
 	Pinned map[string]string
 	// CacheSeed, when set, is what actions/cache restores (file name -> content): a hit.
 	CacheSeed map[string][]byte
+	// Attestations is the file actions/attest-build-provenance records what it attests in, as
+	// GitHub's attestation store would ("SHA256 REPOSITORY" lines, the repository the workflow
+	// ran in): GhStub's `gh attestation verify` reads it (STORE/attested).
+	Attestations string
 }
 
 // New is a runner in workspace with its own temporary directory and step summary, the
@@ -103,6 +107,17 @@ func (r *Runner) value(key string) string {
 		if field == "outcome" {
 			return r.Outcomes[id]
 		}
+	}
+
+	// a || b: the first that is not empty, as GitHub's || returns its first truthy operand.
+	if strings.Contains(key, "||") {
+		for _, part := range strings.Split(key, "||") {
+			if v := r.value(strings.TrimSpace(part)); v != "" {
+				return v
+			}
+		}
+
+		return ""
 	}
 
 	v, ok := r.Values[key]
@@ -278,8 +293,36 @@ func (r *Runner) action(step *actionlint.Step, exe *actionlint.ExecAction, env m
 		}
 	case strings.HasPrefix(uses, "actions/github-script@"):
 		r.githubScript(exe.Inputs["script"].Value.Value, env)
+	case strings.HasPrefix(uses, "actions/attest-build-provenance@"):
+		r.attest(exe)
 	default:
 		r.T.Fatalf("the workflow uses %s, which this runner does not play", uses)
+	}
+}
+
+// attest plays actions/attest-build-provenance with subject-checksums (a SHA256SUMS file of
+// the workspace): each subject is recorded as attested by this repository's workflow.
+func (r *Runner) attest(exe *actionlint.ExecAction) {
+	in := exe.Inputs["subject-checksums"]
+	if in == nil || r.Attestations == "" {
+		r.T.Fatalf("the attest step is played with subject-checksums and a Runner.Attestations file (got %v, %q)", in, r.Attestations)
+	}
+
+	sums, err := os.ReadFile(filepath.Join(r.Workspace, r.eval(in.Value.Value)))
+	if err != nil {
+		r.T.Fatalf("attest: %v", err)
+	}
+
+	f, err := os.OpenFile(r.Attestations, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	defer f.Close()
+
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		if sum, _, ok := strings.Cut(line, "  "); ok {
+			_, _ = f.WriteString(sum + " " + r.value("github.repository") + "\n")
+		}
 	}
 }
 
@@ -429,7 +472,7 @@ func Contexts(kubeconfig, talosconfig, age, prSHA string) map[string]string {
 	return map[string]string{
 		"secrets.SOPS_AGE_KEY": age, "secrets.PLAN_KUBECONFIG": kubeconfig, "secrets.APPLY_KUBECONFIG": kubeconfig, "secrets.TEMPLATE_KUBECONFIG": kubeconfig,
 		"secrets.RELEASE_KUBECONFIG": kubeconfig, "secrets.TALOSCONFIG": talosconfig,
-		"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "",
+		"secrets.IMAGE_REGISTRY_USER": "", "secrets.IMAGE_REGISTRY_PASSWORD": "", "vars.GHCRSYNC_IMAGE": "", "secrets.GHCRSYNC_RELEASES_TOKEN": "",
 		"github.event.pull_request.head.sha": prSHA, "github.token": "ghs_test", "github.ref_name": "v0.3.0",
 		"github.server_url": "https://github.com", "github.repository": "ghcrsync/fleet", "github.run_id": "7001",
 		"github.workflow": "ghcrsync plan", "github.job": "plan", "strategy.job-index": "0",
@@ -438,7 +481,9 @@ func Contexts(kubeconfig, talosconfig, age, prSHA string) map[string]string {
 
 // GhStub plays the gh commands the workflows run, over a folder of releases (STORE/TAG/FILE):
 // release create copies the files named into the tag's folder, release download copies the
-// files its patterns name out of it (and fails on one that is not there, as gh does).
+// files its patterns name out of it (and fails on one that is not there, as gh does),
+// attestation verify passes a file only when STORE/attested holds its SHA-256 attested by a
+// workflow of --repo (what Runner.Attestations records).
 const GhStub = `#!/bin/sh
 set -e
 store=STORE
@@ -461,6 +506,20 @@ case "$1 $2" in
 		*) shift ;;
 		esac
 	done ;;
+"attestation verify")
+	file=$3; shift 3; repo=
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--repo) repo=$2; shift 2 ;;
+		--signer-workflow) shift 2 ;;
+		*) shift ;;
+		esac
+	done
+	sum=$(sha256sum "$file" | cut -d' ' -f1)
+	if ! grep -qx "$sum $repo" "$store/attested" 2>/dev/null; then
+		echo "gh stub: no attestation of $file ($sum) by a workflow of $repo" >&2; exit 1
+	fi
+	echo "Loaded 1 attestation from GitHub API (the stand-in)" ;;
 *) echo "gh stub: $* is not played" >&2; exit 1 ;;
 esac
 `

@@ -405,6 +405,21 @@ func (r *Registry) PushRunnable(image, binary string, entrypoint []string, publi
 	return digest.String(), r.write(image, func(ref name.Reference) error { return remote.Write(ref, img) })
 }
 
+// PushImageIndex adds a multi-platform image as it was built (the shipped image of
+// release.ImageIndex), public or private; it returns the index's digest.
+func (r *Registry) PushImageIndex(image string, idx v1.ImageIndex, public bool) (string, error) {
+	digest, err := idx.Digest()
+	if err != nil {
+		return "", err
+	}
+
+	if public {
+		r.markPublic(image)
+	}
+
+	return digest.String(), r.write(image, func(ref name.Reference) error { return remote.WriteIndex(ref, idx) })
+}
+
 // Push adds private images ("org/name:tag"): only a valid credential pulls them (each user
 // all of them, unless DenyRepository takes one away).
 func (r *Registry) Push(images ...string) error { return r.push(images...) }
