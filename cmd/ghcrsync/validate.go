@@ -1,6 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
@@ -9,8 +14,9 @@ import (
 
 func newValidate() *cobra.Command {
 	var (
-		cfg    string
-		asJSON bool
+		cfg        string
+		asJSON     bool
+		listInputs bool
 	)
 
 	cmd := &cobra.Command{
@@ -26,9 +32,14 @@ configuration that cannot be read at all names its path); --json gives terraform
 per error, each with its range and snippet), and under GitHub Actions each is annotated on its line
 of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 		Example: `  ghcrsync validate --config ghcrsync.hcl
-  ghcrsync validate --json | jq -e .valid`,
+  ghcrsync validate --json | jq -e .valid
+  ghcrsync validate --list-inputs             # ghcrsync.hcl, then each SOPS file it names`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listInputs {
+				return inputs(cmd, cfg)
+			}
+
 			v := config.Validate(cfg)
 
 			s, err := streams(cmd)
@@ -58,6 +69,37 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 
 	cmd.Flags().StringVar(&cfg, "config", defaultConfig(), "configuration file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (terraform validate's shape)")
+	cmd.Flags().BoolVar(&listInputs, "list-inputs", false, "print the files the configuration reads, one per line: itself and each SOPS file "+
+		"(relative to the working directory when under it): what a workflow triggers on and takes from a pull request")
 
 	return cmd
+}
+
+// inputs prints the files the configuration reads: itself, then each SOPS file, each relative to
+// the working directory when it is under it (a path git show takes), else absolute.
+func inputs(cmd *cobra.Command, path string) error {
+	cfg, err := config.LoadNames(path)
+	if err != nil {
+		return err
+	}
+
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+
+	for _, f := range append([]string{abs}, cfg.SopsFiles()...) {
+		if rel, err := filepath.Rel(wd, f); err == nil && !strings.HasPrefix(rel, "..") {
+			f = filepath.ToSlash(rel)
+		}
+
+		fmt.Fprintln(cmd.OutOrStdout(), f)
+	}
+
+	return nil
 }

@@ -160,3 +160,26 @@ func TestExamplesValidate(t *testing.T) {
 		})
 	}
 }
+
+// validate --list-inputs names the configuration, then each SOPS file it reads, relative to the
+// working directory — also files that do not exist yet (a pull request adds them), where
+// validate itself fails.
+func TestValidateListsItsInputs(t *testing.T) {
+	t.Chdir("../..")
+
+	var out, errOut strings.Builder
+	if code := run([]string{"validate", "--list-inputs", "--config", "config/examples/tenants.hcl"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+
+	want := "config/examples/tenants.hcl\nconfig/examples/clusters/prod/ghcr-secret.enc.yaml\n" +
+		"config/examples/clusters/prod/team-a-ghcr.enc.yaml\nconfig/examples/clusters/prod/team-b-ghcr.enc.yaml\n"
+	if out.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
+	}
+
+	// The control: validate itself refuses the files that are not there.
+	if code := run([]string{"validate", "--config", "config/examples/tenants.hcl"}, &out, &errOut); code != 1 {
+		t.Fatalf("validate of a configuration whose SOPS files are missing: exit %d", code)
+	}
+}

@@ -125,11 +125,15 @@ func TestWorkflowCodeTableAgreesWithTheExitCodes(t *testing.T) {
 
 // stubGhcrsync is a ghcrsync that exits as STUB_CODES tells it: "KEY=CODE;…", KEY the command
 // and the flag of it that changes its codes ("plan --detailed-exitcode", "fences --exit-code",
-// "fmt --check"); any other command exits 0. Like the real one under GitHub Actions it writes
+// "fmt --check"); any other command exits 0; validate --list-inputs prints ghcrsync.hcl and
+// STUB_INPUTS (default the credential's file). Like the real one under GitHub Actions it writes
 // apply's outputs (its outcome for the code: done, partial, progressed, cancelled; none when it
 // stopped before a run: 1, 3, 4) and, with --markdown, the plan's Markdown on 0 and 2. Each
 // call is logged as "KEY CODE" to STUB_LOG.
 const stubGhcrsync = `#!/bin/bash
+case " $* " in
+*" --list-inputs "*) printf '%s\n' ghcrsync.hcl ${STUB_INPUTS:-clusters/prod/ghcr-secret.enc.yaml}; exit 0 ;;
+esac
 key=$1 markdown=
 for a in "$@"; do
 	case "$a" in --detailed-exitcode|--exit-code|--check) key="$key $a" ;; esac
@@ -328,4 +332,96 @@ func TestDownloadChecksTheAttestation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// plan.yml takes every SOPS file the base's configuration reads from the pull request, and
+// nothing else: a tenant's file the pull request changes is planned as it has it, while its
+// ghcrsync.hcl and any other file stay the base's, and the comment says the plan was made with
+// the base's configuration. The control: a pull request that leaves ghcrsync.hcl alone gets
+// no such note.
+func TestPlanTakesEveryInputFromThePullRequest(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("plan.yml's comment step is played with node (install nodejs)")
+	}
+
+	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
+	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
+	sum := sha256.Sum256(content)
+	pin := hex.EncodeToString(sum[:])
+	base := map[string]string{"ghcrsync.hcl": "# base\n", "README.md": "base\n",
+		"clusters/prod/ghcr-secret.enc.yaml": "cluster: base\n", "clusters/prod/team-a.enc.yaml": "team-a: base\n"}
+
+	for _, c := range []struct {
+		name    string
+		changes map[string]string
+		note    bool
+	}{
+		{"a tenant's file and the configuration", map[string]string{"clusters/prod/team-a.enc.yaml": "team-a: pr\n", "ghcrsync.hcl": "# pr\n", "README.md": "pr\n"}, true},
+		{"a tenant's file alone", map[string]string{"clusters/prod/team-a.enc.yaml": "team-a: pr\n"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			origin, prSHA := repoWithPullRequest(t, base, c.changes)
+
+			r := actions.New(t, clone(t, origin), os.Getenv("PATH"), append(os.Environ(), "HOME="+t.TempDir(), "STUB_LOG="+filepath.Join(t.TempDir(), "calls"),
+				"STUB_CODES=plan --detailed-exitcode=2", "STUB_INPUTS=clusters/prod/ghcr-secret.enc.yaml clusters/prod/team-a.enc.yaml"),
+				actions.Contexts("kubeconfig", "talosconfig", "age-key", prSHA))
+			r.Pinned, r.CacheSeed = map[string]string{"GHCRSYNC_SHA256": pin}, map[string][]byte{archive: content}
+
+			if trace := r.Run("../../docs/workflows/plan.yml"); r.Failed {
+				t.Fatalf("plan.yml: %v\n%s", trace, r.Log.String())
+			}
+
+			want := map[string]string{"ghcrsync.hcl": base["ghcrsync.hcl"], "README.md": base["README.md"],
+				"clusters/prod/ghcr-secret.enc.yaml": base["clusters/prod/ghcr-secret.enc.yaml"], "clusters/prod/team-a.enc.yaml": "team-a: pr\n"}
+			for f, w := range want {
+				if got, _ := os.ReadFile(filepath.Join(r.Workspace, f)); string(got) != w {
+					t.Errorf("the plan's %s is %q, want %q", f, got, w)
+				}
+			}
+
+			if len(r.Comments) != 1 || strings.Contains(r.Comments[0], "Planned with the base branch's `ghcrsync.hcl`") != c.note ||
+				!strings.HasPrefix(r.Comments[0], "<!-- ghcrsync-plan cluster=stub -->\n") {
+				t.Fatalf("the comment (a note wanted: %v): %q", c.note, r.Comments)
+			}
+		})
+	}
+}
+
+// repoWithPullRequest is a remote whose main holds base and whose refs/pull/1/head changes it;
+// it returns the remote and the pull request's head.
+func repoWithPullRequest(t *testing.T, base, changes map[string]string) (origin, sha string) {
+	t.Helper()
+
+	origin, ws := t.TempDir(), t.TempDir()
+	git := func(args ...string) string {
+		c := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
+		c.Dir = ws
+
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+
+		return strings.TrimSpace(string(out))
+	}
+	write := func(files map[string]string) {
+		for f, content := range files {
+			_ = os.MkdirAll(filepath.Dir(filepath.Join(ws, f)), 0o700)
+			_ = os.WriteFile(filepath.Join(ws, f), []byte(content), 0o600)
+		}
+	}
+
+	git("init", "--bare", "-q", origin)
+	git("init", "-q")
+	write(base)
+	git("add", "-A")
+	git("commit", "-qm", "base")
+	git("remote", "add", "origin", origin)
+	git("push", "-q", "origin", "HEAD:main")
+	write(changes)
+	git("commit", "-qam", "the pull request")
+	sha = git("rev-parse", "HEAD")
+	git("push", "-q", "origin", "HEAD:refs/pull/1/head")
+
+	return origin, sha
 }

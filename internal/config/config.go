@@ -161,6 +161,20 @@ type PullSecrets struct {
 // ghcrsync.dev/configuration annotation): its Lease, namespace/name, which one run at a time holds.
 func (c *Config) Identity() string { return c.Lease.Namespace + "/" + c.Lease.Name }
 
+// SopsFiles are the SOPS files the configuration reads, the cluster credential's first, then
+// each tenant's (absolute paths, each once).
+func (c *Config) SopsFiles() []string {
+	out := []string{c.Credential.SopsFile}
+
+	for _, t := range c.Tenants {
+		if !slices.Contains(out, t.Credential.SopsFile) {
+			out = append(out, t.Credential.SopsFile)
+		}
+	}
+
+	return out
+}
+
 // PullSecretSets are every credential's consumers, the cluster credential's first.
 func (c *Config) PullSecretSets() []PullSecrets {
 	out := []PullSecrets{{Consumers: c.Consumers, Selector: c.ConsumerSelector}}
@@ -534,8 +548,27 @@ func Load(path string) (*Config, error) {
 	return Parse(src, abs)
 }
 
+// LoadNames is Load without checking that the files the configuration names exist: which files
+// it reads (SopsFiles), for a workflow to fetch them before they do.
+func LoadNames(path string) (*Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+
+	src, err := readlimit.File(abs, readlimit.Config)
+	if err != nil {
+		return nil, fmt.Errorf("read configuration %s: %w (pass --config FILE, or create ghcrsync.hcl; see docs/config.md)", path, err)
+	}
+
+	return parse(src, abs, true)
+}
+
 // Parse decodes src as if read from the absolute path filename.
-func Parse(src []byte, filename string) (*Config, error) {
+func Parse(src []byte, filename string) (*Config, error) { return parse(src, filename, false) }
+
+// parse decodes src; with namesOnly, the files it names need not exist.
+func parse(src []byte, filename string, namesOnly bool) (*Config, error) {
 	p := hclparse.NewParser()
 	name := filepath.Base(filename)
 
@@ -544,7 +577,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 		return nil, newError(diags, p.Files())
 	}
 
-	d := &decoder{dir: filepath.Dir(filename)}
+	d := &decoder{dir: filepath.Dir(filename), namesOnly: namesOnly}
 	d.ctx = d.evalContext()
 
 	var raw file
@@ -621,6 +654,8 @@ type decoder struct {
 	ctx   *hcl.EvalContext
 	diags hcl.Diagnostics
 	envs  []envValue // what env() returned
+	// namesOnly: a file the configuration names need not exist (LoadNames).
+	namesOnly bool
 }
 
 func (d *decoder) errorf(rng hcl.Range, summary, detail string, args ...any) {
@@ -703,7 +738,7 @@ func (d *decoder) path(p string) string {
 
 func (d *decoder) existingFile(p string, rng hcl.Range, what string) string {
 	abs := d.path(p)
-	if _, err := os.Stat(abs); err != nil {
+	if _, err := os.Stat(abs); err != nil && !d.namesOnly {
 		d.errorf(rng, "File not found", "%s %q (resolved to %s) does not exist. Relative paths resolve against the configuration file's folder.", what, p, abs)
 	}
 

@@ -214,7 +214,7 @@ func (r *Runner) Run(file string) []string {
 		r.T.Fatal(err)
 	}
 
-	wf, errs := actionlint.Parse(b)
+	wf, errs := Parse(b)
 	if len(errs) > 0 || len(wf.Jobs) != 1 {
 		r.T.Fatalf("%s: %v, %d jobs", file, errs, len(wf.Jobs))
 	}

@@ -41,7 +41,7 @@ func Triggered(dir string, ev Event) ([]string, error) {
 			return nil, err
 		}
 
-		wf, errs := actionlint.Parse(b)
+		wf, errs := Parse(b)
 		if len(errs) > 0 {
 			return nil, errs[0]
 		}

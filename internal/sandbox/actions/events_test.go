@@ -1,9 +1,11 @@
 package actions
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +78,19 @@ func TestTriggeredFilters(t *testing.T) {
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("a push of %v starts %v (%v), want %v", tc.changed, got, err, tc.want)
 		}
+	}
+}
+
+// Parse drops only the error of the key actionlint does not know yet (concurrency's queue): any
+// other unknown key is still an error.
+func TestParseDropsOnlyTheQueueKey(t *testing.T) {
+	wf := "on: push\nconcurrency:\n  group: g\n  queue: max\n%sjobs:\n  a:\n    runs-on: x\n    steps:\n      - run: true\n"
+
+	if _, errs := Parse([]byte(fmt.Sprintf(wf, ""))); len(errs) != 0 {
+		t.Fatalf("queue: max: %v", errs)
+	}
+
+	if _, errs := Parse([]byte(fmt.Sprintf(wf, "  bogus: 1\n"))); len(errs) != 1 || !strings.Contains(errs[0].Message, `"bogus"`) {
+		t.Fatalf("an unknown key beside it: %v", errs)
 	}
 }
