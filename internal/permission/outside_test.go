@@ -13,8 +13,12 @@ import (
 // roles (a warning, its consumer unwritten); one where only part is granted is a broken
 // rendering and fails with the rest; a denial elsewhere always fails.
 func TestOutsideRoles(t *testing.T) {
-	get := func(ns string) cluster.Access { return cluster.Access{Verb: "get", Resource: "secrets", Namespace: ns, Name: "ghcr-pull"} }
-	patch := func(ns string) cluster.Access { return cluster.Access{Verb: "patch", Resource: "secrets", Namespace: ns, Name: "ghcr-pull"} }
+	get := func(ns string) cluster.Access {
+		return cluster.Access{Verb: "get", Resource: "secrets", Namespace: ns, Name: "ghcr-pull"}
+	}
+	patch := func(ns string) cluster.Access {
+		return cluster.Access{Verb: "patch", Resource: "secrets", Namespace: ns, Name: "ghcr-pull"}
+	}
 	lease := cluster.Access{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "flux-system"}
 	needs := []cluster.Access{get("new"), patch("new"), get("old"), patch("old"), lease}
 
