@@ -230,3 +230,85 @@ func TestDocsPairsAgree(t *testing.T) {
 		}
 	})
 }
+
+// What the docs name of the workflows is what the workflows are: one ghcrsync version
+// everywhere it is pinned or shown (the workflows' GHCRSYNC_VERSION, the install, the image
+// tags, the release commands); the environments the quickstart says to make are the workflows'
+// own; the required check's name is validate.yml's workflow and job. A doc changed alone (as
+// release.md's v0.4.0 against the workflows' v0.3.0 was) fails here, naming it.
+func TestDocsNameWhatTheWorkflowsDo(t *testing.T) {
+	root := filepath.Join("..", "..")
+
+	var files []string
+	for _, glob := range []string{"*.md", "docs/*.md", "docs/deploy/*.yaml", "docs/workflows/*.yml", "config/examples/*.hcl"} {
+		m, _ := filepath.Glob(filepath.Join(root, glob))
+		files = append(files, m...)
+	}
+
+	pin := regexp.MustCompile(`GHCRSYNC_VERSION:\s*(v\S+)`).FindStringSubmatch(readFile(t, filepath.Join(root, "docs/workflows/apply.yml")))
+	if pin == nil {
+		t.Fatal("apply.yml pins no GHCRSYNC_VERSION")
+	}
+
+	versions := regexp.MustCompile(`GHCRSYNC_VERSION[:=]\s*(v[0-9][^\s"']*)|ghcrsync:(v[0-9][^\s"'` + "`" + `]*)|ghcrsync (v[0-9]+\.[0-9]+\.[0-9]+)|VERSION=(v[0-9][^\s"']*)|git tag -s (v[0-9]\S*)`)
+
+	for _, f := range files {
+		text := readFile(t, f)
+		for _, m := range versions.FindAllStringSubmatch(text, -1) {
+			for _, v := range m[1:] {
+				if v != "" && v != pin[1] {
+					t.Errorf("%s names ghcrsync %s (%q), the workflows pin %s", strings.TrimPrefix(f, root+"/"), v, m[0], pin[1])
+				}
+			}
+		}
+	}
+
+	// The environments.
+	var envs []string
+	for _, f := range files {
+		if strings.Contains(f, "docs/workflows/") {
+			for _, m := range regexp.MustCompile(`(?m)^\s+environment:\s*(\S+)`).FindAllStringSubmatch(readFile(t, f), -1) {
+				if !slices.Contains(envs, m[1]) {
+					envs = append(envs, m[1])
+				}
+			}
+		}
+	}
+
+	quick := readFile(t, filepath.Join(root, "docs/quickstart.md"))
+	for _, e := range envs {
+		if !strings.Contains(quick, "`"+e+"`") {
+			t.Errorf("docs/quickstart.md does not name the environment %s a shipped workflow runs in", e)
+		}
+	}
+
+	// The required check: "WORKFLOW NAME / JOB ID" of validate.yml, wherever the docs name it.
+	validate := readFile(t, filepath.Join(root, "docs/workflows/validate.yml"))
+	name := regexp.MustCompile(`(?m)^name:\s*(.+)$`).FindStringSubmatch(validate)
+	job := regexp.MustCompile(`(?m)^jobs:\n  ([a-z-]+):`).FindStringSubmatch(validate)
+
+	if name == nil || job == nil {
+		t.Fatal("validate.yml has no name or no job")
+	}
+
+	check := name[1] + " / " + job[1]
+
+	for _, f := range files {
+		for _, m := range regexp.MustCompile(`"(ghcrsync [a-z]+ / [a-z-]+)"`).FindAllStringSubmatch(readFile(t, f), -1) {
+			if m[1] != check {
+				t.Errorf("%s names the required check %q; validate.yml reports %q", strings.TrimPrefix(f, root+"/"), m[1], check)
+			}
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return string(b)
+}
