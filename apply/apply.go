@@ -35,6 +35,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
+	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -205,10 +206,13 @@ type Result struct {
 	// Budget is the run's time budget (0: none) and Deadline when it ends.
 	Budget   time.Duration
 	Deadline time.Time
+	// WindowOpens is the maintenance window's next opening when it deferred a node (zero: it
+	// deferred none).
+	WindowOpens time.Time
 }
 
-// Deferred lists the nodes the run did not start because they did not fit in its time budget:
-// the next run rotates them.
+// Deferred lists the nodes the run did not start because they did not fit in its time budget
+// or its maintenance window: the next run rotates them.
 func (r *Result) Deferred() []string {
 	var out []string
 
@@ -302,6 +306,8 @@ type run struct {
 	done  map[string]bool // the nodes the run has acted on (lateNodes)
 	fleet string          // the fleet's last listing (fleetOf): the plan's, then each relist's
 	res   *Result
+	// windowSaid: the emergency that ignores the maintenance window was said once.
+	windowSaid bool
 
 	stopWatch func() // ends the run's Node and probe watches (watched)
 }
@@ -373,12 +379,13 @@ func Run(ctx context.Context, in Inputs, p *plan.Plan, o Options) (*Result, erro
 // joined meanwhile), the consumer pull secrets, then — unless the run was cancelled — the root.
 // In an emergency the old credential no longer pulls: the consumer pull secrets go first, so
 // the pods using them can pull again at once, before any node is drained. Under a time budget
-// they go first too: they are cheap, and a run stopped by its budget has then done them.
+// or a maintenance window they go first too: they are cheap, restart nothing, and a run
+// stopped by its budget or its window has then done them.
 // (Ordinarily they follow the nodes.) The root stays last, after the verdict.
 func (r *run) write(ctx context.Context) error {
 	r.templates(ctx)
 
-	early := r.p.Emergency() || r.res.Budget > 0
+	early := r.p.Emergency() || r.res.Budget > 0 || r.in.Config.Run.Window != nil
 	if early {
 		r.consumers(ctx)
 	}
@@ -469,6 +476,22 @@ func (r *run) prove(ctx context.Context) error {
 
 // probe is the runtime proof of the plan (Cluster.Probe).
 func (r *run) probe() cluster.Probe { return r.in.Admission.Probe(r.p) }
+
+// window is the maintenance window fenced nodes wait for: run.window, unless the old
+// credential is already refused (an emergency ignores it, and the run says so).
+func (r *run) window() *window.Window {
+	w := r.in.Config.Run.Window
+	if w != nil && r.p.Emergency() {
+		if !r.windowSaid {
+			r.log.Warn("an emergency: the old credential is refused, so nodes are rebooted outside the maintenance window", "window", w.String())
+			r.windowSaid = true
+		}
+
+		return nil
+	}
+
+	return w
+}
 
 // reclaim releases the fences of runs that are provably over (never on mere expiry).
 func (r *run) reclaim(ctx context.Context) error {
@@ -570,7 +593,7 @@ func (r *run) nodes(ctx context.Context) error {
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism, KeyringWindow: keyringWindow(cfg.Nodes.Keyring),
 		MaxFailures: cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
-		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve,
+		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve, Window: r.window(),
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,
@@ -580,6 +603,10 @@ func (r *run) nodes(ctx context.Context) error {
 	})
 
 	r.res.Nodes = r.exec.run(ctx, r.p)
+
+	if w := r.window(); w != nil && slices.ContainsFunc(r.res.Nodes, func(n NodeResult) bool { return n.Outcome == state.OutcomeDeferred }) {
+		r.res.WindowOpens = w.Next(r.in.Clock.Now())
+	}
 
 	return nil
 }

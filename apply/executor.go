@@ -17,6 +17,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -144,6 +145,9 @@ type execOptions struct {
 	Deadline time.Time
 	Budget   time.Duration
 	Reserve  time.Duration
+	// Window is the maintenance window a fenced node's estimate must fit in (nil: none, or an
+	// emergency, which ignores it).
+	Window *window.Window
 	// Retry waits out the registry's passing trouble in a runtime proof, Control telling a
 	// node's refused credential from a registry refusing everyone (zero: no retry).
 	Retry   credential.Retry
@@ -394,6 +398,16 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 		return skip(state.OutcomeFailed, fmt.Sprintf("its estimate (%s) is longer than the run's whole time budget (%s, less %s kept for the run's end): "+
 			"no run within this budget can rotate it, so it is not left to the next one — raise --within or run.budget, or rotate it in a run without a budget",
 			np.Estimate.Round(time.Second), e.o.Budget, e.o.Reserve))
+	case e.outsideWindow(np):
+		now := e.clock.Now()
+		if _, closes, open := e.o.Window.Span(now); open {
+			return skip(state.OutcomeDeferred, fmt.Sprintf("it reboots the node, and its estimate (%s) ends after the maintenance window (run.window %q) "+
+				"closes at %s: a run in the next window rotates it (it opens %s)", np.Estimate.Round(time.Second), e.o.Window, closes.UTC().Format(time.RFC3339),
+				e.o.Window.Next(closes).UTC().Format(time.RFC3339)))
+		}
+
+		return skip(state.OutcomeDeferred, fmt.Sprintf("it reboots the node, outside the maintenance window (run.window %q): a run in the window rotates it "+
+			"(it opens %s)", e.o.Window, e.o.Window.Next(now).UTC().Format(time.RFC3339)))
 	case e.outOfTime(np):
 		left := e.o.Deadline.Sub(e.clock.Now()).Round(time.Second)
 
@@ -415,6 +429,13 @@ func (e *executor) node(ctx context.Context, p *plan.Plan, np plan.NodePlan) Nod
 	}
 
 	return r
+}
+
+// outsideWindow reports whether np would reboot its node outside the maintenance window: it is
+// fenced, and its estimate does not end before the window closes. Live updates and keyring
+// writes restart nothing and run at any hour.
+func (e *executor) outsideWindow(np plan.NodePlan) bool {
+	return e.o.Window != nil && np.Action == plan.ActionFence && !e.o.Window.Fits(e.clock.Now(), np.Estimate)
 }
 
 // outOfTime reports whether np's estimate would end past the run's deadline less its reserve:

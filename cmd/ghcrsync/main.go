@@ -19,6 +19,8 @@ import (
 	// The TLS roots a machine without any uses (the shipped image has no base, and so no
 	// /etc/ssl): Mozilla's, compiled in. A machine's own roots, where it has them, win.
 	_ "golang.org/x/crypto/x509roots/fallback"
+	// And the time zones run.window names, which the image has no /usr/share/zoneinfo for.
+	_ "time/tzdata"
 
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/view"

@@ -26,6 +26,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/pin"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/internal/window"
 )
 
 // Config is a decoded, validated configuration with defaults applied and relative paths
@@ -73,6 +74,10 @@ type Run struct {
 	// nodes, the verdict, the root, releasing the Lease): a node starts only if its estimate
 	// ends before the budget less this.
 	Reserve time.Duration
+	// Window is when a run may drain and reboot nodes (nil: always): outside it, apply does
+	// what restarts nothing and defers the nodes it would fence, unless the old credential is
+	// already refused (an emergency).
+	Window *window.Window
 }
 
 // Liveness is where a Lease holder's run is checked for having ended.
@@ -367,6 +372,7 @@ type file struct {
 type runBlock struct {
 	Budget  hcl.Expression `hcl:"budget,optional"`
 	Reserve hcl.Expression `hcl:"reserve,optional"`
+	Window  hcl.Expression `hcl:"window,optional"`
 }
 
 type livenessBlock struct {
@@ -787,13 +793,22 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	return cfg
 }
 
-// run decodes the run block: the time budget of one apply.
+// run decodes the run block: the time budget of one apply, and its maintenance window.
 func (d *decoder) run(raw *file, cfg *Config) {
 	cfg.Run = Run{Reserve: DefaultReserve}
 
 	if b := raw.Run; b != nil {
 		cfg.Run.Budget = d.duration(b.Budget, 0, "run.budget")
 		cfg.Run.Reserve = d.duration(b.Reserve, cfg.Run.Reserve, "run.reserve")
+
+		if text, rng, ok := d.str(b.Window, ""); ok && text != "" {
+			w, err := window.Parse(text)
+			if err != nil {
+				d.errorf(rng, "Invalid maintenance window", "run.window: %v.", err)
+			}
+
+			cfg.Run.Window = w
+		}
 	}
 }
 

@@ -181,6 +181,10 @@ func TestLoadErrors(t *testing.T) {
 			return strings.Replace(s, `drain_timeout      = "5m"`, `drain_timeout      = "5 minutes"`, 1)
 		},
 			[]string{"ghcrsync.hcl:17:24", "Invalid duration", `"5 minutes"`}},
+		{"bad_window", func(s string) string { return s + "\nrun {\n  window = \"Mon-Fri 22:00-06:00\"\n}\n" },
+			[]string{"Invalid maintenance window", "is not DAYS HH:MM-HH:MM ZONE"}},
+		{"bad_window_zone", func(s string) string { return s + "\nrun {\n  window = \"Mon-Fri 22:00-06:00 Mars/Olympus\"\n}\n" },
+			[]string{"Invalid maintenance window", "not an IANA time zone"}},
 		{"missing_sops_file", func(s string) string { return strings.Replace(s, "secret.enc.yaml", "nope.enc.yaml", 1) },
 			[]string{"ghcrsync.hcl:11:", "File not found", "nope.enc.yaml"}},
 		{"missing_kubeconfig", func(s string) string { return strings.Replace(s, `kubeconfig = "kubeconfig"`, `kubeconfig = "kc"`, 1) },
