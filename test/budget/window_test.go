@@ -25,7 +25,7 @@ func TestAClosedWindowDefersTheNodesItWouldReboot(t *testing.T) {
 	held := sb.Fleet().Machines()[0].Configured() // what the nodes hold (every node alike here)
 
 	// A whole day, two days from now: closed today.
-	text := time.Now().UTC().Add(48*time.Hour).Weekday().String()[:3] + " 00:00-24:00 UTC"
+	text := time.Now().UTC().Add(48 * time.Hour).Weekday().String()[:3] + " 00:00-24:00 UTC"
 
 	w, err := window.Parse(text)
 	if err != nil {
