@@ -19,9 +19,11 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
+	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
+	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -163,7 +165,49 @@ func (pl *Planner) Plan(ctx context.Context, o Options) (*plan.Plan, error) {
 		return nil, err
 	}
 
+	p.Warnings = append(p.Warnings, WindowWarning(pl.Config.Run.Window, p, pl.Clock.Now())...)
+
 	return p, nil
+}
+
+// WindowWarning says what the maintenance window does to the plan's fenced nodes if apply ran
+// now (the estimate's part of it): closed, it defers them all until it opens; open, it defers
+// those expected to end after it closes; in an emergency it holds nothing. Nothing when every
+// node fits, or none is fenced.
+func WindowWarning(w *window.Window, p *plan.Plan, now time.Time) []string {
+	if w == nil {
+		return nil
+	}
+
+	fenced, fit := 0, 0
+
+	_, closes, open := w.Span(now)
+
+	for _, np := range p.Nodes {
+		if np.Order > 0 && np.Action == plan.ActionFence {
+			fenced++
+
+			if open && !now.Add(np.Ends).After(closes) {
+				fit++
+			}
+		}
+	}
+
+	nodes := fmt.Sprintf("%d %s to fence", fenced, human.Plural(fenced, "node", "nodes"))
+
+	switch {
+	case fenced == 0, fit == fenced:
+		return nil
+	case p.Emergency():
+		return []string{fmt.Sprintf("The maintenance window (run.window %q) does not hold this rotation: the old credential is refused (an emergency), "+
+			"and apply reboots the %s at once.", w, nodes)}
+	case !open:
+		return []string{fmt.Sprintf("The maintenance window (run.window %q) is closed now: apply writes what restarts nothing and defers the %s "+
+			"until it opens (%s).", w, nodes, w.Next(now).UTC().Format(time.RFC3339))}
+	}
+
+	return []string{fmt.Sprintf("The maintenance window (run.window %q) closes at %s: about %d of the %s are expected to end before it; "+
+		"apply defers the rest to the next window (%s).", w, closes.UTC().Format(time.RFC3339), fit, nodes, w.Next(closes).UTC().Format(time.RFC3339))}
 }
 
 // dryRunWrites makes every fan-out write of the plan as a server-side dry run (fanout.DryRun)

@@ -9,7 +9,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/window"
 )
 
-// A maintenance window closed now: apply does what restarts nothing — the node template, the
+// A maintenance window closed now: plan says so, and apply does what restarts nothing — the node template, the
 // consumer pull secrets — defers every node it would fence (nothing drained, nothing rebooted,
 // nothing held), exits 6 (progressed), and its `next` names the window's opening; the root
 // Flux secret waits. Then the credential the nodes hold is revoked: an emergency ignores the
@@ -37,6 +37,11 @@ func TestAClosedWindowDefersTheNodesItWouldReboot(t *testing.T) {
 
 		return s + "\nrun {\n  reserve = \"5s\"\n  window  = \"" + text + "\"\n}\n"
 	})
+
+	// The plan says it first.
+	if p := ghcrsync(t, sb, "plan", "--config", cfg); p.code != 0 || !strings.Contains(p.stdout, "The maintenance window (run.window \""+text+"\") is closed now") {
+		t.Fatalf("plan with the window closed: exit %d\n%s", p.code, p.stdout)
+	}
 
 	boots := map[string]string{}
 	for _, m := range sb.Fleet().Machines() {
