@@ -176,7 +176,7 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 	sum := sha256.Sum256(content)
 	pin := hex.EncodeToString(sum[:])
 
-	origin, _, prSHA := pullRequestRepo(t)
+	origin, prSHA := pullRequestRepo(t)
 
 	for _, c := range cells {
 		if c.result == "—" {
@@ -232,38 +232,11 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 
 // pullRequestRepo is a repository as plan.yml finds it: the base branch with ghcrsync.hcl and
 // the credential file, and a pull request's head (its SHA) on the remote changing the file.
-func pullRequestRepo(t *testing.T) (origin, ws, prSHA string) {
+func pullRequestRepo(t *testing.T) (origin, prSHA string) {
 	t.Helper()
 
-	origin, ws = t.TempDir(), t.TempDir()
-	git := func(args ...string) string {
-		c := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-		c.Dir = ws
-
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-
-		return strings.TrimSpace(string(out))
-	}
-
-	git("init", "--bare", "-q", origin)
-	git("init", "-q")
-	_ = os.MkdirAll(filepath.Join(ws, "clusters", "prod"), 0o700)
-	_ = os.WriteFile(filepath.Join(ws, "clusters", "prod", "ghcr-secret.enc.yaml"), []byte("# the base branch's\n"), 0o600)
-	_ = os.WriteFile(filepath.Join(ws, "ghcrsync.hcl"), []byte("# the configuration\n"), 0o600)
-	git("add", "-A")
-	git("commit", "-qm", "base")
-	git("remote", "add", "origin", origin)
-	git("push", "-q", "origin", "HEAD:main")
-	_ = os.WriteFile(filepath.Join(ws, "clusters", "prod", "ghcr-secret.enc.yaml"), []byte("# the pull request's\n"), 0o600)
-	git("commit", "-qam", "rotate")
-	prSHA = git("rev-parse", "HEAD")
-	git("push", "-q", "origin", "HEAD:refs/pull/1/head")
-	git("reset", "-q", "--hard", "HEAD~1")
-
-	return origin, ws, prSHA
+	return repoWithPullRequest(t, map[string]string{"ghcrsync.hcl": "# the configuration\n",
+		"clusters/prod/ghcr-secret.enc.yaml": "# the base branch's\n"}, map[string]string{"clusters/prod/ghcr-secret.enc.yaml": "# the pull request's\n"})
 }
 
 // clone is a fresh workspace of the base branch, as a job's checkout leaves it.
@@ -299,7 +272,7 @@ func TestDownloadChecksTheAttestation(t *testing.T) {
 	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
 	sum := sha256.Sum256(content)
 	pin := hex.EncodeToString(sum[:])
-	origin, _, prSHA := pullRequestRepo(t)
+	origin, prSHA := pullRequestRepo(t)
 
 	for _, c := range []struct {
 		name, attested, mode string

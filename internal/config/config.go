@@ -540,23 +540,13 @@ func formatDiag(d *hcl.Diagnostic) string {
 }
 
 // Load reads and validates the configuration at path.
-func Load(path string) (*Config, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, err
-	}
-
-	src, err := readlimit.File(abs, readlimit.Config)
-	if err != nil {
-		return nil, fmt.Errorf("read configuration %s: %w (pass --config FILE, or create ghcrsync.hcl; see docs/config.md)", path, err)
-	}
-
-	return Parse(src, abs)
-}
+func Load(path string) (*Config, error) { return load(path, false) }
 
 // LoadNames is Load without checking that the files the configuration names exist: which files
 // it reads (SopsFiles), for a workflow to fetch them before they do.
-func LoadNames(path string) (*Config, error) {
+func LoadNames(path string) (*Config, error) { return load(path, true) }
+
+func load(path string, namesOnly bool) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
@@ -567,7 +557,7 @@ func LoadNames(path string) (*Config, error) {
 		return nil, fmt.Errorf("read configuration %s: %w (pass --config FILE, or create ghcrsync.hcl; see docs/config.md)", path, err)
 	}
 
-	return parse(src, abs, true)
+	return parse(src, abs, namesOnly)
 }
 
 // Parse decodes src as if read from the absolute path filename.

@@ -500,13 +500,7 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 
-	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, to, string(b))
 }
 
 // secretKey is the AGE-SECRET-KEY line of an identity file.
