@@ -306,8 +306,6 @@ type run struct {
 	done  map[string]bool // the nodes the run has acted on (lateNodes)
 	fleet string          // the fleet's last listing (fleetOf): the plan's, then each relist's
 	res   *Result
-	// windowSaid: the emergency that ignores the maintenance window was said once.
-	windowSaid bool
 
 	stopWatch func() // ends the run's Node and probe watches (watched)
 }
@@ -482,10 +480,7 @@ func (r *run) probe() cluster.Probe { return r.in.Admission.Probe(r.p) }
 func (r *run) window() *window.Window {
 	w := r.in.Config.Run.Window
 	if w != nil && r.p.Emergency() {
-		if !r.windowSaid {
-			r.log.Warn("an emergency: the old credential is refused, so nodes are rebooted outside the maintenance window", "window", w.String())
-			r.windowSaid = true
-		}
+		r.log.Warn("an emergency: the old credential is refused, so nodes are rebooted outside the maintenance window", "window", w.String())
 
 		return nil
 	}
@@ -587,13 +582,14 @@ func (r *run) nodes(ctx context.Context) error {
 		}()
 	}
 
+	w := r.window()
 	nodes, workloads := r.watched(ctx)
 	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, keyrings: keyrings, lease: r.lease, store: r.in.Store}, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism, KeyringWindow: keyringWindow(cfg.Nodes.Keyring),
 		MaxFailures: cfg.Nodes.MaxFailures, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
-		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve, Window: r.window(),
+		Deadline: r.res.Deadline, Budget: r.res.Budget, Reserve: cfg.Run.Reserve, Window: w,
 		Probe:  r.probe(),
 		Logger: r.log.Named("apply"), Progress: r.o.Progress, Hooks: r.o.Hooks, Events: r.events(),
 		Recheck: recheck,
@@ -604,7 +600,7 @@ func (r *run) nodes(ctx context.Context) error {
 
 	r.res.Nodes = r.exec.run(ctx, r.p)
 
-	if w := r.window(); w != nil && slices.ContainsFunc(r.res.Nodes, func(n NodeResult) bool { return n.Outcome == state.OutcomeDeferred }) {
+	if w != nil && slices.ContainsFunc(r.res.Nodes, func(n NodeResult) bool { return n.Outcome == state.OutcomeDeferred }) {
 		r.res.WindowOpens = w.Next(r.in.Clock.Now())
 	}
 

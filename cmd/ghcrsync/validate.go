@@ -88,12 +88,7 @@ func inputs(cmd *cobra.Command, path string) error {
 		return err
 	}
 
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
-	}
-
-	for _, f := range append([]string{abs}, cfg.SopsFiles()...) {
+	for _, f := range append([]string{cfg.Path}, cfg.SopsFiles()...) {
 		if rel, err := filepath.Rel(wd, f); err == nil && !strings.HasPrefix(rel, "..") {
 			f = filepath.ToSlash(rel)
 		}

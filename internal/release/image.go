@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -172,7 +173,7 @@ func platformImage(binary string, plat v1.Platform, src ImageSource, mtime time.
 // archiveDir writes the files under dir as a reproducible tar (sorted, owned by root, dated
 // mtime) at path.
 func archiveDir(path, dir string, mtime time.Time) error {
-	var names []string
+	var files []File
 
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -180,7 +181,7 @@ func archiveDir(path, dir string, mtime time.Time) error {
 		}
 
 		rel, err := filepath.Rel(dir, p)
-		names = append(names, filepath.ToSlash(rel))
+		files = append(files, File{Path: p, Name: filepath.ToSlash(rel), Mode: 0o644})
 
 		return err
 	})
@@ -188,29 +189,10 @@ func archiveDir(path, dir string, mtime time.Time) error {
 		return err
 	}
 
-	slices.Sort(names)
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
 
 	var buf bytes.Buffer
-
-	tw := tar.NewWriter(&buf)
-
-	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil {
-			return err
-		}
-
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), ModTime: mtime.UTC(), Typeflag: tar.TypeReg,
-			Format: tar.FormatPAX, Uname: "root", Gname: "root"}); err != nil {
-			return err
-		}
-
-		if _, err := tw.Write(b); err != nil {
-			return err
-		}
-	}
-
-	if err := tw.Close(); err != nil {
+	if err := writeTar(&buf, files, mtime); err != nil {
 		return err
 	}
 

@@ -38,12 +38,25 @@ func Archive(path string, files []File, mtime time.Time) error {
 		return err
 	}
 
-	tw := tar.NewWriter(zw)
+	if err := writeTar(zw, files, mtime); err != nil {
+		return fmt.Errorf("archive %s: %w", filepath.Base(path), err)
+	}
+
+	if err := zw.Close(); err != nil {
+		return err
+	}
+
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// writeTar writes files to w as a tar: entries in the given order, owned by root, dated mtime.
+func writeTar(w io.Writer, files []File, mtime time.Time) error {
+	tw := tar.NewWriter(w)
 
 	for _, f := range files {
 		b, err := os.ReadFile(f.Path)
 		if err != nil {
-			return fmt.Errorf("archive %s: %w", filepath.Base(path), err)
+			return err
 		}
 
 		h := &tar.Header{Name: f.Name, Mode: f.Mode, Size: int64(len(b)), ModTime: mtime.UTC(), Typeflag: tar.TypeReg,
@@ -57,15 +70,7 @@ func Archive(path string, files []File, mtime time.Time) error {
 		}
 	}
 
-	if err := tw.Close(); err != nil {
-		return err
-	}
-
-	if err := zw.Close(); err != nil {
-		return err
-	}
-
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	return tw.Close()
 }
 
 // Subject is a published file and its SHA-256.

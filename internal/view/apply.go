@@ -76,14 +76,13 @@ func RunOutcome(res *apply.Result) string {
 
 // nextStep is what continues a progressed run.
 func nextStep(res *apply.Result) string {
+	when := "again (the continuation lane, docs/ci.md)"
 	if !res.WindowOpens.IsZero() {
-		return fmt.Sprintf("run `ghcrsync plan` and `ghcrsync apply` again in the maintenance window (it opens %s; the continuation lane, docs/ci.md): "+
-			"%d %s to rotate; do not revoke the old credential before a run ends safe", res.WindowOpens.UTC().Format(time.RFC3339),
-			len(res.Deferred()), human.Plural(len(res.Deferred()), "node is left", "nodes are left"))
+		when = fmt.Sprintf("again in the maintenance window (it opens %s; the continuation lane, docs/ci.md)", res.WindowOpens.UTC().Format(time.RFC3339))
 	}
 
-	return fmt.Sprintf("run `ghcrsync plan` and `ghcrsync apply` again (the continuation lane, docs/ci.md): %d %s to rotate; "+
-		"do not revoke the old credential before a run ends safe", len(res.Deferred()), human.Plural(len(res.Deferred()), "node is left", "nodes are left"))
+	return fmt.Sprintf("run `ghcrsync plan` and `ghcrsync apply` %s: %d %s to rotate; do not revoke the old credential before a run ends safe",
+		when, len(res.Deferred()), human.Plural(len(res.Deferred()), "node is left", "nodes are left"))
 }
 
 // ApplyFluxJSON is one Kustomization of the flux block: suspended by the run, and resumed (held
