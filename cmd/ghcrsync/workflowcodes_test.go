@@ -1,14 +1,11 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,10 +168,7 @@ func TestShippedWorkflowsAnswerEachExitCode(t *testing.T) {
 	cells := workflowCodeTable(t, readDoc(t, "docs/ci.md"))
 
 	// The stub is installed as a release archive is: from the cache, checked against its pin.
-	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
-	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
-	sum := sha256.Sum256(content)
-	pin := hex.EncodeToString(sum[:])
+	archive, content, pin := actions.ReleaseArchive(t, stubGhcrsync)
 
 	origin, prSHA := pullRequestRepo(t)
 
@@ -244,9 +238,7 @@ func clone(t *testing.T, origin string) string {
 	t.Helper()
 
 	dir := t.TempDir()
-	if out, err := exec.Command("git", "clone", "-q", origin, dir).CombinedOutput(); err != nil {
-		t.Fatalf("git clone: %v\n%s", err, out)
-	}
+	actions.Git(t, dir, "clone", "-q", origin, ".")
 
 	return dir
 }
@@ -255,12 +247,7 @@ func clone(t *testing.T, origin string) string {
 func readDoc(t *testing.T, path string) string {
 	t.Helper()
 
-	b, err := os.ReadFile(filepath.Join("..", "..", path))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	return string(b)
+	return readFile(t, filepath.Join("..", "..", path))
 }
 
 // The install downloads the fork's release and checks its attestation: an archive the fork's
@@ -268,28 +255,19 @@ func readDoc(t *testing.T, path string) string {
 // SHA256SUMS and the pin edited to match) fails the job at the download, before it runs; with
 // GHCRSYNC_ATTESTATION=none (a private fork without attestations) the pin alone decides.
 func TestDownloadChecksTheAttestation(t *testing.T) {
-	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
-	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
-	sum := sha256.Sum256(content)
-	pin := hex.EncodeToString(sum[:])
 	origin, prSHA := pullRequestRepo(t)
 
 	for _, c := range []struct {
-		name, attested, mode string
-		fails                bool
+		name, attestedBy, mode string
+		fails                  bool
 	}{
-		{"attested by the fork's release workflow", pin + " acme/ghcrsync\n", "required", false},
-		{"attested by another repository's workflow", pin + " mallory/ghcrsync\n", "required", true},
+		{"attested by the fork's release workflow", "acme/ghcrsync", "required", false},
+		{"attested by another repository's workflow", "mallory/ghcrsync", "required", true},
 		{"not attested", "", "required", true},
 		{"not attested, attestations off", "", "none", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store, gh := t.TempDir(), t.TempDir()
-			_ = os.MkdirAll(filepath.Join(store, "v0.3.0"), 0o700)
-			_ = os.WriteFile(filepath.Join(store, "v0.3.0", archive), content, 0o600)
-			_ = os.WriteFile(filepath.Join(store, "v0.3.0", "SHA256SUMS"), []byte(pin+"  "+archive+"\n"), 0o600)
-			_ = os.WriteFile(filepath.Join(store, "attested"), []byte(c.attested), 0o600)
-			_ = os.WriteFile(filepath.Join(gh, "gh"), []byte(strings.ReplaceAll(actions.GhStub, "STORE", store)), 0o700)
+			gh, pin := actions.Publish(t, stubGhcrsync, c.attestedBy)
 
 			r := actions.New(t, clone(t, origin), gh+":"+os.Getenv("PATH"), append(os.Environ(), "HOME="+t.TempDir(), "STUB_LOG="+filepath.Join(t.TempDir(), "calls")),
 				actions.Contexts("kubeconfig", "talosconfig", "age-key", prSHA))
@@ -317,10 +295,7 @@ func TestPlanTakesEveryInputFromThePullRequest(t *testing.T) {
 		t.Skip("plan.yml's comment step is played with node (install nodejs)")
 	}
 
-	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
-	content := actions.TarGz(t, "ghcrsync", stubGhcrsync)
-	sum := sha256.Sum256(content)
-	pin := hex.EncodeToString(sum[:])
+	archive, content, pin := actions.ReleaseArchive(t, stubGhcrsync)
 	base := map[string]string{"ghcrsync.hcl": "# base\n", "README.md": "base\n",
 		"clusters/prod/ghcr-secret.enc.yaml": "cluster: base\n", "clusters/prod/team-a.enc.yaml": "team-a: base\n"}
 
@@ -366,17 +341,7 @@ func repoWithPullRequest(t *testing.T, base, changes map[string]string) (origin,
 	t.Helper()
 
 	origin, ws := t.TempDir(), t.TempDir()
-	git := func(args ...string) string {
-		c := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-		c.Dir = ws
-
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-
-		return strings.TrimSpace(string(out))
-	}
+	git := func(args ...string) string { return actions.Git(t, ws, args...) }
 	write := func(files map[string]string) {
 		for f, content := range files {
 			_ = os.MkdirAll(filepath.Dir(filepath.Join(ws, f)), 0o700)

@@ -38,17 +38,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	git := func(dir string, args ...string) string {
-		c := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-		c.Dir = dir
-
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-
-		return strings.TrimSpace(string(out))
-	}
+	git := func(dir string, args ...string) string { return actions.Git(t, dir, args...) }
 
 	git(origin, "init", "--bare", "-q")
 	git(ws, "init", "-q")
@@ -109,9 +99,7 @@ func TestShippedWorkflowsRunAgainstTheSandbox(t *testing.T) {
 	// release.yml, on a clone of this repository at its commit, with the tag the other workflows
 	// pin: make release's archive, SBOM, provenance and SHA256SUMS published as the release.
 	src := t.TempDir()
-	if out, err := exec.Command("git", "clone", "-q", "../..", src).CombinedOutput(); err != nil {
-		t.Fatalf("git clone: %v\n%s", err, out)
-	}
+	git(".", "clone", "-q", "../..", src)
 
 	// The fork's release workflow: its attest step records what GitHub would have attested.
 	rel := newRunnerIn(src, nil)

@@ -1,14 +1,10 @@
 package quickstart
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -85,16 +81,7 @@ type fleetRepo struct {
 func (f *fleetRepo) git(dir string, args ...string) string {
 	f.t.Helper()
 
-	c := exec.Command("git", append([]string{"-c", "user.name=maintainer", "-c", "user.email=m@example.com", "-c", "init.defaultBranch=main",
-		"-c", "advice.detachedHead=false"}, args...)...)
-	c.Dir = dir
-
-	out, err := c.CombinedOutput()
-	if err != nil {
-		f.t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-
-	return strings.TrimSpace(string(out))
+	return actions.Git(f.t, dir, args...)
 }
 
 // checkout is a fresh clone of origin at rev, as a job's checkout leaves its workspace.
@@ -134,7 +121,7 @@ func playAdoption(t *testing.T, sb *sandbox.Sandbox, r *reader, step2 func(user 
 			values["secrets."+k+"_KUBECONFIG"] = secret(file)
 		}
 
-		run := actions.New(t, workspace, gh+":"+os.Getenv("PATH"), runnerEnv(t), values)
+		run := actions.New(t, workspace, gh+":"+os.Getenv("PATH"), hostEnv(t, t.TempDir()), values)
 		run.Pinned = map[string]string{"GHCRSYNC_SHA256": pin}
 		trace := run.Run(filepath.Join(workspace, ".github", "workflows", workflow))
 
@@ -374,42 +361,8 @@ func publishRelease(t *testing.T, binary string) (ghDir, pin string) {
 		t.Fatal(err)
 	}
 
-	store, ghDir := t.TempDir(), t.TempDir()
-	archive := "ghcrsync_v0.3.0_linux_" + runtime.GOARCH + ".tar.gz"
-	content := actions.TarGz(t, "ghcrsync", string(b))
-	sum := sha256.Sum256(content)
-	pin = hex.EncodeToString(sum[:])
-
-	_ = os.MkdirAll(filepath.Join(store, "v0.3.0"), 0o700)
-	_ = os.WriteFile(filepath.Join(store, "v0.3.0", archive), content, 0o600)
-	_ = os.WriteFile(filepath.Join(store, "v0.3.0", "SHA256SUMS"), []byte(pin+"  "+archive+"\n"), 0o600)
-	// What the fork's release workflow attested (its attest step), for gh attestation verify.
-	_ = os.WriteFile(filepath.Join(store, "attested"), []byte(pin+" acme/ghcrsync\n"), 0o600)
-
-	if err := os.WriteFile(filepath.Join(ghDir, "gh"), []byte(strings.ReplaceAll(actions.GhStub, "STORE", store)), 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	return ghDir, pin
-}
-
-// runnerEnv is a hosted runner's environment: a home of its own, no configuration of this
-// process (KUBECONFIG, TALOSCONFIG, SOPS_*, GHCRSYNC_*), Go's caches.
-func runnerEnv(t *testing.T) []string {
-	t.Helper()
-
-	var env []string
-
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "HOME" || k == "KUBECONFIG" || k == "TALOSCONFIG" || strings.HasPrefix(k, "SOPS_") || strings.HasPrefix(k, "GHCRSYNC_") {
-			continue
-		}
-
-		env = append(env, kv)
-	}
-
-	return append(env, "HOME="+t.TempDir())
+	// Attested by the fork's release workflow (its attest step), for gh attestation verify.
+	return actions.Publish(t, string(b), "acme/ghcrsync")
 }
 
 func writeFile(t *testing.T, path, content string) {

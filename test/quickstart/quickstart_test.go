@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
+	"github.com/ghcrsync/ghcrsync/internal/sandbox/actions"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
 
@@ -239,22 +240,7 @@ func newReader(t *testing.T, path ...string) *reader {
 	dirs := append([]string{filepath.Join(home, ".local", "bin")}, path...)
 	dirs = append(dirs, filepath.Dir(goBin), "/usr/local/bin", "/usr/bin", "/bin")
 
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "HOME" || k == "PATH" || k == "KUBECONFIG" || k == "TALOSCONFIG" || k == "XDG_CONFIG_HOME" ||
-			strings.HasPrefix(k, "SOPS_") || strings.HasPrefix(k, "GHCRSYNC_") {
-			continue
-		}
-
-		r.env = append(r.env, kv)
-	}
-
-	r.env = append(r.env, "HOME="+home, "PATH="+strings.Join(dirs, ":"))
-
-	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
-		out, _ := exec.Command(goBin, "env", v).Output()
-		r.env = append(r.env, v+"="+strings.TrimSpace(string(out)))
-	}
+	r.env = append(hostEnv(t, home), "PATH="+strings.Join(dirs, ":"))
 
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "ghcrsync")); err == nil {
@@ -263,6 +249,34 @@ func newReader(t *testing.T, path ...string) *reader {
 	}
 
 	return r
+}
+
+// hostEnv is the environment of a shell or a runner of this machine that is not this test's:
+// a home of its own, no configuration of this process (PATH, KUBECONFIG, TALOSCONFIG,
+// XDG_CONFIG_HOME, SOPS_*, GHCRSYNC_*), and this machine's Go caches (a new home would move them).
+func hostEnv(t *testing.T, home string) []string {
+	t.Helper()
+
+	var env []string
+
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "HOME" || k == "PATH" || k == "KUBECONFIG" || k == "TALOSCONFIG" || k == "XDG_CONFIG_HOME" ||
+			strings.HasPrefix(k, "SOPS_") || strings.HasPrefix(k, "GHCRSYNC_") {
+			continue
+		}
+
+		env = append(env, kv)
+	}
+
+	env = append(env, "HOME="+home)
+
+	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+		out, _ := exec.Command("go", "env", v).Output()
+		env = append(env, v+"="+strings.TrimSpace(string(out)))
+	}
+
+	return env
 }
 
 // run runs the script in the reader's shell.
@@ -286,11 +300,8 @@ func fork(t *testing.T, tag string) string {
 	t.Helper()
 
 	dir := filepath.Join(t.TempDir(), "ghcrsync.git")
-	for _, args := range [][]string{{"clone", "-q", "--bare", "../..", dir}, {"-C", dir, "tag", "-f", tag, "HEAD"}} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	actions.Git(t, ".", "clone", "-q", "--bare", "../..", dir)
+	actions.Git(t, dir, "tag", "-f", tag, "HEAD")
 
 	return "file://" + dir
 }

@@ -7,11 +7,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -562,4 +565,68 @@ func TarGz(t testing.TB, name, content string) []byte {
 	_ = gz.Close()
 
 	return b.Bytes()
+}
+
+// Version is the ghcrsync release the shipped workflows pin (their GHCRSYNC_VERSION).
+const Version = "v0.3.0"
+
+// ReleaseArchive is the archive of the pinned release for this machine's architecture, as the
+// install steps name it, holding content as its ghcrsync: its name, its bytes and its SHA-256
+// (what a workflow pins in GHCRSYNC_SHA256).
+func ReleaseArchive(t testing.TB, content string) (name string, archive []byte, digest string) {
+	t.Helper()
+
+	archive = TarGz(t, "ghcrsync", content)
+	sum := sha256.Sum256(archive)
+
+	return "ghcrsync_" + Version + "_linux_" + runtime.GOARCH + ".tar.gz", archive, hex.EncodeToString(sum[:])
+}
+
+// Publish puts the pinned release — ReleaseArchive of content and its SHA256SUMS — in a
+// stand-in for GitHub's releases, attested by a workflow of attestedBy ("": not attested), and
+// returns the directory of GhStub over it and the archive's digest.
+func Publish(t testing.TB, content, attestedBy string) (ghDir, digest string) {
+	t.Helper()
+
+	name, archive, digest := ReleaseArchive(t, content)
+	store, ghDir := t.TempDir(), t.TempDir()
+
+	attested := ""
+	if attestedBy != "" {
+		attested = digest + " " + attestedBy + "\n"
+	}
+
+	for path, b := range map[string][]byte{
+		filepath.Join(store, Version, name):         archive,
+		filepath.Join(store, Version, "SHA256SUMS"): []byte(digest + "  " + name + "\n"),
+		filepath.Join(store, "attested"):            []byte(attested),
+		filepath.Join(ghDir, "gh"):                  []byte(strings.ReplaceAll(GhStub, "STORE", store)),
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := os.WriteFile(path, b, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return ghDir, digest
+}
+
+// Git runs git in dir as a maintainer would (a name and address, main the default branch, no
+// detached-HEAD advice) and returns its trimmed output; a failure fails the test.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+
+	c := exec.Command("git", append([]string{"-c", "user.name=maintainer", "-c", "user.email=maintainer@example.com",
+		"-c", "init.defaultBranch=main", "-c", "advice.detachedHead=false"}, args...)...)
+	c.Dir = dir
+
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+
+	return strings.TrimSpace(string(out))
 }
