@@ -60,6 +60,8 @@ type Inputs struct {
 	Leasing     Leasing
 	// Keyrings write the kubelets' node keyrings (nil: nodes.kubelet_keyring is not configured).
 	Keyrings KeyringWriters
+	// Others are the other maintenance tools sharing the fleet (nil: none are asked).
+	Others Others
 	// Server is the Kubernetes API's URL, a plan is bound to it (with the cluster's uid).
 	Server string
 
@@ -584,7 +586,9 @@ func (r *run) nodes(ctx context.Context) error {
 
 	w := r.window()
 	nodes, workloads := r.watched(ctx)
-	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, keyrings: keyrings, lease: r.lease, store: r.in.Store}, r.in.State, execOptions{
+	stages, _ := tc.(Stages) // the Talos client reads the machines' stages; a client that cannot is not asked
+	r.exec = newExecutor(ports{nodes: nodes, workloads: workloads, talos: tc, etcd: etcd, keyrings: keyrings, lease: r.lease, store: r.in.Store,
+		others: r.in.Others, stages: stages}, r.in.State, execOptions{
 		Holder: r.res.Holder, Registry: cfg.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(),
 		DrainTimeout: cfg.Nodes.DrainTimeout, ReadyTimeout: cfg.Nodes.ReadyTimeout, WorkerParallelism: cfg.Nodes.WorkerParallelism,
 		LiveParallelism: cfg.Nodes.LiveParallelism, KeyringWindow: keyringWindow(cfg.Nodes.Keyring),

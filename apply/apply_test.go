@@ -474,7 +474,7 @@ func TestDrainBlockedByPDB(t *testing.T) {
 		}
 
 		r := newRotation(t, sb, func(s string) string {
-			return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "4s"`, 1)
+			return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "4s"`, 1) + waitHeldDrains
 		}, name)
 		path := r.plan()
 		talosBefore := sb.Fleet().Stats().TalosWrites[name]
@@ -635,3 +635,8 @@ func TestRetriedClaimStillRefusesWhenTheRetryBudgetIsExhausted(t *testing.T) {
 		})
 	}
 }
+
+// waitHeldDrains makes a drain held by a budget that never frees by itself wait drain_timeout
+// (maintenance.held_drain = "wait"), as these tests of the wait and its undo need: by default
+// such a node is deferred (test/coexist).
+const waitHeldDrains = "\nmaintenance {\n  held_drain = \"wait\"\n}\n"

@@ -139,6 +139,7 @@ func (t *txn) failOrInterrupted(msg string) *NodeResult {
 func (t *txn) finish(outcome state.Outcome, reason plan.Reason, msg string) NodeResult {
 	now := t.e.clock.Now().UTC()
 	t.rec.Outcome, t.rec.Reason, t.rec.Finished = outcome, string(reason), &now
+	t.dropKuredLock()
 
 	if outcome == state.OutcomeFailed {
 		t.rec.LastError = msg

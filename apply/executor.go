@@ -96,6 +96,9 @@ type ports struct {
 	keyrings  Keyrings
 	lease     Lease
 	store     Store
+	// others and stages are the other maintenance tools and the machines' stages (nil: not asked).
+	others Others
+	stages Stages
 }
 
 // Hooks let tests act at exact points. Production leaves them nil.

@@ -52,9 +52,9 @@ func (t *txn) run(ctx context.Context) NodeResult {
 		Started: t.e.clock.Now().UTC(),
 	}
 
-	// fence: claim → guarded → drained → configured → rebooting → ready → proved → released.
+	// fence: (no other maintenance) claim → guarded → (kured's lock) → drained → configured → rebooting → ready → proved → released.
 	steps := []phaseStep{
-		{"claim", t.claim}, {"guard", t.guarded}, {"drain", t.drain}, {"configure", t.configureStaged},
+		{"others", t.others}, {"claim", t.claim}, {"guard", t.guarded}, {"kured", t.kuredLock}, {"drain", t.drain}, {"configure", t.configureStaged},
 		{"reboot", t.reboot}, {"ready", t.waitReady}, {"prove", t.prove}, {"release", t.release},
 	}
 	done := t.rotated
@@ -62,7 +62,7 @@ func (t *txn) run(ctx context.Context) NodeResult {
 	if t.np.Keyring != "" && t.np.Keyring != t.p.AuthDigest {
 		// a keyring an earlier rotation wrote holds another credential: out before the reboot
 		// (containerd then loads the credential, and the kubelet sends none of its own).
-		steps = slices.Insert(steps, 4, phaseStep{"keyring", t.clearKeyring})
+		steps = slices.Insert(steps, 6, phaseStep{"keyring", t.clearKeyring})
 	}
 
 	switch t.np.Action {

@@ -56,7 +56,7 @@ func Make(s Snapshot, in Input) *Plan {
 	p.Warnings = append(p.Warnings, drift...)
 	p.Warnings = append(p.Warnings, writeRefusals(p)...)
 
-	predicted, holds := drainPredictions(p)
+	predicted, holds := drainPredictions(p, in.WaitHeldDrains)
 	p.Warnings, p.DrainHolds = append(p.Warnings, predicted...), holds
 
 	v := Inventory(s, in)
@@ -496,7 +496,7 @@ func actsOnControlPlanes(p *Plan) bool {
 // of those stop it: a budget that allows no disruption now and a pod with no controller hold it
 // (apply's drain waits, then fails after nodes.drain_timeout and restores the node); emptyDir
 // data is lost.
-func drainPredictions(p *Plan) (out []string, holds int) {
+func drainPredictions(p *Plan, wait bool) (out []string, holds int) {
 	for _, np := range p.Nodes {
 		for _, b := range np.Blockers {
 			if b.Holds() {
@@ -514,8 +514,24 @@ func drainPredictions(p *Plan) (out []string, holds int) {
 					continue
 				}
 
+				if b.NeedsAction() && wait {
+					out = append(out, fmt.Sprintf("%s's drain will wait: pod %s is held by PodDisruptionBudget %s, which allows 0 disruptions now and needs an action "+
+						"(it never frees by itself): %s; apply waits nodes.drain_timeout for someone to act (maintenance.held_drain = \"wait\"), "+
+						"then fails and restores the node", np.Name, b.Pod, b.Budget, b.Action))
+
+					continue
+				}
+
+				if b.NeedsAction() {
+					out = append(out, fmt.Sprintf("%s's drain is held by a budget that needs an action (it never frees by itself): %s; apply defers the node "+
+						"rather than wait nodes.drain_timeout", np.Name, b.Action))
+
+					continue
+				}
+
 				out = append(out, fmt.Sprintf("%s's drain will wait: pod %s is held by PodDisruptionBudget %s, which allows 0 disruptions now; "+
-					"unless another replica becomes ready, the drain fails after nodes.drain_timeout and the node is restored", np.Name, b.Pod, b.Budget))
+					"it frees as its workload's replacements become ready, and unless one does, the drain fails after nodes.drain_timeout and the node is restored",
+					np.Name, b.Pod, b.Budget))
 			case BlockerBare:
 				out = append(out, fmt.Sprintf("%s's drain will refuse pod %s: it has no controller, so nothing would recreate it; move or delete it first", np.Name, b.Pod))
 			case BlockerEmptyDir:

@@ -175,7 +175,14 @@ type DrainBlocker struct {
 	// Allowed evictions pass, this pod's waits for a replacement that cannot become ready.
 	Allowed int `json:"allowed,omitempty"`
 	OnNode  int `json:"on_node,omitempty"`
+	// Action, for a budget at 0 that never frees by itself (drain.Action), is what frees it: the
+	// node is deferred, naming it, rather than held for nodes.drain_timeout ("": the budget frees
+	// as its workload's replacements become ready).
+	Action string `json:"action,omitempty"`
 }
+
+// NeedsAction reports whether the blocker is a hold that never clears by itself.
+func (b DrainBlocker) NeedsAction() bool { return b.Kind == BlockerBudget && b.Action != "" }
 
 // Holds reports whether the blocker stops the drain (a budget's hold or a bare pod), rather
 // than only costing data.
@@ -274,7 +281,10 @@ type Input struct {
 	SelfNode         string
 	AutoscalerPolicy string // "deselect" or "include"
 	AllowQuorumLoss  bool   // nodes.allow_quorum_loss
-	State            StateRef
+	// WaitHeldDrains: a drain held by a budget that needs an action waits nodes.drain_timeout for
+	// someone to act (maintenance.held_drain = "wait") instead of deferring the node.
+	WaitHeldDrains bool
+	State          StateRef
 	// Known lists nodes the prior state or a previous plan recorded (name -> uid).
 	Known map[string]string
 	// Probe is how apply proves a node's runtime (the image by its proved digest).

@@ -275,6 +275,9 @@ type Fence struct {
 	// Talos config written, its runtime never proved): the cordon is ghcrsync's, and it stays
 	// until a proof (WasCordoned is false for it).
 	HeldUnproven bool `json:"held_unproven,omitempty"`
+	// KuredLock: ghcrsync took (or was about to take) kured's lock for this node's reboot
+	// (maintenance.kured); recorded before the write, given back when the fence is.
+	KuredLock bool `json:"kured_lock,omitempty"`
 }
 
 // Unproven reports whether a fence undone at phase may return a node to service with no proof

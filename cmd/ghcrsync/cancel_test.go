@@ -163,7 +163,7 @@ func TestSIGTERMDuringDrain(t *testing.T) {
 
 	blockDrain(t, sb, name)
 	cfg, planFile := oneNodeRotation(t, sb, name, func(s string) string {
-		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "60s"`, 1)
+		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "60s"`, 1) + waitHeldDrains
 	})
 
 	c := startChild(t, state.PhaseDrained, 0, "apply", "--config", cfg, planFile)
@@ -389,3 +389,8 @@ func waitReadyNode(t *testing.T, sb *sandbox.Sandbox, name string) {
 		return nil
 	})
 }
+
+// waitHeldDrains makes a drain held by a budget that never frees by itself wait drain_timeout
+// (maintenance.held_drain = "wait"), as the tests of a held drain need: by default such a node
+// is deferred (test/coexist).
+const waitHeldDrains = "\nmaintenance {\n  held_drain = \"wait\"\n}\n"

@@ -35,7 +35,7 @@ func TestPlanPredictsTheDrainHold(t *testing.T) {
 	cfg := copyConfig(t, sb, t.TempDir(), func(s string) string {
 		s = strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname="+worker+"\"\n  verdict  = \"selected\"\n", 1)
 
-		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "5s"`, 1)
+		return strings.Replace(s, `drain_timeout         = "2m"`, `drain_timeout         = "5s"`, 1) + waitHeldDrains
 	})
 
 	budget := func(maxUnavailable int32) {

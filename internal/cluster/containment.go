@@ -60,6 +60,7 @@ const (
 	EscapeCredentialMark EscapeKind = "a pull secret marked with another credential"
 	EscapeTemplateKey    EscapeKind = "a key of a node template besides its configured one"
 	EscapeForgedEvent    EscapeKind = "an Event posing as the kubelet"
+	EscapeDaemonSetSpec  EscapeKind = "the service account of kured's DaemonSet's pod template"
 )
 
 func (e Escape) String() string {
@@ -178,6 +179,11 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 		return err
 	case EscapeDeploymentSA:
 		_, err := c.Client.AppsV1().Deployments(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
+			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
+
+		return err
+	case EscapeDaemonSetSpec:
+		_, err := c.Client.AppsV1().DaemonSets(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
 			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
 
 		return err

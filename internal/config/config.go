@@ -63,7 +63,33 @@ type Config struct {
 	Liveness      *Liveness
 	// Run bounds a run in time (the run block).
 	Run Run
+	// Others are the other maintenance tools ghcrsync shares the fleet with (the maintenance
+	// block).
+	Others Others
 }
+
+// Others are where the other tools that drain and reboot nodes keep what ghcrsync honours
+// (internal/maintenance): kured's DaemonSet (its lock; zero: not looked for) and the
+// namespace of the system-upgrade-controller's Plans ("" : not looked for), and what a drain
+// held by a budget that never frees by itself does: HeldDrainDefer (the node is deferred, the
+// action named) or HeldDrainWait (the drain waits nodes.drain_timeout, for someone to act).
+type Others struct {
+	Kured        NamespacedName
+	UpgradePlans string
+	HeldDrain    string
+}
+
+// What a drain held by a budget that never frees by itself does (maintenance.held_drain).
+const (
+	HeldDrainDefer = "defer"
+	HeldDrainWait  = "wait"
+)
+
+// The maintenance block's defaults: kured's and the system-upgrade-controller's own.
+var (
+	DefaultKured        = NamespacedName{Namespace: "kube-system", Name: "kured"}
+	DefaultUpgradePlans = "" // not looked for: no Role is rendered into a namespace a cluster without the controller lacks
+)
 
 // Run is how long one apply may take: a run that cannot finish the rotation in its budget does
 // what fits and leaves the rest to the next run.
@@ -367,6 +393,13 @@ type file struct {
 	State       *stateBlock       `hcl:"state,block"`
 	Liveness    []livenessBlock   `hcl:"liveness,block"`
 	Run         *runBlock         `hcl:"run,block"`
+	Maintenance *maintenanceBlock `hcl:"maintenance,block"`
+}
+
+type maintenanceBlock struct {
+	Kured        hcl.Expression `hcl:"kured,optional"`
+	UpgradePlans hcl.Expression `hcl:"upgrade_plans,optional"`
+	HeldDrain    hcl.Expression `hcl:"held_drain,optional"`
 }
 
 type runBlock struct {
@@ -779,8 +812,50 @@ func (d *decoder) build(raw *file, body hcl.Body) *Config {
 	}
 
 	d.run(raw, cfg)
+	d.others(raw, cfg)
 
 	return cfg
+}
+
+// others decodes the maintenance block: where kured and the system-upgrade-controller keep
+// their holds, and what a drain held for good does.
+func (d *decoder) others(raw *file, cfg *Config) {
+	cfg.Others = Others{Kured: DefaultKured, UpgradePlans: DefaultUpgradePlans, HeldDrain: HeldDrainDefer}
+
+	b := raw.Maintenance
+	if b == nil {
+		return
+	}
+
+	if text, rng, ok := d.str(b.Kured, DefaultKured.String()); ok {
+		ns, name, cut := strings.Cut(text, "/")
+
+		switch {
+		case text == "":
+			cfg.Others.Kured = NamespacedName{}
+		case !cut || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0:
+			d.errorf(rng, "Invalid kured DaemonSet", "maintenance.kured is the namespace/name of kured's DaemonSet, like \"kube-system/kured\" (\"\" : kured is not used); %q is not.", text)
+		default:
+			cfg.Others.Kured = NamespacedName{Namespace: ns, Name: name}
+		}
+	}
+
+	if text, rng, ok := d.str(b.UpgradePlans, DefaultUpgradePlans); ok {
+		if text != "" && len(validation.IsDNS1123Label(text)) > 0 {
+			d.errorf(rng, "Invalid namespace", "maintenance.upgrade_plans is the namespace of the system-upgrade-controller's Plans (\"\" : it is not used); %q is not a namespace.", text)
+		}
+
+		cfg.Others.UpgradePlans = text
+	}
+
+	if text, rng, ok := d.str(b.HeldDrain, HeldDrainDefer); ok {
+		if text != HeldDrainDefer && text != HeldDrainWait {
+			d.errorf(rng, "Invalid held_drain", "maintenance.held_drain is %q (defer the node, naming the action) or %q (wait nodes.drain_timeout for someone to act); not %q.",
+				HeldDrainDefer, HeldDrainWait, text)
+		}
+
+		cfg.Others.HeldDrain = text
+	}
 }
 
 // run decodes the run block: the time budget of one apply, and its maintenance window.

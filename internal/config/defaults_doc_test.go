@@ -109,6 +109,8 @@ nodes {
 		"liveness.api_url":                      cfg.Liveness.APIURL,
 		"liveness.token_env":                    cfg.Liveness.TokenEnv,
 		"run.reserve":                           fmt.Sprint(cfg.Run.Reserve),
+		"maintenance.kured":                     cfg.Others.Kured.String(),
+		"maintenance.held_drain":                cfg.Others.HeldDrain,
 	}
 	notLiteral := map[string]string{
 		"cluster.kubeconfig":         "the kubeconfig loading rules decide, not the decoder",

@@ -6,6 +6,7 @@
 package drain
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 
@@ -38,7 +39,7 @@ func Blockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []co
 
 		for j := range pdbs {
 			if b := &pdbs[j]; b.Namespace == p.Namespace && b.Status.DisruptionsAllowed == 0 && Selects(b, p) {
-				add(plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: name, Budget: b.Namespace + "/" + b.Name})
+				add(plan.DrainBlocker{Kind: plan.BlockerBudget, Pod: name, Budget: b.Namespace + "/" + b.Name, Action: Action(b, p)})
 			}
 		}
 
@@ -60,6 +61,31 @@ func Blockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, nodes []co
 	}
 
 	return out
+}
+
+// Action is what frees a budget at 0 disruptions that never frees by itself, holding pod p ("":
+// it frees as its workload's replacements become ready). Where the owner is known the action is
+// its own: Longhorn keeps its instance manager's budget at 0 while a volume's only healthy
+// replica is on the node; CloudNativePG's primary is held until a switchover. Otherwise a budget
+// that allows nothing with every one of its pods healthy is at its floor by its own spec.
+func Action(b *policyv1.PodDisruptionBudget, p *corev1.Pod) string {
+	budget := b.Namespace + "/" + b.Name
+
+	switch {
+	case p.Labels["longhorn.io/component"] == "instance-manager":
+		return fmt.Sprintf("Longhorn keeps PodDisruptionBudget %s of its instance manager %s at 0 while a volume's only healthy replica is on this node: "+
+			"add a replica of the node's volumes on another node (or evict the node's replicas in Longhorn), then run again", budget, p.Namespace+"/"+p.Name)
+	case p.Labels["cnpg.io/cluster"] != "" && (p.Labels["cnpg.io/instanceRole"] == "primary" || p.Labels["role"] == "primary"):
+		c := p.Labels["cnpg.io/cluster"]
+
+		return fmt.Sprintf("CloudNativePG's primary %s of cluster %s is held by PodDisruptionBudget %s until a switchover: "+
+			"promote a replica on another node (kubectl cnpg promote %s <instance>), then run again", p.Namespace+"/"+p.Name, c, budget, c)
+	case b.Status.ExpectedPods > 0 && b.Status.CurrentHealthy >= b.Status.ExpectedPods:
+		return fmt.Sprintf("PodDisruptionBudget %s allows no disruption with all %d of its pods healthy, so no replacement frees it: "+
+			"scale its workload up or relax the budget for the rotation (pod %s), then run again", budget, b.Status.ExpectedPods, p.Namespace+"/"+p.Name)
+	}
+
+	return ""
 }
 
 // Selects reports whether the budget's selector selects the pod (policy/v1: an empty selector

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -151,6 +152,39 @@ func TestEvictableAndSelects(t *testing.T) {
 			b := &policyv1.PodDisruptionBudget{Spec: policyv1.PodDisruptionBudgetSpec{Selector: tc.sel}}
 			if got := Selects(b, web); got != tc.want {
 				t.Fatalf("Selects = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A budget at 0 that never frees by itself needs an action, named for the owner when it is
+// known; one short of healthy pods frees as replacements become ready.
+func TestAction(t *testing.T) {
+	budget := func(expected, healthy int32) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"},
+			Status: policyv1.PodDisruptionBudgetStatus{ExpectedPods: expected, CurrentHealthy: healthy}}
+	}
+	pod := func(labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: labels}}
+	}
+
+	for _, tc := range []struct {
+		name   string
+		b      *policyv1.PodDisruptionBudget
+		p      *corev1.Pod
+		action string // a word the action must carry; "" none
+	}{
+		{"a rolling workload one short", budget(3, 2), pod(nil), ""},
+		{"at its floor, every pod healthy", budget(1, 1), pod(nil), "scale its workload up or relax the budget"},
+		{"Longhorn's instance manager", budget(1, 1), pod(map[string]string{"longhorn.io/component": "instance-manager"}), "add a replica"},
+		{"Longhorn even while one is unready", budget(2, 1), pod(map[string]string{"longhorn.io/component": "instance-manager"}), "Longhorn"},
+		{"CloudNativePG's primary", budget(1, 1), pod(map[string]string{"cnpg.io/cluster": "pg", "cnpg.io/instanceRole": "primary"}), "kubectl cnpg promote pg"},
+		{"CloudNativePG's replica one short", budget(2, 1), pod(map[string]string{"cnpg.io/cluster": "pg", "cnpg.io/instanceRole": "replica"}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Action(tc.b, tc.p)
+			if tc.action == "" && got != "" || tc.action != "" && !strings.Contains(got, tc.action) {
+				t.Fatalf("action %q, want one with %q", got, tc.action)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/maintenance"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -103,8 +104,10 @@ type Observation struct {
 	Steered    []SteerObs
 	Holds      []HoldObs
 	Flux       []FluxObs
-	Lease      *LeaseObs
-	Verdicts   map[string]Verdict // by holder
+	// Kured are ghcrsync's entries in kured's reboot lock.
+	Kured    []maintenance.OurEntry
+	Lease    *LeaseObs
+	Verdicts map[string]Verdict // by holder
 	// Holder is an explicit --holder; Force lets it release a holder that may be alive.
 	Holder string
 	Force  bool
@@ -173,6 +176,10 @@ func Classify(o Observation) Report {
 
 	for _, x := range o.Flux {
 		rep.Fences = append(rep.Fences, classifyFlux(x, o))
+	}
+
+	for _, e := range o.Kured {
+		rep.Fences = append(rep.Fences, classifyKured(e, o, rep))
 	}
 
 	if l := o.Lease; l != nil && l.Holder != "" {

@@ -67,6 +67,10 @@ func Observe(ctx context.Context, in Inputs, where Targets) (Observation, error)
 		return o, err
 	}
 
+	if o.Kured, err = observeKured(ctx, in.Kured); err != nil {
+		return o, err
+	}
+
 	// A Lease is judged by the API server's clock, not this machine's.
 	if server, ok := in.Leases.ServerNow(); ok && o.Lease != nil && o.Lease.Written != nil {
 		o.Now = server
@@ -163,6 +167,10 @@ func checkHolders(ctx context.Context, pods liveness.Source, o Observation, sour
 
 	holders = append(holders, steeringHolders(o.Steered)...)
 	holders = append(holders, fluxHolders(o.Flux)...)
+
+	for _, e := range o.Kured {
+		holders = append(holders, e.Holder)
+	}
 
 	if o.Lease != nil {
 		holders = append(holders, o.Lease.Holder)

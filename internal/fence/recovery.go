@@ -35,6 +35,8 @@ type Inputs struct {
 	Clock    clock.Clock
 	// Writers are the keyring writer's pods and Secret (nil: not configured).
 	Writers Writers
+	// Kured is kured's reboot lock (nil: not configured).
+	Kured Kured
 }
 
 // observe reads every fence and its holder's liveness.

@@ -112,6 +112,7 @@ func Release(ctx context.Context, in Inputs, rep Report, o ReleaseOptions) []Out
 	var out []Outcome
 
 	nodeFailed := false
+	nodeKept := map[string]bool{}
 
 	for _, f := range rep.Fences {
 		if f.Kind != KindNode || (o.Node != "" && f.Name != o.Node) {
@@ -121,6 +122,22 @@ func Release(ctx context.Context, in Inputs, rep Report, o ReleaseOptions) []Out
 		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
 		if f.Releasable {
 			r = releaseNode(ctx, in, f, o)
+		}
+
+		nodeFailed = nodeFailed || !r.Released
+		nodeKept[f.Name] = !r.Released
+		out = append(out, r)
+	}
+
+	// kured's lock after the node's fence: kured waits until the node is back.
+	for _, f := range rep.Fences {
+		if f.Kind != KindKured || (o.Node != "" && f.Name != o.Node) {
+			continue
+		}
+
+		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
+		if f.Releasable {
+			r = releaseKured(ctx, in, f, nodeKept)
 		}
 
 		nodeFailed = nodeFailed || !r.Released

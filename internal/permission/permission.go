@@ -84,6 +84,8 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		}
 	}
 
+	needs = append(needs, othersNeeds(cfg, command)...)
+
 	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
 	// leaves), suspended and resumed by apply, resumed by release.
 	for _, k := range cfg.FluxSuspend {
@@ -95,6 +97,28 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 	}
 
 	return dedupe(needs)
+}
+
+// othersNeeds are the maintenance block's: kured's DaemonSet read (its lock, by every command
+// that shows or releases fences) and its lock annotation written (apply takes it, apply and
+// release give it back — the admission policy bounds the write to that annotation:
+// DaemonSetsPolicy); the system-upgrade-controller's Plans listed before a node is fenced.
+func othersNeeds(cfg *config.Config, command string) []cluster.Access {
+	var needs []cluster.Access
+
+	if k := cfg.Others.Kured; k.Name != "" {
+		needs = append(needs, access("get", "apps", "daemonsets", k.Namespace, k.Name))
+
+		if command == CommandApply || command == CommandRelease {
+			needs = append(needs, access("patch", "apps", "daemonsets", k.Namespace, k.Name))
+		}
+	}
+
+	if ns := cfg.Others.UpgradePlans; ns != "" && (command == CommandApply || command == CommandPlan) {
+		needs = append(needs, access("list", cluster.UpgradePlans.Group, cluster.UpgradePlans.Resource, ns, ""))
+	}
+
+	return needs
 }
 
 // ListNamespaces is what resolving a consumer selector needs, before the targets are known.

@@ -14,6 +14,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/maintenance"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state/kubestate"
@@ -32,6 +33,7 @@ import (
 //	ghcrsync-deployments      Deployments: the pod template's kubectl.kubernetes.io/restartedAt
 //	ghcrsync-kustomizations   Flux Kustomizations: spec.suspend and ghcrsync.dev/suspended-by
 //	ghcrsync-ocirepositories  Flux OCIRepositories: reconcile.fluxcd.io/requestedAt
+//	ghcrsync-daemonsets       DaemonSets: kured's lock annotation (weave.works/kured-node-lock)
 //	ghcrsync-pods             Pods: the runtime probe's shape, nothing else
 //	ghcrsync-plan-dry-run     the plan identity: server-side dry runs only
 //
@@ -47,6 +49,7 @@ const (
 	DeploymentsPolicy     = "ghcrsync-deployments"
 	KustomizationsPolicy  = "ghcrsync-kustomizations"
 	OCIRepositoriesPolicy = "ghcrsync-ocirepositories"
+	DaemonSetsPolicy      = "ghcrsync-daemonsets"
 	PodsPolicy            = "ghcrsync-pods"
 	PlanDryRunPolicyName  = "ghcrsync-plan-dry-run"
 	KeyringPolicy         = "ghcrsync-keyring-writers"
@@ -69,7 +72,7 @@ func Policies(namespace string, s Shapes) []runtime.Object {
 
 	for _, p := range []policy{
 		secretsPolicy(&s.Secrets), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(),
-		kustomizationsPolicy(), ociRepositoriesPolicy(), eventsPolicy(),
+		kustomizationsPolicy(), ociRepositoriesPolicy(), daemonSetsPolicy(), eventsPolicy(),
 	} {
 		out = append(out, p.objects(identitiesCondition(namespace))...)
 	}
@@ -101,7 +104,7 @@ func StaticPolicies(namespace string) []runtime.Object {
 	var out []runtime.Object
 
 	for _, p := range []policy{secretsPolicy(nil), nodesPolicy(), serviceAccountsPolicy(), deploymentsPolicy(), kustomizationsPolicy(), ociRepositoriesPolicy(),
-		eventsPolicy()} {
+		daemonSetsPolicy(), eventsPolicy()} {
 		out = append(out, p.objects(identitiesCondition(namespace))...)
 	}
 
@@ -517,6 +520,17 @@ func ociRepositoriesPolicy() policy {
 		)}
 }
 
+// daemonSetsPolicy: of a DaemonSet (kured's, the only one a role lets ghcrsync patch), only
+// kured's lock annotation may change — a patch right on a DaemonSet is otherwise a right to run
+// any pod on every node.
+func daemonSetsPolicy() policy {
+	return policy{name: DaemonSetsPolicy, group: "apps", resource: "daemonsets", operations: update,
+		rules: append(onlyMetadata("DaemonSet", keyIn(maintenance.KuredLockAnnotation)),
+			rule(unchanged("object", "oldObject", keyIn("metadata", "status")),
+				"ghcrsync's identities change only the "+maintenance.KuredLockAnnotation+" annotation of a DaemonSet (kured's lock)"),
+		)}
+}
+
 // The probe pod's allowed keys: what cluster.probePod sets, and what the API server defaults.
 var (
 	probePodKeys = []string{"nodeName", "serviceAccountName", "serviceAccount", "restartPolicy", "tolerations", "automountServiceAccountToken",
@@ -607,6 +621,10 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 
 	for _, k := range cfg.FluxSuspend {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeKustomization, Policy: KustomizationsPolicy, Namespace: k.Namespace, Name: k.Name})
+	}
+
+	if k := cfg.Others.Kured; k.Name != "" {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeDaemonSetSpec, Policy: DaemonSetsPolicy, Namespace: k.Namespace, Name: k.Name})
 	}
 
 	if command == CommandRelease {

@@ -91,6 +91,8 @@ type Planner struct {
 	Talos     func(ctx context.Context) (Talos, error)
 	Writes    Writes
 	Admission Admission
+	// Others are the other maintenance tools (nil: not asked).
+	Others Others
 }
 
 // Plan proves the credential, observes the fleet and plans. It writes nothing anywhere.
@@ -166,6 +168,7 @@ func (pl *Planner) Plan(ctx context.Context, o Options) (*plan.Plan, error) {
 	}
 
 	p.Warnings = append(p.Warnings, WindowWarning(pl.Config.Run.Window, p, pl.Clock.Now())...)
+	p.Warnings = append(p.Warnings, pl.othersWarnings(ctx, p)...)
 
 	return p, nil
 }
@@ -346,6 +349,7 @@ func (pl *Planner) Input(o Options) (plan.Input, error) {
 		Now: pl.Clock.Now(), TTL: ttl, CredentialRevision: cred.Revision(), PullSecretRevision: cred.PullSecretRevision(), AuthDigest: cred.AuthDigest(),
 		Registry: cfg.Credential.Registry, ProofSkipped: o.SkipProof, ConfigDigest: cfg.Digest,
 		Exclude: cfg.Nodes.Exclude, SelfNode: SelfNode(), AutoscalerPolicy: cfg.Nodes.AutoscalerCandidates, AllowQuorumLoss: cfg.Nodes.AllowQuorumLoss,
+		WaitHeldDrains:  cfg.Others.HeldDrain == config.HeldDrainWait,
 		SelectedVerdict: cfg.Nodes.Verdict == config.VerdictSelected,
 		State:           plan.StateRef{Lineage: pl.State.Lineage, Serial: pl.State.Serial}, Known: pl.known(o.PreviousPlan),
 		AllowPending: o.AllowPending, Timing: pl.Timing(o.Within), Rotation: pl.State.Rotation,

@@ -121,6 +121,12 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 	return nil
 }
 
+// InstallCRD installs a CRD for gvr (any fields; with the status subresource when status) and
+// waits until it is served: another tool's resource, as a test needs it.
+func InstallCRD(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, kind string, status bool) error {
+	return installCRD(ctx, dyn, gvr, kind, status)
+}
+
 // installCRD installs a Flux CRD (any fields; with the status subresource when status) and
 // waits until it is served.
 func installCRD(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, kind string, status bool) error {

@@ -191,6 +191,12 @@ func (m *Machine) syncRegistries(ctx context.Context) error {
 	return put(ctx, m.cosi, rc)
 }
 
+// SetStage puts the machine in stage as someone else's maintenance would (talosctl upgrade:
+// "upgrading"), its Node untouched; SetStage(runtime.MachineStageRunning) ends it.
+func (m *Machine) SetStage(stage runtime.MachineStage) {
+	m.setStage(context.Background(), stage, stage == runtime.MachineStageRunning)
+}
+
 // setStage records the machine's stage (MachineStatuses.runtime) and emits its event.
 func (m *Machine) setStage(ctx context.Context, stage runtime.MachineStage, ready bool) {
 	ms := runtime.NewMachineStatus()

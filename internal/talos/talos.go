@@ -21,6 +21,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -222,6 +223,20 @@ func sameBytes(a, b *talosconfig.MachineConfig) bool {
 
 func digest(mc *talosconfig.MachineConfig, registry string) string {
 	return registryauth.Digest(mc.Config(), registry)
+}
+
+// Stage is the machine's stage as Talos names it (MachineStatus: "running", "upgrading",
+// "rebooting", …): before ghcrsync claims a node, a stage of maintenance is someone else's.
+func (c *Client) Stage(ctx context.Context, node string) (string, error) {
+	nctx, cancel := c.bounded(ctx, node)
+	defer cancel()
+
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](nctx, c.c.COSI, runtime.MachineStatusID)
+	if err != nil {
+		return "", fmt.Errorf("machine status: %w", err)
+	}
+
+	return ms.TypedSpec().Stage.String(), nil
 }
 
 // RuntimeStarted is when the node's container runtime (its cri service) last entered Running:

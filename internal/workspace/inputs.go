@@ -22,7 +22,7 @@ import (
 func (w *Workspace) Fences() fence.Inputs {
 	return fence.Inputs{
 		Config: w.Config, Nodes: w.Kube, Leases: leases{w.Kube}, Flux: w.Kube, Events: w.Kube, Pods: liveness.Pod{Client: w.Kube.Client},
-		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock, Writers: w.Kube,
+		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock, Writers: w.Kube, Kured: w.others(),
 	}
 }
 
@@ -57,7 +57,7 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: planning.SelfNode(),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
 		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube, templates}, Leasing: leasing{w.Kube},
-		Server: w.Kube.Server,
+		Server: w.Kube.Server, Others: w.others(),
 	}
 
 	if k, ok := w.KeyringWriter(); ok {
@@ -65,6 +65,11 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 	}
 
 	return in, nil
+}
+
+// others are the other maintenance tools of the maintenance block, on the connection.
+func (w *Workspace) others() *cluster.Others {
+	return cluster.NewOthers(w.Kube, w.Config.Others, w.clock.Now)
 }
 
 // KeyringWriter is nodes.kubelet_keyring's writer, for the credential's registry (false: not

@@ -375,7 +375,7 @@ func (w *Workspace) Prover() *prover.Prover {
 // Planner is the plan operation on the workspace's reader, prover and clients.
 func (w *Workspace) Planner() *planning.Planner {
 	return &planning.Planner{Config: w.Config, State: w.State, Credentials: w, Clock: w.clock, Fleet: w.Fleet(), Prover: w.Prover(),
-		Talos: w.dryRunner, Writes: writes{w}, Admission: w.Kube}
+		Talos: w.dryRunner, Writes: writes{w}, Admission: w.Kube, Others: w.others()}
 }
 
 func (w *Workspace) dryRunner(ctx context.Context) (planning.Talos, error) {

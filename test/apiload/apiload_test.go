@@ -84,7 +84,9 @@ func rotate(t *testing.T, sb *sandbox.Sandbox, hold time.Duration) (lists, watch
 	}
 
 	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname=prod-worker-1\"\n  verdict  = \"selected\"\n", 1)
+		// The budget holds the drain for good until it is relaxed: the drain waits (held_drain).
+		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"kubernetes.io/hostname=prod-worker-1\"\n  verdict  = \"selected\"\n", 1) +
+			"\nmaintenance {\n  held_drain = \"wait\"\n}\n"
 	})
 
 	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--verbose", "--config", cfg)
