@@ -350,12 +350,5 @@ func (e *executor) sleep(ctx context.Context) error { return e.sleepOr(ctx, nil)
 
 // sleepOr waits the poll interval, or less when changed signals first.
 func (e *executor) sleepOr(ctx context.Context, changed <-chan struct{}) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-changed:
-		return nil
-	case <-e.clock.After(e.o.Poll):
-		return nil
-	}
+	return clock.SleepOr(ctx, e.clock, e.o.Poll, changed)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
@@ -222,10 +223,8 @@ func (r *run) settleProvisioning(ctx context.Context) {
 			r.o.Progress.Emit(progress.WaitingProvisioned{Group: g.Name, Machines: g.Provisioning(), Elapsed: elapsed, Timeout: timeout})
 		}
 
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, r.in.Clock, 5*time.Second) != nil {
 			return
-		case <-r.in.Clock.After(5 * time.Second):
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package clock is ghcrsync's one source of time. Every component that reads the time or waits
-// is handed a Clock; Until (poll a condition to a bound) and Ride (retry a transient failure to a
-// bound) are the loops most waits of the product are — not yet all: some loops still select on
-// ctx.Done() and After themselves (issue: "one wait"). System is the
+// is handed a Clock, and every wait is one of this package's: Sleep (a pause that ends with the
+// context), SleepOr (one a signal may cut short), Until (poll a condition to a bound) and Ride
+// (retry a transient failure to a bound) — no select on After outside it (internal/workspace's
+// TestOneWait holds that). System is the
 // machine's clock; Fake is simulated time, in which time passes only by waiting, so a scripted
 // run that waits out a ten-minute bound ends in milliseconds.
 package clock
@@ -55,6 +56,23 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 		return ctx.Err()
 	case <-c.After(d):
 		return ctx.Err() // a context that ended as the wait did (a Fake's timeout it passed) ends it
+	}
+}
+
+// SleepOr is Sleep that also ends, early and with no error, when wake signals (a nil wake never
+// does): a poll that a watch may cut short.
+func SleepOr(ctx context.Context, c Clock, d time.Duration, wake <-chan struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+		return nil
+	case <-c.After(d):
+		return ctx.Err()
 	}
 }
 

@@ -144,3 +144,42 @@ func errString(err error) string {
 
 	return err.Error()
 }
+
+// SleepOr: a signal cuts the pause short, an ended context never waits, and with no signal it is
+// a pause of d on the clock.
+func TestSleepOr(t *testing.T) {
+	t.Run("woken", func(t *testing.T) {
+		wake := make(chan struct{}, 1)
+		wake <- struct{}{}
+
+		done := make(chan error, 1)
+		go func() { done <- clock.SleepOr(context.Background(), clock.System, time.Hour, wake) }()
+
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second): // a hang detector, not a timing assertion
+			t.Fatal("a signalled SleepOr slept on")
+		}
+	})
+
+	t.Run("cancelled", func(t *testing.T) {
+		c := clock.NewFake(start)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+
+		if err := clock.SleepOr(ctx, c, time.Minute, nil); !errors.Is(err, context.Canceled) || len(c.Waits()) != 0 {
+			t.Fatalf("an ended context: %v, waits %v", err, c.Waits())
+		}
+	})
+
+	t.Run("paused", func(t *testing.T) {
+		c := clock.NewFake(start)
+
+		if err := clock.SleepOr(context.Background(), c, 5*time.Second, nil); err != nil || !slices.Equal(c.Waits(), []time.Duration{5 * time.Second}) {
+			t.Fatalf("no signal: %v, waits %v", err, c.Waits())
+		}
+	})
+}

@@ -6,6 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 )
 
 // Changes signals, best effort, each time the named Node changes, until ctx ends: a watch on
@@ -23,10 +25,7 @@ func (c *Connection) Changes(ctx context.Context, name string) <-chan struct{} {
 				w.Stop()
 			}
 
-			select {
-			case <-ctx.Done():
-			case <-c.Clock.After(time.Second):
-			}
+			_ = clock.Sleep(ctx, c.Clock, time.Second) // the loop ends with ctx
 		}
 	}()
 

@@ -17,6 +17,7 @@ import (
 	kubedrain "k8s.io/kubectl/pkg/drain"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -49,10 +50,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 		list, errs := h.GetPodsForDeletion(node)
 		if len(errs) > 0 && allTransient(errs) && dctx.Err() == nil {
 			// The API did not answer the listing: ask again (the drain's deadline bounds it).
-			select {
-			case <-dctx.Done():
-			case <-c.Clock.After(time.Second):
-			}
+			_ = clock.Sleep(dctx, c.Clock, time.Second) // the loop's next listing says what an ended drain means
 
 			continue
 		}
@@ -160,12 +158,7 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 	}
 
 	backoff := evictBackoff()
-	pause := func() {
-		select {
-		case <-ctx.Done():
-		case <-c.Clock.After(backoff.Step()):
-		}
-	}
+	pause := func() { _ = clock.Sleep(ctx, c.Clock, backoff.Step()) } // the loop checks ctx first
 
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
@@ -213,10 +206,8 @@ func (c *Connection) waitGone(ctx context.Context, p *corev1.Pod) error {
 			return nil
 		}
 
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pod %s/%s evicted but still terminating: %w", p.Namespace, p.Name, ctx.Err())
-		case <-c.Clock.After(time.Second):
+		if err := clock.Sleep(ctx, c.Clock, time.Second); err != nil {
+			return fmt.Errorf("pod %s/%s evicted but still terminating: %w", p.Namespace, p.Name, err)
 		}
 	}
 }

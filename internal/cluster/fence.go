@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -184,10 +185,8 @@ func (c *Connection) landed(ctx context.Context, name string, want map[string]an
 			return nil, false
 		}
 
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, c.Clock, 500*time.Millisecond) != nil {
 			return nil, false
-		case <-c.Clock.After(500 * time.Millisecond):
 		}
 	}
 

@@ -156,11 +156,8 @@ func pulled(ctx context.Context, clk clock.Clock, src probeSource, node string, 
 				"the node stays fenced: run ghcrsync apply again", pod.Namespace, pod.Name, node, wait)
 		}
 
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("runtime probe %s/%s on %s: %w", pod.Namespace, pod.Name, node, ctx.Err())
-		case <-changed:
-		case <-clk.After(250 * time.Millisecond):
+		if err := clock.SleepOr(ctx, clk, 250*time.Millisecond, changed); err != nil {
+			return fmt.Errorf("runtime probe %s/%s on %s: %w", pod.Namespace, pod.Name, node, err)
 		}
 	}
 }
@@ -227,10 +224,8 @@ func (c *Connection) createPod(ctx context.Context, namespace, attemptLabel stri
 		}
 
 		if i < probeCreateAttempts-1 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-c.Clock.After(min(time.Duration(i+1)*time.Second, timeout)):
+			if err := clock.Sleep(ctx, c.Clock, min(time.Duration(i+1)*time.Second, timeout)); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -270,16 +265,15 @@ func (c *Connection) await(ctx context.Context, p *corev1.Pod, timeout time.Dura
 			return ctx.Err()
 		}
 
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wctx.Done():
-			if last != nil {
+		if clock.Sleep(wctx, c.Clock, retryAfter(err)) != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case last != nil:
 				return fmt.Errorf("timed out after %s: %w", timeout, last)
 			}
 
 			return fmt.Errorf("timed out after %s", timeout)
-		case <-c.Clock.After(retryAfter(err)):
 		}
 
 		again, err := pods.Get(wctx, p.Name, metav1.GetOptions{})

@@ -238,14 +238,12 @@ func restart(ctx context.Context, clk clock.Clock, kube kubernetes.Interface, ns
 			return nil
 		}
 
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, clk, 500*time.Millisecond) != nil {
 			if err == nil {
 				err = fmt.Errorf("%d of %d replicas updated, %d available", d.Status.UpdatedReplicas, d.Status.Replicas, d.Status.AvailableReplicas)
 			}
 
 			return fmt.Errorf("restarted, but its rollout did not finish within %s: %w", rolloutTimeout, err)
-		case <-clk.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -240,10 +240,8 @@ func (l *Lease) Start(ctx context.Context) {
 			}
 			l.mu.Unlock()
 
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, l.clock, next.Sub(l.clock.Now())) != nil {
 				return
-			case <-l.clock.After(next.Sub(l.clock.Now())):
 			}
 
 			if err := l.renew(ctx); err != nil {
@@ -373,10 +371,8 @@ func (l *Lease) Verify(ctx context.Context) error {
 			return nil
 		}
 
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.clock.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		if err := clock.Sleep(ctx, l.clock, time.Duration(attempt+1)*200*time.Millisecond); err != nil {
+			return err
 		}
 	}
 
@@ -399,10 +395,8 @@ func (l *Lease) WaitLive(ctx context.Context) error {
 			return nil
 		}
 
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, l.clock, 200*time.Millisecond) != nil {
 			return l.Assert()
-		case <-l.clock.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -471,10 +465,8 @@ func ReleaseHolder(ctx context.Context, clk clock.Clock, kube kubernetes.Interfa
 			}
 		}
 
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-clk.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		if err := clock.Sleep(ctx, clk, time.Duration(attempt+1)*200*time.Millisecond); err != nil {
+			return err
 		}
 	}
 
