@@ -21,6 +21,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/maintenance"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -63,6 +64,12 @@ type world struct {
 	keyrings      map[string]string
 	keyringHeld   map[string]string
 	keyringUnread map[string]bool
+	// heldBy are the nodes another maintenance tool holds, with its reason; kured is whether kured
+	// is installed (its lock taken and given back), kuredTaken the nodes for which kured takes its
+	// lock between ghcrsync's check and its write.
+	heldBy     map[string]string
+	kured      bool
+	kuredTaken map[string]bool
 }
 
 // tick is the world's clock, one second a step from a fixed epoch: times in a transcript are
@@ -77,7 +84,8 @@ func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
 		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{},
 		due: map[string]*dueEvent{}, configUpdated: map[string]time.Time{}, criStarted: map[string]time.Time{}, runtimeStays: map[string]bool{},
-		keyrings: map[string]string{}, keyringHeld: map[string]string{}, keyringUnread: map[string]bool{}}
+		keyrings: map[string]string{}, keyringHeld: map[string]string{}, keyringUnread: map[string]bool{},
+		heldBy: map[string]string{}, kuredTaken: map[string]bool{}}
 }
 
 // dueEvent lands on a node at its reads-th read from now.
@@ -600,4 +608,48 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 
 	return keys
+}
+
+// fakeOthers are the other maintenance tools of the world: a node another tool holds, and kured's
+// lock (taken and given back, logged, when kured is installed).
+type fakeOthers struct{ w *world }
+
+func (f fakeOthers) Holds(_ context.Context, node string) ([]maintenance.Hold, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	f.w.record("others %s", node)
+
+	if why := f.w.heldBy[node]; why != "" {
+		return []maintenance.Hold{{Tool: "test", Reason: why}}, nil
+	}
+
+	return nil, nil
+}
+
+func (f fakeOthers) TakeKuredLock(_ context.Context, node, holder string, _ bool) (*maintenance.Hold, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	switch {
+	case !f.w.kured:
+		return nil, nil
+	case f.w.kuredTaken[node]:
+		return &maintenance.Hold{Tool: maintenance.ToolKured, Reason: "kured's reboot lock is held by w-kured"}, nil
+	}
+
+	f.w.record("kured lock %s %s", node, holder)
+
+	return nil, nil
+}
+
+func (f fakeOthers) DropKuredLock(_ context.Context, node string) error {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+
+	if f.w.kured {
+		f.w.record("kured unlock %s", node)
+	}
+
+	return nil
 }

@@ -42,7 +42,8 @@ func newHarness(t *testing.T, parallelism int, nodes ...string) *harness {
 
 	h := &harness{w: w, lease: &fakeLease{done: make(chan struct{})}, store: &fakeStore{w: w}}
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // the waits take no time
-	h.e = newExecutor(ports{nodes: fakeNodes{w}, workloads: fakeNodes{w}, talos: fakeTalos{w}, etcd: fakeTalos{w}, keyrings: fakeKeyrings{w, clk}, lease: h.lease, store: h.store}, &state.State{}, execOptions{
+	h.e = newExecutor(ports{nodes: fakeNodes{w}, workloads: fakeNodes{w}, talos: fakeTalos{w}, etcd: fakeTalos{w}, keyrings: fakeKeyrings{w, clk}, lease: h.lease, store: h.store,
+		others: fakeOthers{w}}, &state.State{}, execOptions{
 		Holder: "h1", Registry: "ghcr.io", ReadyTimeout: 10 * time.Minute, WorkerParallelism: parallelism, Poll: 500 * time.Millisecond,
 		Clock:           clk,
 		AllowQuorumLoss: true, // the fakes' fleets have one or two control planes
@@ -88,6 +89,9 @@ func (h *harness) ops(node string, withJudge bool) []string {
 //	conflicts w1 2               w1's next 2 patches lose to a heartbeat
 //	foreign-owner w1 H           another run's claim lands on w1 before ghcrsync's first patch
 //	drain-fails w1 MESSAGE       (also probe-fails NODE MESSAGE, state-fails MESSAGE)
+//	held-by w1 REASON            another maintenance tool holds w1 (kured, an upgrade, …)
+//	kured                        kured is installed: its lock is taken for each reboot
+//	kured-taken w1               kured takes its lock between ghcrsync's check and its write
 //	at w1 PHASE EVENT            before w1's PHASE mutation: delete | lose-lease | cancel |
 //	                             taint KEY=VALUE:EFFECT | delete-after-reads N |
 //	                             untaint-after-reads N KEY (at w1's N-th read from then on)
@@ -172,7 +176,10 @@ func checkJudgedBeforeEveryMutation(t *testing.T, s txnScript, log []string, und
 		switch {
 		case strings.HasPrefix(l, "judge "):
 			judged = true
-		case strings.HasPrefix(l, "state "):
+		case strings.HasPrefix(l, "state "), strings.HasPrefix(l, "others "):
+			// a state write announces; the other tools' holds are a read
+		case strings.HasPrefix(l, "kured "):
+			// kured's lock is kured's object, judged by its own rule (the write tests the value read)
 		case undone && strings.HasPrefix(l, "patch ") && strings.HasSuffix(l, " release"):
 		case !judged:
 			t.Errorf("%s: case %s: %q was not preceded by a judgement", s.At(), s.Name, l)
@@ -257,6 +264,12 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 		h.w.keyringUnread[f[1]] = true
 	case "state-fails":
 		h.store.err = errors.New(rest(1))
+	case "held-by": // NODE REASON: another maintenance tool holds the node
+		h.w.heldBy[f[1]] = rest(2)
+	case "kured": // kured is installed: its lock is taken for each reboot and given back
+		h.w.kured = true
+	case "kured-taken": // NODE: kured takes its lock between ghcrsync's check and its write
+		h.w.kured, h.w.kuredTaken[f[1]] = true, true
 	}
 }
 
@@ -426,11 +439,13 @@ func (s *txnScript) parse(text string) error {
 		if err = need(2); err == nil {
 			s.refuseAt = plan.Step(f[1])
 		}
-	case "conflicts", "foreign-owner", "drain-fails", "probe-fails", "keyring-held":
+	case "conflicts", "foreign-owner", "drain-fails", "probe-fails", "keyring-held", "held-by":
 		if err = need(3); err == nil {
 			s.faults = append(s.faults, text)
 		}
-	case "state-fails", "runtime-stays", "keyring-unread":
+	case "kured":
+		s.faults = append(s.faults, text)
+	case "state-fails", "runtime-stays", "keyring-unread", "kured-taken":
 		if err = need(2); err == nil {
 			s.faults = append(s.faults, text)
 		}

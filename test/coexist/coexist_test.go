@@ -33,7 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 1, Workers: 4, Autoscaled: 0, AutoscalerPaused: true, NoWorkloads: true,
+	sandboxtest.Main(m, sandbox.Options{ControlPlanes: 1, Workers: 5, Autoscaled: 0, AutoscalerPaused: true, NoWorkloads: true,
 		Reboot: time.Second, RebootMax: 2 * time.Second, Heartbeat: time.Second, Seed: 62})
 }
 
@@ -149,7 +149,7 @@ type summary struct {
 func apply(t *testing.T, sb *sandbox.Sandbox, cfg string) (int, summary, string) {
 	t.Helper()
 
-	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--json", "--config", cfg)
+	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--json", "--verbose", "--config", cfg)
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 
 	var s summary
@@ -208,7 +208,7 @@ func TestOtherMaintenanceDefersTheNodesItHolds(t *testing.T) {
 	ctx := context.Background()
 	lock := kured(t, sb)
 	ws := workers(sb)
-	planned, upgrading, longhorn, free := ws[0].Name, ws[1].Name, ws[2].Name, ws[3].Name
+	planned, upgrading, longhorn, cnpg, free := ws[0].Name, ws[1].Name, ws[2].Name, ws[3].Name, ws[4].Name
 
 	if _, err := sb.RotateSecret("coexist"); err != nil {
 		t.Fatal(err)
@@ -252,8 +252,11 @@ func TestOtherMaintenanceDefersTheNodesItHolds(t *testing.T) {
 	ws[1].SetStage(runtime.MachineStageUpgrading)
 	t.Cleanup(func() { ws[1].SetStage(runtime.MachineStageRunning) })
 
-	lhLabels := longhornInstanceManager(t, sb, longhorn)
+	lhLabels := heldWorkload(t, sb, "longhorn-system", "instance-manager", longhorn,
+		map[string]string{"longhorn.io/component": "instance-manager", "longhorn.io/node": longhorn})
 	lhPod := podUID(t, sb, "longhorn-system", lhLabels)
+	pgLabels := heldWorkload(t, sb, "db", "pg-1", cnpg, map[string]string{"cnpg.io/cluster": "pg", "cnpg.io/instanceRole": "primary", "role": "primary"})
+	pgPod := podUID(t, sb, "db", pgLabels)
 
 	if _, out, _ := sandboxtest.Run(t, sb, "plan", "--config", cfg); !strings.Contains(out, planned+": system-upgrade-controller Plan system-upgrade/talos-upgrade") ||
 		!strings.Contains(out, longhorn+"'s drain is held by a budget that needs an action") {
@@ -274,6 +277,7 @@ func TestOtherMaintenanceDefersTheNodesItHolds(t *testing.T) {
 		planned:   "system-upgrade-controller Plan system-upgrade/talos-upgrade is applying to the node",
 		upgrading: "its Talos machine is upgrading",
 		longhorn:  "Longhorn keeps PodDisruptionBudget longhorn-system/instance-manager",
+		cnpg:      "CloudNativePG's primary db/pg-1-",
 	} {
 		if o, msg := s.node(node); o != "deferred" || !strings.Contains(msg, want) {
 			t.Fatalf("%s: %s %q, want deferred with %q", node, o, msg, want)
@@ -292,16 +296,24 @@ func TestOtherMaintenanceDefersTheNodesItHolds(t *testing.T) {
 		t.Fatalf("kured's lock was not taken for %s's reboot and given back: seen %q, now %q", free, seen, lock())
 	}
 
-	if got := podUID(t, sb, "longhorn-system", lhLabels); got != lhPod {
-		t.Fatalf("the Longhorn instance manager was evicted (%s → %s): the held drain started", lhPod, got)
+	if podUID(t, sb, "longhorn-system", lhLabels) != lhPod || podUID(t, sb, "db", pgLabels) != pgPod {
+		t.Fatal("a held pod was evicted: the held drain started")
+	}
+
+	// Counted, not timed: no eviction was asked at all (the one node drained has no pod to evict),
+	// so no drain waited for a budget.
+	if line := stepLine(out, "drain"); line == "" || strings.Contains(line, "POST") {
+		t.Fatalf("the drains asked evictions with two nodes' budgets holding for good: %s", line)
 	}
 
 	// 3. The negative control: every hold lifted, the same fleet rotates.
 	setApplying(t, plans, nil)
 	ws[1].SetStage(runtime.MachineStageRunning)
 
-	if err := sb.Kube().PolicyV1().PodDisruptionBudgets("longhorn-system").Delete(ctx, "instance-manager", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for ns, name := range map[string]string{"longhorn-system": "instance-manager", "db": "pg-1"} {
+		if err := sb.Kube().PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	stop = watchKuredLock(t, lock)
@@ -312,7 +324,7 @@ func TestOtherMaintenanceDefersTheNodesItHolds(t *testing.T) {
 		t.Fatalf("the holds lifted: exit %d\n%s", code, out)
 	}
 
-	for _, node := range []string{planned, upgrading, longhorn} {
+	for _, node := range []string{planned, upgrading, longhorn, cnpg} {
 		if o, msg := s.node(node); o != "done" {
 			t.Fatalf("%s with its hold lifted: %s %q", node, o, msg)
 		}
@@ -442,37 +454,46 @@ func setApplying(t *testing.T, plans dynamic.ResourceInterface, nodes []string) 
 	}
 }
 
-// longhornInstanceManager runs a Longhorn-shaped instance manager on node: a pod labelled as
-// Longhorn labels it, under a budget at 0 (every pod healthy at its floor, as Longhorn keeps it
-// while a volume's only healthy replica is on the node).
-func longhornInstanceManager(t *testing.T, sb *sandbox.Sandbox, node string) map[string]string {
+// heldWorkload runs a one-replica Deployment ns/name pinned to node, its pod labelled labels (as
+// Longhorn labels its instance manager, or CloudNativePG its primary), under a budget at 0: every
+// pod healthy at its floor, as Longhorn keeps it while a volume's only healthy replica is on the
+// node, or CloudNativePG until a switchover.
+func heldWorkload(t *testing.T, sb *sandbox.Sandbox, ns, name, node string, labels map[string]string) map[string]string {
 	t.Helper()
 
 	ctx := context.Background()
 	kube := sb.Kube()
-	labels := map[string]string{"longhorn.io/component": "instance-manager", "longhorn.io/node": node}
 
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "longhorn-system"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() {
-		_ = kube.CoreV1().Namespaces().Delete(context.Background(), "longhorn-system", metav1.DeleteOptions{})
-	})
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 
-	d := sandboxtest.PinnedDeploymentObject("longhorn-system", "instance-manager", node)
+	d := sandboxtest.PinnedDeploymentObject(ns, name, node)
 	d.Spec.Selector.MatchLabels, d.Spec.Template.Labels = labels, labels
 	d.Spec.Replicas = ptr.To(int32(1))
 
-	if _, err := kube.AppsV1().Deployments("longhorn-system").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	if st := sandboxtest.Budget(t, kube, "longhorn-system", "instance-manager", labels, sandboxtest.MinAvailable(1), 1); st.DisruptionsAllowed != 0 {
-		t.Fatalf("the Longhorn-shaped budget allows %d", st.DisruptionsAllowed)
+	if st := sandboxtest.Budget(t, kube, ns, name, labels, sandboxtest.MinAvailable(1), 1); st.DisruptionsAllowed != 0 {
+		t.Fatalf("the budget of %s/%s allows %d", ns, name, st.DisruptionsAllowed)
 	}
 
 	return labels
+}
+
+// stepLine is apply --verbose's line of the calls step made.
+func stepLine(out, step string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == step {
+			return l
+		}
+	}
+
+	return ""
 }
 
 func podUID(t *testing.T, sb *sandbox.Sandbox, ns string, labels map[string]string) types.UID {
