@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
@@ -275,8 +274,22 @@ func (f *Fleet) witnessLease(ctx context.Context, m *Machine, what string) {
 	f.log.Warn("INTERLEAVED WRITE: Talos write outside the run's Lease", "node", m.Name, "write", what, "reasons", strings.Join(reasons, "; "))
 }
 
-// Evictable is the drain rule ghcrsync uses (cluster.Evictable): the witness judges by it.
-func Evictable(p *corev1.Pod) bool { return drain.Evictable(p) }
+// Evictable is the witness's own reading of what a drain must evict before a reboot, written
+// from Kubernetes' rules (kubectl drain without --force) and not from ghcrsync's: a pod still
+// running or pending, not a static pod's mirror, not a DaemonSet's. A witness that judged by the
+// rule under test could not catch it wrong.
+func Evictable(p *corev1.Pod) bool {
+	switch {
+	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		return false
+	case p.Annotations["kubernetes.io/config.mirror"] != "":
+		return false
+	}
+
+	ref := metav1.GetControllerOf(p)
+
+	return ref == nil || ref.Kind != "DaemonSet"
+}
 
 // pullImage pulls as the machine's runtime does, trying creds in order; it returns the image's
 // digest ("" for an image outside the registry).

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
@@ -54,7 +55,7 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 	}
 
 	in := apply.Inputs{
-		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: planning.SelfNode(),
+		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: os.Getenv(plan.SelfNodeEnv),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
 		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube, templates}, Leasing: leasing{w.Kube},
 		Server: w.Kube.Server, Others: w.others(),
