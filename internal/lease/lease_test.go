@@ -59,7 +59,7 @@ func TestAcquire(t *testing.T) {
 		{"free: taken, one transition more", []runtime.Object{existing("", epoch.Add(-time.Hour))}, "", 4},
 		{"ours: adopted (a lost answer retried)", []runtime.Object{existing("run-1", epoch)}, "", 3},
 		{"held by another", []runtime.Object{existing("run-2", epoch)}, HeldByAnother, 3},
-		{"held by another, expired long ago: never taken over", []runtime.Object{existing("run-2", epoch.Add(-24 * time.Hour))}, HeldByAnother, 3},
+		{"held by another, expired long ago: never taken over", []runtime.Object{existing("run-2", epoch.Add(-24*time.Hour))}, HeldByAnother, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset(tc.objects...)
