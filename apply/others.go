@@ -2,27 +2,12 @@ package apply
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
 	"github.com/ghcrsync/ghcrsync/state"
 )
-
-// Others are the other maintenance tools sharing the fleet (cluster.Others): what holds a node
-// now, and kured's lock, taken for ghcrsync's reboot of a node and dropped after it.
-type Others interface {
-	Holds(ctx context.Context, node string) ([]maintenance.Hold, error)
-	// TakeKuredLock returns the hold when another holds kured's lock (nil: taken, or no kured).
-	TakeKuredLock(ctx context.Context, node, holder string, cordoned bool) (*maintenance.Hold, error)
-	DropKuredLock(ctx context.Context, node string) error
-}
-
-// Stages are the machines' stages as their Talos API reports them (talos.Client).
-type Stages interface {
-	Stage(ctx context.Context, node string) (string, error)
-}
 
 // others: before a node is claimed, the other maintenance tools are asked whether one holds it
 // (kured's lock or mark, a system-upgrade-controller Plan applying to it, its Talos machine
@@ -60,23 +45,34 @@ func (t *txn) otherHolds(ctx context.Context) ([]maintenance.Hold, error) {
 		holds = h
 	}
 
-	if t.e.stages != nil {
-		n, err := t.e.nodes.Get(ctx, t.np.Name)
-		if err != nil {
-			return nil, fmt.Errorf("read Node %s: %w", t.np.Name, err)
-		}
-
-		stage, err := t.e.stages.Stage(ctx, cluster.InternalIP(n))
-		if err != nil {
-			return nil, fmt.Errorf("its Talos machine's stage: %w", err)
-		}
-
-		if h := maintenance.Staged(stage); h != nil {
-			holds = append(holds, *h)
-		}
+	if h := t.stage(ctx); h != nil {
+		holds = append(holds, *h)
 	}
 
 	return holds, nil
+}
+
+// stage is the hold of the node's Talos machine in someone else's maintenance stage. A node gone,
+// or a machine whose stage cannot be read, is the claim's guard's to judge: it reads the node
+// and asks the machine at its address who it is and what it holds next, and fails closed there.
+func (t *txn) stage(ctx context.Context) *maintenance.Hold {
+	if t.e.stages == nil {
+		return nil
+	}
+
+	n, err := t.e.nodes.Get(ctx, t.np.Name)
+	if err != nil {
+		return nil
+	}
+
+	stage, err := t.e.stages.Stage(ctx, cluster.InternalIP(n))
+	if err != nil {
+		t.log.Warn("its Talos machine's stage could not be read; the claim's guard asks its Talos API next", "error", t.answer(err))
+
+		return nil
+	}
+
+	return maintenance.Staged(stage)
 }
 
 // kuredLock takes kured's lock for the reboot, once the claim landed: recorded first (a run

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
@@ -40,7 +42,49 @@ func NewOthers(c *Connection, cfg config.Others, now func() time.Time) *Others {
 // Holds are what keeps ghcrsync off node now: kured's lock held by another (or its mark on the
 // Node), a Plan applying to it, and — unless held_drain is "wait" — a budget on its pods that
 // never frees by itself. Kured or the Plans' CRD not installed holds nothing.
+//
+// An API in passing trouble (Transient) is asked again, up to othersRide: a blip does not fail a
+// node it cannot tell is free.
 func (o *Others) Holds(ctx context.Context, node string) ([]maintenance.Hold, error) {
+	var out []maintenance.Hold
+
+	err := clock.Ride(ctx, o.c.Clock, othersRide, clock.Every(time.Second), transientCause, func() (err error) {
+		out, err = o.holds(ctx, node)
+
+		return err
+	})
+
+	return out, err
+}
+
+// othersRide bounds how long the other tools' reads ride out an API in passing trouble.
+const othersRide = time.Minute
+
+// readErr is a read of the other tools' objects that failed: its message redacted, its cause
+// kept for the classification.
+type readErr struct {
+	msg   string
+	cause error
+}
+
+func (e *readErr) Error() string { return e.msg }
+func (e *readErr) Unwrap() error { return e.cause }
+
+func readFailed(what string, err error) error {
+	return &readErr{msg: what + ": " + redact.Error(err), cause: err}
+}
+
+// transientCause reports whether the read's cause is the API's passing trouble.
+func transientCause(err error) bool {
+	var re *readErr
+	if errors.As(err, &re) {
+		return Transient(re.cause)
+	}
+
+	return false
+}
+
+func (o *Others) holds(ctx context.Context, node string) ([]maintenance.Hold, error) {
 	var out []maintenance.Hold
 
 	add := func(h *maintenance.Hold) {
@@ -50,8 +94,12 @@ func (o *Others) Holds(ctx context.Context, node string) ([]maintenance.Hold, er
 	}
 
 	n, err := o.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("read Node %s for kured's mark: %s", node, redact.Error(err))
+
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil // gone: the claim's guard judges that, not the other tools
+	case err != nil:
+		return nil, readFailed("read Node "+node+" for kured's mark", err)
 	}
 
 	add(maintenance.KuredRebooting(n.Annotations))
@@ -88,12 +136,12 @@ func (o *Others) Holds(ctx context.Context, node string) ([]maintenance.Hold, er
 func (o *Others) drainHolds(ctx context.Context, node string) ([]maintenance.Hold, error) {
 	pods, err := o.c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
-		return nil, fmt.Errorf("list the pods on %s: %s", node, redact.Error(err))
+		return nil, readFailed("list the pods on "+node, err)
 	}
 
 	pdbs, err := o.c.Client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list the PodDisruptionBudgets: %s", redact.Error(err))
+		return nil, readFailed("list the PodDisruptionBudgets", err)
 	}
 
 	var out []maintenance.Hold
@@ -124,7 +172,7 @@ func (o *Others) KuredLock(ctx context.Context) (lock maintenance.KuredLock, exi
 	case apierrors.IsNotFound(err):
 		return lock, false, nil
 	case err != nil:
-		return lock, false, fmt.Errorf("read kured's DaemonSet %s (maintenance.kured): %s", ds, redact.Error(err))
+		return lock, false, readFailed("read kured's DaemonSet "+ds.String()+" (maintenance.kured)", err)
 	}
 
 	lock, err = maintenance.ParseKuredLock(d.Annotations[maintenance.KuredLockAnnotation])
@@ -254,7 +302,7 @@ func (o *Others) UpgradePlans(ctx context.Context) ([]maintenance.UpgradePlan, e
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("list the system-upgrade-controller's Plans in %s (maintenance.upgrade_plans): %s", o.cfg.UpgradePlans, redact.Error(err))
+		return nil, readFailed("list the system-upgrade-controller's Plans in "+o.cfg.UpgradePlans+" (maintenance.upgrade_plans)", err)
 	}
 
 	out := make([]maintenance.UpgradePlan, 0, len(list.Items))
