@@ -8,98 +8,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
-	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
-
-// The executor's ports: what it reaches the cluster and the machines through, each as small as
-// its use (the run wires them; txn_test's fakes stand in for all of them).
-
-// Nodes are the Kubernetes Nodes: read, changed by compare-and-swap, watched for changes.
-type Nodes interface {
-	Get(ctx context.Context, name string) (*corev1.Node, error)
-	// ControlPlanes lists every control-plane Node of the cluster (not only the plan's).
-	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
-	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
-		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-	// Changes signals, best effort, when the Node changes: a wait then reads and judges at once
-	// instead of at its next poll. nil (never signals) is allowed.
-	Changes(ctx context.Context, name string) <-chan struct{}
-	// StaticPodsReady reports an error unless every static (mirror) pod on the node is Ready.
-	StaticPodsReady(ctx context.Context, node string) error
-}
-
-// Workloads are the pods on the Nodes: drained, placed, and the runtime probe that proves a
-// node's container runtime.
-type Workloads interface {
-	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error
-	// Destinations are every Node as an evicted pod's scheduler sees it.
-	Destinations(ctx context.Context) ([]plan.Destination, error)
-	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
-}
-
-// Talos is what the executor needs from a machine's Talos API.
-type Talos interface {
-	// ConfigFacts reads the credential digests of the active and staged configs.
-	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
-	Configure(ctx context.Context, node, registry, username, password string, live bool) error
-	Reboot(ctx context.Context, node string) error
-	// RuntimeStarted is when the node's container runtime last started.
-	RuntimeStarted(ctx context.Context, node string) (time.Time, error)
-	// Nodename is the Kubernetes node name the machine at an address says it is.
-	Nodename(ctx context.Context, node string) (string, error)
-}
-
-// Keyrings are the kubelets' node keyrings, each written, read or awaited by ghcrsync's writer pod
-// on its node (internal/keyring): nil when nodes.kubelet_keyring is not configured.
-type Keyrings interface {
-	Run(ctx context.Context, node string, mode keyring.Mode, rootDir string, timeout time.Duration) (keyring.Report, error)
-}
-
-// Etcd is the control planes' etcd, as their Talos API reports it (the etcd gate).
-type Etcd interface {
-	// Etcd reads a control plane's etcd member: members, alarms, its status.
-	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
-}
-
-// Lease is the run's Lease, as the executor uses it.
-type Lease interface {
-	Assert() error
-	WaitLive(ctx context.Context) error
-	// Done is closed when the Lease is lost for good.
-	Done() <-chan struct{}
-}
-
-// Store persists the state.
-type Store interface {
-	Write(*state.State) error
-}
-
-var _ Store = (state.Store)(nil)
-
-// ports are the executor's ports, wired together.
-type ports struct {
-	nodes     Nodes
-	workloads Workloads
-	talos     Talos
-	etcd      Etcd
-	keyrings  Keyrings
-	lease     Lease
-	store     Store
-	// others and stages are the other maintenance tools and the machines' stages (nil: not asked).
-	others Others
-	stages Stages
-}
 
 // Hooks let tests act at exact points. Production leaves them nil.
 type Hooks struct {
@@ -187,35 +106,6 @@ func pullClass(err error) credential.Class {
 
 	return credential.Final
 }
-
-// Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).
-type Recorder interface {
-	Record(ctx context.Context, ref cluster.Ref, reason, message string, warning bool) error
-}
-
-// NodeResult is one node's outcome.
-type NodeResult struct {
-	Node    string
-	Action  plan.Action
-	Outcome state.Outcome
-	Reason  plan.Reason
-	Message string
-	// Fenced is true when the node was left fenced (its record holds a fence).
-	Fenced bool
-	// Timings are where the node's seconds went, one per step it ran, in order.
-	Timings []Timing
-	// Late is true for a node the plan did not act on, found by re-listing the fleet.
-	Late bool
-}
-
-// Timing is how long one step of a node's transaction took.
-type Timing struct {
-	Step     string // quorum, claim, guard, drain, configure, reboot, ready, prove, release
-	Duration time.Duration
-}
-
-// Failed reports whether the outcome makes the run fail.
-func (r NodeResult) Failed() bool { return r.Outcome == state.OutcomeFailed }
 
 // executor runs a plan's node transactions.
 type executor struct {

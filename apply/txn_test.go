@@ -487,8 +487,9 @@ func checkEvent(text string, what []string) error {
 
 // Inputs missing a part are refused before anything is read or written.
 func TestRunRefusesIncompleteInputs(t *testing.T) {
-	if _, err := Run(context.Background(), Inputs{}, &plan.Plan{}, Options{}); err == nil || !strings.Contains(err.Error(), "incomplete inputs") {
-		t.Fatalf("error %v", err)
+	if _, err := Run(context.Background(), Inputs{}, &plan.Plan{}, Options{}); err == nil || !strings.Contains(err.Error(), "incomplete inputs, no configuration, ") ||
+		!strings.Contains(err.Error(), "Leasing port") {
+		t.Fatalf("error %v: want every missing input named", err)
 	}
 }
 

@@ -104,97 +104,65 @@ func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase
 // undoBound is how long `release` rides out an unreachable API per node.
 const undoBound = 2 * time.Minute
 
-// Release undoes every releasable fence of the report: node fences first, then the steering
-// taints and the Flux suspensions, the Lease last. A
-// fence whose phase crossed into Talos mutation is released only once its node is Ready with
-// lifecycle taints cleared. The state is written before each undo.
+// Release undoes every releasable fence of the report: node fences first, then kured's lock
+// (after its node's fence: kured waits until the node is back), the steering taints, the unproven
+// holds and the Flux suspensions, the Lease last. A fence whose phase crossed into Talos mutation
+// is released only once its node is Ready with lifecycle taints cleared. The state is written
+// before each undo.
 func Release(ctx context.Context, in Inputs, rep Report, o ReleaseOptions) []Outcome {
 	var out []Outcome
 
-	nodeFailed := false
 	nodeKept := map[string]bool{}
+	held := false // a fence kept that holds the Lease back
 
-	for _, f := range rep.Fences {
-		if f.Kind != KindNode || (o.Node != "" && f.Name != o.Node) {
-			continue
+	for _, k := range releaseOrder(ctx, in, o, nodeKept) {
+		for _, f := range rep.Fences {
+			if f.Kind != k.kind || (o.Node != "" && (f.Name != o.Node || k.wholeRun)) {
+				continue
+			}
+
+			r := Outcome{Fence: f, Message: k.kept + f.Reason}
+			if f.Releasable {
+				r = k.release(f)
+			}
+
+			if f.Kind == KindNode {
+				nodeKept[f.Name] = !r.Released
+			}
+
+			held = held || k.holdsLease && !r.Released
+			out = append(out, r)
 		}
-
-		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
-		if f.Releasable {
-			r = releaseNode(ctx, in, f, o)
-		}
-
-		nodeFailed = nodeFailed || !r.Released
-		nodeKept[f.Name] = !r.Released
-		out = append(out, r)
-	}
-
-	// kured's lock after the node's fence: kured waits until the node is back.
-	for _, f := range rep.Fences {
-		if f.Kind != KindKured || (o.Node != "" && f.Name != o.Node) {
-			continue
-		}
-
-		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
-		if f.Releasable {
-			r = releaseKured(ctx, in, f, nodeKept)
-		}
-
-		nodeFailed = nodeFailed || !r.Released
-		out = append(out, r)
-	}
-
-	for _, f := range rep.Fences {
-		if f.Kind != KindSteering || (o.Node != "" && f.Name != o.Node) {
-			continue
-		}
-
-		// A steering taint left on is a scheduling preference, not a fence: it never holds the
-		// Lease back.
-		r := Outcome{Fence: f, Message: "not released: " + f.Reason}
-		if f.Releasable {
-			r = releaseSteering(ctx, in, f)
-		}
-
-		out = append(out, r)
-	}
-
-	for _, f := range rep.Fences {
-		if f.Kind != KindUnproven || (o.Node != "" && f.Name != o.Node) {
-			continue
-		}
-
-		// An unproven hold is not a run's fence: it never holds the Lease back.
-		r := Outcome{Fence: f, Message: "left cordoned: " + f.Reason}
-		if f.Releasable {
-			r = liftHold(ctx, in, f)
-		}
-
-		out = append(out, r)
-	}
-
-	for _, f := range rep.Fences {
-		if f.Kind != KindFlux || o.Node != "" {
-			continue
-		}
-
-		// A suspension left on stops the delivery pipeline: the Lease stays until it is lifted.
-		r := Outcome{Fence: f, Message: "not resumed: " + f.Reason}
-		if f.Releasable {
-			r = releaseFlux(ctx, in, f)
-		}
-
-		nodeFailed = nodeFailed || !r.Released
-		out = append(out, r)
 	}
 
 	for _, f := range rep.Fences {
 		if f.Kind == KindLease && o.Node == "" {
-			out = append(out, releaseLease(ctx, in.Leases, f, nodeFailed))
+			out = append(out, releaseLease(ctx, in.Leases, f, held))
 		}
 	}
 
 	return out
+}
+
+// releaseKind is how one kind of fence is released, in the order of releaseOrder.
+type releaseKind struct {
+	kind    string
+	release func(Fence) Outcome
+	kept    string // what an outcome of a fence not releasable says first
+	// holdsLease: one kept keeps the Lease (a steering taint or an unproven hold is no run's
+	// fence); wholeRun: released only by a release of the whole run (not --node).
+	holdsLease, wholeRun bool
+}
+
+func releaseOrder(ctx context.Context, in Inputs, o ReleaseOptions, nodeKept map[string]bool) []releaseKind {
+	return []releaseKind{
+		{kind: KindNode, release: func(f Fence) Outcome { return releaseNode(ctx, in, f, o) }, kept: "not released: ", holdsLease: true},
+		{kind: KindKured, release: func(f Fence) Outcome { return releaseKured(ctx, in, f, nodeKept) }, kept: "not released: ", holdsLease: true},
+		{kind: KindSteering, release: func(f Fence) Outcome { return releaseSteering(ctx, in, f) }, kept: "not released: "},
+		{kind: KindUnproven, release: func(f Fence) Outcome { return liftHold(ctx, in, f) }, kept: "left cordoned: "},
+		// A suspension left on stops the delivery pipeline: the Lease stays until it is lifted.
+		{kind: KindFlux, release: func(f Fence) Outcome { return releaseFlux(ctx, in, f) }, kept: "not resumed: ", holdsLease: true, wholeRun: true},
+	}
 }
 
 func releaseLease(ctx context.Context, leases Leases, f Fence, nodeFailed bool) Outcome {
