@@ -58,14 +58,7 @@ func (r *run) lateNodes(ctx context.Context) {
 			return
 		}
 
-		var todo []plan.NodePlan
-
-		for _, np := range fresh.Nodes {
-			if np.Order > 0 && !done[np.Name+"/"+np.UID] {
-				todo = append(todo, np)
-			}
-		}
-
+		todo := notDone(fresh, done)
 		fleet, previous := fleetOf(fresh), r.fleet
 		r.fleet = fleet
 
@@ -87,6 +80,19 @@ func (r *run) lateNodes(ctx context.Context) {
 			return // two listings in a row agree, with nothing to do
 		}
 	}
+}
+
+// notDone are the nodes fresh acts on that the run has not (done, by name/uid).
+func notDone(fresh *plan.Plan, done map[string]bool) []plan.NodePlan {
+	var todo []plan.NodePlan
+
+	for _, np := range fresh.Nodes {
+		if np.Order > 0 && !done[np.Name+"/"+np.UID] {
+			todo = append(todo, np)
+		}
+	}
+
+	return todo
 }
 
 // actedOn are the nodes (name/uid) the run rotated, failed or cancelled, kept across rounds.
