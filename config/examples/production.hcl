@@ -88,3 +88,12 @@ node_template "hcloud-workers" {
   # yours: kubectl -n kube-system get deploy -l app.kubernetes.io/name=hetzner-cluster-autoscaler
   restart_deployment = "kube-system/cluster-autoscaler-hetzner-cluster-autoscaler"
 }
+
+# The other tools that drain and reboot nodes (docs/config.md, "Other maintenance tools"): a node
+# kured, the system-upgrade-controller or a Talos upgrade holds is deferred to the next run;
+# ghcrsync takes kured's lock for each reboot of its own.
+maintenance {
+  kured         = "kube-system/kured"
+  upgrade_plans = "system-upgrade"
+  held_drain    = "defer"
+}
