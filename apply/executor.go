@@ -13,6 +13,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
+	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/window"
@@ -246,31 +247,9 @@ func (e *executor) run(ctx context.Context, p *plan.Plan) []NodeResult {
 func (e *executor) parallel(ctx context.Context, p *plan.Plan, nodes []plan.NodePlan, k int) []NodeResult {
 	results := make([]NodeResult, len(nodes))
 
-	forEach(len(nodes), k, func(i int) { results[i] = e.node(ctx, p, nodes[i]) })
+	pool.Each(len(nodes), k, func(i int) { results[i] = e.node(ctx, p, nodes[i]) })
 
 	return results
-}
-
-// forEach runs do(0) … do(n-1), at most k at once, started in order, and waits for all.
-func forEach(n, k int, do func(i int)) {
-	sem := make(chan struct{}, max(k, 1))
-
-	var wg sync.WaitGroup
-
-	for i := range n {
-		sem <- struct{}{}
-
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-
-			do(i)
-		}()
-	}
-
-	wg.Wait()
 }
 
 // node runs one node's transaction, unless the run is cancelled, the Lease lost, or the failure

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -62,7 +63,7 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 		return
 	}
 
-	forEach(len(nodes), e.o.LiveParallelism, func(i int) {
+	pool.Each(len(nodes), e.o.LiveParallelism, func(i int) {
 		n := nodes[i]
 		if h := e.o.Hooks.BeforeMutation; h != nil {
 			h(n.Name, phaseSteering)
@@ -104,7 +105,7 @@ func (e *executor) unsteerAll(ctx context.Context) {
 		done []string
 	)
 
-	forEach(len(todo), e.o.LiveParallelism, func(i int) {
+	pool.Each(len(todo), e.o.LiveParallelism, func(i int) {
 		x := todo[i]
 		if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
 			e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))

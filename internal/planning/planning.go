@@ -20,6 +20,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -281,40 +282,33 @@ func (pl *Planner) dryRun(ctx context.Context, snap plan.Snapshot, reads map[str
 		byName[snap.Nodes[i].Name] = &snap.Nodes[i]
 	}
 
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		answered int
-		slots    = make(chan struct{}, max(1, pl.Config.Talos.Concurrency))
-	)
+	var acted []plan.NodePlan
 
 	for _, np := range p.Nodes {
-		n := byName[np.Name]
-		if n == nil || n.Talos == nil || !np.Action.Acts() {
-			continue
+		if n := byName[np.Name]; n != nil && n.Talos != nil && np.Action.Acts() {
+			acted = append(acted, np)
 		}
-
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-
-			slots <- struct{}{}
-			defer func() { <-slots }()
-
-			mode, refused, err := tc.DryRun(ctx, n.InternalIP, reads[n.Name], pl.Config.Credential.Registry, cred.Username, cred.Password(), np.Action.InPlace())
-			if err != nil {
-				return
-			}
-
-			mu.Lock()
-			n.Talos.DryRun, n.Talos.DryRunRefused = mode, refused
-			answered++
-			mu.Unlock()
-		}()
 	}
 
-	wg.Wait()
+	var (
+		mu       sync.Mutex
+		answered int
+	)
+
+	pool.Each(len(acted), pl.Config.Talos.Concurrency, func(i int) {
+		np := acted[i]
+		n := byName[np.Name]
+
+		mode, refused, err := tc.DryRun(ctx, n.InternalIP, reads[n.Name], pl.Config.Credential.Registry, cred.Username, cred.Password(), np.Action.InPlace())
+		if err != nil {
+			return
+		}
+
+		mu.Lock()
+		n.Talos.DryRun, n.Talos.DryRunRefused = mode, refused
+		answered++
+		mu.Unlock()
+	})
 
 	return answered
 }

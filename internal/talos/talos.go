@@ -30,6 +30,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/registryauth"
@@ -383,24 +384,7 @@ func (c *Client) isTheNode(nctx context.Context, n *plan.Node) error {
 
 // each runs f for every node, at most parallel at a time.
 func each(nodes []*plan.Node, parallel int, f func(*plan.Node)) {
-	sem := make(chan struct{}, max(parallel, 1))
-
-	var wg sync.WaitGroup
-
-	for _, n := range nodes {
-		wg.Add(1)
-
-		go func() {
-			defer wg.Done()
-
-			sem <- struct{}{}
-			defer func() { <-sem }()
-
-			f(n)
-		}()
-	}
-
-	wg.Wait()
+	pool.Each(len(nodes), parallel, func(i int) { f(nodes[i]) })
 }
 
 // fleetFacts reads the version and the service list of a batch of nodes with one call each,

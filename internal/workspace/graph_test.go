@@ -20,7 +20,7 @@ var layers = [][]string{
 	{ // 0: leaves, no ghcrsync import
 		"internal/clock", "internal/answer", "internal/atomicfile", "internal/authdigest", "internal/diag", "internal/golden",
 		"internal/holder", "internal/human", "internal/pin", "internal/progress", "internal/readlimit", "internal/redact",
-		"internal/requests", "internal/taints", "internal/usage", "internal/release", "internal/window", "internal/maintenance",
+		"internal/requests", "internal/taints", "internal/usage", "internal/release", "internal/window", "internal/maintenance", "internal/pool",
 	},
 	{ // 1: the model and the pure rules
 		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth", "internal/keyring",
