@@ -1,6 +1,7 @@
 package credential
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,89 +192,109 @@ func Refused(err error) bool {
 // denial; its success makes the denial stable at once (its own failure says the registry is
 // refusing everyone for now: waited out like a transient answer) — asked once more at once
 // first, so the end of an incident is not taken for a refusal. Any answer other than a denial
-// starts the denial's clock again. classify says what an
-// attempt's error is. The outcome is returned with success too ("after 4 attempts …").
+// starts the denial's clock again. classify says what an attempt's error is. The outcome is
+// returned with success too ("after 4 attempts …"). What to do after each failed attempt is
+// decide's; Do asks, waits and counts.
 func (r Retry) Do(ctx context.Context, try func(context.Context) Attempt, classify func(error) Class, control func(context.Context) error) (Outcome, error) {
 	clk := clock.Or(r.Clock)
-	now := clk.Now
+	s := retryState{start: clk.Now(), pause: time.Second}
 
-	start := now()
-
-	var (
-		out         Outcome
-		firstDenial time.Time // when the denials under way began (reset by any other answer)
-		confirmed   bool      // the control was accepted at the last denial
-		pause       = time.Second
-	)
+	var out Outcome
 
 	for {
 		a := try(ctx)
 		out.Attempts++
-		out.Took = now().Sub(start)
+		out.Took = clk.Now().Sub(s.start)
 
 		if a.Err == nil {
 			return out, nil
 		}
 
 		class := classify(a.Err)
-		stop := func(stable, control bool) error {
-			return &Error{Err: a.Err, Class: class, Stable: stable, Control: control, Outcome: out, Window: r.Window}
-		}
-
-		d := pause
-		if a.RetryAfter > 0 {
-			d = a.RetryAfter
-		}
-
-		d = jitter(d)
+		accepted := class == Denied && control != nil && control(ctx) == nil
 
 		switch class {
-		case Final:
-			return out, a.Err
 		case Denied:
 			out.Denials++
-
-			if firstDenial.IsZero() {
-				firstDenial = now()
-			}
-
-			if control != nil && control(ctx) == nil {
-				// Accepted for the new credential while this was denied: this credential is
-				// refused — once asked again at once shows it was not the end of an incident.
-				if confirmed {
-					return out, stop(true, true)
-				}
-
-				confirmed, d = true, 0
-
-				break
-			}
-
-			confirmed = false
-
-			if now().Sub(firstDenial) >= r.Denied {
-				return out, stop(true, false)
-			}
-
-			// The denial's own clock: asked again before it would be stable, and at it.
-			d = min(max(d, r.Denied/4), firstDenial.Add(r.Denied).Sub(now()))
 		case Transient:
 			out.Transient = append(out.Transient, statusOf(a.Err))
-			firstDenial, confirmed = time.Time{}, false // a registry in trouble, not a lasting denial
 		}
 
-		if left := start.Add(r.Window).Sub(now()); d > left || left <= 0 {
-			return out, stop(false, false)
+		d := r.decide(&s, clk.Now(), class, accepted, jitter(cmp.Or(a.RetryAfter, s.pause)))
+
+		switch {
+		case d.final:
+			return out, a.Err
+		case d.stop:
+			return out, &Error{Err: a.Err, Class: class, Stable: d.stable, Control: d.control, Outcome: out, Window: r.Window}
 		}
 
-		if d > 0 {
-			if err := clock.Sleep(ctx, clk, d); err != nil {
+		if d.wait > 0 {
+			if err := clock.Sleep(ctx, clk, d.wait); err != nil {
 				return out, fmt.Errorf("%w (while waiting to ask the registry again after: %v)", err, a.Err)
 			}
 		}
 
-		pause = min(2*pause, 15*time.Second)
+		s.pause = min(2*s.pause, 15*time.Second)
 	}
+}
+
+// retryState is what the retry remembers between attempts.
+type retryState struct {
+	start       time.Time
+	firstDenial time.Time // when the denials under way began (reset by any other answer)
+	confirmed   bool      // the control was accepted at the last denial
+	pause       time.Duration
+}
+
+// decision is what follows a failed attempt: return its error as it is (final), stop with it
+// (stop: stable, control say what the Error says), or ask again after wait.
+type decision struct {
+	final, stop, stable, control bool
+	wait                         time.Duration
+}
+
+// decide is the retry's rule, with no clock and no call: after an attempt of class at now (accepted:
+// the control was accepted for the new credential at that denial), and a pause of d (the
+// registry's Retry-After, or the backoff, jittered).
+func (r Retry) decide(s *retryState, now time.Time, class Class, accepted bool, d time.Duration) decision {
+	switch class {
+	case Final:
+		return decision{final: true}
+	case Denied:
+		if s.firstDenial.IsZero() {
+			s.firstDenial = now
+		}
+
+		if accepted {
+			// Accepted for the new credential while this was denied: this credential is
+			// refused — once asked again at once shows it was not the end of an incident.
+			if s.confirmed {
+				return decision{stop: true, stable: true, control: true}
+			}
+
+			s.confirmed, d = true, 0
+
+			break
+		}
+
+		s.confirmed = false
+
+		if now.Sub(s.firstDenial) >= r.Denied {
+			return decision{stop: true, stable: true}
+		}
+
+		// The denial's own clock: asked again before it would be stable, and at it.
+		d = min(max(d, r.Denied/4), s.firstDenial.Add(r.Denied).Sub(now))
+	case Transient:
+		s.firstDenial, s.confirmed = time.Time{}, false // a registry in trouble, not a lasting denial
+	}
+
+	if left := s.start.Add(r.Window).Sub(now); d > left || left <= 0 {
+		return decision{stop: true}
+	}
+
+	return decision{wait: d}
 }
 
 // statusOf is the status a transient error carries ("429"), or its class.

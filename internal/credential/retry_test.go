@@ -268,3 +268,43 @@ func TestParseRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// decide, the retry's rule with no clock and no call: each case an attempt's class at a moment
+// of the run, with what the retry remembers, and what follows.
+func TestRetryDecide(t *testing.T) {
+	r := Retry{Window: 2 * time.Minute, Denied: 45 * time.Second}
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+	for _, tc := range []struct {
+		name     string
+		state    retryState
+		at       time.Duration // since the start
+		class    Class
+		accepted bool
+		pause    time.Duration
+		want     decision
+	}{
+		{"final at once", retryState{}, 0, Final, false, time.Second, decision{final: true}},
+		{"a first denial waits a quarter of the denial window", retryState{}, 0, Denied, false, time.Second, decision{wait: 45 * time.Second / 4}},
+		{"a denial at its window is stable", retryState{firstDenial: t0}, 45 * time.Second, Denied, false, time.Second, decision{stop: true, stable: true}},
+		{"a denial is asked again at its window, not after", retryState{firstDenial: t0}, 40 * time.Second, Denied, false, 15 * time.Second, decision{wait: 5 * time.Second}},
+		{"the control accepted once: asked again at once", retryState{}, 0, Denied, true, time.Second, decision{wait: 0}},
+		{"the control accepted twice: refused (stable) by the control", retryState{confirmed: true, firstDenial: t0}, 2 * time.Second, Denied, true, time.Second, decision{stop: true, stable: true, control: true}},
+		{"transient: waits its pause", retryState{firstDenial: t0, confirmed: true}, 10 * time.Second, Transient, false, 4 * time.Second, decision{wait: 4 * time.Second}},
+		{"transient past the window: stops, not stable", retryState{}, 2 * time.Minute, Transient, false, time.Second, decision{stop: true}},
+		{"a pause longer than the window left: stops", retryState{}, 110 * time.Second, Transient, false, 15 * time.Second, decision{stop: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.state
+			s.start = t0
+
+			if got := r.decide(&s, t0.Add(tc.at), tc.class, tc.accepted, tc.pause); got != tc.want {
+				t.Fatalf("decide: %+v, want %+v", got, tc.want)
+			}
+
+			if tc.class == Transient && (!s.firstDenial.IsZero() || s.confirmed) {
+				t.Fatalf("a transient answer keeps the denial's clock: %+v", s)
+			}
+		})
+	}
+}
