@@ -391,9 +391,9 @@ func (f fakeTalos) RuntimeStarted(_ context.Context, ip string) (time.Time, erro
 	return f.w.criStarted[nodeOfIP(ip)], nil
 }
 
-func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool) error {
+func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool) (time.Time, error) {
 	if err := ctx.Err(); err != nil { // a cancelled call is never sent, as gRPC's
-		return err
+		return time.Time{}, err
 	}
 
 	f.w.mu.Lock()
@@ -403,7 +403,7 @@ func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool)
 	f.w.record("talos configure %s live=%t", node, live)
 
 	if err := f.w.configureErr[node]; err != nil {
-		return err
+		return time.Time{}, err
 	}
 
 	f.w.staged[node] = "new"
@@ -415,7 +415,7 @@ func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool)
 		}
 	}
 
-	return nil
+	return f.w.configUpdated[node], nil
 }
 
 func (f fakeTalos) Reboot(ctx context.Context, ip string) error {

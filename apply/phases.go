@@ -97,9 +97,12 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 		return r
 	}
 
-	if err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live); err != nil {
+	changed, err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live)
+	if err != nil {
 		return t.callFailed(ctx, "configure", err)
 	}
+
+	t.configChanged = changed
 
 	return nil
 }
@@ -265,14 +268,11 @@ func awaited(newBoot, ready, lifecycle bool) string {
 // started with — a proof taken before would prove the old credential. A runtime that does not
 // restart within the ready timeout fails the node: its config holds the new credential, its
 // runtime may not, and the next plan fences it (a reboot loads it for sure). When the config
-// changed is read once; each poll asks only for the runtime's last start.
+// changed is the write's own read-back; each poll asks only for the runtime's last start.
 func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 	deadline := t.e.clock.Now().Add(t.e.o.ReadyTimeout)
 
-	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
-	if err != nil {
-		return t.callFailed(ctx, "its active Talos config could not be read after the live write", err)
-	}
+	changed := t.configChanged // the write's read-back: no read of its own
 
 	for {
 		started, err := t.e.talos.RuntimeStarted(ctx, t.ip)
@@ -280,7 +280,7 @@ func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 			return t.callFailed(ctx, "its container runtime's start could not be read after the live write", err)
 		}
 
-		if started.After(facts.ConfigUpdated) {
+		if started.After(changed) {
 			return nil
 		}
 
@@ -292,7 +292,7 @@ func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 
 			return t.fail(fmt.Sprintf("its container runtime did not restart within %s after its registry config changed at %s (%s): "+
 				"until it does it pulls with the credential it started with, so nothing is proved; the next plan fences it (a reboot loads the credential)",
-				t.e.o.ReadyTimeout, human.Clock(facts.ConfigUpdated), last))
+				t.e.o.ReadyTimeout, human.Clock(changed), last))
 		}
 
 		if err := t.e.sleepOr(ctx, nil); err != nil {

@@ -159,7 +159,8 @@ type Workloads interface {
 type Talos interface {
 	// ConfigFacts reads the credential digests of the active and staged configs.
 	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
-	Configure(ctx context.Context, node, registry, username, password string, live bool) error
+	// Configure writes the credential and returns when the config changed, as Talos recorded it.
+	Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error)
 	Reboot(ctx context.Context, node string) error
 	// RuntimeStarted is when the node's container runtime last started.
 	RuntimeStarted(ctx context.Context, node string) (time.Time, error)

@@ -26,6 +26,8 @@ type txn struct {
 	ip  string
 	// keyringProved says what proved a kubelet-keyring node's runtime (the result's message).
 	keyringProved string
+	// configChanged is when its Talos config write changed the config, as Talos recorded it.
+	configChanged time.Time
 }
 
 type phaseStep struct {

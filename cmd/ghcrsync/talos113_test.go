@@ -45,7 +45,7 @@ func TestOutOfBandNoRebootApplyIsNotLoaded(t *testing.T) {
 
 	// The operator's out-of-band no-reboot apply of the new credential, on every node.
 	for _, m := range sb.FleetInfo() {
-		if err := tc.Configure(ctx, m.IP, sandbox.RegistryHost, rotated.Username, rotated.Password, true); err != nil {
+		if _, err := tc.Configure(ctx, m.IP, sandbox.RegistryHost, rotated.Username, rotated.Password, true); err != nil {
 			t.Fatalf("no-reboot apply to %s: %v", m.Name, err)
 		}
 

@@ -88,7 +88,7 @@ func TestTalosBelowTheMinimumIsNeverClaimed(t *testing.T) {
 	m, _ := sb.Fleet().Machine(old)
 	c := sb.NewCredential()
 
-	if err := tc.Configure(context.Background(), m.IP, sandbox.RegistryHost, c.Username, c.Password, false); err == nil ||
+	if _, err := tc.Configure(context.Background(), m.IP, sandbox.RegistryHost, c.Username, c.Password, false); err == nil ||
 		!strings.Contains(err.Error(), `unknown document kind "RegistryAuthConfig"`) {
 		t.Fatalf("a RegistryAuthConfig apply to Talos 1.11: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -25,20 +26,23 @@ import (
 // Configure writes the credential into the node's machine config. When live, the change is
 // applied without a reboot (Talos 1.14+); otherwise it is staged for the next boot: an older
 // Talos accepts a no-reboot registry-auth change, but its container runtime keeps the credential
-// it booted with (applied, not loaded), so only the reboot that follows makes it count. The new config is built on the next-boot
-// config (so a change an operator staged is kept, never dropped), and read back and checked.
-func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) error {
+// it booted with (applied, not loaded), so only the reboot that follows makes it count. The new
+// config is built on the next-boot config (so a change an operator staged is kept, never
+// dropped) — the one its guard's ConfigFacts just read at the address, else read again — and read
+// back and checked. It returns when the written config changed, as Talos recorded it (what the
+// runtime's restart is waited against).
+func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error) {
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
-	_, next, err := c.configs(nctx)
+	next, err := c.base(nctx, Read{next: c.recalled(node)})
 	if err != nil {
-		return fmt.Errorf("read machine config of %s: %w", node, err)
+		return time.Time{}, fmt.Errorf("read machine config of %s: %w", node, err)
 	}
 
-	data, err := registryauth.With(next.Provider(), registry, username, password)
+	data, err := registryauth.With(next, registry, username, password)
 	if err != nil {
-		return fmt.Errorf("build machine config for %s: %w", node, err)
+		return time.Time{}, fmt.Errorf("build machine config for %s: %w", node, err)
 	}
 
 	mode, check := machine.ApplyConfigurationRequest_STAGED, talosconfig.PersistentID
@@ -48,7 +52,7 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 
 	if _, err := c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode}); err != nil {
 		if !Ambiguous(err) {
-			return fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
+			return time.Time{}, fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
 		}
 
 		// The answer was lost, perhaps not the write: the read-back below tells (its own
@@ -61,14 +65,14 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 
 	got, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, check)
 	if err != nil {
-		return fmt.Errorf("read back machine config of %s: %w", node, err)
+		return time.Time{}, fmt.Errorf("read back machine config of %s: %w", node, err)
 	}
 
 	if digest(got, registry) != authdigest.Of(username, password) {
-		return fmt.Errorf("machine config of %s does not carry the new credential after %s apply", node, mode)
+		return time.Time{}, fmt.Errorf("machine config of %s does not carry the new credential after %s apply", node, mode)
 	}
 
-	return nil
+	return got.Metadata().Updated().UTC(), nil
 }
 
 // DryRun asks the node's Talos what it would do with exactly the config Configure would write

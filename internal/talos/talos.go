@@ -46,6 +46,52 @@ type Client struct {
 	timeout time.Duration
 	// Requests counts the Talos API calls made.
 	Requests *requests.Counter
+
+	// read is each address's next-boot config as ConfigFacts last read it (a write's guard):
+	// Configure builds on it, once, when it is fresh, instead of reading it again.
+	mu   sync.Mutex
+	read map[string]lastRead
+}
+
+// lastRead is a next-boot config as read, and when.
+type lastRead struct {
+	next []byte
+	at   time.Time
+}
+
+// freshRead is how old a guard's read may be for a write to build on it (the guard reads right
+// before the write; older, the write reads again).
+const freshRead = 10 * time.Second
+
+// remember keeps what ConfigFacts read at node for the write that may follow.
+func (c *Client) remember(node string, r Read) {
+	if r.next == nil {
+		return
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if c.read == nil {
+		c.read = map[string]lastRead{}
+	}
+
+	c.read[node] = lastRead{next: r.next, at: time.Now()}
+}
+
+// recalled is, once, the next-boot config a guard read at node within freshRead (nil: none).
+func (c *Client) recalled(node string) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	r, ok := c.read[node]
+	delete(c.read, node)
+
+	if !ok || time.Since(r.at) > freshRead {
+		return nil
+	}
+
+	return r.next
 }
 
 // DefaultTimeout bounds one Talos call when the configuration sets none.
@@ -147,7 +193,12 @@ func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
-	return c.configFacts(nctx, registry)
+	facts, read, err := c.configFactsAndCredential(nctx, registry)
+	if err == nil {
+		c.remember(node, read)
+	}
+
+	return facts, err
 }
 
 func (c *Client) configFacts(nctx context.Context, registry string) (*plan.TalosFacts, error) {
