@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
+	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
@@ -134,7 +135,7 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 // never land on a node that cannot pull) and the plan's options (--allow-pending, the proof
 // skipped, the probe image).
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	snap, in, err := r.in.Fleet.ReadJudged(ctx, r.p.ProofSkipped)
+	snap, in, err := r.in.Fleet.ReadJudged(fleet.Reusing(ctx), r.p.ProofSkipped)
 	if err != nil {
 		return nil, err
 	}

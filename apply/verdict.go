@@ -8,6 +8,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -43,7 +44,7 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 
 	// Until's own answer (timed out, cancelled) leaves the last inventory standing.
 	_ = clock.Until(ctx, r.in.Clock, bound, readersPoll, func() (bool, error) {
-		snap, in, err := r.in.Fleet.Read(ctx)
+		snap, in, err := r.in.Fleet.Read(fleet.Reusing(ctx)) // the machines unchanged since the last relist are not asked again
 		if err != nil {
 			readErr = err
 

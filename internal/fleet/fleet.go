@@ -384,3 +384,8 @@ func (r *Reader) HeldByNodes(ctx context.Context) ([]Held, error) {
 
 	return held, nil
 }
+
+// Reusing marks ctx for a read that may reuse the Talos facts of a node unchanged since the last
+// whole read (talos.Reusing): the late-node relists and the root's judgement, never plan or the
+// verdict.
+func Reusing(ctx context.Context) context.Context { return talos.Reusing(ctx) }

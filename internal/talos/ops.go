@@ -32,6 +32,8 @@ import (
 // back and checked. It returns when the written config changed, as Talos recorded it (what the
 // runtime's restart is waited against).
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error) {
+	c.forget(node)
+
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
@@ -149,6 +151,8 @@ func dryRunSummary(mode, details string) string {
 
 // Reboot asks the node to reboot.
 func (c *Client) Reboot(ctx context.Context, node string) error {
+	c.forget(node)
+
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 

@@ -51,6 +51,8 @@ type Client struct {
 	// Configure builds on it, once, when it is fresh, instead of reading it again.
 	mu   sync.Mutex
 	read map[string]lastRead
+	// known are the nodes' facts as their last whole read found them (known.go).
+	known map[string]known
 }
 
 // lastRead is a next-boot config as read, and when.
@@ -364,10 +366,16 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 		reads = map[string]Read{}
 	)
 
+	reuse := reusing(ctx)
+
 	for i := range nodes {
 		if nodes[i].InternalIP == "" {
 			nodes[i].TalosError = "the Node has no InternalIP to reach its Talos API at"
 
+			continue
+		}
+
+		if reuse && c.reuse(&nodes[i], reads) {
 			continue
 		}
 
@@ -413,7 +421,14 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 
 		cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
 		n.Talos = cf
+		c.learn(n, read)
 	})
+
+	for _, n := range reach { // a node whose read failed is asked again next time
+		if n.Talos == nil || n.TalosError != "" {
+			c.learn(n, Read{})
+		}
+	}
 
 	return reads
 }
