@@ -53,6 +53,8 @@ type Client struct {
 	read map[string]lastRead
 	// known are the nodes' facts as their last whole read found them (known.go).
 	known map[string]known
+	// rt are the runtimes' restart waits asking together (runtimes.go).
+	rt runtimes
 }
 
 // lastRead is a next-boot config as read, and when.
@@ -293,20 +295,6 @@ func (c *Client) Stage(ctx context.Context, node string) (string, error) {
 	return ms.TypedSpec().Stage.String(), nil
 }
 
-// RuntimeStarted is when the node's container runtime (its cri service) last entered Running:
-// a Talos 1.14 live reload restarts it when the rendered registry config changed.
-func (c *Client) RuntimeStarted(ctx context.Context, node string) (time.Time, error) {
-	nctx, cancel := c.bounded(ctx, node)
-	defer cancel()
-
-	services, err := c.c.ServiceList(nctx)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("service list: %w", err)
-	}
-
-	return CRIStarted(services), nil
-}
-
 // CRIStarted is when the cri service last entered Running (zero if unknown).
 func CRIStarted(resp *machine.ServiceListResponse) time.Time {
 	var started time.Time
@@ -360,27 +348,8 @@ type Read struct {
 //
 // It returns, by node name, what it read that stays in memory (Read).
 func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) map[string]Read {
-	var (
-		reach []*plan.Node
-		mu    sync.Mutex
-		reads = map[string]Read{}
-	)
-
-	reuse := reusing(ctx)
-
-	for i := range nodes {
-		if nodes[i].InternalIP == "" {
-			nodes[i].TalosError = "the Node has no InternalIP to reach its Talos API at"
-
-			continue
-		}
-
-		if reuse && c.reuse(&nodes[i], reads) {
-			continue
-		}
-
-		reach = append(reach, &nodes[i])
-	}
+	reads := map[string]Read{}
+	reach := c.toRead(ctx, nodes, reads)
 
 	for start := 0; start < len(reach); start += FleetBatch {
 		batch := reach[start:min(start+FleetBatch, len(reach))]
@@ -389,48 +358,74 @@ func (c *Client) FillFacts(ctx context.Context, nodes []plan.Node, registry stri
 		}
 	}
 
+	var mu sync.Mutex
+
 	each(reach, parallel, func(n *plan.Node) {
 		if n.TalosError != "" {
 			return
 		}
 
-		nctx, cancel := c.bounded(ctx, n.InternalIP)
-		defer cancel()
-
-		// The machine at the address is asked its name in the same round-trip: the facts of
-		// another machine there (an address reused, a server replaced) are not this Node's.
-		named := make(chan error, 1)
-		go func() { named <- c.isTheNode(nctx, n) }()
-
-		cf, read, err := c.configFactsAndCredential(nctx, registry)
-		if errName := <-named; errName != nil {
-			n.TalosError, n.Talos, n.TalosDenied = errName.Error(), nil, Denied(errName)
-
-			return
+		if read, ok := c.machineFacts(ctx, n, registry); ok {
+			mu.Lock()
+			reads[n.Name] = read
+			mu.Unlock()
 		}
-
-		if err != nil {
-			n.TalosError, n.Talos, n.TalosDenied = redact.Error(err), nil, Denied(err)
-
-			return
-		}
-
-		mu.Lock()
-		reads[n.Name] = read
-		mu.Unlock()
-
-		cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
-		n.Talos = cf
-		c.learn(n, read)
 	})
 
-	for _, n := range reach { // a node whose read failed is asked again next time
-		if n.Talos == nil || n.TalosError != "" {
-			c.learn(n, Read{})
-		}
+	for _, n := range reach { // what was read is known; a node whose read failed is asked again next time
+		c.learn(n, reads[n.Name])
 	}
 
 	return reads
+}
+
+// toRead are the nodes FillFacts must ask: every node with an address, but — under Reusing —
+// those whose known facts still stand (filled, with their reads, from what is known).
+func (c *Client) toRead(ctx context.Context, nodes []plan.Node, reads map[string]Read) []*plan.Node {
+	var reach []*plan.Node
+
+	reuse := reusing(ctx)
+
+	for i := range nodes {
+		switch {
+		case nodes[i].InternalIP == "":
+			nodes[i].TalosError = "the Node has no InternalIP to reach its Talos API at"
+		case reuse && c.reuse(&nodes[i], reads):
+		default:
+			reach = append(reach, &nodes[i])
+		}
+	}
+
+	return reach
+}
+
+// machineFacts reads n's machine configs and, in the same round-trip, the machine's own name:
+// the facts of another machine at the address (an address reused, a server replaced) are not
+// this Node's. It sets n.Talos (its version and runtime start kept) or n.TalosError.
+func (c *Client) machineFacts(ctx context.Context, n *plan.Node, registry string) (Read, bool) {
+	nctx, cancel := c.bounded(ctx, n.InternalIP)
+	defer cancel()
+
+	named := make(chan error, 1)
+	go func() { named <- c.isTheNode(nctx, n) }()
+
+	cf, read, err := c.configFactsAndCredential(nctx, registry)
+	if errName := <-named; errName != nil {
+		n.TalosError, n.Talos, n.TalosDenied = errName.Error(), nil, Denied(errName)
+
+		return Read{}, false
+	}
+
+	if err != nil {
+		n.TalosError, n.Talos, n.TalosDenied = redact.Error(err), nil, Denied(err)
+
+		return Read{}, false
+	}
+
+	cf.Version, cf.CRIStarted = n.Talos.Version, n.Talos.CRIStarted
+	n.Talos = cf
+
+	return read, true
 }
 
 // isTheNode asks the machine the node's context reaches for its Kubernetes node name (Talos's
