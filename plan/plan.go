@@ -170,26 +170,9 @@ func classify(n Node, in Input, identity string) NodePlan {
 // needs is what the node's Talos facts call for: nothing (in sync, with a proof that its runtime
 // uses the credential), a live update, or a fence — or, without certain facts, to be left alone.
 func needs(n Node, in Input) (Action, Reason, string) {
-	if n.Talos == nil {
-		detail := n.TalosError
-		if detail == "" {
-			detail = "no facts"
-		}
-
-		return ActionDeselect, ReasonTalosUnreachable, ReasonTalosUnreachable.Sentence(detail)
-	}
-
-	version, err := ParseTalosVersion(n.Talos.Version)
-	if err != nil {
-		return ActionDeselect, ReasonUnclassifiable, ReasonUnclassifiable.Sentence(err.Error())
-	}
-
-	if !version.AtLeast(TalosMinimum) {
-		return ActionDeselect, ReasonTalosUnsupported, ReasonTalosUnsupported.Sentence("Talos " + n.Talos.Version)
-	}
-
-	if refused := n.Talos.DryRunRefused; refused != "" {
-		return ActionDeselect, ReasonTalosRefuses, ReasonTalosRefuses.Sentence(refused)
+	version, refused, sentence := talosUsable(n)
+	if refused != "" {
+		return ActionDeselect, refused, sentence
 	}
 
 	live := version.AtLeast(TalosLiveRegistryAuth)
@@ -283,6 +266,33 @@ func untrustedMirrors(mirrors, trusted []string) []string {
 	}
 
 	return out
+}
+
+// talosUsable is the node's Talos version, or why its Talos cannot be acted on (the reason and
+// its sentence): unreachable, a version ghcrsync cannot read or does not support, or a change
+// its Talos refuses.
+func talosUsable(n Node) (TalosVersion, Reason, string) {
+	if n.Talos == nil {
+		detail := n.TalosError
+		if detail == "" {
+			detail = "no facts"
+		}
+
+		return TalosVersion{}, ReasonTalosUnreachable, ReasonTalosUnreachable.Sentence(detail)
+	}
+
+	version, err := ParseTalosVersion(n.Talos.Version)
+
+	switch {
+	case err != nil:
+		return version, ReasonUnclassifiable, ReasonUnclassifiable.Sentence(err.Error())
+	case !version.AtLeast(TalosMinimum):
+		return version, ReasonTalosUnsupported, ReasonTalosUnsupported.Sentence("Talos " + n.Talos.Version)
+	case n.Talos.DryRunRefused != "":
+		return version, ReasonTalosRefuses, ReasonTalosRefuses.Sentence(n.Talos.DryRunRefused)
+	}
+
+	return version, "", ""
 }
 
 // keyringClause says, of a node in sync, that its kubelet's keyring carries the credential.
@@ -544,6 +554,35 @@ func drainPredictions(p *Plan, wait bool) (out []string, holds int) {
 }
 
 func warnings(p *Plan, s Snapshot, in Input) []string {
+	w := credentialWarnings(p, in)
+	w = append(w, controlPlaneWarnings(p, s, in)...)
+	w = append(w, probeArchWarnings(p, s)...)
+
+	if hidden := staleBehindValidConfig(p); p.Emergency() && len(hidden) > 0 {
+		w = append(w, fmt.Sprintf("Emergency: the container runtime of %s has not loaded the credential its Talos config holds (it started before the "+
+			"config last changed, and its Talos loads none live): it still pulls with what it booted with, which may be the refused credential, "+
+			"so no evicted pod is sent there (hard steering) until it is rotated.", describe(UseNode, hidden)))
+	}
+
+	w = append(w, secretWarnings(s)...)
+
+	if len(s.Templates) == 0 {
+		w = append(w, noTemplateWarning)
+	}
+
+	w = append(w, staleReaderWarnings(p.Templates)...)
+
+	if l := s.Lease; l != nil && l.Holder != "" {
+		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
+			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))
+	}
+
+	return w
+}
+
+// credentialWarnings are the credentials' own: its proof skipped or waited for, its expiry near,
+// an old credential in use that pulls only in part or cannot be asked.
+func credentialWarnings(p *Plan, in Input) []string {
 	var w []string
 
 	if in.ProofSkipped {
@@ -571,14 +610,12 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		}
 	}
 
-	w = append(w, controlPlaneWarnings(p, s, in)...)
-	w = append(w, probeArchWarnings(p, s)...)
+	return w
+}
 
-	if hidden := staleBehindValidConfig(p); p.Emergency() && len(hidden) > 0 {
-		w = append(w, fmt.Sprintf("Emergency: the container runtime of %s has not loaded the credential its Talos config holds (it started before the "+
-			"config last changed, and its Talos loads none live): it still pulls with what it booted with, which may be the refused credential, "+
-			"so no evicted pod is sent there (hard steering) until it is rotated.", describe(UseNode, hidden)))
-	}
+// secretWarnings are the pull secrets': contested, moved between credentials, outside the roles.
+func secretWarnings(s Snapshot) []string {
+	var w []string
 
 	for _, sec := range s.Secrets {
 		if len(sec.Contested) > 0 {
@@ -592,17 +629,6 @@ func warnings(p *Plan, s Snapshot, in Input) []string {
 		if sec.OutsideRoles {
 			w = append(w, "Consumer outside the roles: "+sec.OutsideRolesSentence()+" (`ghcrsync rbac --config FILE`, then apply its output).")
 		}
-	}
-
-	if len(s.Templates) == 0 {
-		w = append(w, noTemplateWarning)
-	}
-
-	w = append(w, staleReaderWarnings(p.Templates)...)
-
-	if l := s.Lease; l != nil && l.Holder != "" {
-		w = append(w, fmt.Sprintf("Lease %s/%s is held by %s (%s, duration %ds): apply will refuse to start until it is released; inspect it with `ghcrsync fences`.",
-			l.Namespace, l.Name, l.Holder, human.Renewed(l.RenewTime, s.TakenAt), l.DurationSeconds))
 	}
 
 	return w

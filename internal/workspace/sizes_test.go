@@ -35,10 +35,8 @@ var oversized = map[string]int{
 	"internal/config.keyring":              70,
 	"internal/config.Validate":             69,
 	"apply.keyringProof":                   67,
-	"plan.needs":                           66,
 	"internal/fanout.put":                  65,
 	"internal/config.nodes":                65,
-	"plan.warnings":                        64,
 	"cmd/ghcrsync.newValidate":             62,
 }
 
