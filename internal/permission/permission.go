@@ -66,28 +66,43 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 	case CommandApply:
 		needs = append(needs, applyNeeds(cfg, targets, kubeState)...)
 	case CommandRelease:
-		needs = append(needs,
-			// The pod a run in the cluster ran in: ended or gone, its fences are releasable
-			// without --holder (liveness.Pod). plan and apply list pods already.
-			access("list", "", "pods", "", ""),
-			access("patch", "", "nodes", "", ""),
-			access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
-			access("create", "", "events", "default", ""), access("create", "", "events", cfg.Lease.Namespace, ""))
-
-		if kubeState {
-			needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
-		}
-
-		if k := cfg.Nodes.Keyring; k != nil { // what a killed run left: writer pods, the writer's Secret
-			needs = append(needs, access("list", "", "pods", k.Namespace, ""), access("delete", "", "pods", k.Namespace, ""),
-				access("delete", "", "secrets", k.Namespace, k.Secret))
-		}
+		needs = append(needs, releaseNeeds(cfg, kubeState)...)
 	}
 
 	needs = append(needs, othersNeeds(cfg, command)...)
+	needs = append(needs, fluxNeeds(cfg, command)...)
 
-	// The flux block's Kustomizations: read by every command (plan, and the fences a suspension
-	// leaves), suspended and resumed by apply, resumed by release.
+	return dedupe(needs)
+}
+
+// releaseNeeds are release's own: the fences' undo, the state, what a killed run left.
+func releaseNeeds(cfg *config.Config, kubeState bool) []cluster.Access {
+	needs := []cluster.Access{
+		// The pod a run in the cluster ran in: ended or gone, its fences are releasable
+		// without --holder (liveness.Pod). plan and apply list pods already.
+		access("list", "", "pods", "", ""),
+		access("patch", "", "nodes", "", ""),
+		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),
+		access("create", "", "events", "default", ""), access("create", "", "events", cfg.Lease.Namespace, ""),
+	}
+
+	if kubeState {
+		needs = append(needs, access("update", "", "secrets", cfg.State.Namespace, cfg.State.Secret))
+	}
+
+	if k := cfg.Nodes.Keyring; k != nil { // what a killed run left: writer pods, the writer's Secret
+		needs = append(needs, access("list", "", "pods", k.Namespace, ""), access("delete", "", "pods", k.Namespace, ""),
+			access("delete", "", "secrets", k.Namespace, k.Secret))
+	}
+
+	return needs
+}
+
+// fluxNeeds are the flux block's Kustomizations': read by every command (plan, and the fences a
+// suspension leaves), suspended and resumed by apply, resumed by release.
+func fluxNeeds(cfg *config.Config, command string) []cluster.Access {
+	var needs []cluster.Access
+
 	for _, k := range cfg.FluxSuspend {
 		needs = append(needs, access("get", cluster.Kustomizations.Group, cluster.Kustomizations.Resource, k.Namespace, k.Name))
 
@@ -96,7 +111,7 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 		}
 	}
 
-	return dedupe(needs)
+	return needs
 }
 
 // othersNeeds are the maintenance block's: kured's DaemonSet read (its lock, by every command

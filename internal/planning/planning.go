@@ -106,35 +106,8 @@ func (pl *Planner) Plan(ctx context.Context, o Options) (*plan.Plan, error) {
 	in.Probe = plan.Probe{Image: pl.Config.Nodes.Probe.Image, Namespace: pl.Config.Nodes.Probe.Namespace, ServiceAccount: pl.Config.Nodes.Probe.ServiceAccount}
 
 	if !o.SkipProof {
-		proved, err := pl.Prover.Prove(ctx)
-		if err != nil {
+		if err := pl.prove(ctx, &in); err != nil {
 			return nil, fmt.Errorf("%w; nothing was planned", err)
-		}
-
-		pinned := proved.Probes
-		in.CredentialExpires, in.ProofRetries, in.IsolatedFrom = proved.Expires, proved.Retries, proved.IsolatedFrom
-
-		in.Probe.Image, in.Probe.Images = "", nil
-		if len(pinned) > 0 {
-			in.Probe.Image = pinned[0]
-		}
-
-		if len(pinned) > 1 {
-			in.Probe.Images = pinned
-		}
-
-		if len(proved.Platforms) > 0 {
-			in.Probe.Platforms = proved.Platforms
-		}
-
-		tenants, err := pl.Prover.ProveTenants(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%w; nothing was planned", err)
-		}
-
-		for i := range in.Tenants {
-			t := &in.Tenants[i]
-			t.ExpiresAt, t.IsolatedFrom = tenants[t.Name].Expires, tenants[t.Name].IsolatedFrom
 		}
 	}
 
@@ -172,6 +145,44 @@ func (pl *Planner) Plan(ctx context.Context, o Options) (*plan.Plan, error) {
 	p.Warnings = append(p.Warnings, pl.othersWarnings(ctx, p)...)
 
 	return p, nil
+}
+
+// prove proves the credentials against the registry, and records in in what the proof found: the
+// expiry, the passing trouble waited out, the images the credential is isolated from, the probe's
+// images by digest and their platforms, each tenant's expiry and isolation.
+func (pl *Planner) prove(ctx context.Context, in *plan.Input) error {
+	proved, err := pl.Prover.Prove(ctx)
+	if err != nil {
+		return err
+	}
+
+	pinned := proved.Probes
+	in.CredentialExpires, in.ProofRetries, in.IsolatedFrom = proved.Expires, proved.Retries, proved.IsolatedFrom
+
+	in.Probe.Image, in.Probe.Images = "", nil
+	if len(pinned) > 0 {
+		in.Probe.Image = pinned[0]
+	}
+
+	if len(pinned) > 1 {
+		in.Probe.Images = pinned
+	}
+
+	if len(proved.Platforms) > 0 {
+		in.Probe.Platforms = proved.Platforms
+	}
+
+	tenants, err := pl.Prover.ProveTenants(ctx)
+	if err != nil {
+		return err
+	}
+
+	for i := range in.Tenants {
+		t := &in.Tenants[i]
+		t.ExpiresAt, t.IsolatedFrom = tenants[t.Name].Expires, tenants[t.Name].IsolatedFrom
+	}
+
+	return nil
 }
 
 // WindowWarning says what the maintenance window does to the plan's fenced nodes if apply ran
