@@ -124,6 +124,84 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 	opts := metav1.PatchOptions{DryRun: []string{dryRun}}
 
 	switch e.Kind {
+	case EscapeTokenSecret, EscapeSecretAnnotate, EscapeOpaqueSecret, EscapeSecretKey, EscapeTemplateKey, EscapeCredentialMark:
+		return c.escapeSecrets(ctx, e)
+	case EscapeForgedEvent, EscapePod, EscapeWriterPod:
+		return c.escapeCreates(ctx, e)
+	case EscapeNodeLabel:
+		return c.escapeNode(ctx, patch(map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/" + escapeMarker: "true"}}}), opts)
+	case EscapeAccountToken:
+		_, err := c.Client.CoreV1().ServiceAccounts(e.Namespace).Patch(ctx, e.Name, types.MergePatchType,
+			patch(map[string]any{"automountServiceAccountToken": true, "secrets": []any{map[string]any{"name": escapeMarker}}}), opts)
+
+		return err
+	case EscapeDeploymentSA:
+		_, err := c.Client.AppsV1().Deployments(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
+			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
+
+		return err
+	case EscapeDaemonSetSpec:
+		_, err := c.Client.AppsV1().DaemonSets(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
+			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
+
+		return err
+	case EscapeKustomization:
+		return c.escapeCustom(ctx, Kustomizations, e, patch(map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}), opts)
+	case EscapeOCIRepository:
+		return c.escapeCustom(ctx, OCIRepositories, e, patch(map[string]any{"spec": map[string]any{"url": "oci://" + escapeMarker + ".invalid/escape"}}), opts)
+	case EscapeNoExecuteTaint:
+		return c.escapeNoExecute(ctx, opts)
+	case EscapeForeignLease:
+		_, err := c.Client.CoordinationV1().Leases(e.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: escapeMarker, Namespace: e.Namespace}}, create)
+
+		return err
+	}
+
+	return fmt.Errorf("unknown escape %q", e.Kind)
+}
+
+// escapeCreates makes the escapes that create an object (an Event, a pod) as dry runs.
+func (c *Connection) escapeCreates(ctx context.Context, e Escape) error {
+	create := metav1.CreateOptions{DryRun: []string{dryRun}}
+
+	switch e.Kind {
+	case EscapeForgedEvent:
+		now := metav1.Now()
+		_, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: escapeMarker, Namespace: metav1.NamespaceDefault},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: metav1.NamespaceDefault, Name: escapeMarker, APIVersion: "v1"},
+			Reason:         "Pulled", Message: "Successfully pulled image", Type: corev1.EventTypeNormal,
+			Source:         corev1.EventSource{Component: "kubelet", Host: escapeMarker},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1, ReportingController: "kubelet", ReportingInstance: escapeMarker,
+		}, create)
+
+		return err
+	case EscapePod:
+		pod := probe.Pod(escapeMarker, Probe{Image: e.Probe.Image, Namespace: e.Namespace, ServiceAccount: e.Probe.ServiceAccount}, "containment-check")
+		pod.Spec.Volumes = []corev1.Volume{{Name: "stolen", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: escapeMarker}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "stolen", MountPath: "/stolen", ReadOnly: true}}
+		pod.Spec.Containers[0].Command = []string{"/bin/true"}
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
+
+		_, err := c.Client.CoreV1().Pods(e.Namespace).Create(ctx, pod, create)
+
+		return err
+	case EscapeWriterPod:
+		pod := keyring.Pod(escapeMarker, e.Writer, keyring.ModeRead, "/", "containment-check")
+
+		_, err := c.Client.CoreV1().Pods(e.Writer.Namespace).Create(ctx, pod, create)
+
+		return err
+	}
+
+	return fmt.Errorf("unknown escape %q", e.Kind)
+}
+
+// escapeSecrets makes a Secret escape's write as a dry run.
+func (c *Connection) escapeSecrets(ctx context.Context, e Escape) error {
+	create := metav1.CreateOptions{DryRun: []string{dryRun}}
+
+	switch e.Kind {
 	case EscapeTokenSecret:
 		_, err := c.Client.CoreV1().Secrets(e.Namespace).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: escapeMarker, Namespace: e.Namespace, Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
@@ -159,63 +237,9 @@ func (c *Connection) escape(ctx context.Context, e Escape) error {
 		return c.escapeSecret(ctx, e, func(s *corev1.Secret) {
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, CredentialAnnotation, escapeMarker)
 		})
-	case EscapeForgedEvent:
-		now := metav1.Now()
-		_, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: escapeMarker, Namespace: metav1.NamespaceDefault},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: metav1.NamespaceDefault, Name: escapeMarker, APIVersion: "v1"},
-			Reason:         "Pulled", Message: "Successfully pulled image", Type: corev1.EventTypeNormal,
-			Source:         corev1.EventSource{Component: "kubelet", Host: escapeMarker},
-			FirstTimestamp: now, LastTimestamp: now, Count: 1, ReportingController: "kubelet", ReportingInstance: escapeMarker,
-		}, create)
-
-		return err
-	case EscapeNodeLabel:
-		return c.escapeNode(ctx, patch(map[string]any{"metadata": map[string]any{"labels": map[string]any{"ghcrsync.dev/" + escapeMarker: "true"}}}), opts)
-	case EscapeAccountToken:
-		_, err := c.Client.CoreV1().ServiceAccounts(e.Namespace).Patch(ctx, e.Name, types.MergePatchType,
-			patch(map[string]any{"automountServiceAccountToken": true, "secrets": []any{map[string]any{"name": escapeMarker}}}), opts)
-
-		return err
-	case EscapeDeploymentSA:
-		_, err := c.Client.AppsV1().Deployments(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
-			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
-
-		return err
-	case EscapeDaemonSetSpec:
-		_, err := c.Client.AppsV1().DaemonSets(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType,
-			patch(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}}}), opts)
-
-		return err
-	case EscapeKustomization:
-		return c.escapeCustom(ctx, Kustomizations, e, patch(map[string]any{"spec": map[string]any{"serviceAccountName": escapeMarker}}), opts)
-	case EscapeOCIRepository:
-		return c.escapeCustom(ctx, OCIRepositories, e, patch(map[string]any{"spec": map[string]any{"url": "oci://" + escapeMarker + ".invalid/escape"}}), opts)
-	case EscapePod:
-		pod := probe.Pod(escapeMarker, Probe{Image: e.Probe.Image, Namespace: e.Namespace, ServiceAccount: e.Probe.ServiceAccount}, "containment-check")
-		pod.Spec.Volumes = []corev1.Volume{{Name: "stolen", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: escapeMarker}}}}
-		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "stolen", MountPath: "/stolen", ReadOnly: true}}
-		pod.Spec.Containers[0].Command = []string{"/bin/true"}
-		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
-
-		_, err := c.Client.CoreV1().Pods(e.Namespace).Create(ctx, pod, create)
-
-		return err
-	case EscapeNoExecuteTaint:
-		return c.escapeNoExecute(ctx, opts)
-	case EscapeForeignLease:
-		_, err := c.Client.CoordinationV1().Leases(e.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: escapeMarker, Namespace: e.Namespace}}, create)
-
-		return err
-	case EscapeWriterPod:
-		pod := keyring.Pod(escapeMarker, e.Writer, keyring.ModeRead, "/", "containment-check")
-
-		_, err := c.Client.CoreV1().Pods(e.Writer.Namespace).Create(ctx, pod, create)
-
-		return err
 	}
 
-	return fmt.Errorf("unknown escape %q", e.Kind)
+	return fmt.Errorf("unknown Secret escape %q", e.Kind)
 }
 
 // escapeSecret updates the Secret e names as change says (one that does not exist proves nothing).
