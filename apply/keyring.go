@@ -114,43 +114,9 @@ func (t *txn) keyringProof(ctx context.Context) (*NodeResult, error) {
 		return t.probeUntil(ctx, window, "only the kubelet keyring's credential can pull: containerd's own is refused by the registry")
 	}
 
-	deadline := t.e.clock.Now().Add(window)
-
-	var rep keyring.Report
-
-	for first := true; ; first = false {
-		// Every pod made on the node is judged first (advance judged the first).
-		if !first {
-			if _, r := t.guard(ctx, plan.StepProve); r != nil {
-				return r, nil
-			}
-		}
-
-		// The pull may pass with containerd's credential, or fail: neither proves anything yet.
-		if err := t.e.workloads.ProveRuntime(ctx, t.np.Name, t.e.o.Probe, t.e.o.ReadyTimeout); err != nil && !errors.As(err, new(*probe.PullError)) {
-			t.log.Debug("a probe while waiting for the kubelet to read its keyring did not run", "error", t.answer(err))
-		}
-
-		if _, r := t.guard(ctx, plan.StepProve); r != nil {
-			return r, nil
-		}
-
-		var err error
-		if rep, err = t.e.keyrings.Run(ctx, t.np.Name, keyring.ModeAwait, t.rootDir(), keyring.AwaitStep+t.e.o.ReadyTimeout); err != nil {
-			return nil, fmt.Errorf("its kubelet keyring's read could not be awaited: %w", err)
-		}
-
-		if !rep.ReadAt.IsZero() {
-			break
-		}
-
-		if t.e.clock.Now().After(deadline) {
-			return nil, fmt.Errorf("its kubelet did not read its keyring %s within %s of the write (at %s): its kubelet may keep its root directory elsewhere than %s "+
-				"(machine.kubelet.extraArgs root-dir), or its file system may not record reads (noatime); the next plan reboots it instead",
-				rep.Path, window, human.Clock(rep.Written), t.rootDir())
-		}
-
-		t.log.Info("waiting for the kubelet to read its keyring (it reads it again at a pull, at most " + keyring.CacheLifetime.String() + " after its last read)")
+	rep, r, err := t.awaitKeyringRead(ctx, window)
+	if r != nil || err != nil {
+		return r, err
 	}
 
 	if !slices.Equal(rep.Before, []string{t.p.AuthDigest}) {
@@ -170,6 +136,46 @@ func (t *txn) keyringProof(ctx context.Context) (*NodeResult, error) {
 		human.Clock(rep.ReadAt), rep.ReadAt.Sub(rep.Written).Round(time.Second))
 
 	return nil, nil
+}
+
+// awaitKeyringRead makes pulls on the node (probes: they may pass with containerd's credential,
+// or fail, neither proves anything yet) until its kubelet has read its keyring, within window.
+func (t *txn) awaitKeyringRead(ctx context.Context, window time.Duration) (keyring.Report, *NodeResult, error) {
+	deadline := t.e.clock.Now().Add(window)
+
+	for first := true; ; first = false {
+		// Every pod made on the node is judged first (advance judged the first).
+		if !first {
+			if _, r := t.guard(ctx, plan.StepProve); r != nil {
+				return keyring.Report{}, r, nil
+			}
+		}
+
+		if err := t.e.workloads.ProveRuntime(ctx, t.np.Name, t.e.o.Probe, t.e.o.ReadyTimeout); err != nil && !errors.As(err, new(*probe.PullError)) {
+			t.log.Debug("a probe while waiting for the kubelet to read its keyring did not run", "error", t.answer(err))
+		}
+
+		if _, r := t.guard(ctx, plan.StepProve); r != nil {
+			return keyring.Report{}, r, nil
+		}
+
+		rep, err := t.e.keyrings.Run(ctx, t.np.Name, keyring.ModeAwait, t.rootDir(), keyring.AwaitStep+t.e.o.ReadyTimeout)
+		if err != nil {
+			return rep, nil, fmt.Errorf("its kubelet keyring's read could not be awaited: %w", err)
+		}
+
+		if !rep.ReadAt.IsZero() {
+			return rep, nil, nil
+		}
+
+		if t.e.clock.Now().After(deadline) {
+			return rep, nil, fmt.Errorf("its kubelet did not read its keyring %s within %s of the write (at %s): its kubelet may keep its root directory elsewhere than %s "+
+				"(machine.kubelet.extraArgs root-dir), or its file system may not record reads (noatime); the next plan reboots it instead",
+				rep.Path, window, human.Clock(rep.Written), t.rootDir())
+		}
+
+		t.log.Info("waiting for the kubelet to read its keyring (it reads it again at a pull, at most " + keyring.CacheLifetime.String() + " after its last read)")
+	}
 }
 
 // probeUntil probes until one passes, within window: a refused pull is tried again every
