@@ -288,6 +288,35 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	return result(sp, Written, msg)
 }
 
+// pullSecret is the pull secret sp names, as ghcrsync creates it: dockerconfigjson holding data,
+// labelled as ghcrsync's, with its marks.
+func pullSecret(sp plan.SecretPlan, data []byte, marks map[string]string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}, Annotations: marks},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: data},
+	}
+}
+
+// withCredential is cur holding data under its dockerconfigjson key, with the marks added.
+func withCredential(cur *corev1.Secret, data []byte, marks map[string]string) *corev1.Secret {
+	next := cur.DeepCopy()
+	if next.Data == nil {
+		next.Data = map[string][]byte{}
+	}
+
+	next.Data[corev1.DockerConfigJsonKey] = data
+
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+
+	maps.Copy(next.Annotations, marks)
+
+	return next
+}
+
 // put creates the secret, or compare-and-swap updates it (carrying the read resourceVersion),
 // re-reading and retrying when another writer got in between. It refuses a secret that became
 // managed by another controller or changed type since the plan.
@@ -310,12 +339,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 				return fmt.Errorf("%s not written: %w", where, err)
 			}
 
-			_, err = secrets.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: sp.Secret, Namespace: sp.Namespace,
-					Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"}, Annotations: o.marks(sp)},
-				Type: corev1.SecretTypeDockerConfigJson,
-				Data: map[string][]byte{corev1.DockerConfigJsonKey: data},
-			}, metav1.CreateOptions{DryRun: o.writeMode()})
+			_, err = secrets.Create(ctx, pullSecret(sp, data, o.marks(sp)), metav1.CreateOptions{DryRun: o.writeMode()})
 			if namespaceGone(err) {
 				return fmt.Errorf("%s: %w", where, errNamespaceGone)
 			}
@@ -334,19 +358,7 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 				return fmt.Errorf("%s not written: %w", where, err)
 			}
 
-			next := cur.DeepCopy()
-			if next.Data == nil {
-				next.Data = map[string][]byte{}
-			}
-
-			next.Data[corev1.DockerConfigJsonKey] = data
-
-			if next.Annotations == nil {
-				next.Annotations = map[string]string{}
-			}
-
-			maps.Copy(next.Annotations, o.marks(sp))
-			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{DryRun: o.writeMode()})
+			_, err = secrets.Update(ctx, withCredential(cur, data, o.marks(sp)), metav1.UpdateOptions{DryRun: o.writeMode()})
 		}
 
 		if err != nil {

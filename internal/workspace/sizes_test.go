@@ -31,7 +31,6 @@ var oversized = map[string]int{
 	"internal/config.oneCredential":        71,
 	"internal/config.keyring":              70,
 	"internal/config.Validate":             69,
-	"internal/fanout.put":                  65,
 	"internal/config.nodes":                65,
 	"cmd/ghcrsync.newValidate":             62,
 }
