@@ -511,21 +511,36 @@ func (d *decoder) oneCredential(c credentialBlock, body hcl.Body) Credential {
 	}
 
 	if c.Endpoint != nil {
-		cred.Endpoint = strings.TrimSuffix(*c.Endpoint, "/")
-		err := pin.URL(cred.Endpoint, nil)
-		if err == nil {
-			err = pin.Base(cred.Endpoint)
-		}
-
-		if err != nil {
-			d.errorf(at("endpoint"), "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
-		}
+		cred.Endpoint = d.endpoint(*c.Endpoint, at("endpoint"))
 	}
 
 	if len(c.Key) > 0 {
 		cred.Key = c.Key
 	}
 
+	d.images(c, at)
+
+	return cred
+}
+
+// endpoint is credential.endpoint, checked: it receives the credential.
+func (d *decoder) endpoint(raw string, rng hcl.Range) string {
+	e := strings.TrimSuffix(raw, "/")
+
+	err := pin.URL(e, nil)
+	if err == nil {
+		err = pin.Base(e)
+	}
+
+	if err != nil {
+		d.errorf(rng, "Invalid endpoint", "credential.endpoint receives the credential: %s.", err)
+	}
+
+	return e
+}
+
+// images checks the credential's prove and deny images: references on the registry, none both.
+func (d *decoder) images(c credentialBlock, at func(attr string) hcl.Range) {
 	for _, p := range c.Prove {
 		if !proveRef.MatchString(p) {
 			d.errorf(at("prove"), "Invalid image reference",
@@ -543,8 +558,21 @@ func (d *decoder) oneCredential(c credentialBlock, body hcl.Body) Credential {
 				"%q is in credential.prove (must pull) and credential.deny (must not pull): keep it in one.", p)
 		}
 	}
+}
 
-	return cred
+// nodePolicies are the nodes block's autoscaler_candidates and verdict scope.
+func (d *decoder) nodePolicies(b *nodesBlock) (autoscaler, verdict string) {
+	autoscaler, rng, _ := d.str(b.AutoscalerCandidates, AutoscalerInclude)
+	if !slices.Contains([]string{AutoscalerDeselect, AutoscalerInclude}, autoscaler) {
+		d.errorf(rng, "Invalid autoscaler_candidates", "autoscaler_candidates must be \"deselect\" or \"include\", not %q.", autoscaler)
+	}
+
+	verdict, rng, _ = d.str(b.Verdict, VerdictCluster)
+	if verdict != VerdictCluster && verdict != VerdictSelected {
+		d.errorf(rng, "Invalid verdict scope", "nodes.verdict must be \"cluster\" (judge every Node) or \"selected\" (only those nodes.selector selects), not %q.", verdict)
+	}
+
+	return autoscaler, verdict
 }
 
 func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
@@ -567,20 +595,7 @@ func (d *decoder) nodes(raw *file, body hcl.Body, cfg *Config) {
 		}
 
 		n.Exclude = b.Exclude
-
-		policy, rng, _ := d.str(b.AutoscalerCandidates, AutoscalerInclude)
-		if !slices.Contains([]string{AutoscalerDeselect, AutoscalerInclude}, policy) {
-			d.errorf(rng, "Invalid autoscaler_candidates", "autoscaler_candidates must be \"deselect\" or \"include\", not %q.", policy)
-		}
-
-		n.AutoscalerCandidates = policy
-
-		scope, rng, _ := d.str(b.Verdict, VerdictCluster)
-		if scope != VerdictCluster && scope != VerdictSelected {
-			d.errorf(rng, "Invalid verdict scope", "nodes.verdict must be \"cluster\" (judge every Node) or \"selected\" (only those nodes.selector selects), not %q.", scope)
-		}
-
-		n.Verdict = scope
+		n.AutoscalerCandidates, n.Verdict = d.nodePolicies(b)
 
 		n.WorkerParallelism = d.atLeastOne(b.WorkerParallelism, n.WorkerParallelism, "worker_parallelism")
 		n.LiveParallelism = d.atLeastOne(b.LiveParallelism, n.LiveParallelism, "live_parallelism")

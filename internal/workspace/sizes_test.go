@@ -28,10 +28,8 @@ var oversized = map[string]int{
 	"cmd/ghcrsync.run":                     73,
 	"internal/release.platformImage":       72,
 	"internal/metrics.Render":              72,
-	"internal/config.oneCredential":        71,
 	"internal/config.keyring":              70,
 	"internal/config.Validate":             69,
-	"internal/config.nodes":                65,
 	"cmd/ghcrsync.newValidate":             62,
 }
 
