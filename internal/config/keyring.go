@@ -62,6 +62,23 @@ func digestRef(image string) bool {
 }
 
 // keyring decodes nodes.kubelet_keyring.
+// sharedWith is what else the namespace holds that a writer pod mounting the kubelet's root
+// directory must not sit beside ("" : nothing ghcrsync knows of).
+func sharedWith(namespace string, cfg *Config) string {
+	switch {
+	case slices.Contains(reservedProbeNamespaces, namespace):
+		return "the cluster's or Flux's own service accounts and Secrets"
+	case namespace == cfg.Nodes.Probe.Namespace:
+		return "the runtime probe's pods (nodes.runtime_probe.namespace), which run under PodSecurity \"restricted\""
+	case namespace == cfg.Lease.Namespace:
+		return "the run's Lease (lease.namespace)"
+	case cfg.State.Backend == "kubernetes" && namespace == cfg.State.Namespace:
+		return "the state Secret (state.namespace)"
+	}
+
+	return ""
+}
+
 func (d *decoder) keyring(b *keyringBlock, body hcl.Body, cfg *Config) *Keyring {
 	if b == nil {
 		return nil
@@ -110,20 +127,7 @@ func (d *decoder) keyring(b *keyringBlock, body hcl.Body, cfg *Config) *Keyring 
 				"shorter window fails nodes whose keyring is about to be read. Leave it out (%s).", k.Window, DefaultKeyringWindow)
 	}
 
-	var holds string
-
-	switch {
-	case slices.Contains(reservedProbeNamespaces, k.Namespace):
-		holds = "the cluster's or Flux's own service accounts and Secrets"
-	case k.Namespace == cfg.Nodes.Probe.Namespace:
-		holds = "the runtime probe's pods (nodes.runtime_probe.namespace), which run under PodSecurity \"restricted\""
-	case k.Namespace == cfg.Lease.Namespace:
-		holds = "the run's Lease (lease.namespace)"
-	case cfg.State.Backend == "kubernetes" && k.Namespace == cfg.State.Namespace:
-		holds = "the state Secret (state.namespace)"
-	}
-
-	if holds != "" {
+	if holds := sharedWith(k.Namespace, cfg); holds != "" {
 		d.errorf(at("namespace"), "Keyring namespace not isolated",
 			"nodes.kubelet_keyring.namespace is %q, which holds %s: the writer pods there mount the kubelet's root directory, so the "+
 				"namespace must hold nothing else. Use a namespace of its own (the default, %q, which `ghcrsync rbac` creates).",

@@ -53,12 +53,19 @@ func Validate(path string) Validation {
 				"(its first image is the probe) or nodes.runtime_probe.image (docs/config.md)", cfg.Credential.Where, path))
 	}
 
+	v.credentials(cfg, path)
+
+	return v
+}
+
+// credentials checks each credential's SOPS file, and with an age key at hand the credential in
+// it; several credentials: each diagnostic names its credential (one: as it always read).
+func (v *Validation) credentials(cfg *Config, path string) {
 	creds := []Credential{cfg.Credential}
 	for _, t := range cfg.Tenants {
 		creds = append(creds, t.Credential)
 	}
 
-	// Several credentials: each diagnostic names its credential (one: as it always read).
 	named := func(c Credential, msg string) string {
 		if len(creds) == 1 {
 			return msg
@@ -78,7 +85,7 @@ func Validate(path string) Validation {
 	}
 
 	if !structured {
-		return v
+		return
 	}
 
 	if os.Getenv("SOPS_AGE_KEY_FILE") == "" && os.Getenv("SOPS_AGE_KEY") == "" {
@@ -86,7 +93,7 @@ func Validate(path string) Validation {
 			"no age key is at hand (SOPS_AGE_KEY_FILE, SOPS_AGE_KEY): the SOPS file's structure was checked, not the credential it holds",
 			cfg.Credential.SopsWhere, path))
 
-		return v
+		return
 	}
 
 	for _, c := range creds {
@@ -94,6 +101,4 @@ func Validate(path string) Validation {
 			v.add(cfg.Finding(hcl.DiagError, "Invalid credential", named(c, redact.Error(err)), c.SopsWhere, path))
 		}
 	}
-
-	return v
 }

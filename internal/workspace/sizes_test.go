@@ -28,8 +28,6 @@ var oversized = map[string]int{
 	"cmd/ghcrsync.run":                     73,
 	"internal/release.platformImage":       72,
 	"internal/metrics.Render":              72,
-	"internal/config.keyring":              70,
-	"internal/config.Validate":             69,
 	"cmd/ghcrsync.newValidate":             62,
 }
 
