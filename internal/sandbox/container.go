@@ -107,6 +107,41 @@ func (k *kubelet) runsProcess(pod *corev1.Pod) bool {
 	return false
 }
 
+// start lays the container out and starts its process. An executable another process of the
+// sandbox holds open for writing as it forks (ETXTBSY: the binary just copied into the layout,
+// its descriptor inherited by a concurrent fork — golang/go#22315) is laid out and started again,
+// a few times: the host's race, not the pod's failure. The reason names a failure as the
+// kubelet would.
+func (k *kubelet) start(ctx context.Context, pod *corev1.Pod, c corev1.Container, img ProcessImage) (*exec.Cmd, string, error) {
+	dir := filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID))
+
+	for attempt := 0; ; attempt++ {
+		cmd, err := k.container(ctx, pod, c, img)
+		if err != nil {
+			containerd.UnmountUnder(dir)
+
+			return nil, "CreateContainerConfigError", err
+		}
+
+		err = cmd.Start()
+		if err == nil {
+			return cmd, "", nil
+		}
+
+		if f, ok := cmd.Stdout.(io.Closer); ok {
+			_ = f.Close()
+		}
+
+		containerd.UnmountUnder(dir)
+
+		if !errors.Is(err, syscall.ETXTBSY) || attempt >= 10 {
+			return nil, "StartError", err
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // syncProcessPod is syncPod for a pod the kubelet runs as a process: pull, lay out, start, and
 // report the exit as a real kubelet does for a restartPolicy Never pod.
 func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
@@ -162,21 +197,9 @@ func (k *kubelet) syncProcessPod(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 
-	cmd, err := k.container(ctx, pod, c, img)
+	cmd, reason, err := k.start(ctx, pod, c, img)
 	if err != nil {
-		containerd.UnmountUnder(filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID)))
-		fail("CreateContainerConfigError", err.Error())
-
-		return
-	}
-
-	if err := cmd.Start(); err != nil {
-		if f, ok := cmd.Stdout.(io.Closer); ok {
-			_ = f.Close()
-		}
-
-		containerd.UnmountUnder(filepath.Join(k.m.fleet.opts.Dir, "containers", string(pod.UID)))
-		fail("StartError", err.Error())
+		fail(reason, err.Error())
 
 		return
 	}
