@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,26 +162,34 @@ func (o *Others) drainHolds(ctx context.Context, node string) ([]maintenance.Hol
 // KuredLock reads kured's lock (exists false: kured's DaemonSet is not there, or none is
 // configured).
 func (o *Others) KuredLock(ctx context.Context) (lock maintenance.KuredLock, exists bool, err error) {
+	d, lock, err := o.readKuredLock(ctx)
+
+	return lock, d != nil, err
+}
+
+// readKuredLock is the one read of kured's DaemonSet and its lock (nil: none configured, or not
+// there).
+func (o *Others) readKuredLock(ctx context.Context) (*appsv1.DaemonSet, maintenance.KuredLock, error) {
 	ds := o.cfg.Kured
 	if ds.Name == "" {
-		return lock, false, nil
+		return nil, maintenance.KuredLock{}, nil
 	}
 
 	d, err := o.c.Client.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
 
 	switch {
 	case apierrors.IsNotFound(err):
-		return lock, false, nil
+		return nil, maintenance.KuredLock{}, nil
 	case err != nil:
-		return lock, false, readFailed("read kured's DaemonSet "+ds.String()+" (maintenance.kured)", err)
+		return nil, maintenance.KuredLock{}, readFailed("read kured's DaemonSet "+ds.String()+" (maintenance.kured)", err)
 	}
 
-	lock, err = maintenance.ParseKuredLock(d.Annotations[maintenance.KuredLockAnnotation])
+	lock, err := maintenance.ParseKuredLock(d.Annotations[maintenance.KuredLockAnnotation])
 	if err != nil {
-		return lock, true, fmt.Errorf("DaemonSet %s: %w; ghcrsync neither takes nor ignores a lock it cannot read", ds, err)
+		return d, lock, fmt.Errorf("DaemonSet %s: %w; ghcrsync neither takes nor ignores a lock it cannot read", ds, err)
 	}
 
-	return lock, true, nil
+	return d, lock, nil
 }
 
 // TakeKuredLock takes kured's lock for run holder's reboot of node: nil when it is taken (or kured
@@ -214,26 +223,14 @@ var BetweenReadAndLockPatch func()
 // test failed with a fresh read.
 func (o *Others) changeKuredLock(ctx context.Context, change func(maintenance.KuredLock) (*string, error)) error {
 	ds := o.cfg.Kured
-	if ds.Name == "" {
-		return nil
-	}
 
 	for range casTries {
-		d, err := o.c.Client.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			return fmt.Errorf("read kured's DaemonSet %s: %s", ds, redact.Error(err))
+		d, lock, err := o.readKuredLock(ctx)
+		if d == nil || err != nil {
+			return err // none configured, not there, or unreadable
 		}
 
 		old, had := d.Annotations[maintenance.KuredLockAnnotation]
-
-		lock, err := maintenance.ParseKuredLock(old)
-		if err != nil {
-			return fmt.Errorf("DaemonSet %s: %w", ds, err)
-		}
 
 		value, err := change(lock)
 		if err != nil || value == nil {
@@ -263,7 +260,7 @@ func (o *Others) changeKuredLock(ctx context.Context, change func(maintenance.Ku
 // lockPatch is the JSON patch from the annotation as read (had, old) to value ("" removes it):
 // its first operation tests the read.
 func lockPatch(annotations, had bool, old, value string) []byte {
-	const path = "/metadata/annotations/" + "weave.works~1kured-node-lock"
+	path := "/metadata/annotations/" + strings.ReplaceAll(maintenance.KuredLockAnnotation, "/", "~1") // JSON Pointer escaping
 
 	var ops []map[string]any
 
