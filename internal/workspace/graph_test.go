@@ -54,6 +54,7 @@ func layerOf(pkg string) int {
 type source struct {
 	files   []*ast.File
 	imports map[string]bool // ghcrsync packages, module-relative
+	fset    *token.FileSet  // where the files are: the module's one file set
 }
 
 func parseModule(t *testing.T) map[string]*source {
@@ -90,7 +91,7 @@ func parseModule(t *testing.T) map[string]*source {
 
 		s := pkgs[rel]
 		if s == nil {
-			s = &source{imports: map[string]bool{}}
+			s = &source{imports: map[string]bool{}, fset: fset}
 			pkgs[rel] = s
 		}
 

@@ -4,8 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,15 +52,15 @@ func longFunctions(fset *token.FileSet, pkg string, files []*ast.File, limit int
 // Functions stay within maxFunctionLines outside the sandbox and the tests (the ones still over
 // it may only shrink), and no file of apply passes maxApplyFileLines.
 func TestRoomsStaySmall(t *testing.T) {
-	fset, pkgs := parseModuleWithPositions(t)
+	pkgs := parseModule(t)
 	long := map[string]int{}
 
-	for pkg, files := range pkgs {
+	for pkg, src := range pkgs {
 		if waitExempt(pkg) {
 			continue
 		}
 
-		for name, n := range longFunctions(fset, pkg, files, maxFunctionLines) {
+		for name, n := range longFunctions(src.fset, pkg, src.files, maxFunctionLines) {
 			long[name] = n
 
 			switch was, ok := oversized[name]; {
@@ -80,11 +78,14 @@ func TestRoomsStaySmall(t *testing.T) {
 		}
 	}
 
-	for _, f := range pkgs["apply"] {
-		if n := fset.Position(f.End()).Line; n > maxApplyFileLines {
-			t.Errorf("%s has %d lines: more than %d; give what it does a file of its own", fset.Position(f.Pos()).Filename, n, maxApplyFileLines)
+	apply := pkgs["apply"]
+	for _, f := range apply.files {
+		if n := apply.fset.Position(f.End()).Line; n > maxApplyFileLines {
+			t.Errorf("%s has %d lines: more than %d; give what it does a file of its own", apply.fset.Position(f.Pos()).Filename, n, maxApplyFileLines)
 		}
 	}
+
+	fset := token.NewFileSet()
 
 	// The negative control: a 61-line function is seen, a 60-line one is not.
 	body := func(lines int) string { return "func f" + "() {\n" + strings.Repeat("\t_ = 0\n", lines-2) + "}\n" }
@@ -93,35 +94,6 @@ func TestRoomsStaySmall(t *testing.T) {
 	if got := longFunctions(fset, "p", files, maxFunctionLines); len(got) != 1 || got["p.f"] != 61 {
 		t.Fatalf("the rule sees %v, want p.f of 61 lines only", got)
 	}
-}
-
-// parseModuleWithPositions is parseModule's package files with the file set that places them.
-func parseModuleWithPositions(t *testing.T) (*token.FileSet, map[string][]*ast.File) {
-	t.Helper()
-
-	fset := token.NewFileSet()
-	root := filepath.Join("..", "..")
-	out := map[string][]*ast.File{}
-
-	for pkg := range parseModule(t) {
-		entries, err := os.ReadDir(filepath.Join(root, pkg))
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		for _, e := range entries {
-			if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
-				b, err := os.ReadFile(filepath.Join(root, pkg, n))
-				if err != nil {
-					t.Fatal(err)
-				}
-
-				out[pkg] = append(out[pkg], parseSource(t, fset, filepath.Join(pkg, n), string(b)))
-			}
-		}
-	}
-
-	return fset, out
 }
 
 func parseSource(t *testing.T, fset *token.FileSet, name, src string) *ast.File {
