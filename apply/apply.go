@@ -19,12 +19,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -38,7 +38,7 @@ type run struct {
 	o     Options
 	log   hclog.Logger
 	cred  *credential.Credential
-	lease *lease.Lease
+	lease RunLease
 	exec  *executor
 	done  map[string]bool // the nodes the run has acted on (lateNodes)
 	fleet string          // the fleet's last listing (fleetOf): the plan's, then each relist's
@@ -246,7 +246,7 @@ func (r *run) prove(ctx context.Context) error {
 }
 
 // probe is the runtime proof of the plan (Cluster.Probe).
-func (r *run) probe() cluster.Probe { return r.in.Admission.Probe(r.p) }
+func (r *run) probe() plan.Probe { return r.in.Admission.Probe(r.p) }
 
 // window is the maintenance window fenced nodes wait for: run.window, unless the old
 // credential is already refused (an emergency ignores it, and the run says so).
@@ -288,7 +288,8 @@ func (r *run) acquire(ctx context.Context) error {
 	cfg := r.in.Config
 	r.res.Holder = holder.New(r.cred.Revision(), r.o.RunRef).String()
 
-	l, err := r.in.Leasing.Acquire(ctx, lease.Options{
+	// --verbose: its heartbeat's renewals apart from the run's start
+	l, err := r.in.Leasing.Acquire(requests.WithStep(ctx, "run: lease"), lease.Options{
 		Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name, Holder: r.res.Holder,
 		Duration: cfg.Lease.Duration, Heartbeat: cfg.Lease.Heartbeat,
 		Logf:  func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
@@ -298,10 +299,9 @@ func (r *run) acquire(ctx context.Context) error {
 		return err
 	}
 
-	l.Start(requests.WithStep(ctx, "run: lease")) // --verbose: its renewals, apart from the run's start
 	r.lease = l
 	r.log.Info("lease acquired", "lease", cfg.Lease.Namespace+"/"+cfg.Lease.Name, "holder", r.res.Holder)
-	r.event(ctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
+	r.event(ctx, object.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseAcquired",
 		"run "+r.res.Holder+" rotates the registry credential to revision "+human.Short(r.p.CredentialRevision), false)
 
 	r.in.State.Run = &state.Run{Holder: r.res.Holder, CredentialRevision: r.p.CredentialRevision, Started: r.in.Clock.Now().UTC()}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -100,7 +100,7 @@ func TestApplyFullRotation(t *testing.T) {
 			t.Errorf("%s's runtime does not use the new credential", n)
 		}
 
-		if got := node(t, sb, n).Annotations[cluster.VerifiedRevisionAnnotation]; got != r.planned.CredentialRevision {
+		if got := node(t, sb, n).Annotations[object.VerifiedRevisionAnnotation]; got != r.planned.CredentialRevision {
 			t.Errorf("%s verified marker %q", n, got)
 		}
 	}
@@ -199,7 +199,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 
 	res, err = r2.apply(path2, apply.Hooks{BetweenReadAndClaim: func(node string, attempt int) {
 		if attempt == 0 {
-			sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "other-run"}}})
+			sandboxtest.PatchNode(t, kube, node, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "other-run"}}})
 		}
 	}})
 	if err != nil {
@@ -207,7 +207,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 	}
 
 	t.Cleanup(func() {
-		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+		sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}}})
 	})
 
 	x := r2.result(res, name)
@@ -216,7 +216,7 @@ func TestClaimRacesHeartbeat(t *testing.T) {
 	}
 
 	n := node(t, sb, name)
-	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "other-run" || n.Annotations[cluster.RecordAnnotation] != "" {
+	if n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "other-run" || n.Annotations[object.RecordAnnotation] != "" {
 		t.Fatalf("a refused claim touched the node: %+v", n.Annotations)
 	}
 
@@ -295,7 +295,7 @@ func TestTaintChurnVersusGenuineChange(t *testing.T) {
 	// Nothing reached Talos: the claim is undone (cordon restored, annotations gone), the operator's
 	// taint stays, and nothing is left for `ghcrsync fences` to report.
 	n := node(t, sb, victim)
-	if n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable ||
+	if n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable ||
 		!slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == "example.com/maintenance" }) {
 		t.Fatalf("after a refusal before the Talos write: cordoned %t, annotations %+v, taints %+v", n.Spec.Unschedulable, n.Annotations, n.Spec.Taints)
 	}
@@ -535,7 +535,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 
 	// Fence the machine to power off, so the witness sees a safe reboot.
 	sandboxtest.PatchNode(t, kube, down, map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "quorum-test"}},
+		"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "quorum-test"}},
 		"spec":     map[string]any{"unschedulable": true},
 	})
 
@@ -557,7 +557,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 			return nil
 		})
 		sandboxtest.PatchNode(t, kube, down, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})
 	})
@@ -574,7 +574,7 @@ func TestQuorumGateHoldsControlPlanes(t *testing.T) {
 		t.Fatalf("quorum gate: %s %s", x.Outcome, x.Message)
 	}
 
-	if n := node(t, sb, target); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[target] != talosBefore {
+	if n := node(t, sb, target); n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[target] != talosBefore {
 		t.Fatal("a control plane was touched without quorum")
 	}
 

@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 
 	"github.com/ghcrsync/ghcrsync/state"
@@ -69,7 +69,7 @@ func (t *txn) event(reason, msg string, warning bool) {
 	}
 
 	ctx := context.WithoutCancel(t.e.sig)
-	ref := cluster.NodeRef(t.np.Name, types.UID(t.np.UID))
+	ref := object.NodeRef(t.np.Name, types.UID(t.np.UID))
 
 	if err := t.e.o.Events.Record(ctx, ref, reason, fmt.Sprintf("run %s: %s", t.e.o.Holder, msg), warning); err != nil {
 		t.log.Debug("event not written", "error", err)

@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/pool"
@@ -51,7 +50,7 @@ type execOptions struct {
 	KeyringWindow   time.Duration
 	MaxFailures     int  // the failure budget: after that many failed nodes no new node starts
 	AllowQuorumLoss bool // control planes may be taken down with fewer than plan.MinOtherVoters others
-	Probe           cluster.Probe
+	Probe           plan.Probe
 	Logger          hclog.Logger
 	Progress        progress.Func // what long steps report as they go
 	Hooks           Hooks

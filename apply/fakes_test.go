@@ -19,9 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -133,7 +134,7 @@ func (w *world) addNode(name string, controlPlane bool) {
 	}
 
 	if controlPlane {
-		n.Labels[cluster.ControlPlaneLabel] = ""
+		n.Labels[object.ControlPlaneLabel] = ""
 	}
 
 	w.nodes[name] = n
@@ -181,7 +182,7 @@ func (f fakeNodes) ControlPlanes(context.Context) ([]corev1.Node, error) {
 	var out []corev1.Node
 
 	for _, n := range f.w.nodes {
-		if _, ok := n.Labels[cluster.ControlPlaneLabel]; ok {
+		if _, ok := n.Labels[object.ControlPlaneLabel]; ok {
 			out = append(out, *n.DeepCopy())
 		}
 	}
@@ -218,7 +219,7 @@ func (f fakeNodes) CASPatch(ctx context.Context, name string, attempts int, chec
 		}
 	}
 
-	return nil, fmt.Errorf("%s: %w after %d attempts", name, cluster.ErrConflictLimit, attempts)
+	return nil, fmt.Errorf("%s: %w after %d attempts", name, object.ErrConflictLimit, attempts)
 }
 
 // patch applies a merge patch of annotations and spec.unschedulable if rv is current.
@@ -280,14 +281,14 @@ func describePatch(patch map[string]any) string {
 	ann, _ := meta["annotations"].(map[string]any)
 
 	switch {
-	case ann[cluster.RecordAnnotation] != nil:
+	case ann[object.RecordAnnotation] != nil:
 		return "claim"
-	case ann[cluster.VerifiedRevisionAnnotation] != nil:
+	case ann[object.VerifiedRevisionAnnotation] != nil:
 		return "mark"
-	case len(ann) > 0 && ann[cluster.OwnerAnnotation] == nil && hasKey(ann, cluster.OwnerAnnotation):
+	case len(ann) > 0 && ann[object.OwnerAnnotation] == nil && hasKey(ann, object.OwnerAnnotation):
 		return "release"
-	case ann[cluster.PhaseAnnotation] != nil:
-		return "phase=" + ann[cluster.PhaseAnnotation].(string)
+	case ann[object.PhaseAnnotation] != nil:
+		return "phase=" + ann[object.PhaseAnnotation].(string)
 	}
 
 	b, _ := json.Marshal(patch)
@@ -301,7 +302,7 @@ func hasKey(m map[string]any, k string) bool {
 	return ok
 }
 
-func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ progress.Func, check cluster.DrainCheck) error {
+func (f fakeNodes) Drain(ctx context.Context, node string, _ time.Duration, _ progress.Func, check drain.Check) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -326,7 +327,7 @@ func (f fakeNodes) Destinations(context.Context) ([]plan.Destination, error) {
 
 	out := make([]plan.Destination, 0, len(f.w.nodes))
 	for _, n := range f.w.nodes {
-		out = append(out, plan.DestinationOf(cluster.FromNode(n)))
+		out = append(out, plan.DestinationOf(object.FromNode(n)))
 	}
 
 	return out, nil
@@ -334,7 +335,7 @@ func (f fakeNodes) Destinations(context.Context) ([]plan.Destination, error) {
 
 func (f fakeNodes) StaticPodsReady(context.Context, string) error { return nil }
 
-func (f fakeNodes) ProveRuntime(ctx context.Context, node string, _ cluster.Probe, _ time.Duration) error {
+func (f fakeNodes) ProveRuntime(ctx context.Context, node string, _ plan.Probe, _ time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -565,7 +566,7 @@ func testPlan(w *world, action plan.Action, names ...string) *plan.Plan {
 
 	for i, name := range names {
 		n, _ := fakeNodes{w}.Get(context.Background(), name)
-		obs := cluster.FromNode(n)
+		obs := object.FromNode(n)
 
 		role := plan.RoleWorker
 		if obs.ControlPlane {

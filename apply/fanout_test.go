@@ -22,9 +22,9 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -513,7 +513,7 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 				if err == nil {
 					delete(s.Labels, "kustomize.toolkit.fluxcd.io/name")
 					delete(s.Annotations, "example.com/concurrent")
-					delete(s.Annotations, cluster.ConfigurationAnnotation)
+					delete(s.Annotations, object.ConfigurationAnnotation)
 					_, _ = roots.Update(context.Background(), s, metav1.UpdateOptions{})
 				}
 			})
@@ -537,7 +537,7 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 						}
 
 						if tc.mark != "" {
-							metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, tc.mark)
+							metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.ConfigurationAnnotation, tc.mark)
 						}
 
 						_, err = roots.Update(ctx, s, metav1.UpdateOptions{})
@@ -564,8 +564,8 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 			}
 
 			if root.Outcome != fanout.Written || !strings.Contains(root.Message, "after 1 concurrent write") || now != wantDigest(r.cred) ||
-				s.Annotations["example.com/concurrent"] != "kept" || s.Annotations[cluster.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" ||
-				s.Annotations[cluster.CredentialAnnotation] == "" {
+				s.Annotations["example.com/concurrent"] != "kept" || s.Annotations[object.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" ||
+				s.Annotations[object.CredentialAnnotation] == "" {
 				t.Fatalf("the root after a concurrent write: %+v (annotations %v: the concurrent one kept, ghcrsync's marks added)", root, s.Annotations)
 			}
 		})

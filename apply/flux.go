@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -95,7 +95,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 
 	res.Suspended, res.Message = true, "suspended for the run"
 	r.log.Info("Flux Kustomization suspended for the run", "kustomization", fp.Ref())
-	r.event(ctx, cluster.LeaseRef(r.in.Config.Lease.Namespace, r.in.Config.Lease.Name), "GhcrsyncFluxSuspended",
+	r.event(ctx, object.LeaseRef(r.in.Config.Lease.Namespace, r.in.Config.Lease.Name), "GhcrsyncFluxSuspended",
 		"run "+r.res.Holder+" suspended Flux Kustomization "+fp.Ref()+" for the rotation", false)
 
 	return res, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -48,7 +49,7 @@ func fluxClient(t *testing.T, sb *sandbox.Sandbox) dynamic.ResourceInterface {
 func suspendedBy(k *unstructured.Unstructured) (bool, string) {
 	s, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend")
 
-	return s, k.GetAnnotations()[cluster.SuspendedByAnnotation]
+	return s, k.GetAnnotations()[object.SuspendedByAnnotation]
 }
 
 // setSuspend sets spec.suspend as a person would (kubectl patch, no annotation), retrying

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
@@ -60,10 +60,10 @@ func TestEtcdGateBeforeTheClaim(t *testing.T) {
 			other + " is cordoned"},
 		{"another control plane fenced by another run",
 			func() {
-				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "another-run"}}})
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "another-run"}}})
 			},
 			func() {
-				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+				sandboxtest.PatchNode(t, sb.Kube(), other, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}}})
 			},
 			other + " is fenced by run another-run"},
 		{"nothing broken", func() {}, func() {}, ""},
@@ -103,7 +103,7 @@ func TestEtcdGateBeforeTheClaim(t *testing.T) {
 				t.Fatalf("with %s: %+v", tc.name, x)
 			}
 
-			if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" || sb.Fleet().Stats().TalosWrites[name] != writes {
+			if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" || sb.Fleet().Stats().TalosWrites[name] != writes {
 				t.Fatal("a control plane the gate refused was touched")
 			}
 		})
@@ -172,7 +172,7 @@ func TestTalosTargetIsTheNode(t *testing.T) {
 
 	waitIP := func(ip string) {
 		sandboxtest.Eventually(t, 20*time.Second, name+" reports "+ip, func() error {
-			if got := cluster.InternalIP(node(t, sb, name)); got != ip {
+			if got := object.InternalIP(node(t, sb, name)); got != ip {
 				return fmt.Errorf("InternalIP %s", got)
 			}
 
@@ -306,7 +306,7 @@ func TestInvalidNodeInventoryFailsClosed(t *testing.T) {
 		}
 
 		sandboxtest.Eventually(t, 20*time.Second, name+" reports "+strings.Join(want, ","), func() error {
-			if got := cluster.FromNode(node(t, sb, name)).InternalIPs; strings.Join(got, ",") != strings.Join(want, ",") {
+			if got := object.FromNode(node(t, sb, name)).InternalIPs; strings.Join(got, ",") != strings.Join(want, ",") {
 				return fmt.Errorf("InternalIPs %v", got)
 			}
 

@@ -9,8 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -214,7 +215,7 @@ func (t *txn) judge(n *corev1.Node, facts *plan.TalosFacts, step plan.Step) plan
 	}
 
 	if n != nil {
-		obs := cluster.FromNode(n)
+		obs := object.FromNode(n)
 		obs.Talos = facts
 		s.Node = &obs
 	}
@@ -283,7 +284,7 @@ func (t *txn) saved() *NodeResult {
 
 // mirror writes the phase onto the node, judged as an annotation of what was done.
 func (t *txn) mirror(ctx context.Context, phase state.Phase) *NodeResult {
-	return t.patch(ctx, plan.StepAnnotate, "mirror phase "+string(phase), func(*corev1.Node) map[string]any { return cluster.PhasePatch(phase) }, nil)
+	return t.patch(ctx, plan.StepAnnotate, "mirror phase "+string(phase), func(*corev1.Node) map[string]any { return object.PhasePatch(phase) }, nil)
 }
 
 // patch is a compare-and-swap patch of the node, judged on every read with the Lease asserted
@@ -329,7 +330,7 @@ func (t *txn) patch(ctx context.Context, step plan.Step, what string, build func
 			}
 		case leaseErr != nil:
 			return t.leaseLost(step, leaseErr)
-		case cluster.Transient(err) && t.e.clock.Now().Before(deadline) && ctx.Err() == nil:
+		case answer.Transient(err) && t.e.clock.Now().Before(deadline) && ctx.Err() == nil:
 			t.log.Warn("the Kubernetes API is unreachable; retrying until ready_timeout", "write", what, "error", err)
 
 			if err := t.e.sleep(ctx); err != nil {

@@ -22,9 +22,9 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -121,7 +121,7 @@ func newRotation(t *testing.T, sb *sandbox.Sandbox, edit func(string) string, no
 	t.Cleanup(func() {
 		for _, n := range nodes {
 			got, err := kube.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
-			if err != nil || got.Annotations[cluster.UnprovenAnnotation] == "" {
+			if err != nil || got.Annotations[object.UnprovenAnnotation] == "" {
 				continue
 			}
 
@@ -224,7 +224,7 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 	t.Helper()
 
 	n := node(t, sb, name)
-	for _, a := range []string{cluster.OwnerAnnotation, cluster.PhaseAnnotation, cluster.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by"} {
+	for _, a := range []string{object.OwnerAnnotation, object.PhaseAnnotation, object.RecordAnnotation, "ghcrsync.dev/scale-down-disabled-by"} {
 		if v, ok := n.Annotations[a]; ok {
 			t.Errorf("%s still has %s=%q", name, a, v)
 		}
@@ -245,7 +245,7 @@ func assertReleased(t *testing.T, sb *sandbox.Sandbox, name string, wantCordoned
 func liftUnproven(t *testing.T, sb *sandbox.Sandbox, cfg, name string) {
 	t.Helper()
 
-	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] == "" {
+	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[object.UnprovenAnnotation] == "" {
 		t.Fatalf("%s is not on an unproven hold after release: unschedulable=%t %v", name, n.Spec.Unschedulable, n.Annotations)
 	}
 
@@ -254,7 +254,7 @@ func liftUnproven(t *testing.T, sb *sandbox.Sandbox, cfg, name string) {
 		t.Fatalf("release --uncordon-unproven of %s: %v %+v", name, err, res)
 	}
 
-	if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] != "" {
+	if n := node(t, sb, name); n.Spec.Unschedulable || n.Annotations[object.UnprovenAnnotation] != "" {
 		t.Fatalf("%s is still held after --uncordon-unproven: unschedulable=%t %v", name, n.Spec.Unschedulable, n.Annotations)
 	}
 }

@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -61,7 +61,7 @@ func (t *txn) keyring(ctx context.Context, mode keyring.Mode, want string) *Node
 	}
 
 	// A keyring is read, not trusted: what it held that ghcrsync did not put there is said.
-	known := n.Annotations[cluster.KeyringAnnotation]
+	known := n.Annotations[object.KeyringAnnotation]
 	if foreign := slices.DeleteFunc(slices.Clone(rep.Before), func(d string) bool { return d == known || d == want }); len(foreign) > 0 {
 		msg := fmt.Sprintf("its kubelet keyring %s held %d credential(s) for %s that ghcrsync did not write there (%s): replaced", rep.Path, len(foreign), t.e.o.Registry,
 			strings.Join(shortAll(foreign), ", "))
@@ -71,7 +71,7 @@ func (t *txn) keyring(ctx context.Context, mode keyring.Mode, want string) *Node
 
 	t.log.Info("kubelet keyring "+string(mode), "path", rep.Path, "holds", human.ShortOrNone(rep.After), "kept", rep.Kept, "changed", rep.Changed)
 
-	return t.patch(ctx, plan.StepAnnotate, "record its kubelet keyring", func(*corev1.Node) map[string]any { return cluster.WithKeyring(map[string]any{}, want) }, nil)
+	return t.patch(ctx, plan.StepAnnotate, "record its kubelet keyring", func(*corev1.Node) map[string]any { return object.WithKeyring(map[string]any{}, want) }, nil)
 }
 
 func shortAll(digests []string) []string {

@@ -22,9 +22,9 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -110,7 +110,7 @@ func TestApplyNeverTakesOverAHeldLease(t *testing.T) {
 		t.Fatalf("want a refusal naming the holder, got %v", err)
 	}
 
-	if n := node(t, sb, "prod-worker-1"); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+	if n := node(t, sb, "prod-worker-1"); n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable {
 		t.Fatal("a refused apply touched a node")
 	}
 }
@@ -230,7 +230,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			}
 
 			n := node(t, sb, name)
-			owner := n.Annotations[cluster.OwnerAnnotation]
+			owner := n.Annotations[object.OwnerAnnotation]
 			facts, err := tc.ConfigFacts(ctx, m.IP, "ghcr.io")
 			if err != nil {
 				t.Fatal(err)
@@ -253,9 +253,9 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 				check["not rebooted"] = n.Status.NodeInfo.BootID == bootBefore
 			case state.PhaseProved:
 				check["rebooted onto the new config"] = n.Status.NodeInfo.BootID != bootBefore && facts.ConfiguredDigest == newDigest
-				check["no verified marker yet"] = n.Annotations[cluster.VerifiedRevisionAnnotation] != r.planned.CredentialRevision
+				check["no verified marker yet"] = n.Annotations[object.VerifiedRevisionAnnotation] != r.planned.CredentialRevision
 			case state.PhaseReleased:
-				check["verified"] = n.Annotations[cluster.VerifiedRevisionAnnotation] == r.planned.CredentialRevision
+				check["verified"] = n.Annotations[object.VerifiedRevisionAnnotation] == r.planned.CredentialRevision
 				check["fence still held"] = owner == rec.Owner && n.Spec.Unschedulable
 			}
 
@@ -269,7 +269,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 			// Undo what the dead run left (the release command belongs to another issue).
 			sandboxtest.PatchNode(t, kube, name, map[string]any{
 				"metadata": map[string]any{"annotations": map[string]any{
-					cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil, cluster.RecordAnnotation: nil,
+					object.OwnerAnnotation: nil, object.PhaseAnnotation: nil, object.RecordAnnotation: nil,
 					"ghcrsync.dev/scale-down-disabled-by": nil, sandbox.ScaleDownDisabledAnnotation: nil,
 				}},
 				"spec": map[string]any{"unschedulable": false},
@@ -304,7 +304,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 
 	reboot := func() {
 		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "outage-run"}},
+			"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "outage-run"}},
 			"spec":     map[string]any{"unschedulable": true},
 		})
 
@@ -324,7 +324,7 @@ func TestLeaseRidesOutEndpointOutage(t *testing.T) {
 		})
 
 		sandboxtest.PatchNode(t, direct, endpointNode, map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}},
+			"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}},
 			"spec":     map[string]any{"unschedulable": false},
 		})
 	}
@@ -580,7 +580,7 @@ func TestSynchronizationLeaseAcquisitionReportsTheAPICause(t *testing.T) {
 				t.Fatalf("a refused Lease: %v", err)
 			}
 
-			if n := node(t, sb, "prod-worker-1"); n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+			if n := node(t, sb, "prod-worker-1"); n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable {
 				t.Fatal("a run without its Lease touched a node")
 			}
 		})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -33,7 +33,7 @@ func TestApplyLiveOnTalos114(t *testing.T) {
 
 	cordoned := 0
 	res, err := r.apply(path, apply.Hooks{BeforeMutation: func(node string, _ state.Phase) {
-		if n0 := nodeOf(t, sb, node); n0.Spec.Unschedulable || n0.Annotations[cluster.OwnerAnnotation] != "" {
+		if n0 := nodeOf(t, sb, node); n0.Spec.Unschedulable || n0.Annotations[object.OwnerAnnotation] != "" {
 			cordoned++
 		}
 	}})

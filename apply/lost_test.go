@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
@@ -32,9 +32,9 @@ func TestLostAnswersAreAdopted(t *testing.T) {
 		before                   func(t *testing.T)
 	}{
 		{"the claim", "PATCH", node, `"unschedulable":true`, nil},
-		{"a phase mirror", "PATCH", node, `"` + cluster.PhaseAnnotation + `":"drained"`, nil},
-		{"the verified marker", "PATCH", node, cluster.VerifiedRevisionAnnotation, nil},
-		{"the release", "PATCH", node, `"` + cluster.OwnerAnnotation + `":null`, nil},
+		{"a phase mirror", "PATCH", node, `"` + object.PhaseAnnotation + `":"drained"`, nil},
+		{"the verified marker", "PATCH", node, object.VerifiedRevisionAnnotation, nil},
+		{"the release", "PATCH", node, `"` + object.OwnerAnnotation + `":null`, nil},
 		{"an eviction", "POST", "/eviction", "", func(t *testing.T) {
 			sandboxtest.PinnedDeployment(t, sb.Kube(), "lost-eviction", "pinned", name) // a pod to evict
 		}},

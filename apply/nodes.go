@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -67,7 +67,7 @@ func (r *run) announce(ctx context.Context) {
 
 	for _, n := range r.p.Nodes {
 		if n.Action == plan.ActionDeselect && n.UID != "" {
-			r.event(ctx, cluster.NodeRef(n.Name, types.UID(n.UID)), "GhcrsyncDeselect",
+			r.event(ctx, object.NodeRef(n.Name, types.UID(n.UID)), "GhcrsyncDeselect",
 				"run "+r.res.Holder+" leaves the node alone, as planned: "+n.Sentence, false)
 		}
 	}

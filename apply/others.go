@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -65,7 +65,7 @@ func (t *txn) stage(ctx context.Context) *maintenance.Hold {
 		return nil
 	}
 
-	stage, err := t.e.stages.Stage(ctx, cluster.InternalIP(n))
+	stage, err := t.e.stages.Stage(ctx, object.InternalIP(n))
 	if err != nil {
 		t.log.Warn("its Talos machine's stage could not be read; the claim's guard asks its Talos API next", "error", t.answer(err))
 

@@ -8,9 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -27,10 +27,10 @@ func (t *txn) claim(ctx context.Context) *NodeResult {
 	claim := func(n *corev1.Node) map[string]any {
 		// The guard is ours when we set it: also when our own claim landed already and only
 		// its answer was lost (the retry then reads our guard back).
-		t.rec.ScaleDownGuardOurs = n.Annotations[cluster.ScaleDownDisabledAnnotation] != "true" ||
-			n.Annotations[cluster.ScaleDownGuardByAnnotation] == t.e.o.Holder
+		t.rec.ScaleDownGuardOurs = n.Annotations[object.ScaleDownDisabledAnnotation] != "true" ||
+			n.Annotations[object.ScaleDownGuardByAnnotation] == t.e.o.Holder
 
-		return cluster.ClaimPatch(t.e.o.Holder, t.rec.Fence)
+		return object.ClaimPatch(t.e.o.Holder, t.rec.Fence)
 	}
 
 	between := func(attempt int) {
@@ -124,10 +124,10 @@ func (t *txn) sameMachine(ctx context.Context, step plan.Step) *NodeResult {
 // another, undrained machine. A live update, which no claim pinned, is pinned here.
 func (t *txn) isPinned(ctx context.Context, n *corev1.Node, step plan.Step) *NodeResult {
 	if t.ip == "" {
-		t.ip = cluster.InternalIP(n)
+		t.ip = object.InternalIP(n)
 	}
 
-	if ip := cluster.InternalIP(n); ip != t.ip {
+	if ip := object.InternalIP(n); ip != t.ip {
 		return t.refuseBeforeTalos(ctx, plan.Verdict{Decision: plan.Refuse, Reason: plan.ReasonUnclassifiable,
 			Detail: fmt.Sprintf("its InternalIP changed from %s to %s since the claim; nothing was written to it", t.ip, ip)}, step)
 	}
@@ -210,7 +210,7 @@ func (t *txn) waitReady(ctx context.Context) *NodeResult {
 		}
 
 		boot, ready := n.Status.NodeInfo.BootID, drain.NodeReady(n)
-		lifecycle := taints.HasLifecycle(cluster.Taints(n.Spec.Taints))
+		lifecycle := taints.HasLifecycle(object.Taints(n.Spec.Taints))
 
 		if boot != "" && boot != t.rec.BootBefore && ready && !lifecycle {
 			t.rec.BootAfter = boot
@@ -332,7 +332,7 @@ func (t *txn) proveWith(ctx context.Context, proof func(context.Context) (*NodeR
 
 	// Proved: the marker, and the steering taint off (pods may land here now), in one patch.
 	mark := func(cur *corev1.Node) map[string]any {
-		return t.e.withoutSteering(cur, cluster.MarkPatch(cur, t.rec.DesiredRevision, n.Status.NodeInfo.BootID))
+		return t.e.withoutSteering(cur, object.MarkPatch(cur, t.rec.DesiredRevision, n.Status.NodeInfo.BootID))
 	}
 
 	return t.patch(ctx, plan.StepAnnotate, "write verified marker", mark, nil)

@@ -10,13 +10,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -105,10 +106,28 @@ type Admission interface {
 // Watches are the run's watches (watched): its Nodes, its probe pods, and the compare-and-swap
 // that starts from a Node the watch served.
 type Watches interface {
-	WatchNodes(ctx context.Context, timeout time.Duration) (*cluster.NodeWatch, error)
-	WatchProbes(ctx context.Context, namespace string, timeout time.Duration) (*cluster.ProbeWatch, error)
+	WatchNodes(ctx context.Context, timeout time.Duration) (NodeWatch, error)
+	WatchProbes(ctx context.Context, namespace string, timeout time.Duration) (ProbeWatch, error)
 	CASPatchFrom(ctx context.Context, first *corev1.Node, name string, attempts int, check func(*corev1.Node) error,
 		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
+}
+
+// NodeWatch is the run's one watch of every Node (cluster.NodeWatch): each Node as last seen, how
+// recent that is, a wake-up when one changes, and every Node as a drain's destination.
+type NodeWatch interface {
+	// Fresh reports whether the watch saw a change within d (a quiet watch may be cut off).
+	Fresh(d time.Duration) bool
+	// Get is the Node as the watch last saw it; ok is false for a Node it does not hold.
+	Get(name string) (n *corev1.Node, ok bool)
+	Changes(ctx context.Context, name string) <-chan struct{}
+	Destinations(ctx context.Context) ([]plan.Destination, error)
+}
+
+// ProbeWatch is the run's one watch of its probe pods and their Events (cluster.ProbeWatch).
+type ProbeWatch interface {
+	ProveRuntime(ctx context.Context, node string, probe plan.Probe, timeout time.Duration) error
+	// Wait returns once the watch has ended and deleted the last proofs' pods.
+	Wait()
 }
 
 // Suspensions are the Flux Kustomizations the run suspends, and resumes.
@@ -125,9 +144,18 @@ type PullSecrets interface {
 	Root(ctx context.Context, p *plan.Plan, o fanout.Options, heldBack string) []fanout.Result
 }
 
-// Leasing takes the run Lease (lease.Acquire, on a client of its own).
+// Leasing takes the run Lease (lease.Acquire, on a client of its own) and starts its heartbeat,
+// which lasts until the Lease is released or ctx is done.
 type Leasing interface {
-	Acquire(ctx context.Context, o lease.Options) (*lease.Lease, error)
+	Acquire(ctx context.Context, o lease.Options) (RunLease, error)
+}
+
+// RunLease is the run Lease as the run holds it: the executor's checks, the fan-out's fresh check
+// before each write, and its release.
+type RunLease interface {
+	Lease
+	Verify(ctx context.Context) error
+	Release(ctx context.Context) error
 }
 
 // The executor's ports (the run wires them).
@@ -149,10 +177,10 @@ type Nodes interface {
 // Workloads are the pods on the Nodes: drained, placed, and the runtime probe that proves a
 // node's container runtime.
 type Workloads interface {
-	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error
+	Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check drain.Check) error
 	// Destinations are every Node as an evicted pod's scheduler sees it.
 	Destinations(ctx context.Context) ([]plan.Destination, error)
-	ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error
+	ProveRuntime(ctx context.Context, node string, probe plan.Probe, timeout time.Duration) error
 }
 
 // Talos is what the executor needs from a machine's Talos API.
@@ -209,7 +237,7 @@ type ports struct {
 	stages Stages
 }
 
-// Others are the other maintenance tools sharing the fleet (cluster.Others): what holds a node
+// Others are the other maintenance tools sharing the fleet (cluster.Others, wired by the workspace): what holds a node
 // now, and kured's lock, taken for ghcrsync's reboot of a node and dropped after it.
 type Others interface {
 	Holds(ctx context.Context, node string) ([]maintenance.Hold, error)
@@ -225,5 +253,5 @@ type Stages interface {
 
 // Recorder writes Kubernetes Events (best effort: an Event that cannot be written is logged).
 type Recorder interface {
-	Record(ctx context.Context, ref cluster.Ref, reason, message string, warning bool) error
+	Record(ctx context.Context, ref object.Ref, reason, message string, warning bool) error
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -228,7 +228,7 @@ func TestUnreadyNodeAfterRebootStopsTheRoll(t *testing.T) {
 				t.Fatalf("%s: %+v", tc.name, x)
 			}
 
-			if n := node(t, sb, first); !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != res.Holder {
+			if n := node(t, sb, first); !n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != res.Holder {
 				t.Fatalf("the failed node's fence is gone: %+v %v", n.Spec, n.Annotations)
 			}
 

@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -188,11 +188,11 @@ func TestReleaseAfterKillAtEachPhase(t *testing.T) {
 			assertLeaseFree(t, sb, leaseName)
 
 			n := node(t, sb, name)
-			if _, ok := taints.Find(cluster.Taints(n.Spec.Taints), taints.Steering); ok {
+			if _, ok := taints.Find(object.Taints(n.Spec.Taints), taints.Steering); ok {
 				t.Fatalf("a steering taint is left after release: %v", n.Spec.Taints)
 			}
 
-			if _, ok := taints.Find(cluster.Taints(n.Spec.Taints), operator.Key); !ok {
+			if _, ok := taints.Find(object.Taints(n.Spec.Taints), operator.Key); !ok {
 				t.Fatalf("release took the operator's own %s taint: %v", operator.Effect, n.Spec.Taints)
 			}
 
@@ -377,7 +377,7 @@ func TestLivenessUnreachableThenApplyReclaims(t *testing.T) {
 		t.Fatalf("release with the liveness API unreachable: %+v", res.Outcomes)
 	}
 
-	if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" {
+	if n := node(t, sb, name); n.Annotations[object.OwnerAnnotation] == "" {
 		t.Fatal("the fence was released without evidence")
 	}
 
@@ -512,14 +512,14 @@ func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName 
 	sandboxtest.Eventually(t, 10*time.Second, "the suspension's annotation moved", func() error {
 		k := kustomization(t, sb)
 		a := k.GetAnnotations()
-		a[cluster.SuspendedByAnnotation] = moved
+		a[object.SuspendedByAnnotation] = moved
 		k.SetAnnotations(a)
 		_, err := fluxClient(t, sb).Update(ctx, k, metav1.UpdateOptions{})
 
 		return err
 	})
 
-	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: moved}}})
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: moved}}})
 
 	// The steering taint names the run by its token, and by the annotation beside it.
 	ts := node(t, sb, name).Spec.Taints
@@ -529,7 +529,7 @@ func moveHolder(t *testing.T, sb *sandbox.Sandbox, r *rotation, name, leaseName 
 		}
 	}
 
-	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.SteeredByAnnotation: moved}},
+	sandboxtest.PatchNode(t, kube, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.SteeredByAnnotation: moved}},
 		"spec": map[string]any{"taints": ts}})
 
 	l, err := kube.CoordinationV1().Leases("flux-system").Get(ctx, leaseName, metav1.GetOptions{})
@@ -588,7 +588,7 @@ func TestHostNameAndPIDAloneNeverEndALiveRun(t *testing.T) {
 				t.Fatalf("release undid a live run's fence: %+v", res.Outcomes)
 			}
 
-			if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" {
+			if n := node(t, sb, name); n.Annotations[object.OwnerAnnotation] == "" {
 				t.Fatal("the fence was released")
 			}
 		})
@@ -676,7 +676,7 @@ func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
 			t.Fatalf("%s: the record was closed: %+v", f.name, rec)
 		}
 
-		if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
+		if n := node(t, sb, name); n.Annotations[object.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
 			t.Fatalf("%s: the fence was touched", f.name)
 		}
 	}
@@ -722,7 +722,7 @@ func TestRemovedTargetRequiresAuthoritativeUnambiguousInventory(t *testing.T) {
 		t.Fatalf("the old Node's record is still open: %+v", rec)
 	}
 
-	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+	if n := node(t, sb, name); !n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" {
 		t.Fatalf("the new Node of the same name was touched: %+v %v", n.Spec, n.Annotations)
 	}
 }
@@ -766,7 +766,7 @@ func TestRecoverFencesRefusesWhenTheLivenessQueryReturnsNoStatus(t *testing.T) {
 			t.Fatalf("a liveness answer without a status: %+v", res.Outcomes)
 		}
 
-		if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
+		if n := node(t, sb, name); n.Annotations[object.OwnerAnnotation] == "" || !n.Spec.Unschedulable {
 			t.Fatal("the fence was released on an answer that said nothing")
 		}
 	}
@@ -781,9 +781,9 @@ func TestFenceReportNodeFeedSurvivesEmptyFields(t *testing.T) {
 	ctx := context.Background()
 	const name = "prod-worker-3"
 
-	sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: ""}}})
+	sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: ""}}})
 	t.Cleanup(func() {
-		sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+		sandboxtest.PatchNode(t, sb.Kube(), name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}}})
 	})
 
 	r := newRotation(t, sb, nil, name)
@@ -878,15 +878,15 @@ func TestFenceReportBlocksEveryJournalWhenAnyIsMalformed(t *testing.T) {
 	n := node(t, sb, tampered)
 	sandboxtest.PatchNode(t, kube, tampered, map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{
-			cluster.OwnerAnnotation:  holder,
-			cluster.PhaseAnnotation:  string(state.PhaseDrained),
-			cluster.RecordAnnotation: `{"uid":"` + string(n.UID) + `","initial_taints":[],"desired_revision":"x","scale_down_guard_ours":false}`,
+			object.OwnerAnnotation:  holder,
+			object.PhaseAnnotation:  string(state.PhaseDrained),
+			object.RecordAnnotation: `{"uid":"` + string(n.UID) + `","initial_taints":[],"desired_revision":"x","scale_down_guard_ours":false}`,
 		}},
 		"spec": map[string]any{"unschedulable": true},
 	})
 	t.Cleanup(func() {
 		sandboxtest.PatchNode(t, kube, tampered, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-			cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil, cluster.RecordAnnotation: nil}}, "spec": map[string]any{"unschedulable": false}})
+			object.OwnerAnnotation: nil, object.PhaseAnnotation: nil, object.RecordAnnotation: nil}}, "spec": map[string]any{"unschedulable": false}})
 	})
 
 	rep := fences(t, r.cfg, "")
@@ -905,13 +905,13 @@ func TestFenceReportBlocksEveryJournalWhenAnyIsMalformed(t *testing.T) {
 		t.Fatalf("release with a malformed record: %v %+v", err, res)
 	}
 
-	if n := node(t, sb, name); n.Annotations[cluster.OwnerAnnotation] != holder || !n.Spec.Unschedulable {
+	if n := node(t, sb, name); n.Annotations[object.OwnerAnnotation] != holder || !n.Spec.Unschedulable {
 		t.Fatal("release went on with the other fences")
 	}
 
 	// The record removed: what is left of that fence (an owner, a cordon) is released, the
 	// cordon kept, and the rest with it.
-	sandboxtest.PatchNode(t, kube, tampered, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.RecordAnnotation: nil}}})
+	sandboxtest.PatchNode(t, kube, tampered, map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.RecordAnnotation: nil}}})
 
 	if res := release(t, r.cfg); res.Held() != 0 {
 		t.Fatalf("the control: %+v", res.Outcomes)

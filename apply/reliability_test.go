@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/registryauth"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -120,7 +120,7 @@ func TestFailureBudget(t *testing.T) {
 
 			if x.Outcome == state.OutcomeSkipped {
 				n := node(t, sb, x.Node)
-				if n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[x.Node] != writesBefore[x.Node] {
+				if n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable || sb.Fleet().Stats().TalosWrites[x.Node] != writesBefore[x.Node] {
 					t.Fatalf("a node the budget stopped was touched: %s", x.Node)
 				}
 			}

@@ -7,9 +7,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -32,7 +32,7 @@ type Options struct {
 // Event is one step of the run as recorded on its object: the Kubernetes Event's content.
 type Event struct {
 	Time    time.Time
-	Object  cluster.Ref
+	Object  object.Ref
 	Reason  string
 	Message string
 	Warning bool
@@ -45,7 +45,7 @@ type recorder struct {
 	clock   clock.Clock
 }
 
-func (r recorder) Record(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) error {
+func (r recorder) Record(ctx context.Context, ref object.Ref, reason, msg string, warning bool) error {
 	if r.observe != nil {
 		r.observe(Event{Time: r.clock.Now(), Object: ref, Reason: reason, Message: msg, Warning: warning})
 	}

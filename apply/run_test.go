@@ -17,13 +17,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -538,7 +538,7 @@ func (w *runWorld) Read(context.Context) (plan.Snapshot, plan.Input, error) {
 	snap := plan.Snapshot{TakenAt: w.clock.Now(), APIEndpoint: ipOf(w.s.endpoint), ClusterUID: "uid-cluster"}
 
 	for _, name := range sortedKeys(w.nodes) {
-		n := cluster.FromNode(w.nodes[name])
+		n := object.FromNode(w.nodes[name])
 		version := "v1.13.9"
 		if slices.Contains(w.s.live, name) {
 			version = "v1.14.0"
@@ -644,11 +644,11 @@ type runWatches struct{}
 
 var errNoWatch = errors.New("the fakes have no watch: reads go to the nodes")
 
-func (runWatches) WatchNodes(context.Context, time.Duration) (*cluster.NodeWatch, error) {
+func (runWatches) WatchNodes(context.Context, time.Duration) (NodeWatch, error) {
 	return nil, errNoWatch
 }
 
-func (runWatches) WatchProbes(context.Context, string, time.Duration) (*cluster.ProbeWatch, error) {
+func (runWatches) WatchProbes(context.Context, string, time.Duration) (ProbeWatch, error) {
 	return nil, errNoWatch
 }
 
@@ -701,24 +701,28 @@ func (l runLeases) ServerNow() (time.Time, bool)                             { r
 
 type runEvents struct{}
 
-func (runEvents) Record(context.Context, cluster.Ref, string, string, bool) error { return nil }
+func (runEvents) Record(context.Context, object.Ref, string, string, bool) error { return nil }
 
 // runLeasing takes the run Lease on the fake clientset, on the machine's clock (its heartbeat
 // runs beside the run: on the fake clock its waits would move the run's time on).
 type runLeasing struct{ w *runWorld }
 
-func (l runLeasing) Acquire(ctx context.Context, o lease.Options) (*lease.Lease, error) {
+func (l runLeasing) Acquire(ctx context.Context, o lease.Options) (RunLease, error) {
 	l.w.world.mu.Lock()
 	l.w.record("lease acquire")
 	l.w.world.mu.Unlock()
 
 	o.Clock, o.Heartbeat = clock.System, 5*time.Millisecond
 
-	var err error
+	held, err := lease.Acquire(ctx, l.w.kube, o)
+	if err != nil {
+		return nil, err
+	}
 
-	l.w.lease, err = lease.Acquire(ctx, l.w.kube, o)
+	held.Start(ctx)
+	l.w.lease = held
 
-	return l.w.lease, err
+	return held, nil
 }
 
 // runSecrets is the fan-out over the world's pull secrets: each write recorded before it, as

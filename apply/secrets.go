@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/human"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -106,9 +106,9 @@ func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
 			what = "credential " + cred + " at revision " + human.Short(revision)
 		}
 
-		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten", "run "+r.res.Holder+" wrote "+what, false)
+		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten", "run "+r.res.Holder+" wrote "+what, false)
 	case fanout.Failed:
-		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
+		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
 }
 
@@ -118,10 +118,10 @@ func (r *run) templateOutcome(ctx context.Context, s fanout.Result) {
 
 	switch s.Outcome {
 	case fanout.Written:
-		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateWritten",
+		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateWritten",
 			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" into node template key "+s.Key, false)
 	case fanout.Failed:
-		r.event(ctx, cluster.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateFailed", "run "+r.res.Holder+": "+s.Message, true)
+		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
 }
 

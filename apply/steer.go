@@ -7,7 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -69,7 +70,7 @@ func (e *executor) steer(ctx context.Context, p *plan.Plan) {
 			h(n.Name, phaseSteering)
 		}
 
-		if err := cluster.Steer(ctx, e.nodes, n.Name, n.UID, e.o.Holder, p.Steering.Effect); err != nil {
+		if err := object.Steer(ctx, e.nodes, n.Name, n.UID, e.o.Holder, p.Steering.Effect); err != nil {
 			e.o.Logger.Warn("steering taint not put on", "node", n.Name, "taint", taints.Steering+":"+p.Steering.Effect, "error", redact.Error(err))
 		}
 	})
@@ -107,7 +108,7 @@ func (e *executor) unsteerAll(ctx context.Context) {
 
 	pool.Each(len(todo), e.o.LiveParallelism, func(i int) {
 		x := todo[i]
-		if _, err := cluster.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
+		if _, err := object.Unsteer(uctx, e.nodes, x.Node, x.UID, e.o.Holder); err != nil {
 			e.o.Logger.Warn("steering taint left on: `ghcrsync release` takes it off", "node", x.Node, "error", redact.Error(err))
 
 			return
@@ -132,14 +133,14 @@ func (e *executor) unsteerAll(ctx context.Context) {
 // steering taint and its annotation (when n carries them): the node is proved, pods may land on
 // it.
 func (e *executor) withoutSteering(n *corev1.Node, patch map[string]any) map[string]any {
-	return cluster.WithoutSteering(n, e.o.Holder, patch)
+	return object.WithoutSteering(n, e.o.Holder, patch)
 }
 
 // destinations returns the drain's check before each eviction (plan.CheckDestinations): every
 // node an evicted pod can be scheduled onto can pull. The credentials in use are asked of the
 // registry again first (execOptions.Recheck), once per drain: one revoked since the plan makes
 // the nodes holding it unable to take a pod.
-func (t *txn) destinations(ctx context.Context) cluster.DrainCheck {
+func (t *txn) destinations(ctx context.Context) drain.Check {
 	view := t.p
 
 	if t.e.o.Recheck != nil {
@@ -162,7 +163,7 @@ func (t *txn) destinations(ctx context.Context) cluster.DrainCheck {
 		}
 
 		if err := view.CheckDestinations(t.np.Name, pods, ds); err != nil {
-			return &cluster.RefusedError{Why: err}
+			return &drain.Refused{Why: err}
 		}
 
 		return nil

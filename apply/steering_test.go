@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -31,7 +31,7 @@ func fleet3(t *testing.T) (*sandbox.Sandbox, string) {
 
 	sb := sandboxtest.Start(t, sandbox.Options{ControlPlanes: 1, Workers: 3, AutoscalerPaused: true, Reboot: 2 * time.Second, Heartbeat: 2 * time.Second})
 	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		return strings.Replace(s, "nodes {", "nodes {\n  selector = \"!"+cluster.ControlPlaneLabel+"\"\n  verdict  = \"selected\"", 1)
+		return strings.Replace(s, "nodes {", "nodes {\n  selector = \"!"+object.ControlPlaneLabel+"\"\n  verdict  = \"selected\"", 1)
 	})
 
 	t.Setenv("SOPS_AGE_KEY_FILE", sb.Path(sandbox.AgeKeyFile))
@@ -174,7 +174,7 @@ func noSteeringTaint(t *testing.T, sb *sandbox.Sandbox) {
 	}
 
 	for _, n := range nodes.Items {
-		if _, ok := taints.Find(cluster.Taints(n.Spec.Taints), taints.Steering); ok {
+		if _, ok := taints.Find(object.Taints(n.Spec.Taints), taints.Steering); ok {
 			t.Fatalf("%s still carries the steering taint: %v", n.Name, n.Spec.Taints)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -249,7 +249,7 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 		h.w.onPatch = func(w *world, node string) {
 			if node == f[1] && !landed {
 				landed = true
-				w.edit(node, func(n *corev1.Node) { n.Annotations = map[string]string{cluster.OwnerAnnotation: f[2]} })
+				w.edit(node, func(n *corev1.Node) { n.Annotations = map[string]string{object.OwnerAnnotation: f[2]} })
 			}
 		}
 	case "drain-fails":
@@ -368,12 +368,12 @@ func renderNode(h *harness, node string) string {
 		cordon = "cordoned"
 	}
 
-	owner := n.Annotations[cluster.OwnerAnnotation]
+	owner := n.Annotations[object.OwnerAnnotation]
 	if owner == "" {
 		owner = "none"
 	}
 
-	verified := n.Annotations[cluster.VerifiedRevisionAnnotation]
+	verified := n.Annotations[object.VerifiedRevisionAnnotation]
 	if verified == "" {
 		verified = "none"
 	}

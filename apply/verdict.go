@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -124,7 +124,7 @@ func (r *run) events() Recorder {
 }
 
 // event records an Event on the run's objects (the Lease, the pull secrets); best effort.
-func (r *run) event(ctx context.Context, ref cluster.Ref, reason, msg string, warning bool) {
+func (r *run) event(ctx context.Context, ref object.Ref, reason, msg string, warning bool) {
 	if err := r.events().Record(context.WithoutCancel(ctx), ref, reason, msg, warning); err != nil {
 		r.log.Debug("event not written", "error", err)
 	}
@@ -164,7 +164,7 @@ func (r *run) releaseLease(ctx context.Context) {
 	r.res.ReleaseErr = r.lease.Release(rctx)
 	if r.res.ReleaseErr == nil {
 		cfg := r.in.Config
-		r.event(rctx, cluster.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased",
+		r.event(rctx, object.LeaseRef(cfg.Lease.Namespace, cfg.Lease.Name), "GhcrsyncLeaseReleased",
 			"run "+r.res.Holder+" released the Lease"+r.rotatedLive(), false)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
@@ -306,7 +305,7 @@ func untilMutated(kube kubernetes.Interface, want bool) error {
 
 // probeLike is the probe pod's shape (the probe namespace enforces PodSecurity "restricted").
 func probeLike() *corev1.Pod {
-	pod := probe.Pod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
+	pod := probe.Pod("x", plan.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
 	pod.GenerateName = "probe-like-"
 
 	return pod

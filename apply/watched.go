@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -66,8 +66,8 @@ type watchedNodes struct {
 	Nodes
 	workloads Workloads // the drains: through the API (Drain); the rest served here
 	kube      Watches
-	watch     *cluster.NodeWatch
-	probes    *cluster.ProbeWatch // nil: each proof follows its own pod
+	watch     NodeWatch
+	probes    ProbeWatch // nil: each proof follows its own pod
 
 	mu    sync.Mutex
 	wrote map[string]*corev1.Node // each Node as the run's last write to it answered
@@ -131,7 +131,7 @@ func (w *watchedNodes) CASPatch(ctx context.Context, name string, attempts int, 
 }
 
 // ProveRuntime follows the probe's pod and its Events in the run's probe watch.
-func (w *watchedNodes) ProveRuntime(ctx context.Context, node string, probe cluster.Probe, timeout time.Duration) error {
+func (w *watchedNodes) ProveRuntime(ctx context.Context, node string, probe plan.Probe, timeout time.Duration) error {
 	if w.probes == nil {
 		return w.workloads.ProveRuntime(ctx, node, probe, timeout)
 	}
@@ -139,7 +139,7 @@ func (w *watchedNodes) ProveRuntime(ctx context.Context, node string, probe clus
 	return w.probes.ProveRuntime(ctx, node, probe, timeout)
 }
 
-func (w *watchedNodes) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check cluster.DrainCheck) error {
+func (w *watchedNodes) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check drain.Check) error {
 	return w.workloads.Drain(ctx, node, timeout, report, check)
 }
 

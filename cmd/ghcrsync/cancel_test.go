@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -180,7 +180,7 @@ func TestSIGTERMDuringDrain(t *testing.T) {
 	}
 
 	n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+	if n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" {
 		t.Fatalf("the node was not restored: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
 	}
 
@@ -231,7 +231,7 @@ func TestSIGTERMAfterConfigured(t *testing.T) {
 	// Cancelled while rebooting, after its Talos write, never proved: the node stays out of
 	// service, on ghcrsync's unproven hold, until a proof or a person returns it.
 	n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if !n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" || n.Annotations[cluster.UnprovenAnnotation] == "" {
+	if !n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" || n.Annotations[object.UnprovenAnnotation] == "" {
 		t.Fatalf("after release: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
 	}
 
@@ -240,7 +240,7 @@ func TestSIGTERMAfterConfigured(t *testing.T) {
 	}
 
 	n, _ = sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if n.Spec.Unschedulable || n.Annotations[cluster.UnprovenAnnotation] != "" {
+	if n.Spec.Unschedulable || n.Annotations[object.UnprovenAnnotation] != "" {
 		t.Fatalf("after release --uncordon-unproven: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
 	}
 }
@@ -270,7 +270,7 @@ func TestSIGINTThenSIGKILL(t *testing.T) {
 	n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 
 	// The state is written before each mutation: a fence on the node is one the record allows.
-	if fenced := n.Annotations[cluster.OwnerAnnotation] != ""; fenced && !rec.Holds() && rec.Phase != state.PhaseReleased {
+	if fenced := n.Annotations[object.OwnerAnnotation] != ""; fenced && !rec.Holds() && rec.Phase != state.PhaseReleased {
 		t.Fatalf("the node is fenced, the state does not say so: %+v", rec)
 	}
 
@@ -279,7 +279,7 @@ func TestSIGINTThenSIGKILL(t *testing.T) {
 	}
 
 	n, _ = sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+	if n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" {
 		t.Fatalf("after release: cordoned %t, %+v", n.Spec.Unschedulable, n.Annotations)
 	}
 }
@@ -340,7 +340,7 @@ func TestRepairWithAnUnreadableState(t *testing.T) {
 			}
 
 			n, _ := sb.Kube().CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-			if n.Annotations[cluster.OwnerAnnotation] != "" {
+			if n.Annotations[object.OwnerAnnotation] != "" {
 				t.Fatalf("release left the fence: %+v", n.Annotations)
 			}
 

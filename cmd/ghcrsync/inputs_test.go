@@ -20,12 +20,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // bench is one bad-input row's world: its own folder, configuration, kube identity (so the
@@ -723,7 +723,7 @@ func denyProbes(b *bench) {
 
 	denied := func() bool {
 		// The probe's own shape: the probe namespace enforces PodSecurity "restricted".
-		pod := probe.Pod("x", cluster.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
+		pod := probe.Pod("x", plan.Probe{Image: "pause", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "x")
 		_, err := b.sb.Kube().CoreV1().Pods(sandbox.ProbeNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 
 		return err != nil

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -153,9 +153,9 @@ func TestPlanDeselectionReasons(t *testing.T) {
 	withTaint("prod-worker-1", corev1.Taint{Key: "DeletionCandidateOfClusterAutoscaler", Value: now, Effect: corev1.TaintEffectPreferNoSchedule})
 	withTaint("prod-worker-2", corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: now, Effect: corev1.TaintEffectNoSchedule})
 
-	patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "other-run-1234", cluster.PhaseAnnotation: "drained"}}})
+	patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "other-run-1234", object.PhaseAnnotation: "drained"}}})
 	t.Cleanup(func() {
-		patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil}}})
+		patch("prod-worker-3", map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil, object.PhaseAnnotation: nil}}})
 	})
 
 	// A node held in deletion by a finalizer: a fresh autoscaled node, so the fleet keeps its size.

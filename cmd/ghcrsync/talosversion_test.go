@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -70,7 +70,7 @@ func TestTalosBelowTheMinimumIsNeverClaimed(t *testing.T) {
 	}
 
 	n, err := sb.Kube().CoreV1().Nodes().Get(context.Background(), old, metav1.GetOptions{})
-	if err != nil || n.Spec.Unschedulable || n.Annotations[cluster.OwnerAnnotation] != "" {
+	if err != nil || n.Spec.Unschedulable || n.Annotations[object.OwnerAnnotation] != "" {
 		t.Fatalf("the 1.11 node after apply (%v): cordoned %t, annotations %v", err, n.Spec.Unschedulable, n.Annotations)
 	}
 

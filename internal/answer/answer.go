@@ -63,3 +63,20 @@ func Refused(err error) (string, bool) {
 
 	return "", false
 }
+
+// Transient reports whether a failed request may succeed when retried: the API was unreachable
+// (no status from the server), overloaded, or timed out. A status the server decided (Conflict,
+// NotFound, Forbidden, Invalid…) is not transient.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
+}

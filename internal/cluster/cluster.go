@@ -6,7 +6,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,11 +27,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/drain"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
-	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
-	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // Connection is a Kubernetes client and the API endpoint host it talks to.
@@ -241,7 +237,7 @@ func (c *Connection) Nodes(ctx context.Context, selector string) (fleet, outside
 	fleet = make([]plan.Node, 0, len(list.Items))
 
 	for i := range list.Items {
-		n := FromNode(&list.Items[i])
+		n := object.FromNode(&list.Items[i])
 		if sel.Matches(labels.Set(list.Items[i].Labels)) {
 			fleet = append(fleet, n)
 		} else {
@@ -261,72 +257,6 @@ func Whole(what string, meta metav1.ListMeta) error {
 	}
 
 	return nil
-}
-
-// FromControlPlane is a control plane's Node as the etcd gate reads it (its member's answer is
-// Talos's, added by the caller).
-func FromControlPlane(n *corev1.Node) plan.ControlPlane {
-	return plan.ControlPlane{Name: n.Name, Ready: drain.NodeReady(n), Unschedulable: n.Spec.Unschedulable, Owner: n.Annotations[OwnerAnnotation]}
-}
-
-// FromNode converts a Node to the snapshot type, with ghcrsync's annotations as typed fields.
-func FromNode(n *corev1.Node) plan.Node {
-	out := plan.Node{
-		Name:             n.Name,
-		UID:              string(n.UID),
-		Unschedulable:    n.Spec.Unschedulable,
-		Taints:           Taints(n.Spec.Taints),
-		BootID:           n.Status.NodeInfo.BootID,
-		Ready:            drain.NodeReady(n),
-		InternalIP:       InternalIP(n),
-		Owner:            n.Annotations[OwnerAnnotation],
-		Phase:            state.Phase(n.Annotations[PhaseAnnotation]),
-		VerifiedRevision: n.Annotations[VerifiedRevisionAnnotation],
-		VerifiedBoot:     n.Annotations[VerifiedBootAnnotation],
-		Keyring:          n.Annotations[KeyringAnnotation],
-		HeldUnproven:     HeldUnproven(n),
-		Arch:             cmp.Or(n.Labels[corev1.LabelArchStable], n.Status.NodeInfo.Architecture),
-	}
-
-	_, out.Autoscaled = n.Labels[NodeGroupLabel]
-
-	_, out.ControlPlane = n.Labels[ControlPlaneLabel]
-
-	for _, a := range n.Status.Addresses {
-		out.Addresses = append(out.Addresses, a.Address)
-
-		if a.Type == corev1.NodeInternalIP {
-			out.InternalIPs = append(out.InternalIPs, a.Address)
-		}
-	}
-
-	if n.DeletionTimestamp != nil {
-		t := n.DeletionTimestamp.UTC()
-		out.Deleting = &t
-	}
-
-	return out
-}
-
-// InternalIP is the Node's first InternalIP address: where its Talos API is reached.
-func InternalIP(n *corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-
-	return ""
-}
-
-// Taints converts Kubernetes taints to the type the taint rule compares.
-func Taints(ts []corev1.Taint) []taints.Taint {
-	out := make([]taints.Taint, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, taints.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
-	}
-
-	return out
 }
 
 // Lease reads the run Lease; absent is nil.
@@ -374,21 +304,4 @@ func FromLease(l *coordinationv1.Lease) *plan.Lease {
 	}
 
 	return out
-}
-
-// Transient reports whether a failed request may succeed when retried: the API was unreachable
-// (no status from the server), overloaded, or timed out. A status the server decided (Conflict,
-// NotFound, Forbidden, Invalid…) is not transient.
-func Transient(err error) bool {
-	if err == nil {
-		return false
-	}
-
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true
-	}
-
-	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err)
 }

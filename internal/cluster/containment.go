@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -235,7 +236,7 @@ func (c *Connection) escapeSecrets(ctx context.Context, e Escape) error {
 		})
 	case EscapeCredentialMark:
 		return c.escapeSecret(ctx, e, func(s *corev1.Secret) {
-			metav1.SetMetaDataAnnotation(&s.ObjectMeta, CredentialAnnotation, escapeMarker)
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, escapeMarker)
 		})
 	}
 

@@ -39,7 +39,7 @@ import (
 //
 // check, if set, is asked before every eviction request (with how many pods are left to evict):
 // a refusal stops the drain, a transient error is asked again.
-func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check DrainCheck) error {
+func (c *Connection) Drain(ctx context.Context, node string, timeout time.Duration, report progress.Func, check drain.Check) error {
 	prefixed := progress.Lines(report, node)
 	h := &kubedrain.Helper{Ctx: ctx, Client: c.Client, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true, Out: prefixed, ErrOut: prefixed}
 
@@ -80,7 +80,7 @@ func (c *Connection) Drain(ctx context.Context, node string, timeout time.Durati
 func allTransient(errs []error) bool {
 	for _, err := range errs {
 		var status apierrors.APIStatus
-		if !answer.Lost(err) && !(errors.As(err, &status) && Transient(err)) {
+		if !answer.Lost(err) && !(errors.As(err, &status) && answer.Transient(err)) {
 			return false
 		}
 	}
@@ -89,12 +89,12 @@ func allTransient(errs []error) bool {
 }
 
 // evictAll evicts pods concurrently, each until it is gone or the drain's deadline passes.
-func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, report progress.Func, check DrainCheck) error {
+func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout time.Duration, pods []corev1.Pod, report progress.Func, check drain.Check) error {
 	results := make(chan error, len(pods))
 
 	for i := range pods {
 		go func(p *corev1.Pod) {
-			results <- c.evict(dctx, node, p, report, func(ctx context.Context) error { return check.ask(ctx, len(pods)) })
+			results <- c.evict(dctx, node, p, report, func(ctx context.Context) error { return check.Ask(ctx, len(pods)) })
 		}(&pods[i])
 	}
 
@@ -106,7 +106,7 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 		}
 	}
 
-	var refused *RefusedError
+	var refused *drain.Refused
 
 	switch {
 	case len(failed) == 0:
@@ -119,25 +119,6 @@ func (c *Connection) evictAll(ctx, dctx context.Context, node string, timeout ti
 		return fmt.Errorf("drain of %s did not finish within %s%s: %w", node, timeout, c.blockers(node), errors.Join(failed...))
 	}
 }
-
-// DrainCheck is asked before each eviction request, with the number of pods the drain has to
-// evict: a *RefusedError stops the drain; any other error (the check could not read what it
-// judges) is asked again.
-type DrainCheck func(ctx context.Context, pods int) error
-
-func (d DrainCheck) ask(ctx context.Context, pods int) error {
-	if d == nil {
-		return nil
-	}
-
-	return d(ctx, pods)
-}
-
-// RefusedError is a drain's check refusing an eviction: no pod of the node is evicted after it.
-type RefusedError struct{ Why error }
-
-func (e *RefusedError) Error() string { return "an eviction was refused: " + e.Why.Error() }
-func (e *RefusedError) Unwrap() error { return e.Why }
 
 // evictBackoff paces the requests for one pod's eviction while a budget holds it (429), the
 // API does not answer, or its destinations cannot be read: 1 s, doubling to 8 s, each drawn up
@@ -166,7 +147,7 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 		}
 
 		if err := check(ctx); err != nil {
-			var refused *RefusedError
+			var refused *drain.Refused
 			if errors.As(err, &refused) {
 				return refused
 			}
@@ -187,7 +168,7 @@ func (c *Connection) evict(ctx context.Context, node string, p *corev1.Pod, repo
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			return nil // gone, or replaced by a pod of the same name: not this pod any more
 		case apierrors.IsTooManyRequests(err), apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause),
-			Transient(err):
+			answer.Transient(err):
 			// A budget holds it, or the API did not answer (the answer may be lost: asking
 			// again finds the pod gone, or evicts it).
 			report.Emit(progress.EvictionRetry{Node: node, Pod: name, In: backoff.Duration, Why: redact.Error(err), Attempt: attempt})

@@ -8,28 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ghcrsync/ghcrsync/internal/object"
 )
-
-// Ref names the object an Event is about.
-type Ref struct {
-	Kind, Namespace, Name string
-	UID                   types.UID
-	APIVersion            string
-}
-
-// NodeRef, SecretRef and LeaseRef are the objects ghcrsync acts on.
-func NodeRef(name string, uid types.UID) Ref {
-	return Ref{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}
-}
-
-func SecretRef(namespace, name string) Ref {
-	return Ref{Kind: "Secret", Namespace: namespace, Name: name, APIVersion: "v1"}
-}
-
-func LeaseRef(namespace, name string) Ref {
-	return Ref{Kind: "Lease", Namespace: namespace, Name: name, APIVersion: "coordination.k8s.io/v1"}
-}
 
 // The shape of every Event ghcrsync records: the admission policy ghcrsync-events admits
 // ghcrsync's identities no other (internal/permission).
@@ -46,7 +27,7 @@ const (
 // object): the cluster's own audit trail of what ghcrsync did, readable with `kubectl
 // describe`. reason is CamelCase; message holds no secret (digests and holder ids only).
 // Best effort: a failed Event never stops a run; the error is returned for the log.
-func (c *Connection) Record(ctx context.Context, ref Ref, reason, message string, warning bool) error {
+func (c *Connection) Record(ctx context.Context, ref object.Ref, reason, message string, warning bool) error {
 	if !strings.HasPrefix(reason, EventReasonPrefix) {
 		return fmt.Errorf("record event %s on %s %s: a reason of ghcrsync's begins %s", reason, ref.Kind, ref.Name, EventReasonPrefix)
 	}

@@ -3,10 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,39 +14,8 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/state"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 )
-
-// Annotations ghcrsync writes on Nodes (and reads back).
-const (
-	// OwnerAnnotation names the run (its holder id) that holds the node's fence.
-	OwnerAnnotation = "ghcrsync.dev/owner"
-	// PhaseAnnotation mirrors the fence's phase (state.Phase), written after each mutation.
-	PhaseAnnotation = "ghcrsync.dev/phase"
-	// RecordAnnotation is the recovery record (state.Fence as JSON): enough to undo the fence
-	// without the state file.
-	RecordAnnotation = "ghcrsync.dev/record"
-	// VerifiedRevisionAnnotation and VerifiedBootAnnotation mark a node whose runtime was proved
-	// to pull with a credential revision, on a boot.
-	VerifiedRevisionAnnotation = "ghcrsync.dev/verified-revision"
-	VerifiedBootAnnotation     = "ghcrsync.dev/verified-boot-id"
-	// KeyringAnnotation is the credential (its auth digest) ghcrsync last wrote into the node's
-	// kubelet keyring, or found there; absent when ghcrsync knows of none.
-	KeyringAnnotation = "ghcrsync.dev/keyring"
-	// ScaleDownGuardByAnnotation records that ghcrsync set the scale-down guard (and so must
-	// remove it); it is absent when the guard was already there.
-	ScaleDownGuardByAnnotation = "ghcrsync.dev/scale-down-disabled-by"
-	// ScaleDownDisabledAnnotation tells the cluster autoscaler to leave a node alone.
-	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
-	// UnprovenAnnotation marks a node's cordon as ghcrsync's unproven hold: a fence was undone
-	// after its Talos config was written and before its runtime was proved to pull with it (the
-	// run failed, was killed, or stopped). The value is the revision written. The next apply
-	// proves it and lifts the hold; `release --uncordon-unproven` lifts it without a proof.
-	UnprovenAnnotation = "ghcrsync.dev/unproven"
-)
-
-// ErrConflictLimit is returned when a compare-and-swap kept losing to other writers.
-var ErrConflictLimit = errors.New("the node kept changing between read and write")
 
 // Get reads a Node.
 func (c *Connection) Get(ctx context.Context, name string) (*corev1.Node, error) {
@@ -82,16 +48,9 @@ func (c *Connection) ListNodes(ctx context.Context) ([]corev1.Node, error) {
 	return list.Items, nil
 }
 
-// ControlPlaneLabel marks control-plane Nodes.
-const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
-
-// NodeGroupLabel names the autoscaler node group a Node belongs to (the Hetzner cloud
-// provider's label): its rotation's estimate is of the autoscaled class.
-const NodeGroupLabel = "hcloud/node-group"
-
 // ControlPlanes lists every control-plane Node.
 func (c *Connection) ControlPlanes(ctx context.Context) ([]corev1.Node, error) {
-	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ControlPlaneLabel})
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: object.ControlPlaneLabel})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +124,7 @@ func (c *Connection) CASPatchFrom(ctx context.Context, first *corev1.Node, name 
 		return out, err
 	}
 
-	return nil, fmt.Errorf("%s: %w after %d attempts", name, ErrConflictLimit, attempts)
+	return nil, fmt.Errorf("%s: %w after %d attempts", name, object.ErrConflictLimit, attempts)
 }
 
 // landedReads bounds the reads that look for a patch whose answer was lost (the API may be
@@ -181,7 +140,7 @@ func (c *Connection) landed(ctx context.Context, name string, want map[string]an
 			return n, Reflects(n, want)
 		}
 
-		if !Transient(err) {
+		if !answer.Transient(err) {
 			return nil, false
 		}
 
@@ -192,208 +151,6 @@ func (c *Connection) landed(ctx context.Context, name string, want map[string]an
 
 	return nil, false
 }
-
-// ClaimPatch is the claim: owner, phase, recovery record, the autoscaler's scale-down guard
-// (with provenance, only if ghcrsync sets it) and the cordon, in one patch.
-func ClaimPatch(owner string, rec state.Fence) map[string]any {
-	recJSON, _ := json.Marshal(rec)
-	ann := map[string]any{
-		OwnerAnnotation:  owner,
-		PhaseAnnotation:  string(state.PhaseClaimed),
-		RecordAnnotation: string(recJSON),
-	}
-
-	if rec.HeldUnproven { // the fence owns the cordon now (its record says so): its undo restores the hold
-		ann[UnprovenAnnotation] = nil
-	}
-
-	if rec.ScaleDownGuardOurs {
-		ann[ScaleDownDisabledAnnotation] = "true"
-		ann[ScaleDownGuardByAnnotation] = owner
-	}
-
-	return map[string]any{
-		"metadata": map[string]any{"annotations": ann},
-		"spec":     map[string]any{"unschedulable": true},
-	}
-}
-
-// ReleasePatch removes holder's fence from n: owner, phase, record, the scale-down guard when
-// ghcrsync set it (the record says so, or the guard's provenance names holder), the cordon
-// unless the node was cordoned before the claim, and holder's steering taint (the node is
-// rotated, or given back: pods may land on it again). With hold, the node's Talos config holds a
-// credential its runtime was never proved to pull with: the cordon stays, marked as ghcrsync's
-// unproven hold (UnprovenAnnotation), so the node is not returned to service unproven (a cordon
-// from before the claim stays as it is, and stays its owner's).
-func ReleasePatch(n *corev1.Node, holder string, rec state.Fence, hold bool) map[string]any {
-	ann := map[string]any{OwnerAnnotation: nil, PhaseAnnotation: nil, RecordAnnotation: nil}
-	if rec.ScaleDownGuardOurs || n.Annotations[ScaleDownGuardByAnnotation] == holder {
-		ann[ScaleDownDisabledAnnotation] = nil
-		ann[ScaleDownGuardByAnnotation] = nil
-	}
-
-	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
-
-	switch {
-	case rec.WasCordoned: // the cordon is someone else's: it stays, and is not ghcrsync's hold
-	case hold && !Proved(n, rec.DesiredRevision):
-		ann[UnprovenAnnotation] = rec.DesiredRevision
-	default:
-		p["spec"] = map[string]any{"unschedulable": false}
-	}
-
-	return WithoutSteering(n, holder, p)
-}
-
-// Proved reports whether n's runtime was proved to pull with revision on its current boot (the
-// verified marker ghcrsync writes after a proof).
-func Proved(n *corev1.Node, revision string) bool {
-	boot := n.Annotations[VerifiedBootAnnotation]
-
-	return revision != "" && n.Annotations[VerifiedRevisionAnnotation] == revision && boot != "" && boot == n.Status.NodeInfo.BootID
-}
-
-// HeldUnproven reports whether n carries ghcrsync's unproven hold.
-func HeldUnproven(n *corev1.Node) bool { return n.Annotations[UnprovenAnnotation] != "" }
-
-// LiftHoldPatch lifts an unproven hold: the cordon and the annotation go (`release
-// --uncordon-unproven`, a person's decision to return the node to service without a proof).
-func LiftHoldPatch() map[string]any {
-	return map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{UnprovenAnnotation: nil}},
-		"spec":     map[string]any{"unschedulable": false},
-	}
-}
-
-// Patcher is a compare-and-swap patch of a Node (Connection.CASPatch).
-type Patcher interface {
-	CASPatch(ctx context.Context, name string, attempts int, check func(*corev1.Node) error,
-		build func(*corev1.Node) map[string]any, between func(attempt int)) (*corev1.Node, error)
-}
-
-// ErrNoFence is what a release check returns for a node that carries nothing of the fence (it
-// was deleted, or replaced by a new Node of the same name).
-var ErrNoFence = errors.New("the node carries nothing of the fence")
-
-// ReleaseFence takes holder's fence off the node: a compare-and-swap that check must allow on
-// every read; hold keeps the cordon as an unproven hold unless the node is proved
-// (ReleasePatch). gone is true when the node no longer carries anything of it (deleted,
-// replaced). The one undo of a fence: the executor and `ghcrsync release` both call it.
-func ReleaseFence(ctx context.Context, p Patcher, name, holder string, rec state.Fence, hold bool, check func(*corev1.Node) error) (gone bool, err error) {
-	_, err = p.CASPatch(ctx, name, 10, check, func(n *corev1.Node) map[string]any { return ReleasePatch(n, holder, rec, hold) }, nil)
-	if apierrors.IsNotFound(err) || errors.Is(err, ErrNoFence) {
-		return true, nil
-	}
-
-	return false, err
-}
-
-// PhasePatch mirrors a phase on the node.
-func PhasePatch(phase state.Phase) map[string]any {
-	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{PhaseAnnotation: string(phase)}}}
-}
-
-// MarkPatch records that the node's runtime was proved to use revision on boot; the proof
-// lifts an unproven hold n carries (a node updated live holds no fence whose release would).
-func MarkPatch(n *corev1.Node, revision, bootID string) map[string]any {
-	ann := map[string]any{VerifiedRevisionAnnotation: revision, VerifiedBootAnnotation: bootID}
-	p := map[string]any{"metadata": map[string]any{"annotations": ann}}
-
-	if HeldUnproven(n) {
-		ann[UnprovenAnnotation] = nil
-		p["spec"] = map[string]any{"unschedulable": false}
-	}
-
-	return p
-}
-
-// WithKeyring adds to a node patch p the credential the node's kubelet keyring now holds
-// ("": none, the annotation removed).
-func WithKeyring(p map[string]any, digest string) map[string]any {
-	md, _ := p["metadata"].(map[string]any)
-	if md == nil {
-		md = map[string]any{}
-		p["metadata"] = md
-	}
-
-	ann, _ := md["annotations"].(map[string]any)
-	if ann == nil {
-		ann = map[string]any{}
-		md["annotations"] = ann
-	}
-
-	if digest == "" {
-		ann[KeyringAnnotation] = nil
-	} else {
-		ann[KeyringAnnotation] = digest
-	}
-
-	return p
-}
-
-// maxRecord bounds a recovery record annotation: a genuine one is a few hundred bytes.
-const maxRecord = 16 << 10
-
-// ParseRecord reads a recovery record annotation's value (anyone who can patch the Node can
-// write it, so it is checked, not trusted): JSON of a state.Fence naming the node's uid.
-func ParseRecord(raw string) (state.Fence, error) {
-	var r state.Fence
-
-	if len(raw) > maxRecord {
-		return r, fmt.Errorf("recovery record is %d bytes, over %d", len(raw), maxRecord)
-	}
-
-	// The full schema: every field ghcrsync writes, and nothing else. A field left out would
-	// read as its zero value — a missing was_cordoned as "was not cordoned", so release would
-	// uncordon a node an operator had cordoned.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &fields); err != nil || fields == nil {
-		return state.Fence{}, errors.New("recovery record is not the JSON object ghcrsync writes")
-	}
-
-	for _, k := range recordFields {
-		if _, ok := fields[k]; !ok {
-			return state.Fence{}, fmt.Errorf("recovery record lacks %q", k)
-		}
-	}
-
-	optional := 0
-
-	for _, k := range optionalRecordFields {
-		if _, ok := fields[k]; ok {
-			optional++
-		}
-	}
-
-	if len(fields) != len(recordFields)+optional {
-		return state.Fence{}, fmt.Errorf("recovery record has fields ghcrsync does not write (it writes %s)", strings.Join(append(slices.Clone(recordFields), optionalRecordFields...), ", "))
-	}
-
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return state.Fence{}, errors.New("recovery record has a field of the wrong type")
-	}
-
-	if r.UID == "" {
-		return state.Fence{}, errors.New("recovery record names no node uid")
-	}
-
-	return r, nil
-}
-
-// optionalRecordFields may be absent from a recovery record: absent, they read as false, which is
-// what a record written before they existed meant (held_unproven: not on an unproven hold).
-var optionalRecordFields = []string{"held_unproven"}
-
-// recordFields are the fields every recovery record has: state.Fence's JSON names, as it encodes
-// its zero value (the optional ones are left out).
-var recordFields = func() []string {
-	b, _ := json.Marshal(state.Fence{})
-
-	var fields map[string]json.RawMessage
-	_ = json.Unmarshal(b, &fields)
-
-	return slices.Sorted(maps.Keys(fields))
-}()
 
 // StaticPodsReady reports an error unless the node's static pods (their mirror pods: the
 // control plane's kube-apiserver, controller manager, scheduler) are all there and Ready.

@@ -14,16 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/answer"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // Kustomizations is Flux's Kustomization resource: what kustomize-controller applies from Git.
 var Kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
-
-// SuspendedByAnnotation names the run that suspended a Kustomization: only that run (or a
-// release of it) resumes it; one suspended by a person carries none and is never resumed.
-const SuspendedByAnnotation = "ghcrsync.dev/suspended-by"
 
 // casTries bounds a compare-and-swap loop against a controller that keeps writing.
 const casTries = 10
@@ -44,7 +41,7 @@ func (c *Connection) Kustomization(ctx context.Context, ns, name string) (plan.K
 
 	obs.Exists, obs.UID = true, string(k.GetUID())
 	obs.Suspended, _, _ = unstructured.NestedBool(k.Object, "spec", "suspend")
-	obs.SuspendedBy = k.GetAnnotations()[SuspendedByAnnotation]
+	obs.SuspendedBy = k.GetAnnotations()[object.SuspendedByAnnotation]
 
 	return obs, nil
 }
@@ -79,7 +76,7 @@ var ErrGone = errors.New("no such Kustomization")
 // annotation tells whether the write landed.
 func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours bool, err error) {
 	return c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
-		if k.GetAnnotations()[SuspendedByAnnotation] == holder {
+		if k.GetAnnotations()[object.SuspendedByAnnotation] == holder {
 			return true, nil // landed already
 		}
 
@@ -96,7 +93,7 @@ func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours
 // run or a person, or never suspended by it).
 func (c *Connection) Resume(ctx context.Context, ns, name, holder string) (gone bool, err error) {
 	resumed, err := c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
-		if k.GetAnnotations()[SuspendedByAnnotation] != holder {
+		if k.GetAnnotations()[object.SuspendedByAnnotation] != holder {
 			return false, nil
 		}
 
@@ -125,7 +122,7 @@ func (s suspension) patch(rv string) []byte {
 	}
 
 	body, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{SuspendedByAnnotation: by}},
+		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{object.SuspendedByAnnotation: by}},
 		"spec":     map[string]any{"suspend": s.suspend},
 	})
 

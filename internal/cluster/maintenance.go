@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
@@ -79,7 +80,7 @@ func readFailed(what string, err error) error {
 func transientCause(err error) bool {
 	var re *readErr
 	if errors.As(err, &re) {
-		return Transient(re.cause)
+		return answer.Transient(re.cause)
 	}
 
 	return false

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -138,7 +139,7 @@ func (w *NodeWatch) Destinations(context.Context) ([]plan.Destination, error) {
 
 	for _, obj := range items {
 		if n, ok := obj.(*corev1.Node); ok {
-			out = append(out, plan.DestinationOf(FromNode(n)))
+			out = append(out, plan.DestinationOf(object.FromNode(n)))
 		}
 	}
 

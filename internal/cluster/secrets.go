@@ -18,6 +18,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -55,7 +56,7 @@ func (t SecretTarget) mark() string {
 // movedFrom is the credential (the cluster's as "") whose mark the Secret carries instead of the
 // target's own, if it is another of this configuration's and the Secret is this configuration's.
 func (t SecretTarget) movedFrom(s *corev1.Secret) (string, bool) {
-	m := s.Annotations[CredentialAnnotation]
+	m := s.Annotations[object.CredentialAnnotation]
 	if m == "" || m == t.mark() || !slices.Contains(t.Marks, m) || OtherConfiguration(s, t.Configuration) != "" {
 		return "", false
 	}
@@ -101,13 +102,6 @@ func ConsumerTargets(explicit []SecretTarget, selected []string, secret string, 
 	return out
 }
 
-// The marks on every pull secret ghcrsync writes: the configuration that wrote it (its Lease,
-// namespace/name) and the credential it holds (the credential block's name).
-const (
-	ConfigurationAnnotation = "ghcrsync.dev/configuration"
-	CredentialAnnotation    = "ghcrsync.dev/credential"
-)
-
 // CredentialMark is the ghcrsync.dev/credential mark of a pull secret holding credential (a
 // tenant's name, or "" for the cluster credential, named clusterCredential).
 func CredentialMark(credential, clusterCredential string) string {
@@ -123,13 +117,13 @@ func CredentialMark(credential, clusterCredential string) string {
 // among the other owners. It is not refused: a configuration whose Lease was renamed would
 // otherwise wedge on its own marks.
 func OtherConfiguration(s *corev1.Secret, self string) string {
-	v := s.Annotations[ConfigurationAnnotation]
+	v := s.Annotations[object.ConfigurationAnnotation]
 	if v == "" || v == self || self == "" {
 		return ""
 	}
 
 	what := "ghcrsync configuration " + strconv.Quote(v)
-	if c := s.Annotations[CredentialAnnotation]; c != "" {
+	if c := s.Annotations[object.CredentialAnnotation]; c != "" {
 		what += " (credential " + strconv.Quote(c) + ")"
 	}
 
@@ -230,7 +224,7 @@ func (c *Connection) moveDeclared(ctx context.Context, s *corev1.Secret, to stri
 	try := func(mark string) error {
 		next := s.DeepCopy()
 		next.ResourceVersion = "" // a dry run: nothing to compare and swap
-		metav1.SetMetaDataAnnotation(&next.ObjectMeta, CredentialAnnotation, mark)
+		metav1.SetMetaDataAnnotation(&next.ObjectMeta, object.CredentialAnnotation, mark)
 		_, err := c.Client.CoreV1().Secrets(s.Namespace).Update(ctx, next, metav1.UpdateOptions{DryRun: []string{dryRun}})
 
 		return err

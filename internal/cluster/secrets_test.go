@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ghcrsync/ghcrsync/internal/object"
 )
 
 // A pull secret another ghcrsync configuration marked is that configuration's; one this
@@ -16,10 +18,10 @@ func TestOtherConfiguration(t *testing.T) {
 		want        string
 	}{
 		{"no_mark", nil, ""},
-		{"our_mark", map[string]string{ConfigurationAnnotation: "flux-system/ghcr-auth-refresh"}, ""},
-		{"another_configuration", map[string]string{ConfigurationAnnotation: "tenants/rotate", CredentialAnnotation: "tenant-a"},
+		{"our_mark", map[string]string{object.ConfigurationAnnotation: "flux-system/ghcr-auth-refresh"}, ""},
+		{"another_configuration", map[string]string{object.ConfigurationAnnotation: "tenants/rotate", object.CredentialAnnotation: "tenant-a"},
 			`ghcrsync configuration "tenants/rotate" (credential "tenant-a")`},
-		{"another_without_credential", map[string]string{ConfigurationAnnotation: "tenants/rotate"}, `ghcrsync configuration "tenants/rotate"`},
+		{"another_without_credential", map[string]string{object.ConfigurationAnnotation: "tenants/rotate"}, `ghcrsync configuration "tenants/rotate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations}}

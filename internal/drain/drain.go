@@ -6,6 +6,7 @@
 package drain
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -200,3 +201,22 @@ func NodeReady(n *corev1.Node) bool {
 
 	return false
 }
+
+// Check is asked (a nil Check allows every eviction) before each eviction request, with the number of pods the drain has to
+// evict: a *Refused stops the drain; any other error (the check could not read what it
+// judges) is asked again.
+type Check func(ctx context.Context, pods int) error
+
+func (d Check) Ask(ctx context.Context, pods int) error {
+	if d == nil {
+		return nil
+	}
+
+	return d(ctx, pods)
+}
+
+// Refused is a drain's check refusing an eviction: no pod of the node is evicted after it.
+type Refused struct{ Why error }
+
+func (e *Refused) Error() string { return "an eviction was refused: " + e.Why.Error() }
+func (e *Refused) Unwrap() error { return e.Why }

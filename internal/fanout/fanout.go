@@ -28,6 +28,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -121,11 +122,11 @@ func (o Options) marks(sp plan.SecretPlan) map[string]string {
 
 	out := map[string]string{}
 	if o.Configuration != "" {
-		out[cluster.ConfigurationAnnotation] = o.Configuration
+		out[object.ConfigurationAnnotation] = o.Configuration
 	}
 
 	if name != "" {
-		out[cluster.CredentialAnnotation] = name
+		out[object.CredentialAnnotation] = name
 	}
 
 	return out

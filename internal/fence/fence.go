@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -232,7 +232,7 @@ func classifyNode(n NodeObs, o Observation) (Fence, bool) {
 	}
 
 	if n.RecordErr != "" {
-		f.Reason = "NOT releasable: its recovery record annotation (" + cluster.RecordAnnotation + ") is malformed: " + n.RecordErr +
+		f.Reason = "NOT releasable: its recovery record annotation (" + object.RecordAnnotation + ") is malformed: " + n.RecordErr +
 			"; a damaged or tampered record says nothing true about what to restore, so no fence is released while it is there: " +
 			"check the node's cordon and taints, then fix or remove the annotation"
 		f.Evidence = "malformed recovery record"
@@ -241,7 +241,7 @@ func classifyNode(n NodeObs, o Observation) (Fence, bool) {
 	}
 
 	if holder == "" { // an owner annotation with no value, and no state record naming one
-		f.Reason = "NOT releasable: the node's " + cluster.OwnerAnnotation + " annotation is empty, so whose fence it is cannot be told; " +
+		f.Reason = "NOT releasable: the node's " + object.OwnerAnnotation + " annotation is empty, so whose fence it is cannot be told; " +
 			"check its cordon and taints, then remove ghcrsync's annotations by hand"
 		f.Evidence = "empty owner annotation"
 
@@ -270,7 +270,7 @@ func phaseMutated(p state.Phase) bool { return p.TalosWritten() }
 // it (it is out of service), released only when asked to return it to service unproven.
 func classifyHold(h HoldObs, o Observation) Fence {
 	f := Fence{Kind: KindUnproven, Name: h.Name, Exists: true, Cordoned: h.Cordoned, UID: h.UID,
-		Evidence: cluster.UnprovenAnnotation + "=" + h.Revision + ", cordoned=" + strconv.FormatBool(h.Cordoned)}
+		Evidence: object.UnprovenAnnotation + "=" + h.Revision + ", cordoned=" + strconv.FormatBool(h.Cordoned)}
 
 	f.Reason = "unproven: its Talos config holds credential revision " + human.Short(h.Revision) + ", but its runtime was never proved to " +
 		"pull with it, so it stays cordoned; `ghcrsync apply` proves it and lifts the hold"

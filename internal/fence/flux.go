@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -81,7 +81,7 @@ func (x FluxObs) ours() bool {
 func classifyFlux(x FluxObs, o Observation) Fence {
 	ref := x.Record.Namespace + "/" + x.Record.Name
 	f := Fence{Kind: KindFlux, Name: ref, Holder: x.Record.Owner, Exists: x.Now.Exists, UID: x.Now.UID,
-		Evidence: "spec.suspend=true, " + cluster.SuspendedByAnnotation + "=" + x.Now.SuspendedBy}
+		Evidence: "spec.suspend=true, " + object.SuspendedByAnnotation + "=" + x.Now.SuspendedBy}
 
 	if !x.ours() {
 		f.Releasable = true

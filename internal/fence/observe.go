@@ -8,11 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -89,8 +89,8 @@ func observeHolds(nodes []corev1.Node) []HoldObs {
 
 	for i := range nodes {
 		n := &nodes[i]
-		if cluster.HeldUnproven(n) && n.Annotations[cluster.OwnerAnnotation] == "" {
-			out = append(out, HoldObs{Name: n.Name, UID: string(n.UID), Revision: n.Annotations[cluster.UnprovenAnnotation], Cordoned: n.Spec.Unschedulable})
+		if object.HeldUnproven(n) && n.Annotations[object.OwnerAnnotation] == "" {
+			out = append(out, HoldObs{Name: n.Name, UID: string(n.UID), Revision: n.Annotations[object.UnprovenAnnotation], Cordoned: n.Spec.Unschedulable})
 		}
 	}
 
@@ -240,7 +240,7 @@ func (n NodeObs) holder() string {
 // carriesFence reports whether ghcrsync's owner annotation is on the node, whatever its value:
 // an empty owner is reported (whose fence it is cannot be told), never skipped as no fence.
 func carriesFence(n *corev1.Node) bool {
-	_, ok := n.Annotations[cluster.OwnerAnnotation]
+	_, ok := n.Annotations[object.OwnerAnnotation]
 
 	return ok
 }
@@ -249,14 +249,14 @@ func carriesFence(n *corev1.Node) bool {
 func FromNode(n *corev1.Node) NodeObs {
 	obs := NodeObs{
 		Name: n.Name, Exists: true, UID: string(n.UID),
-		Owner: n.Annotations[cluster.OwnerAnnotation], Phase: state.Phase(n.Annotations[cluster.PhaseAnnotation]),
+		Owner: n.Annotations[object.OwnerAnnotation], Phase: state.Phase(n.Annotations[object.PhaseAnnotation]),
 		Cordoned: n.Spec.Unschedulable, Ready: drain.NodeReady(n),
-		ScaleDownGuard: n.Annotations[cluster.ScaleDownGuardByAnnotation] != "",
-		Lifecycle:      taints.HasLifecycle(cluster.Taints(n.Spec.Taints)),
+		ScaleDownGuard: n.Annotations[object.ScaleDownGuardByAnnotation] != "",
+		Lifecycle:      taints.HasLifecycle(object.Taints(n.Spec.Taints)),
 	}
 
-	if raw, ok := n.Annotations[cluster.RecordAnnotation]; ok {
-		if rec, err := cluster.ParseRecord(raw); err != nil {
+	if raw, ok := n.Annotations[object.RecordAnnotation]; ok {
+		if rec, err := object.ParseRecord(raw); err != nil {
 			obs.RecordErr = err.Error()
 		} else {
 			obs.Record = &rec

@@ -6,8 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -19,7 +19,7 @@ import (
 type Nodes interface {
 	ListNodes(ctx context.Context) ([]corev1.Node, error)
 	ReadNode(ctx context.Context, name string) (*corev1.Node, error)
-	cluster.Patcher
+	object.Patcher
 }
 
 // Leases are the run Leases: read, released by their holder, and judged by the API server's
@@ -38,7 +38,7 @@ type Flux interface {
 
 // Recorder writes the cluster's audit trail (Events).
 type Recorder interface {
-	Record(ctx context.Context, ref cluster.Ref, reason, message string, warning bool) error
+	Record(ctx context.Context, ref object.Ref, reason, message string, warning bool) error
 }
 
 // Writers are the kubelet keyring's writer pods and Secret a run makes (nodes.kubelet_keyring):

@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/liveness"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -203,7 +203,7 @@ func Recover(ctx context.Context, in Inputs, o RecoveryOptions) (*RecoveryResult
 	// All or nothing: one record that cannot be trusted casts doubt on the rest.
 	if len(rep.Malformed) > 0 {
 		return res, fmt.Errorf("release refuses to release any fence: the recovery record on node(s) %s is malformed (see `ghcrsync fences`); "+
-			"check their cordon and taints, fix or remove the %s annotation, then run release again", strings.Join(rep.Malformed, ", "), cluster.RecordAnnotation)
+			"check their cordon and taints, fix or remove the %s annotation, then run release again", strings.Join(rep.Malformed, ", "), object.RecordAnnotation)
 	}
 
 	res.Outcomes = Release(ctx, in, rep, ReleaseOptions{
@@ -283,9 +283,9 @@ func (in Inputs) recordReleases(ctx context.Context, outcomes []Outcome, by stri
 			continue
 		}
 
-		ref := cluster.LeaseRef(in.Config.Lease.Namespace, in.Config.Lease.Name)
+		ref := object.LeaseRef(in.Config.Lease.Namespace, in.Config.Lease.Name)
 		if o.Fence.Kind == KindNode || o.Fence.Kind == KindSteering || o.Fence.Kind == KindUnproven {
-			ref = cluster.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
+			ref = object.NodeRef(o.Fence.Name, types.UID(o.Fence.UID))
 		}
 
 		_ = in.Events.Record(ctx, ref, "GhcrsyncFenceReleased", by+" released the fence of run "+o.Fence.Holder+": "+o.Message, false)

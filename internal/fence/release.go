@@ -9,10 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
@@ -54,7 +55,7 @@ const UnprovenHoldSentence = "released, but LEFT CORDONED (an unproven hold): it
 //
 // With hold, the node's Talos config holds a credential its runtime was never proved to pull
 // with (state.Fence.Unproven): it keeps its cordon, as an unproven hold.
-func Undo(ctx context.Context, clk clock.Clock, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool, bound time.Duration) (nothing string, err error) {
+func Undo(ctx context.Context, clk clock.Clock, p object.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool, bound time.Duration) (nothing string, err error) {
 	err = riding(ctx, clk, bound, func() error {
 		nothing, err = undoOnce(ctx, p, name, holder, phase, rec, hold)
 
@@ -64,15 +65,15 @@ func Undo(ctx context.Context, clk clock.Clock, p cluster.Patcher, name, holder 
 	return nothing, err
 }
 
-// riding calls do until it succeeds or fails for good: a transient error (cluster.Transient) is
+// riding calls do until it succeeds or fails for good: a transient error (answer.Transient) is
 // tried again each second until bound has passed or ctx is done; the last error is returned.
 func riding(ctx context.Context, clk clock.Clock, bound time.Duration, do func() error) error {
-	return clock.Ride(ctx, clk, bound, clock.Every(time.Second), cluster.Transient, do)
+	return clock.Ride(ctx, clk, bound, clock.Every(time.Second), answer.Transient, do)
 }
 
-func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool) (nothing string, err error) {
-	gone, err := cluster.ReleaseFence(ctx, p, name, holder, rec, hold, func(n *corev1.Node) error {
-		obs := cluster.FromNode(n)
+func undoOnce(ctx context.Context, p object.Patcher, name, holder string, phase state.Phase, rec state.Fence, hold bool) (nothing string, err error) {
+	gone, err := object.ReleaseFence(ctx, p, name, holder, rec, hold, func(n *corev1.Node) error {
+		obs := object.FromNode(n)
 
 		uid := rec.UID
 		if uid == "" {
@@ -91,7 +92,7 @@ func undoOnce(ctx context.Context, p cluster.Patcher, name, holder string, phase
 
 		nothing = v.Reason.Sentence(v.Detail)
 
-		return cluster.ErrNoFence
+		return object.ErrNoFence
 	})
 
 	if gone && nothing == "" {
@@ -242,7 +243,7 @@ func releaseNode(ctx context.Context, in Inputs, f Fence, o ReleaseOptions) Outc
 func heldNow(ctx context.Context, nodes Nodes, name string) bool {
 	n, err := nodes.ReadNode(ctx, name)
 
-	return err == nil && cluster.HeldUnproven(n)
+	return err == nil && object.HeldUnproven(n)
 }
 
 // liftHold returns a node on an unproven hold to service (release --uncordon-unproven): a
@@ -250,18 +251,18 @@ func heldNow(ctx context.Context, nodes Nodes, name string) bool {
 func liftHold(ctx context.Context, in Inputs, f Fence) Outcome {
 	err := riding(ctx, in.Clock, undoBound, func() error {
 		_, err := in.Nodes.CASPatch(ctx, f.Name, 10, func(n *corev1.Node) error {
-			if string(n.UID) != f.UID || !cluster.HeldUnproven(n) {
-				return cluster.ErrNoFence
+			if string(n.UID) != f.UID || !object.HeldUnproven(n) {
+				return object.ErrNoFence
 			}
 
 			return nil
-		}, func(*corev1.Node) map[string]any { return cluster.LiftHoldPatch() }, nil)
+		}, func(*corev1.Node) map[string]any { return object.LiftHoldPatch() }, nil)
 
 		return err
 	})
 
 	switch {
-	case errors.Is(err, cluster.ErrNoFence):
+	case errors.Is(err, object.ErrNoFence):
 		return Outcome{Fence: f, Released: true, Message: "no unproven hold on it any more (lifted, or another Node now)"}
 	case err != nil:
 		return Outcome{Fence: f, Message: "left cordoned: " + redact.Error(err)}
@@ -291,7 +292,7 @@ func waitSettled(ctx context.Context, in Inputs, name string, o ReleaseOptions) 
 			return false, err
 		}
 
-		lifecycle, ready := taints.HasLifecycle(cluster.Taints(n.Spec.Taints)), drain.NodeReady(n)
+		lifecycle, ready := taints.HasLifecycle(object.Taints(n.Spec.Taints)), drain.NodeReady(n)
 		if ready && !lifecycle {
 			return true, nil
 		}

@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -49,14 +49,14 @@ func observeSteering(nodes []corev1.Node, st *state.State, leaseHolder string) [
 	for i := range nodes {
 		n := &nodes[i]
 
-		t, ok := taints.Find(cluster.Taints(n.Spec.Taints), taints.Steering)
+		t, ok := taints.Find(object.Taints(n.Spec.Taints), taints.Steering)
 		if !ok {
 			continue
 		}
 
 		obs := SteerObs{Name: n.Name, Exists: true, UID: string(n.UID), Token: t.Value, Effect: t.Effect}
 
-		for _, h := range append(candidates, n.Annotations[cluster.SteeredByAnnotation]) {
+		for _, h := range append(candidates, n.Annotations[object.SteeredByAnnotation]) {
 			if h != "" && taints.RunToken(h) == t.Value {
 				obs.Holder = h
 			}
@@ -113,7 +113,7 @@ func releaseSteering(ctx context.Context, in Inputs, f Fence) Outcome {
 	var gone bool
 
 	err := riding(ctx, in.Clock, undoBound, func() (err error) {
-		gone, err = cluster.Unsteer(ctx, in.Nodes, f.Name, f.UID, f.Holder)
+		gone, err = object.Unsteer(ctx, in.Nodes, f.Name, f.UID, f.Holder)
 
 		return err
 	})

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -33,10 +33,10 @@ func ControlPlanes(ctx context.Context, nodes ControlPlaneNodes, etcd EtcdMember
 
 	for i := range cps {
 		cp := &cps[i]
-		obs := cluster.FromControlPlane(cp)
+		obs := object.FromControlPlane(cp)
 
 		if cp.Name != down {
-			if v, err := etcd.Etcd(ctx, cluster.InternalIP(cp)); err != nil {
+			if v, err := etcd.Etcd(ctx, object.InternalIP(cp)); err != nil {
 				obs.Etcd.Err = redact.Error(err)
 			} else {
 				obs.Etcd = *v

@@ -15,6 +15,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state/kubestate"
@@ -277,7 +278,7 @@ type Named struct{ Namespace, Name string }
 func (n Named) String() string { return n.Namespace + "/" + n.Name }
 
 // secretMarks are the annotations ghcrsync writes on a pull secret.
-var secretMarks = []string{cluster.ConfigurationAnnotation, cluster.CredentialAnnotation}
+var secretMarks = []string{object.ConfigurationAnnotation, object.CredentialAnnotation}
 
 // secretShapeRules: a Secret write is one of the named Secrets, shaped as ghcrsync writes it —
 //
@@ -343,8 +344,8 @@ func secretShapeRules(s SecretsShape) []admissionregistrationv1.Validation {
 
 	if len(pins) > 0 {
 		rules = append(rules, rule("!("+id+" in "+celMap(pins)+") || "+
-			orEmpty("object.metadata", "annotations")+"[?"+celString(cluster.CredentialAnnotation)+"].orValue(\"\") == "+celMap(pins)+"["+id+"]",
-			"ghcrsync's identities write into each pull secret the credential rendered for its namespace ("+cluster.CredentialAnnotation+
+			orEmpty("object.metadata", "annotations")+"[?"+celString(object.CredentialAnnotation)+"].orValue(\"\") == "+celMap(pins)+"["+id+"]",
+			"ghcrsync's identities write into each pull secret the credential rendered for its namespace ("+object.CredentialAnnotation+
 				"): moving a namespace to another credential is a new rendering of ghcrsync rbac, reviewed and applied"))
 	}
 
@@ -430,7 +431,7 @@ func keysOf[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m))
 // autoscaler's scale-down guard, the steering taint — and nothing else of a Node (its labels, an
 // operator's taints, its provider ID).
 func nodesPolicy() policy {
-	ours := `k.startsWith("ghcrsync.dev/") || k == ` + celString(cluster.ScaleDownDisabledAnnotation)
+	ours := `k.startsWith("ghcrsync.dev/") || k == ` + celString(object.ScaleDownDisabledAnnotation)
 	others := `.?taints.orValue([]).filter(t, t.key != ` + celString(taints.Steering) + `)`
 
 	return policy{name: NodesPolicy, resource: "nodes", operations: update,
@@ -506,7 +507,7 @@ func deploymentsPolicy() policy {
 
 func kustomizationsPolicy() policy {
 	return policy{name: KustomizationsPolicy, group: cluster.Kustomizations.Group, resource: cluster.Kustomizations.Resource, operations: update,
-		rules: append(onlyMetadata("Kustomization", keyIn(cluster.SuspendedByAnnotation)),
+		rules: append(onlyMetadata("Kustomization", keyIn(object.SuspendedByAnnotation)),
 			rule(unchanged("object", "oldObject", keyIn("metadata", "spec")), "ghcrsync's identities change only the spec of a Kustomization"),
 			rule(unchanged("object.spec", "oldObject.spec", keyIn("suspend")), "ghcrsync's identities change only spec.suspend of a Kustomization"),
 		)}
@@ -667,7 +668,7 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 
 	if pr := cfg.Nodes.Probe; pr.Image != "" {
 		out = append(out, cluster.Escape{Kind: cluster.EscapePod, Policy: PodsPolicy, Namespace: pr.Namespace,
-			Probe: cluster.Probe{Image: pr.Image, ServiceAccount: pr.ServiceAccount}})
+			Probe: plan.Probe{Image: pr.Image, ServiceAccount: pr.ServiceAccount}})
 	}
 
 	if k := cfg.Nodes.Keyring; k != nil {

@@ -167,21 +167,21 @@ func rules(needs []cluster.Access) []rbacv1.PolicyRule {
 	return out
 }
 
-// object is one object (or, with no name, every object) of a resource.
-type object struct{ group, resource, name string }
+// target is one object (or, with no name, every object) of a resource.
+type target struct{ group, resource, name string }
 
 // ruleKey is a rule before its names: a resource and its verbs (sorted, joined; ",*" marks a
 // rule on any object).
 type ruleKey struct{ group, resource, verbs string }
 
 // verbsByObject gathers the verbs needed on each object, objects in the order first needed.
-func verbsByObject(needs []cluster.Access) (map[object][]string, []object) {
-	verbs := map[object][]string{}
+func verbsByObject(needs []cluster.Access) (map[target][]string, []target) {
+	verbs := map[target][]string{}
 
-	var order []object
+	var order []target
 
 	for _, a := range needs {
-		o := object{a.Group, a.Resource, a.Name}
+		o := target{a.Group, a.Resource, a.Name}
 		if _, ok := verbs[o]; !ok {
 			order = append(order, o)
 		}
@@ -195,7 +195,7 @@ func verbsByObject(needs []cluster.Access) (map[object][]string, []object) {
 }
 
 // byVerbs gathers the objects of a resource needing the same verbs into one rule's names.
-func byVerbs(verbs map[object][]string, order []object) (map[ruleKey][]string, []ruleKey) {
+func byVerbs(verbs map[target][]string, order []target) (map[ruleKey][]string, []ruleKey) {
 	names := map[ruleKey][]string{}
 
 	var keys []ruleKey

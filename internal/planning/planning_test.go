@@ -18,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
@@ -50,7 +50,7 @@ func (w *world) Read(context.Context) (plan.Snapshot, fleet.Memory, error) {
 	snap := plan.Snapshot{TakenAt: time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC), APIEndpoint: "10.0.0.1", ClusterUID: "uid-cluster"}
 
 	for _, name := range []string{"w1", "w2", "w3"} {
-		n := cluster.FromNode(&corev1.Node{
+		n := object.FromNode(&corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
 			Status: corev1.NodeStatus{
 				NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-" + name},

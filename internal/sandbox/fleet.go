@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 )
 
@@ -36,9 +36,9 @@ import (
 const (
 	// OwnerAnnotation marks a node fenced by a ghcrsync run; the safety witness requires it
 	// (with a cordon) before a reboot.
-	OwnerAnnotation = cluster.OwnerAnnotation
+	OwnerAnnotation = object.OwnerAnnotation
 	// ScaleDownDisabledAnnotation makes the cluster autoscaler leave a node alone.
-	ScaleDownDisabledAnnotation = cluster.ScaleDownDisabledAnnotation
+	ScaleDownDisabledAnnotation = object.ScaleDownDisabledAnnotation
 	// NodeGroupLabel marks autoscaler-managed nodes.
 	NodeGroupLabel = "sandbox.ghcrsync.dev/node-group"
 	// DeletionCandidateTaint is the autoscaler's advisory scale-down candidate taint.

@@ -57,7 +57,7 @@ func (w *Workspace) Apply() (apply.Inputs, error) {
 	in := apply.Inputs{
 		Inputs: w.Fences(), Credential: cred, Tenants: tenants, Self: os.Getenv(plan.SelfNodeEnv),
 		Fleet: applyCluster{w}, Registry: applyCluster{w}, Admission: applyCluster{w},
-		NodeAPI: w.Kube, Workloads: w.Kube, Watches: w.Kube, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube, templates}, Leasing: leasing{w.Kube},
+		NodeAPI: w.Kube, Workloads: w.Kube, Watches: watches{w.Kube}, Suspensions: w.Kube, PullSecrets: pullSecrets{w.Kube, templates}, Leasing: leasing{w.Kube},
 		Server: w.Kube.Server, Others: w.others(),
 	}
 
@@ -128,13 +128,41 @@ func (p pullSecrets) Root(ctx context.Context, pl *plan.Plan, o fanout.Options, 
 // the run's other requests).
 type leasing struct{ *cluster.Connection }
 
-func (l leasing) Acquire(ctx context.Context, o lease.Options) (*lease.Lease, error) {
+func (l leasing) Acquire(ctx context.Context, o lease.Options) (apply.RunLease, error) {
 	client, err := l.LeaseClient()
 	if err != nil {
 		return nil, err
 	}
 
-	return lease.Acquire(ctx, client, o)
+	held, err := lease.Acquire(ctx, client, o)
+	if err != nil {
+		return nil, err
+	}
+
+	held.Start(ctx)
+
+	return held, nil
+}
+
+// watches are the run's watches on the cluster's connection, handed out as the run's ports.
+type watches struct{ *cluster.Connection }
+
+func (c watches) WatchNodes(ctx context.Context, timeout time.Duration) (apply.NodeWatch, error) {
+	w, err := c.Connection.WatchNodes(ctx, timeout)
+	if err != nil {
+		return nil, err
+	}
+
+	return w, nil
+}
+
+func (c watches) WatchProbes(ctx context.Context, namespace string, timeout time.Duration) (apply.ProbeWatch, error) {
+	w, err := c.Connection.WatchProbes(ctx, namespace, timeout)
+	if err != nil {
+		return nil, err
+	}
+
+	return w, nil
 }
 
 // applyCluster is the workspace's reader, prover and planner as a run asks them (apply.Fleet,

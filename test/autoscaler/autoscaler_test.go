@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -328,7 +328,7 @@ func watchNodes(t *testing.T, sb *sandbox.Sandbox) *nodeLog {
 				continue
 			}
 
-			claimed := n.Annotations[cluster.OwnerAnnotation] != ""
+			claimed := n.Annotations[object.OwnerAnnotation] != ""
 			has := func(key string) bool {
 				for _, x := range n.Spec.Taints {
 					if x.Key == key {
@@ -424,7 +424,7 @@ func TestRotationRacesTheRealScaleDown(t *testing.T) {
 		t.Fatalf("the protected node: %v", err)
 	}
 
-	if n.Annotations[sandbox.ScaleDownDisabledAnnotation] != "true" || n.Annotations[cluster.OwnerAnnotation] != "" || n.Spec.Unschedulable {
+	if n.Annotations[sandbox.ScaleDownDisabledAnnotation] != "true" || n.Annotations[object.OwnerAnnotation] != "" || n.Spec.Unschedulable {
 		t.Fatalf("the protected node after the run: annotations %v, cordoned %t", n.Annotations, n.Spec.Unschedulable)
 	}
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -239,7 +240,7 @@ func suspended(t *testing.T, sb *sandbox.Sandbox) bool {
 
 	s, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend")
 
-	return s || k.GetAnnotations()[cluster.SuspendedByAnnotation] != ""
+	return s || k.GetAnnotations()[object.SuspendedByAnnotation] != ""
 }
 
 func readState(t *testing.T, path string) *state.State {

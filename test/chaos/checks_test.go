@@ -19,9 +19,9 @@ import (
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -149,7 +149,7 @@ func (r *seedRun) checkNodes(ctx context.Context) {
 	for _, n := range nodes.Items {
 		seen[n.Name] = true
 
-		for _, k := range []string{cluster.OwnerAnnotation, cluster.PhaseAnnotation, cluster.RecordAnnotation, cluster.ScaleDownGuardByAnnotation, cluster.ScaleDownDisabledAnnotation} {
+		for _, k := range []string{object.OwnerAnnotation, object.PhaseAnnotation, object.RecordAnnotation, object.ScaleDownGuardByAnnotation, object.ScaleDownDisabledAnnotation} {
 			if v, ok := n.Annotations[k]; ok {
 				r.problem("node %s still carries %s=%q", n.Name, k, v)
 			}

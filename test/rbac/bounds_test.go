@@ -27,11 +27,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // bounded is an object a shipped identity may write, with the policy that bounds the write and
@@ -240,8 +242,8 @@ func markPullSecret(t *testing.T, kube kubernetes.Interface) {
 		t.Fatal(err)
 	}
 
-	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, sandbox.LeaseNamespace+"/ghcr-auth-refresh")
-	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "ghcr")
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.ConfigurationAnnotation, sandbox.LeaseNamespace+"/ghcr-auth-refresh")
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, "ghcr")
 
 	if _, err := kube.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -311,7 +313,7 @@ func template(podSpec map[string]any) map[string]any {
 
 func probePod(mutate func(*corev1.Pod)) func(*clients) error {
 	return func(c *clients) error {
-		pod := probe.Pod(node0, cluster.Probe{Image: "ghcr.io/ghcrsync/private-probe:v1", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "bounds")
+		pod := probe.Pod(node0, plan.Probe{Image: "ghcr.io/ghcrsync/private-probe:v1", Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, "bounds")
 		if mutate != nil {
 			mutate(pod)
 		}
@@ -366,7 +368,7 @@ func namedEscalations(node string) []write {
 			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Data["HCLOUD_TOKEN"] = []byte("x") })},
 		write{name: "apply_pull_secret_another_credential", who: "apply", policy: permission.SecretsPolicy,
 			try: updateSecret(team, pull, func(s *corev1.Secret) {
-				metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "tenant-x")
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, "tenant-x")
 			})},
 		write{name: "apply_pull_secret_immutable", who: "apply", policy: permission.SecretsPolicy,
 			try: updateSecret(team, pull, func(s *corev1.Secret) { s.Immutable = ptr.To(true) })},
@@ -511,9 +513,9 @@ func ownWrites(node string) []write {
 	for _, who := range []string{"apply", "release"} {
 		out = append(out,
 			write{name: who + "_suspend", who: who, try: mergePatch(ks, ns, sandbox.Kustomization,
-				map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.SuspendedByAnnotation: "run"}}, "spec": map[string]any{"suspend": true}})},
+				map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.SuspendedByAnnotation: "run"}}, "spec": map[string]any{"suspend": true}})},
 			write{name: who + "_cordon_and_claim", who: who, try: mergePatch(nodes, "", node, map[string]any{
-				"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: "run", cluster.ScaleDownDisabledAnnotation: "true"}},
+				"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: "run", object.ScaleDownDisabledAnnotation: "true"}},
 				"spec":     map[string]any{"unschedulable": true}})},
 		)
 	}
@@ -531,7 +533,7 @@ func ownWrites(node string) []write {
 				return err
 			}
 
-			return mergePatch(nodes, "", node, cluster.SteerPatch(n, "run", "PreferNoSchedule"))(c)
+			return mergePatch(nodes, "", node, object.SteerPatch(n, "run", "PreferNoSchedule"))(c)
 		}},
 		write{name: "apply_probe_pod", who: "apply", try: probePod(nil)},
 		// The fan-out's writes: a pull secret created and updated (its key and marks), the template's key.
@@ -539,7 +541,7 @@ func ownWrites(node string) []write {
 			ns := sandbox.ConsumerNamespaces[1]
 			_, err := c.kube.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"},
-					Annotations: map[string]string{cluster.ConfigurationAnnotation: "flux-system/x", cluster.CredentialAnnotation: "ghcr"}},
+					Annotations: map[string]string{object.ConfigurationAnnotation: "flux-system/x", object.CredentialAnnotation: "ghcr"}},
 				Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)},
 			}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 
@@ -547,8 +549,8 @@ func ownWrites(node string) []write {
 		}},
 		write{name: "apply_pull_secret_update", who: "apply", try: updateSecret(sandbox.ConsumerNamespaces[0], sandbox.ConsumerSecret, func(s *corev1.Secret) {
 			s.Data[corev1.DockerConfigJsonKey] = []byte(`{"auths":{}}`)
-			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.ConfigurationAnnotation, "flux-system/x")
-			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "ghcr")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.ConfigurationAnnotation, "flux-system/x")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, "ghcr")
 		})},
 		write{name: "template_template_key", who: "template", try: updateSecret(sandbox.TemplateNamespace, sandbox.TemplateSecret, func(s *corev1.Secret) {
 			s.Data[sandbox.TemplateKey] = append(s.Data[sandbox.TemplateKey], ' ')
@@ -574,14 +576,14 @@ func boundedObjects(node string) []bounded {
 	return []bounded{
 		{name: "Node " + node, gvr: nodes, obj: node, policy: permission.NodesPolicy, patchers: []string{"apply", "release"},
 			ours: func(p string) bool {
-				return strings.HasPrefix(p, "/metadata/annotations/ghcrsync.dev~1") || p == "/metadata/annotations/"+escapePointer(cluster.ScaleDownDisabledAnnotation) ||
+				return strings.HasPrefix(p, "/metadata/annotations/ghcrsync.dev~1") || p == "/metadata/annotations/"+escapePointer(object.ScaleDownDisabledAnnotation) ||
 					p == "/spec/unschedulable"
 			}},
 		{name: "Deployment kube-system/" + sandbox.AutoscalerDeployment, gvr: deployments, ns: "kube-system", obj: sandbox.AutoscalerDeployment,
 			policy: permission.DeploymentsPolicy, patchers: []string{"template"}, ours: annotationOfTemplate(cluster.RestartedAtAnnotation)},
 		{name: "Kustomization " + sandbox.RootNamespace + "/" + sandbox.Kustomization, gvr: cluster.Kustomizations, ns: sandbox.RootNamespace, obj: sandbox.Kustomization,
 			policy: permission.KustomizationsPolicy, patchers: []string{"apply", "release"},
-			ours: func(p string) bool { return p == "/spec/suspend" || annotation(cluster.SuspendedByAnnotation)(p) }},
+			ours: func(p string) bool { return p == "/spec/suspend" || annotation(object.SuspendedByAnnotation)(p) }},
 		{name: "OCIRepository " + sandbox.RootNamespace + "/" + sandbox.OCIRepository, gvr: cluster.OCIRepositories, ns: sandbox.RootNamespace, obj: sandbox.OCIRepository,
 			policy: permission.OCIRepositoriesPolicy, patchers: []string{"apply"}, ours: annotation(cluster.ReconcileRequestAnnotation)},
 		{name: "ServiceAccount " + sandbox.ConsumerNamespaces[0] + "/default", gvr: accounts, ns: sandbox.ConsumerNamespaces[0], obj: "default",
@@ -591,7 +593,7 @@ func boundedObjects(node string) []bounded {
 		{name: "Secret " + sandbox.ConsumerNamespaces[0] + "/" + sandbox.ConsumerSecret, gvr: secrets, ns: sandbox.ConsumerNamespaces[0], obj: sandbox.ConsumerSecret,
 			policy: permission.SecretsPolicy, patchers: []string{"apply"},
 			ours: func(p string) bool {
-				return p == "/data/.dockerconfigjson" || annotation(cluster.ConfigurationAnnotation)(p)
+				return p == "/data/.dockerconfigjson" || annotation(object.ConfigurationAnnotation)(p)
 			}},
 		{name: "Secret " + sandbox.TemplateNamespace + "/" + sandbox.TemplateSecret, gvr: secrets, ns: sandbox.TemplateNamespace, obj: sandbox.TemplateSecret,
 			policy: permission.SecretsPolicy, patchers: []string{"template"}, ours: func(p string) bool { return p == "/data/"+sandbox.TemplateKey }},
@@ -739,7 +741,7 @@ func patchDryRun(ctx context.Context, dyn dynamic.Interface, b bounded, patch []
 func aWorker(t *testing.T, kube kubernetes.Interface) string {
 	t.Helper()
 
-	list, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "!" + cluster.ControlPlaneLabel})
+	list, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "!" + object.ControlPlaneLabel})
 	if err != nil || len(list.Items) == 0 {
 		t.Fatalf("worker nodes: %v", err)
 	}

@@ -35,8 +35,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -980,7 +980,7 @@ func TestPlanIdentityWritesOnlyDryRuns(t *testing.T) {
 	// As the fan-out creates it: its label, and its marks (the credential the rendering pins).
 	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandbox.ConsumerSecret, Namespace: ns,
 		Labels:      map[string]string{"app.kubernetes.io/managed-by": "ghcrsync"},
-		Annotations: map[string]string{cluster.ConfigurationAnnotation: sandbox.LeaseNamespace + "/ghcr-auth-refresh", cluster.CredentialAnnotation: "ghcr"}},
+		Annotations: map[string]string{object.ConfigurationAnnotation: sandbox.LeaseNamespace + "/ghcr-auth-refresh", object.CredentialAnnotation: "ghcr"}},
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
 

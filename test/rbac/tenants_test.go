@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/permission"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
@@ -73,7 +73,7 @@ func TestARelabelledTenantNamespaceMovesOnlyWithTheRoles(t *testing.T) {
 	}
 
 	before := secretIn(t, moved)
-	if before.Annotations[cluster.CredentialAnnotation] != "ghcr" {
+	if before.Annotations[object.CredentialAnnotation] != "ghcr" {
 		t.Fatalf("%s/%s marks: %v, want the cluster credential's", moved, sandbox.ConsumerSecret, before.Annotations)
 	}
 
@@ -109,7 +109,7 @@ func TestARelabelledTenantNamespaceMovesOnlyWithTheRoles(t *testing.T) {
 
 	// The pin: the apply identity's own write of the tenant's mark there is refused.
 	err = updateSecret(moved, sandbox.ConsumerSecret, func(s *corev1.Secret) {
-		metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "tenant-a")
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, "tenant-a")
 	})(clientsOf(t, applier))
 	if !refusedBy(err, permission.SecretsPolicy) {
 		t.Fatalf("the apply identity's write of tenant-a's mark into %s: %v, want a refusal by %s", where, err, permission.SecretsPolicy)
@@ -120,7 +120,7 @@ func TestARelabelledTenantNamespaceMovesOnlyWithTheRoles(t *testing.T) {
 	install(t, sb, rendered(t, sb, admin)...)
 	sandboxtest.Eventually(t, inForceTimeout, "the API server loads the new rendering", func() error {
 		return updateSecret(moved, sandbox.ConsumerSecret, func(s *corev1.Secret) {
-			metav1.SetMetaDataAnnotation(&s.ObjectMeta, cluster.CredentialAnnotation, "tenant-a")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, object.CredentialAnnotation, "tenant-a")
 		})(clientsOf(t, applier))
 	})
 
@@ -134,7 +134,7 @@ func TestARelabelledTenantNamespaceMovesOnlyWithTheRoles(t *testing.T) {
 	}
 
 	after := secretIn(t, moved)
-	if after.Annotations[cluster.CredentialAnnotation] != "tenant-a" || !strings.Contains(string(after.Data[corev1.DockerConfigJsonKey]), tenant.Username) {
+	if after.Annotations[object.CredentialAnnotation] != "tenant-a" || !strings.Contains(string(after.Data[corev1.DockerConfigJsonKey]), tenant.Username) {
 		t.Fatalf("%s after the move: marks %v, want tenant-a's credential", where, after.Annotations)
 	}
 }

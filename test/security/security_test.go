@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -117,7 +118,7 @@ func TestHostileClusterStrings(t *testing.T) {
 	cfg := config(t, sb, nil)
 
 	sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		cluster.OwnerAnnotation: hostile, cluster.PhaseAnnotation: hostile,
+		object.OwnerAnnotation: hostile, object.PhaseAnnotation: hostile,
 	}}})
 
 	now := metav1.NewMicroTime(time.Now())
@@ -132,7 +133,7 @@ func TestHostileClusterStrings(t *testing.T) {
 	t.Cleanup(func() {
 		_ = kube.CoordinationV1().Leases(sandbox.LeaseNamespace).Delete(ctx, sandbox.LeaseName, metav1.DeleteOptions{})
 		sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-			cluster.OwnerAnnotation: nil, cluster.PhaseAnnotation: nil,
+			object.OwnerAnnotation: nil, object.PhaseAnnotation: nil,
 		}}})
 	})
 
@@ -225,7 +226,7 @@ func TestHostileClusterStrings(t *testing.T) {
 
 	// release left the node that is not ghcrsync's alone.
 	n, err := kube.CoreV1().Nodes().Get(ctx, "prod-worker-2", metav1.GetOptions{})
-	if err != nil || n.Annotations[cluster.OwnerAnnotation] != stored.Annotations[cluster.OwnerAnnotation] ||
+	if err != nil || n.Annotations[object.OwnerAnnotation] != stored.Annotations[object.OwnerAnnotation] ||
 		n.Spec.Unschedulable != stored.Spec.Unschedulable {
 		t.Fatalf("release touched a fence it does not hold: %v %q", err, n.Annotations)
 	}
@@ -352,7 +353,7 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 
 	// prod-worker-2 carries another run's fence: it is deselected, as planned (an Event too).
 	sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		cluster.OwnerAnnotation: "0123456789abcdef-other-run-1-abc123",
+		object.OwnerAnnotation: "0123456789abcdef-other-run-1-abc123",
 	}}})
 
 	needles := secretFile(t, sb, "hygiene-one")
@@ -371,7 +372,7 @@ func TestRotationEventsAndHygiene(t *testing.T) {
 
 	onlyTheRegistry(t, kube)
 
-	sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster.OwnerAnnotation: nil}}})
+	sandboxtest.PatchNode(t, kube, "prod-worker-2", map[string]any{"metadata": map[string]any{"annotations": map[string]any{object.OwnerAnnotation: nil}}})
 
 	// The second rotation, Kubernetes state, killed at its first reboot; then released.
 	second := secretFile(t, sb, "hygiene-two")

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
@@ -151,7 +151,7 @@ func TestSeveralCredentialsInOneRun(t *testing.T) {
 			t.Errorf("%s/ghcr-pull holds %s's credential, want %s's", x.ns, got.Username, x.want.Username)
 		}
 
-		if s.Annotations[cluster.CredentialAnnotation] != x.credential || s.Annotations[cluster.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" {
+		if s.Annotations[object.CredentialAnnotation] != x.credential || s.Annotations[object.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" {
 			t.Errorf("%s/ghcr-pull's marks: %v, want credential %s and the configuration's Lease", x.ns, s.Annotations, x.credential)
 		}
 	}

@@ -30,8 +30,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
+	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 )
@@ -106,7 +106,7 @@ func TestVerdictJudgesNodesOutsideTheSelector(t *testing.T) {
 	rotate(t, sb, "outside-selector")
 
 	workers := config(t, sb, func(s string) string {
-		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!"+cluster.ControlPlaneLabel+"\"\n", 1)
+		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!"+object.ControlPlaneLabel+"\"\n", 1)
 	})
 
 	r := apply(t, sb, workers)
@@ -115,7 +115,7 @@ func TestVerdictJudgesNodesOutsideTheSelector(t *testing.T) {
 	}
 
 	narrowed := config(t, sb, func(s string) string {
-		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!"+cluster.ControlPlaneLabel+"\"\n  verdict  = \"selected\"\n", 1)
+		return strings.Replace(s, "nodes {\n", "nodes {\n  selector = \"!"+object.ControlPlaneLabel+"\"\n  verdict  = \"selected\"\n", 1)
 	})
 
 	if r := apply(t, sb, narrowed); r.code != 0 || !strings.Contains(r.stdout, "nodes outside nodes.selector were not judged") {
@@ -282,7 +282,7 @@ func reportsAddressOf(ctx context.Context, sb *sandbox.Sandbox, node, machine st
 		return fmt.Errorf("no machine %s", machine)
 	}
 
-	if ip := cluster.InternalIP(n); ip != m.IP {
+	if ip := object.InternalIP(n); ip != m.IP {
 		return fmt.Errorf("%s reports %s, not %s's %s", node, ip, machine, m.IP)
 	}
 

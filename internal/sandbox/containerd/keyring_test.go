@@ -16,11 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // writeKeyring writes the kubelet's node keyring, ROOT/config.json, with cred for the registry
@@ -56,7 +56,7 @@ func (p *prober) once() string {
 	p.t.Helper()
 	p.n++
 
-	pod := probe.Pod(p.node, cluster.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace,
+	pod := probe.Pod(p.node, plan.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace,
 		ServiceAccount: sandbox.ProbeServiceAccount}, fmt.Sprintf("%d", p.n))
 	pod.GenerateName, pod.Name = "", fmt.Sprintf("keyring-%s-%d", p.node, p.n)
 

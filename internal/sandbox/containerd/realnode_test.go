@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ghcrsync/ghcrsync/internal/cluster"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // realFleet starts a sandbox whose first o.RealNodes workers are real nodes, or skips saying
@@ -159,7 +159,7 @@ func TestRealNodeRuntimeProofFollowsTheNodesTalosConfig(t *testing.T) {
 	reg := sb.Registry()
 
 	probe := func(attempt string) string {
-		p := probe.Pod(node, cluster.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, attempt)
+		p := probe.Pod(node, plan.Probe{Image: registry.RegistryHost + "/" + registry.PrivateImages[0], Namespace: sandbox.ProbeNamespace, ServiceAccount: sandbox.ProbeServiceAccount}, attempt)
 		p.GenerateName, p.Name = "", "probe-"+attempt
 
 		if _, err := sb.Kube().CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {

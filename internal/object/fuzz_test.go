@@ -1,4 +1,4 @@
-package cluster
+package object
 
 import (
 	"encoding/json"
