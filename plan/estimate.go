@@ -189,8 +189,33 @@ func estimate(p *Plan, t Timing) *Estimate {
 		return d
 	}
 
-	var live, workers, controlPlanes []*NodePlan
+	live, workers, controlPlanes := e.lanes(p, per)
 
+	at := schedule(live, max(t.LiveParallelism, 1), 0)
+
+	if len(workers) > 0 && p.Steering.Hard() && workers[0].Name == p.Steering.Seed {
+		at = schedule(workers[:1], 1, at)
+		workers = workers[1:]
+	}
+
+	at = schedule(workers, max(t.WorkerParallelism, 1), at)
+	e.Wall = schedule(controlPlanes, 1, at)
+
+	e.fit(p, t)
+
+	for _, c := range []string{ClassLive, ClassKeyring, ClassWorker, ClassAutoscaled, ClassControlPlane} {
+		if ce, ok := classes[c]; ok {
+			e.Classes = append(e.Classes, ce)
+		}
+	}
+
+	return e
+}
+
+// lanes are the acted-on nodes in the executor's three lanes — updated in place (live and keyring
+// writes), fenced workers, control planes — each node given its expected duration (per) and
+// counted.
+func (e *Estimate) lanes(p *Plan, per func(*NodePlan) time.Duration) (live, workers, controlPlanes []*NodePlan) {
 	for i := range p.Nodes {
 		np := &p.Nodes[i]
 
@@ -219,30 +244,18 @@ func estimate(p *Plan, t Timing) *Estimate {
 		}
 	}
 
-	at := schedule(live, max(t.LiveParallelism, 1), 0)
+	return live, workers, controlPlanes
+}
 
-	if len(workers) > 0 && p.Steering.Hard() && workers[0].Name == p.Steering.Seed {
-		at = schedule(workers[:1], 1, at)
-		workers = workers[1:]
-	}
-
-	at = schedule(workers, max(t.WorkerParallelism, 1), at)
-	e.Wall = schedule(controlPlanes, 1, at)
-
+// fit marks the nodes whose rotation ends within the budget, less its reserve (every node, with
+// no budget).
+func (e *Estimate) fit(p *Plan, t Timing) {
 	for i := range p.Nodes {
 		if np := &p.Nodes[i]; np.Order > 0 && (t.Budget == 0 || np.Ends+t.Reserve <= t.Budget) {
 			np.InBudget = true
 			e.Fit++
 		}
 	}
-
-	for _, c := range []string{ClassLive, ClassKeyring, ClassWorker, ClassAutoscaled, ClassControlPlane} {
-		if ce, ok := classes[c]; ok {
-			e.Classes = append(e.Classes, ce)
-		}
-	}
-
-	return e
 }
 
 // NeverFits reports whether np's estimate is longer than a whole budget less its reserve: no

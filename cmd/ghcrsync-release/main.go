@@ -26,21 +26,9 @@ func main() {
 }
 
 func run(args []string) error {
-	fs := flag.NewFlagSet("ghcrsync-release", flag.ContinueOnError)
-	dist := fs.String("dist", "dist", "the folder published: archives, SBOM, provenance, SHA256SUMS")
-	bins := fs.String("binaries", "dist/bin", "the folder of built binaries, one per platform, named ghcrsync_VERSION_OS_ARCH")
-	version := fs.String("version", "", "the version stamped in the binaries")
-	repo := fs.String("repository", "", "the source repository's URI (git+https://github.com/OWNER/NAME)")
-	commit := fs.String("commit", "", "the commit built")
-	started := fs.Int64("started", 0, "when the build started (Unix seconds)")
-	extra := fs.String("docs", "LICENSE,README.md", "files put in every archive beside the binary")
-
-	if err := fs.Parse(args); err != nil {
+	o, err := parseFlags(args)
+	if err != nil {
 		return err
-	}
-
-	if *version == "" || *commit == "" {
-		return fmt.Errorf("--version and --commit are required (scripts/release.sh passes them)")
 	}
 
 	mtime, err := sourceDate()
@@ -48,66 +36,119 @@ func run(args []string) error {
 		return err
 	}
 
-	entries, err := os.ReadDir(*bins)
+	platforms, err := o.archives(mtime)
 	if err != nil {
-		return fmt.Errorf("the built binaries: %w (run make release)", err)
+		return err
+	}
+
+	if err := o.image(platforms, mtime); err != nil {
+		return err
+	}
+
+	return o.provenance(platforms)
+}
+
+// options are the release's flags.
+type options struct {
+	dist, bins, version, repo, commit, extra string
+	started                                  int64
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+
+	fs := flag.NewFlagSet("ghcrsync-release", flag.ContinueOnError)
+	fs.StringVar(&o.dist, "dist", "dist", "the folder published: archives, SBOM, provenance, SHA256SUMS")
+	fs.StringVar(&o.bins, "binaries", "dist/bin", "the folder of built binaries, one per platform, named ghcrsync_VERSION_OS_ARCH")
+	fs.StringVar(&o.version, "version", "", "the version stamped in the binaries")
+	fs.StringVar(&o.repo, "repository", "", "the source repository's URI (git+https://github.com/OWNER/NAME)")
+	fs.StringVar(&o.commit, "commit", "", "the commit built")
+	fs.Int64Var(&o.started, "started", 0, "when the build started (Unix seconds)")
+	fs.StringVar(&o.extra, "docs", "LICENSE,README.md", "files put in every archive beside the binary")
+
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+
+	if o.version == "" || o.commit == "" {
+		return o, fmt.Errorf("--version and --commit are required (scripts/release.sh passes them)")
+	}
+
+	return o, nil
+}
+
+// archives writes one archive per built binary (the binary and the docs beside it) and returns
+// their platforms (os/arch).
+func (o options) archives(mtime time.Time) ([]string, error) {
+	entries, err := os.ReadDir(o.bins)
+	if err != nil {
+		return nil, fmt.Errorf("the built binaries: %w (run make release)", err)
 	}
 
 	var platforms []string
 
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasPrefix(name, "ghcrsync_"+*version+"_") {
+		if !strings.HasPrefix(name, "ghcrsync_"+o.version+"_") {
 			continue
 		}
 
-		files := []release.File{{Path: filepath.Join(*bins, name), Name: "ghcrsync", Mode: 0o755}}
-		for _, d := range strings.Split(*extra, ",") {
+		files := []release.File{{Path: filepath.Join(o.bins, name), Name: "ghcrsync", Mode: 0o755}}
+		for _, d := range strings.Split(o.extra, ",") {
 			files = append(files, release.File{Path: d, Name: filepath.Base(d), Mode: 0o644})
 		}
 
-		if err := release.Archive(filepath.Join(*dist, name+".tar.gz"), files, mtime); err != nil {
-			return err
+		if err := release.Archive(filepath.Join(o.dist, name+".tar.gz"), files, mtime); err != nil {
+			return nil, err
 		}
 
-		osArch := strings.TrimPrefix(name, "ghcrsync_"+*version+"_")
+		osArch := strings.TrimPrefix(name, "ghcrsync_"+o.version+"_")
 		platforms = append(platforms, strings.Replace(osArch, "_", "/", 1))
 	}
 
 	if len(platforms) == 0 {
-		return fmt.Errorf("no binary ghcrsync_%s_* in %s (run make release)", *version, *bins)
+		return nil, fmt.Errorf("no binary ghcrsync_%s_* in %s (run make release)", o.version, o.bins)
 	}
 
-	// The image: the linux binaries, one platform each, as an OCI archive beside the archives.
+	return platforms, nil
+}
+
+// image writes the linux binaries, one platform each, as an OCI archive beside the archives.
+func (o options) image(platforms []string, mtime time.Time) error {
 	linux := map[string]string{}
 
 	for _, p := range platforms {
 		if strings.HasPrefix(p, "linux/") {
-			linux[p] = filepath.Join(*bins, "ghcrsync_"+*version+"_"+strings.Replace(p, "/", "_", 1))
+			linux[p] = filepath.Join(o.bins, "ghcrsync_"+o.version+"_"+strings.Replace(p, "/", "_", 1))
 		}
 	}
 
-	if len(linux) > 0 {
-		src := release.ImageSource{Version: *version, Commit: *commit, Repository: *repo}
-		if _, err := release.Image(filepath.Join(*dist, "ghcrsync_"+*version+"_image.oci.tar"), linux, src, mtime); err != nil {
-			return err
-		}
+	if len(linux) == 0 {
+		return nil
 	}
 
-	published, err := publishedFiles(*dist)
+	src := release.ImageSource{Version: o.version, Commit: o.commit, Repository: o.repo}
+	_, err := release.Image(filepath.Join(o.dist, "ghcrsync_"+o.version+"_image.oci.tar"), linux, src, mtime)
+
+	return err
+}
+
+// provenance writes the build's provenance statement over everything published, and SHA256SUMS.
+func (o options) provenance(platforms []string) error {
+	published, err := publishedFiles(o.dist)
 	if err != nil {
 		return err
 	}
 
-	subjects, err := release.Subjects(*dist, published)
+	subjects, err := release.Subjects(o.dist, published)
 	if err != nil {
 		return err
 	}
 
 	stmt := release.NewStatement(subjects, release.Build{
-		Version: *version, Platforms: platforms, GoVersion: runtime.Version(),
-		Repository: *repo, Commit: *commit, BuilderID: builderID(), InvocationID: invocationID(),
-		Started: time.Unix(*started, 0), Finished: clock.System.Now(),
+		Version: o.version, Platforms: platforms, GoVersion: runtime.Version(),
+		Repository: o.repo, Commit: o.commit, BuilderID: builderID(), InvocationID: invocationID(),
+		Started: time.Unix(o.started, 0), Finished: clock.System.Now(),
 	})
 
 	js, err := stmt.JSON()
@@ -115,18 +156,18 @@ func run(args []string) error {
 		return err
 	}
 
-	provenance := "ghcrsync_" + *version + ".intoto.jsonl"
-	if err := os.WriteFile(filepath.Join(*dist, provenance), js, 0o644); err != nil {
+	provenance := "ghcrsync_" + o.version + ".intoto.jsonl"
+	if err := os.WriteFile(filepath.Join(o.dist, provenance), js, 0o644); err != nil {
 		return err
 	}
 
 	// The archives and the SBOM are hashed once, for the provenance: only the statement is added.
-	stated, err := release.Subjects(*dist, []string{provenance})
+	stated, err := release.Subjects(o.dist, []string{provenance})
 	if err != nil {
 		return err
 	}
 
-	return os.WriteFile(filepath.Join(*dist, "SHA256SUMS"), release.Checksums(append(subjects, stated...)), 0o644)
+	return os.WriteFile(filepath.Join(o.dist, "SHA256SUMS"), release.Checksums(append(subjects, stated...)), 0o644)
 }
 
 // publishedFiles are the regular files of dist but SHA256SUMS and provenance: the archives and

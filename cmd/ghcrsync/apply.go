@@ -107,24 +107,32 @@ func applyPlan(cmd *cobra.Command, ws *workspace.Workspace, v *view.ApplyView, p
 	return p, nil
 }
 
+// planPath is the saved plan args name; "" with --auto-approve (plan and apply in one go).
+func (a applyArgs) planPath(args []string) (string, error) {
+	switch {
+	case len(args) == 1:
+		return args[0], nil
+	case a.autoApprove:
+		return "", nil
+	}
+
+	return "", errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
+}
+
 // run executes the saved plan (or, with --auto-approve, a fresh one) and exits 0 only when the
 // old credential is safe to revoke.
 func (a applyArgs) run(cmd *cobra.Command, args []string) (err error) {
-	var (
-		res *apply.Result
-		cfg *config.Config // the workspace's, once opened
-	)
+	var res *apply.Result
+	var cfg *config.Config // the workspace's, once opened
 
 	start := time.Now()
 	defer func() {
 		a.writeMetrics(cmd.Context(), func(what string, werr error) { view.Warning(cmd.ErrOrStderr(), what+": "+werr.Error()) }, cfg, res, err, start)
 	}()
 
-	planPath := ""
-	if len(args) == 1 {
-		planPath = args[0]
-	} else if !a.autoApprove {
-		return errors.New("apply needs a saved plan (ghcrsync plan --out FILE), or --auto-approve to plan and apply in one go")
+	planPath, err := a.planPath(args)
+	if err != nil {
+		return err
 	}
 
 	logger, err := newLogger(cmd.ErrOrStderr(), a.logLevel, a.logFormat)
@@ -171,14 +179,5 @@ func (a applyArgs) run(cmd *cobra.Command, args []string) (err error) {
 		return err
 	}
 
-	// 0 only when the old credential is no longer used anywhere: safe to revoke; 6 when the run
-	// stopped on its time budget with nothing failed and the next run continues.
-	switch {
-	case res.ReleaseErr == nil && res.Progressed():
-		return exitError{code: exitProgressed}
-	case res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke():
-		return exitError{code: exitPartial}
-	}
-
-	return nil
+	return applyStatus(res)
 }

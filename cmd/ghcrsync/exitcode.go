@@ -14,12 +14,26 @@ import (
 const (
 	exitOK          = 0 // done; plan: no changes
 	exitFailure     = 1 // an error: bad input, an unreachable cluster, a missing permission…
-	exitChanges     = 2 // plan --detailed-exitcode: changes present; fences --exit-code: fences held
+	exitChanges     = 2 // plan --detailed-exitcode: changes present; fences --exit-code: fences held; fmt --check: a file is not formatted
 	exitRefusedPlan = 3 // the saved plan is stale, not authentic, damaged or of another format; plan: the credential pulls an image it must not (credential.deny)
 	exitLeaseHeld   = 4 // the run Lease is held by another run
 	exitPartial     = 5 // not done: a node or secret failed, a fence is still held, or the old credential is still used (the verdict names it)
 	exitProgressed  = 6 // apply: stopped on its time budget with nothing failed: it did what fitted, the next run continues
 )
+
+// applyStatus is apply's exit status from its result: 0 only when the old credential is no
+// longer used anywhere (safe to revoke); 6 when the run stopped on its time budget or window, or
+// deferred to another tool, with nothing failed (the next run continues); else 5.
+func applyStatus(res *apply.Result) error {
+	switch {
+	case res.ReleaseErr == nil && res.Progressed():
+		return exitError{code: exitProgressed}
+	case res.Failed() > 0 || res.ReleaseErr != nil || !res.SafeToRevoke():
+		return exitError{code: exitPartial}
+	}
+
+	return nil
+}
 
 // exitError carries an exit code other than 1.
 type exitError struct{ code int }

@@ -14,9 +14,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/view"
 )
 
-// exitUnformatted is fmt --check's answer when a file is not formatted: 3, as terraform fmt -check.
-const exitUnformatted = 3
-
 func newFmt() *cobra.Command {
 	var (
 		check, recursive bool
@@ -30,8 +27,8 @@ indentation, no trailing spaces. With no argument it formats --config; a folder 
 files (--recursive: and those below it). It prints the name of each file it changed. A file that does
 not parse is left as it is and reported with its line (exit 1).
 
---check writes nothing: it lists the files that are not formatted and exits 3 if there is one (a
-pull-request check), 0 otherwise.`,
+--check writes nothing: it lists the files that are not formatted and exits 2 if there is one (a
+pull-request check; terraform fmt -check exits 3, which is ghcrsync's refused plan), 0 otherwise.`,
 		Example: `  ghcrsync fmt
   ghcrsync fmt --check clusters/`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,58 +37,64 @@ pull-request check), 0 otherwise.`,
 				args = []string{cfg}
 			}
 
-			files, err := hclFiles(args, recursive)
-			if err != nil {
-				return err
-			}
-
-			var changed []string
-
-			for _, f := range files {
-				src, err := readlimit.File(f, readlimit.Config)
-				if err != nil {
-					return fmt.Errorf("fmt %s: %w", f, err)
-				}
-
-				out, err := config.Format(src, f)
-
-				var ce *config.Error
-				if errors.As(err, &ce) {
-					view.ValidateHuman(cmd.ErrOrStderr(), config.Validation{Diagnostics: ce.Findings(f)})
-
-					return fmt.Errorf("fmt %s: the file does not parse; fix the error above, then run fmt again", f)
-				}
-
-				if string(out) == string(src) {
-					continue
-				}
-
-				changed = append(changed, f)
-
-				if check {
-					continue
-				}
-
-				if err := atomicfile.Write(f, out, 0o644); err != nil {
-					return fmt.Errorf("fmt %s: %w", f, err)
-				}
-			}
-
-			view.FormattedFiles(cmd.OutOrStdout(), changed)
-
-			if check && len(changed) > 0 {
-				return exitError{code: exitUnformatted}
-			}
-
-			return nil
+			return format(cmd, args, check, recursive)
 		},
 	}
 
 	cmd.Flags().String("config", defaultConfig(), "configuration file formatted when no FILE is given")
-	cmd.Flags().BoolVar(&check, "check", false, "write nothing; exit 3 if a file is not formatted")
+	cmd.Flags().BoolVar(&check, "check", false, "write nothing; exit 2 if a file is not formatted")
 	cmd.Flags().BoolVar(&recursive, "recursive", false, "also format the *.hcl files in folders below a DIR")
 
 	return cmd
+}
+
+// format formats the files args name (or, with check, names those it would change: exit 2 when
+// there is one); a file that does not parse is left as it is and reported with its line.
+func format(cmd *cobra.Command, args []string, check, recursive bool) error {
+	files, err := hclFiles(args, recursive)
+	if err != nil {
+		return err
+	}
+
+	var changed []string
+
+	for _, f := range files {
+		src, err := readlimit.File(f, readlimit.Config)
+		if err != nil {
+			return fmt.Errorf("fmt %s: %w", f, err)
+		}
+
+		out, err := config.Format(src, f)
+
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			view.ValidateHuman(cmd.ErrOrStderr(), config.Validation{Diagnostics: ce.Findings(f)})
+
+			return fmt.Errorf("fmt %s: the file does not parse; fix the error above, then run fmt again", f)
+		}
+
+		if string(out) == string(src) {
+			continue
+		}
+
+		changed = append(changed, f)
+
+		if check {
+			continue
+		}
+
+		if err := atomicfile.Write(f, out, 0o644); err != nil {
+			return fmt.Errorf("fmt %s: %w", f, err)
+		}
+	}
+
+	view.FormattedFiles(cmd.OutOrStdout(), changed)
+
+	if check && len(changed) > 0 {
+		return exitError{code: exitChanges}
+	}
+
+	return nil
 }
 
 // hclFiles are the files args name: each file as given, each folder's *.hcl files.

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// `ghcrsync fmt` as terraform fmt: --check exits 3 on an unformatted file and writes nothing,
+// `ghcrsync fmt` as terraform fmt: --check exits 2 on an unformatted file and writes nothing,
 // fmt rewrites it and names it, --check then exits 0; a file that does not parse is reported
 // with its line and left untouched; the shipped examples are formatted.
 func TestFmt(t *testing.T) {
@@ -37,8 +37,8 @@ func TestFmt(t *testing.T) {
 		stdout string
 		after  string // file's content after the step
 	}{
-		{name: "check_unformatted", args: []string{"fmt", "--check", file}, code: 3, stdout: file + "\n", after: unformatted},
-		{name: "check_by_folder", args: []string{"fmt", "--check", dir}, code: 3, stdout: file + "\n", after: unformatted},
+		{name: "check_unformatted", args: []string{"fmt", "--check", file}, code: 2, stdout: file + "\n", after: unformatted},
+		{name: "check_by_folder", args: []string{"fmt", "--check", dir}, code: 2, stdout: file + "\n", after: unformatted},
 		{name: "fmt_rewrites", args: []string{"fmt", "--config", file}, code: 0, stdout: file + "\n",
 			after: "nodes {\n  drain_timeout = \"30m\"\n  ready_timeout = \"15m\"\n}\n"},
 		{name: "check_formatted", args: []string{"fmt", "--check", file}, code: 0, stdout: "",

@@ -57,17 +57,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 
 	cmd, err := root.ExecuteContextC(ctx)
-	err = withUsageHint(cmd, err)
 
+	return finish(cmd, withUsageHint(cmd, err), signalled(), stderr)
+}
+
+// finish says a command's error (on stderr, and as a GitHub annotation under Actions) and
+// returns its exit status: 128 + the signal that cancelled it, or the exit-code table's.
+func finish(cmd *cobra.Command, err error, signal int, stderr io.Writer) int {
 	var ee exitError
 
 	switch {
-	case signalled() != 0:
+	case signal != 0:
 		if err != nil && !errors.As(err, &ee) && !errors.Is(err, context.Canceled) {
 			view.Error(stderr, err)
 		}
 
-		return 128 + signalled()
+		return 128 + signal
 	case errors.As(err, &ee):
 		return ee.code
 	case err != nil:

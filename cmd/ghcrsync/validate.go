@@ -40,30 +40,7 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 				return inputs(cmd, cfg)
 			}
 
-			v := config.Validate(cfg)
-
-			s, err := streams(cmd)
-			if err != nil {
-				return err
-			}
-
-			if s.GitHub {
-				view.ValidateAnnotations(s.Annotations(), v)
-			}
-
-			if asJSON {
-				if err := view.ValidateJSONTo(cmd.OutOrStdout(), v); err != nil {
-					return err
-				}
-			} else {
-				view.ValidateHuman(cmd.OutOrStdout(), v)
-			}
-
-			if !v.Valid {
-				return exitError{code: 1}
-			}
-
-			return nil
+			return validate(cmd, cfg, asJSON)
 		},
 	}
 
@@ -73,6 +50,35 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 		"(relative to the working directory when under it): what a workflow triggers on and takes from a pull request")
 
 	return cmd
+}
+
+// validate checks the configuration at cfg and renders the findings: human or JSON, and annotated
+// on their lines under GitHub Actions; exit 1 when it is not valid.
+func validate(cmd *cobra.Command, cfg string, asJSON bool) error {
+	v := config.Validate(cfg)
+
+	s, err := streams(cmd)
+	if err != nil {
+		return err
+	}
+
+	if s.GitHub {
+		view.ValidateAnnotations(s.Annotations(), v)
+	}
+
+	if asJSON {
+		if err := view.ValidateJSONTo(cmd.OutOrStdout(), v); err != nil {
+			return err
+		}
+	} else {
+		view.ValidateHuman(cmd.OutOrStdout(), v)
+	}
+
+	if !v.Valid {
+		return exitError{code: 1}
+	}
+
+	return nil
 }
 
 // inputs prints the files the configuration reads: itself, then each SOPS file, each relative to

@@ -56,44 +56,68 @@ const LastSuccessName = "ghcrsync_last_success_timestamp_seconds"
 // Render writes r in the text format. lastSuccess is when the last run ended safe to revoke
 // before this one (zero: never; a successful r is its own).
 func Render(w io.Writer, r Run, lastSuccess time.Time) error {
-	b := &bytes.Buffer{}
-	label := `configuration="` + escape(r.Configuration) + `"`
-
-	gauge := func(name, help string) { fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name) }
-	sample := func(name, extra string, v float64) {
-		labels := label
-		if extra != "" {
-			labels += "," + extra
-		}
-
-		fmt.Fprintf(b, "%s{%s} %s\n", name, labels, strconv.FormatFloat(v, 'g', -1, 64))
-	}
-	seconds := func(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
-
-	gauge("ghcrsync_last_run_timestamp_seconds", "When the last ghcrsync apply ended.")
-	sample("ghcrsync_last_run_timestamp_seconds", "", seconds(r.Finished))
+	pg := &page{label: `configuration="` + escape(r.Configuration) + `"`}
 
 	if r.SafeToRevoke {
 		lastSuccess = r.Finished
 	}
 
-	if !lastSuccess.IsZero() {
-		gauge(LastSuccessName, "When the last ghcrsync apply ended with the old credential used nowhere (safe to revoke).")
-		sample(LastSuccessName, "", seconds(lastSuccess))
+	pg.run(r, lastSuccess)
+	pg.counts(r)
+	pg.oldCredential(r)
+
+	_, err := w.Write(pg.b.Bytes())
+
+	return err
+}
+
+// page is the text format being written: every sample carries the configuration's label.
+type page struct {
+	b     bytes.Buffer
+	label string
+}
+
+func (pg *page) gauge(name, help string) {
+	fmt.Fprintf(&pg.b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+}
+
+func (pg *page) sample(name, extra string, v float64) {
+	labels := pg.label
+	if extra != "" {
+		labels += "," + extra
 	}
 
-	gauge("ghcrsync_last_run_duration_seconds", "How long the last ghcrsync apply ran.")
-	sample("ghcrsync_last_run_duration_seconds", "", r.Duration.Seconds())
+	fmt.Fprintf(&pg.b, "%s{%s} %s\n", name, labels, strconv.FormatFloat(v, 'g', -1, 64))
+}
 
-	gauge("ghcrsync_last_run_exit_code", "The last ghcrsync apply's exit code (docs/ci.md).")
-	sample("ghcrsync_last_run_exit_code", "", float64(r.ExitCode))
+func seconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
 
-	gauge("ghcrsync_last_run_outcome", "The last ghcrsync apply's outcome: 1 for the one it had.")
+// run is the run itself: when it ended, the last success, how long it took, its exit code and
+// outcome.
+func (pg *page) run(r Run, lastSuccess time.Time) {
+	pg.gauge("ghcrsync_last_run_timestamp_seconds", "When the last ghcrsync apply ended.")
+	pg.sample("ghcrsync_last_run_timestamp_seconds", "", seconds(r.Finished))
+
+	if !lastSuccess.IsZero() {
+		pg.gauge(LastSuccessName, "When the last ghcrsync apply ended with the old credential used nowhere (safe to revoke).")
+		pg.sample(LastSuccessName, "", seconds(lastSuccess))
+	}
+
+	pg.gauge("ghcrsync_last_run_duration_seconds", "How long the last ghcrsync apply ran.")
+	pg.sample("ghcrsync_last_run_duration_seconds", "", r.Duration.Seconds())
+
+	pg.gauge("ghcrsync_last_run_exit_code", "The last ghcrsync apply's exit code (docs/ci.md).")
+	pg.sample("ghcrsync_last_run_exit_code", "", float64(r.ExitCode))
+
+	pg.gauge("ghcrsync_last_run_outcome", "The last ghcrsync apply's outcome: 1 for the one it had.")
 
 	for _, o := range Outcomes {
-		sample("ghcrsync_last_run_outcome", `outcome="`+o+`"`, boolean(o == r.Outcome))
+		pg.sample("ghcrsync_last_run_outcome", `outcome="`+o+`"`, boolean(o == r.Outcome))
 	}
+}
 
+// counts are the run's objects by outcome.
+func (pg *page) counts(r Run) {
 	for _, c := range []struct {
 		name, help string
 		by         map[string]int
@@ -102,30 +126,30 @@ func Render(w io.Writer, r Run, lastSuccess time.Time) error {
 		{"ghcrsync_pull_secrets", "The last run's pull secrets (consumers and the root) by outcome.", r.PullSecrets},
 		{"ghcrsync_node_templates", "The last run's node templates by outcome.", r.Templates},
 	} {
-		gauge(c.name, c.help)
+		pg.gauge(c.name, c.help)
 
 		for _, k := range slices.Sorted(maps.Keys(c.by)) {
-			sample(c.name, `outcome="`+escape(k)+`"`, float64(c.by[k]))
+			pg.sample(c.name, `outcome="`+escape(k)+`"`, float64(c.by[k]))
 		}
 	}
+}
 
-	gauge("ghcrsync_old_credential_in_use", "1 while the old credential is still used somewhere in the cluster (do not revoke it), else 0.")
-	sample("ghcrsync_old_credential_in_use", "", boolean(!r.SafeToRevoke))
+// oldCredential is the verdict: whether, and where, the old credential is still used; and when
+// the new one expires.
+func (pg *page) oldCredential(r Run) {
+	pg.gauge("ghcrsync_old_credential_in_use", "1 while the old credential is still used somewhere in the cluster (do not revoke it), else 0.")
+	pg.sample("ghcrsync_old_credential_in_use", "", boolean(!r.SafeToRevoke))
 
-	gauge("ghcrsync_old_credential_nodes", "The Nodes still using the old credential at the end of the last run.")
-	sample("ghcrsync_old_credential_nodes", "", float64(r.OldCredentialNodes))
+	pg.gauge("ghcrsync_old_credential_nodes", "The Nodes still using the old credential at the end of the last run.")
+	pg.sample("ghcrsync_old_credential_nodes", "", float64(r.OldCredentialNodes))
 
-	gauge("ghcrsync_old_credential_uses", "Every use of the old credential at the end of the last run: nodes, pull secrets, node templates.")
-	sample("ghcrsync_old_credential_uses", "", float64(r.OldCredentialUses))
+	pg.gauge("ghcrsync_old_credential_uses", "Every use of the old credential at the end of the last run: nodes, pull secrets, node templates.")
+	pg.sample("ghcrsync_old_credential_uses", "", float64(r.OldCredentialUses))
 
 	if !r.CredentialExpires.IsZero() {
-		gauge("ghcrsync_credential_expiry_timestamp_seconds", "When the new credential expires, as the registry reported it.")
-		sample("ghcrsync_credential_expiry_timestamp_seconds", "", seconds(r.CredentialExpires))
+		pg.gauge("ghcrsync_credential_expiry_timestamp_seconds", "When the new credential expires, as the registry reported it.")
+		pg.sample("ghcrsync_credential_expiry_timestamp_seconds", "", seconds(r.CredentialExpires))
 	}
-
-	_, err := w.Write(b.Bytes())
-
-	return err
 }
 
 // WriteFile writes r to path for the textfile collector, atomically (the collector never reads a

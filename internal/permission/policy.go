@@ -291,88 +291,111 @@ var secretMarks = []string{object.ConfigurationAnnotation, object.CredentialAnno
 //   - the state: Opaque, its chunk keys only;
 //   - the keyring writer's Secret: a pull secret with the one key.
 func secretShapeRules(s SecretsShape) []admissionregistrationv1.Validation {
-	id := `(request.namespace + "/" + object.metadata.name)`
-	data, oldData := orEmpty("object", "data"), orEmpty("oldObject", "data")
-	creating := `request.operation == "CREATE"`
+	n := namesOf(s)
+	rules := n.pullRules()
 
-	var all, pulls []string
+	if len(n.pins) > 0 {
+		rules = append(rules, rule("!("+secretID+" in "+celMap(n.pins)+") || "+
+			orEmpty("object.metadata", "annotations")+"[?"+celString(object.CredentialAnnotation)+"].orValue(\"\") == "+celMap(n.pins)+"["+secretID+"]",
+			"ghcrsync's identities write into each pull secret the credential rendered for its namespace ("+object.CredentialAnnotation+
+				"): moving a namespace to another credential is a new rendering of ghcrsync rbac, reviewed and applied"))
+	}
 
-	pins := map[string]string{}
+	if len(n.templates) > 0 {
+		rules = append(rules, n.templateRule())
+	}
+
+	if s.State != nil {
+		rules = append(rules, rule(secretID+" != "+celString(s.State.String())+" || (object.type == \"Opaque\" && dyn("+secretData+").all(k, k.matches("+celString(kubestate.KeyPattern)+")))",
+			"ghcrsync's identities write the state Secret "+s.State.String()+" as Opaque, with its chunks only"))
+	}
+
+	if s.Keyring != nil {
+		rules = append(rules, rule(secretID+" != "+celString(s.Keyring.String())+" || (object.type == "+celString(dockerConfigType)+" && "+onlyDockerConfigKey+")",
+			"ghcrsync's identities write the keyring writer's Secret "+s.Keyring.String()+" as a pull secret with the one key .dockerconfigjson"))
+	}
+
+	return rules
+}
+
+// The CEL of a Secret's shape rules: the Secret's namespace/name, its data (old and new), a
+// creation, and data with the one key .dockerconfigjson.
+var (
+	secretID            = `(request.namespace + "/" + object.metadata.name)`
+	secretData          = orEmpty("object", "data")
+	secretOldData       = orEmpty("oldObject", "data")
+	secretCreating      = `request.operation == "CREATE"`
+	onlyDockerConfigKey = "dyn(" + secretData + ").all(k, k == " + celString(dockerConfigKey) + ")"
+)
+
+// secretNames are the Secrets a shape names, as namespace/name: every one, the pull secrets, the
+// credential pinned to each pull secret, and each node template's keys.
+type secretNames struct {
+	all, pulls []string
+	pins       map[string]string
+	templates  map[string][]string
+}
+
+func namesOf(s SecretsShape) secretNames {
+	n := secretNames{pins: map[string]string{}, templates: map[string][]string{}}
 
 	for _, p := range s.Pull {
-		n := Named{p.Namespace, p.Name}.String()
-		all, pulls = append(all, n), append(pulls, n)
+		name := Named{p.Namespace, p.Name}.String()
+		n.all, n.pulls = append(n.all, name), append(n.pulls, name)
 
 		if p.Credential != "" {
-			pins[n] = p.Credential
+			n.pins[name] = p.Credential
 		}
 	}
-
-	templates := map[string][]string{}
 
 	for _, t := range s.Templates {
-		n := Named{t.Namespace, t.Name}.String()
-		all = append(all, n)
-		templates[n] = append(templates[n], t.Keys...)
+		name := Named{t.Namespace, t.Name}.String()
+		n.all = append(n.all, name)
+		n.templates[name] = append(n.templates[name], t.Keys...)
 	}
 
-	var rules []admissionregistrationv1.Validation
-
-	onlyKey := "dyn(" + data + ").all(k, k == " + celString(dockerConfigKey) + ")"
-
-	for _, n := range []*Named{s.State, s.Keyring} {
-		if n != nil {
-			all = append(all, n.String())
+	for _, named := range []*Named{s.State, s.Keyring} {
+		if named != nil {
+			n.all = append(n.all, named.String())
 		}
 	}
 
-	rules = append(rules,
-		rule(id+" in "+celList(all),
+	return n
+}
+
+// pullRules: only the Secrets named; a pull secret's type and one key; its marks only.
+func (n secretNames) pullRules() []admissionregistrationv1.Validation {
+	id, pulls := secretID, celList(n.pulls)
+
+	return []admissionregistrationv1.Validation{
+		rule(id+" in "+celList(n.all),
 			"ghcrsync's identities write only the Secrets this configuration names: its pull secrets, node templates, state and keyring writer's Secret "+
 				"(a new one is a new rendering of ghcrsync rbac, reviewed and applied)"),
-		rule("!("+id+" in "+celList(pulls)+") || (object.type == "+celString(dockerConfigType)+" && "+
-			either(creating, onlyKey, unchanged(data, oldData, keyIn(dockerConfigKey)))+")",
+		rule("!("+id+" in "+pulls+") || (object.type == "+celString(dockerConfigType)+" && "+
+			either(secretCreating, onlyDockerConfigKey, unchanged(secretData, secretOldData, keyIn(dockerConfigKey)))+")",
 			"ghcrsync's identities write a pull secret as kubernetes.io/dockerconfigjson with the one key .dockerconfigjson, and change no other key of it"),
-		rule("!("+id+" in "+celList(pulls)+") || "+either(creating,
+		rule("!("+id+" in "+pulls+") || "+either(secretCreating,
 			"dyn("+orEmpty("object.metadata", "labels")+").all(k, k == \"app.kubernetes.io/managed-by\") && "+
 				"dyn("+orEmpty("object.metadata", "annotations")+").all(k, "+keyIn(secretMarks...)+") && "+
 				"!has(object.metadata.ownerReferences) && !has(object.metadata.finalizers)",
 			unchanged("object.metadata", "oldObject.metadata", keyIn(append([]string{"annotations"}, serverMaintained...)...))+" && "+
 				unchanged(orEmpty("object.metadata", "annotations"), orEmpty("oldObject.metadata", "annotations"), keyIn(secretMarks...))),
 			"ghcrsync's identities write no label, annotation, owner or finalizer of a pull secret but their own marks"),
-	)
+	}
+}
 
-	if len(pins) > 0 {
-		rules = append(rules, rule("!("+id+" in "+celMap(pins)+") || "+
-			orEmpty("object.metadata", "annotations")+"[?"+celString(object.CredentialAnnotation)+"].orValue(\"\") == "+celMap(pins)+"["+id+"]",
-			"ghcrsync's identities write into each pull secret the credential rendered for its namespace ("+object.CredentialAnnotation+
-				"): moving a namespace to another credential is a new rendering of ghcrsync rbac, reviewed and applied"))
+// templateRule: a node template is updated in its configured keys only, and never created.
+func (n secretNames) templateRule() admissionregistrationv1.Validation {
+	keys := map[string]string{}
+	for name, ks := range n.templates {
+		keys[name] = celList(ks)
 	}
 
-	if len(templates) > 0 {
-		keys := map[string]string{}
-		for n, ks := range templates {
-			keys[n] = celList(ks)
-		}
-
-		rules = append(rules, rule("!("+id+" in "+celList(keysOf(templates))+") || (!("+creating+") && "+
-			unchanged("object", "oldObject", keyIn(append([]string{"data"}, serverMaintainedTop...)...))+" && "+
-			unchanged("object.metadata", "oldObject.metadata", keyIn(serverMaintained...))+" && "+
-			unchanged(data, oldData, "k in "+celRawMap(keys)+"["+id+"]")+")",
-			"ghcrsync's identities change only the configured key of a node template (nodes.template.key): no other key, no type, label or annotation, and create none"))
-	}
-
-	if s.State != nil {
-		rules = append(rules, rule(id+" != "+celString(s.State.String())+" || (object.type == \"Opaque\" && dyn("+data+").all(k, k.matches("+celString(kubestate.KeyPattern)+")))",
-			"ghcrsync's identities write the state Secret "+s.State.String()+" as Opaque, with its chunks only"))
-	}
-
-	if s.Keyring != nil {
-		rules = append(rules, rule(id+" != "+celString(s.Keyring.String())+" || (object.type == "+celString(dockerConfigType)+" && "+onlyKey+")",
-			"ghcrsync's identities write the keyring writer's Secret "+s.Keyring.String()+" as a pull secret with the one key .dockerconfigjson"))
-	}
-
-	return rules
+	return rule("!("+secretID+" in "+celList(keysOf(n.templates))+") || (!("+secretCreating+") && "+
+		unchanged("object", "oldObject", keyIn(append([]string{"data"}, serverMaintainedTop...)...))+" && "+
+		unchanged("object.metadata", "oldObject.metadata", keyIn(serverMaintained...))+" && "+
+		unchanged(secretData, secretOldData, "k in "+celRawMap(keys)+"["+secretID+"]")+")",
+		"ghcrsync's identities change only the configured key of a node template (nodes.template.key): no other key, no type, label or annotation, and create none")
 }
 
 // either is a CEL expression: yes when cond holds, no otherwise. Not CEL's "cond ? yes : no":
@@ -636,25 +659,7 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 	// only its own is admitted. release only patches its own, by name.
 	out = append(out, cluster.Escape{Kind: cluster.EscapeForeignLease, Policy: LeasesPolicy, Namespace: cfg.Lease.Namespace})
 
-	// A pull secret's bounds are tried on the first consumer's and on the root's (an escape on a
-	// Secret that does not exist yet proves nothing, and is skipped).
-	if i := slices.IndexFunc(targets, func(t cluster.SecretTarget) bool { return len(t.Contested) == 0 }); i >= 0 {
-		out = append(out, cluster.Escape{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace},
-			cluster.Escape{Kind: cluster.EscapeOpaqueSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace})
-
-		tried := []cluster.SecretTarget{targets[i]}
-		if last := targets[len(targets)-1]; last.Role == plan.RoleRoot && len(targets)-1 != i {
-			tried = append(tried, last)
-		}
-
-		for _, t := range tried {
-			out = append(out, cluster.Escape{Kind: cluster.EscapeSecretKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
-
-			if cluster.CredentialMark(t.Credential, cfg.Credential.Name) != "" {
-				out = append(out, cluster.Escape{Kind: cluster.EscapeCredentialMark, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
-			}
-		}
-	}
+	out = append(out, pullSecretEscapes(cfg, targets)...)
 
 	for _, t := range targets {
 		for _, sa := range t.ServiceAccounts {
@@ -674,6 +679,33 @@ func Escapes(cfg *config.Config, command string, targets []cluster.SecretTarget)
 	if k := cfg.Nodes.Keyring; k != nil {
 		out = append(out, cluster.Escape{Kind: cluster.EscapeWriterPod, Policy: KeyringPolicy, Namespace: k.Namespace,
 			Writer: keyring.Writer{Image: k.Image, Namespace: k.Namespace, Secret: k.Secret, Registry: cfg.Credential.Registry}})
+	}
+
+	return out
+}
+
+// pullSecretEscapes are a pull secret's bounds, tried on the first consumer's and on the root's
+// (an escape on a Secret that does not exist yet proves nothing, and is skipped).
+func pullSecretEscapes(cfg *config.Config, targets []cluster.SecretTarget) []cluster.Escape {
+	i := slices.IndexFunc(targets, func(t cluster.SecretTarget) bool { return len(t.Contested) == 0 })
+	if i < 0 {
+		return nil
+	}
+
+	out := []cluster.Escape{{Kind: cluster.EscapeTokenSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace},
+		{Kind: cluster.EscapeOpaqueSecret, Policy: SecretsPolicy, Namespace: targets[i].Namespace}}
+
+	tried := []cluster.SecretTarget{targets[i]}
+	if last := targets[len(targets)-1]; last.Role == plan.RoleRoot && len(targets)-1 != i {
+		tried = append(tried, last)
+	}
+
+	for _, t := range tried {
+		out = append(out, cluster.Escape{Kind: cluster.EscapeSecretKey, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
+
+		if cluster.CredentialMark(t.Credential, cfg.Credential.Name) != "" {
+			out = append(out, cluster.Escape{Kind: cluster.EscapeCredentialMark, Policy: SecretsPolicy, Namespace: t.Namespace, Name: t.Name})
+		}
 	}
 
 	return out

@@ -98,41 +98,10 @@ func Image(path string, binaries map[string]string, src ImageSource, mtime time.
 }
 
 func platformImage(binary string, plat v1.Platform, src ImageSource, mtime time.Time) (v1.Image, error) {
-	b, err := os.ReadFile(binary)
+	tarBytes, err := imageLayer(binary, mtime)
 	if err != nil {
 		return nil, err
 	}
-
-	var buf bytes.Buffer
-
-	tw := tar.NewWriter(&buf)
-	for _, d := range []struct {
-		name     string
-		mode     int64
-		uid, gid int
-	}{
-		{"home/", 0o755, 0, 0}, {"home/nonroot/", 0o700, imageUID, imageUID}, {"tmp/", 0o1777, 0, 0},
-		{"usr/", 0o755, 0, 0}, {"usr/local/", 0o755, 0, 0}, {"usr/local/bin/", 0o755, 0, 0},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: d.name, Typeflag: tar.TypeDir, Mode: d.mode, Uid: d.uid, Gid: d.gid,
-			ModTime: mtime.UTC(), Format: tar.FormatPAX}); err != nil {
-			return nil, err
-		}
-	}
-
-	if err := tw.WriteHeader(&tar.Header{Name: ImageBinary[1:], Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)), ModTime: mtime.UTC(), Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-
-	if _, err := tw.Write(b); err != nil {
-		return nil, err
-	}
-
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-
-	tarBytes := buf.Bytes()
 
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarBytes)), nil },
 		tarball.WithMediaType(types.OCILayer))
@@ -168,6 +137,46 @@ func platformImage(binary string, plat v1.Platform, src ImageSource, mtime time.
 	}
 
 	return mutate.ConfigFile(img, cfg)
+}
+
+// imageLayer is the image's one layer, a reproducible tar (dated mtime): the folders a nonroot
+// user needs and the binary at ImageBinary.
+func imageLayer(binary string, mtime time.Time) ([]byte, error) {
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return nil, err
+	}
+
+	var buf bytes.Buffer
+
+	tw := tar.NewWriter(&buf)
+	for _, d := range []struct {
+		name     string
+		mode     int64
+		uid, gid int
+	}{
+		{"home/", 0o755, 0, 0}, {"home/nonroot/", 0o700, imageUID, imageUID}, {"tmp/", 0o1777, 0, 0},
+		{"usr/", 0o755, 0, 0}, {"usr/local/", 0o755, 0, 0}, {"usr/local/bin/", 0o755, 0, 0},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: d.name, Typeflag: tar.TypeDir, Mode: d.mode, Uid: d.uid, Gid: d.gid,
+			ModTime: mtime.UTC(), Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := tw.WriteHeader(&tar.Header{Name: ImageBinary[1:], Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)), ModTime: mtime.UTC(), Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+
+	if _, err := tw.Write(b); err != nil {
+		return nil, err
+	}
+
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+
+	return buf.Bytes(), nil
 }
 
 // archiveDir writes the files under dir as a reproducible tar (sorted, owned by root, dated
