@@ -5,8 +5,11 @@ import (
 	"strconv"
 
 	"github.com/ghcrsync/ghcrsync/apply"
+	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
+	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/plan"
 )
 
 // The exit codes, one table (docs/ci.md). A signal that cancelled the command exits 128 + its
@@ -20,6 +23,55 @@ const (
 	exitPartial     = 5 // not done: a node or secret failed, a fence is still held, or the old credential is still used (the verdict names it)
 	exitProgressed  = 6 // apply: stopped on its time budget with nothing failed: it did what fitted, the next run continues
 )
+
+// Each command's exit status from its result: the one place a result becomes a code.
+
+// planStatus: with --detailed-exitcode, 2 when the plan has changes or something still uses the
+// old credential ("no changes", 0, only when nothing uses it either: a scheduled plan then says
+// when revoking has become safe).
+func planStatus(p *plan.Plan, detailed bool) error {
+	if detailed && (p.Changes() || !p.SafeToRevoke()) {
+		return exitError{code: exitChanges}
+	}
+
+	return nil
+}
+
+// fencesStatus: with --exit-code, 2 when a fence is held.
+func fencesStatus(rep fence.Report, exitOnFences bool) error {
+	if exitOnFences && len(rep.Fences) > 0 {
+		return exitError{code: exitChanges}
+	}
+
+	return nil
+}
+
+// releaseStatus: 5 while a fence is still held.
+func releaseStatus(res *fence.RecoveryResult) error {
+	if res.Held() > 0 {
+		return exitError{code: exitPartial}
+	}
+
+	return nil
+}
+
+// validateStatus: 1 when the configuration is not valid (as terraform validate).
+func validateStatus(v config.Validation) error {
+	if !v.Valid {
+		return exitError{code: exitFailure}
+	}
+
+	return nil
+}
+
+// fmtStatus: with --check, 2 when a file is not formatted (it would change).
+func fmtStatus(changed []string, check bool) error {
+	if check && len(changed) > 0 {
+		return exitError{code: exitChanges}
+	}
+
+	return nil
+}
 
 // applyStatus is apply's exit status from its result: 0 only when the old credential is no
 // longer used anywhere (safe to revoke); 6 when the run stopped on its time budget or window, or

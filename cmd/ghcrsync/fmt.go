@@ -90,11 +90,7 @@ func format(cmd *cobra.Command, args []string, check, recursive bool) error {
 
 	view.FormattedFiles(cmd.OutOrStdout(), changed)
 
-	if check && len(changed) > 0 {
-		return exitError{code: exitChanges}
-	}
-
-	return nil
+	return fmtStatus(changed, check)
 }
 
 // hclFiles are the files args name: each file as given, each folder's *.hcl files.

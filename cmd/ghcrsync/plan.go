@@ -133,13 +133,7 @@ func (a planArgs) run(cmd *cobra.Command) error {
 
 	v.Published(p, ws.Requests)
 
-	// "No changes" (0) only when nothing uses the old credential either: a scheduled plan
-	// then says when revoking has become safe.
-	if a.detailedExit && (p.Changes() || !p.SafeToRevoke()) {
-		return exitError{code: exitChanges}
-	}
-
-	return nil
+	return planStatus(p, a.detailedExit)
 }
 
 // refuseStrict refuses (--strict) a plan whose drains would be held or whose writes the API

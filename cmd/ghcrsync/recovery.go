@@ -1,8 +1,9 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
@@ -39,11 +40,7 @@ func newFences() *cobra.Command {
 				return err
 			}
 
-			if exitCode && len(rep.Fences) > 0 {
-				return exitError{code: exitChanges}
-			}
-
-			return nil
+			return fencesStatus(rep, exitCode)
 		},
 	}
 
@@ -150,9 +147,5 @@ func (a *releaseArgs) run(cmd *cobra.Command) error {
 		return err
 	}
 
-	if res.Held() > 0 {
-		return exitError{code: exitPartial}
-	}
-
-	return nil
+	return releaseStatus(res)
 }

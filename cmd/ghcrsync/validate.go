@@ -74,11 +74,7 @@ func validate(cmd *cobra.Command, cfg string, asJSON bool) error {
 		view.ValidateHuman(cmd.OutOrStdout(), v)
 	}
 
-	if !v.Valid {
-		return exitError{code: 1}
-	}
-
-	return nil
+	return validateStatus(v)
 }
 
 // inputs prints the files the configuration reads: itself, then each SOPS file, each relative to
