@@ -519,7 +519,7 @@ func TestDeletedLeaseIsReportedDuringRelease(t *testing.T) {
 			}
 
 			var out strings.Builder
-			if err := view.Apply(&out, view.Human, res); err != nil {
+			if err := view.NewApply(view.Streams{Out: &out}).Result(res, nil); err != nil {
 				t.Fatal(err)
 			}
 

@@ -756,7 +756,7 @@ func TestClusterPatchFailureIsNotHidden(t *testing.T) {
 			}
 
 			var out strings.Builder
-			if err := view.Apply(&out, view.Human, res); err != nil {
+			if err := view.NewApply(view.Streams{Out: &out}).Result(res, nil); err != nil {
 				t.Fatal(err)
 			}
 

@@ -102,6 +102,8 @@ func golden(t *testing.T, path string, got []byte) {
 // Each case is a snapshot and its inputs under testdata/CASE; the expected human and JSON
 // renderings sit beside them.
 func TestGolden(t *testing.T) {
+	t.Setenv("GITHUB_STEP_SUMMARY", "") // the annotations only: no step summary is appended
+
 	dirs, _ := filepath.Glob("testdata/*/snapshot.json")
 	if len(dirs) == 0 {
 		t.Fatal("no golden cases")
@@ -124,16 +126,19 @@ func TestGolden(t *testing.T) {
 
 			var human, js bytes.Buffer
 
-			view.PlanHuman(&human, p)
-
-			if err := view.PlanJSONTo(&js, p); err != nil {
-				t.Fatal(err)
-			}
-
 			var md, gh bytes.Buffer
 
-			view.PlanMarkdown(&md, p)
-			view.PlanAnnotations(&gh, p)
+			for _, r := range []struct {
+				out      *bytes.Buffer
+				json, md bool
+			}{{&human, false, false}, {&js, true, false}, {&md, false, true}} {
+				if err := view.NewShow(view.Streams{Out: r.out, JSON: r.json}).Plan(p, r.md); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// The annotations plan --output github writes (its step summary goes nowhere here).
+			view.NewPlan(view.Streams{Out: &gh, GitHub: true}).Published(p, nil)
 
 			golden(t, filepath.Join(dir, "plan.txt"), human.Bytes())
 			golden(t, filepath.Join(dir, "plan.json"), js.Bytes())

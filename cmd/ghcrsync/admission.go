@@ -47,7 +47,7 @@ func newAdmission() *cobra.Command {
 				Handler: admission.Handler{Templates: cfg.NodeTemplates, Registry: cfg.Credential.Registry, Log: log}}
 
 			return s.Serve(cmd.Context(), func(addr string) {
-				fmt.Fprintf(cmd.OutOrStdout(), "ghcrsync admission: listening on https://%s/validate for %d node template(s)\n", view.Clean(addr), len(cfg.NodeTemplates))
+				view.NewAdmission(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Listening(addr, len(cfg.NodeTemplates))
 			})
 		},
 	}

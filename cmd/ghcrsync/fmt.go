@@ -51,6 +51,8 @@ pull-request check; terraform fmt -check exits 3, which is ghcrsync's refused pl
 // format formats the files args name (or, with check, names those it would change: exit 2 when
 // there is one); a file that does not parse is left as it is and reported with its line.
 func format(cmd *cobra.Command, args []string, check, recursive bool) error {
+	v := view.NewFmt(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()})
+
 	files, err := hclFiles(args, recursive)
 	if err != nil {
 		return err
@@ -68,7 +70,7 @@ func format(cmd *cobra.Command, args []string, check, recursive bool) error {
 
 		var ce *config.Error
 		if errors.As(err, &ce) {
-			view.ValidateHuman(cmd.ErrOrStderr(), config.Validation{Diagnostics: ce.Findings(f)})
+			v.Unparsed(config.Validation{Diagnostics: ce.Findings(f)})
 
 			return fmt.Errorf("fmt %s: the file does not parse; fix the error above, then run fmt again", f)
 		}
@@ -88,7 +90,7 @@ func format(cmd *cobra.Command, args []string, check, recursive bool) error {
 		}
 	}
 
-	view.FormattedFiles(cmd.OutOrStdout(), changed)
+	v.Formatted(changed)
 
 	return fmtStatus(changed, check)
 }

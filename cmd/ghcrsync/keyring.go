@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
+	"github.com/ghcrsync/ghcrsync/internal/view"
 )
 
 // terminationLog is where a container's message to its kubelet goes (the pod's
@@ -61,7 +62,7 @@ func newNodeKeyring() *cobra.Command {
 			}
 
 			_ = os.WriteFile(terminationLog, []byte(r.String()), 0o600)
-			fmt.Fprintln(cmd.OutOrStdout(), r.String())
+			view.NewKeyring(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Report(r)
 
 			return nil
 		},

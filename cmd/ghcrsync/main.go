@@ -179,16 +179,10 @@ func newVersion() *cobra.Command {
 		Short: "Print the version (--json: with the Go version and the plan and state formats it reads)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if asJSON {
-				return view.VersionJSON(cmd.OutOrStdout(), view.VersionInfo{
-					Version: buildVersion(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-					PlanFormat: plan.FormatVersion, StateFormat: state.FormatVersion,
-				})
-			}
-
-			view.Version(cmd.OutOrStdout(), buildVersion())
-
-			return nil
+			return view.NewVersion(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), JSON: asJSON}).Version(view.VersionInfo{
+				Version: buildVersion(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
+				PlanFormat: plan.FormatVersion, StateFormat: state.FormatVersion,
+			})
 		},
 	}
 

@@ -76,13 +76,12 @@ func newShow() *cobra.Command {
 				return err
 			}
 
-			if asMarkdown {
-				view.PlanMarkdown(cmd.OutOrStdout(), p)
-
-				return nil
+			s, err := streams(cmd)
+			if err != nil {
+				return err
 			}
 
-			return view.Plan(cmd.OutOrStdout(), view.FormatFor(asJSON), p)
+			return view.NewShow(s).Plan(p, asMarkdown)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")

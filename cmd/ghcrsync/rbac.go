@@ -35,7 +35,7 @@ gets nothing until the output is rendered and applied again (a reviewed change).
 				return err
 			}
 
-			return view.RBAC(cmd.OutOrStdout(), cfgPath, skipped, objs)
+			return view.NewRBAC(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Objects(cfgPath, skipped, objs)
 		},
 	}
 

@@ -36,7 +36,12 @@ func newFences() *cobra.Command {
 				return err
 			}
 
-			if err := view.Fences(cmd.OutOrStdout(), view.FormatFor(asJSON), rep); err != nil {
+			s, err := streams(cmd)
+			if err != nil {
+				return err
+			}
+
+			if err := view.NewFences(s).Report(rep); err != nil {
 				return err
 			}
 
@@ -65,7 +70,12 @@ func newDestroy() *cobra.Command {
 	release := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// On stderr: stdout may carry --json.
-		view.Deprecated(cmd.ErrOrStderr(), "ghcrsync destroy", "ghcrsync release",
+		s, err := streams(cmd)
+		if err != nil {
+			return err
+		}
+
+		view.NewRelease(s).Deprecated("ghcrsync destroy", "ghcrsync release",
 			"it destroys nothing (it lifts ghcrsync's own fences), which is not what Terraform's destroy means")
 
 		return release(cmd, args)
@@ -120,11 +130,17 @@ name the holder with --holder. --force releases a holder that may be alive.`,
 
 // run releases: the fences of runs that are over (or the named holder's, with --force).
 func (a *releaseArgs) run(cmd *cobra.Command) error {
+	s, err := streams(cmd)
+	if err != nil {
+		return err
+	}
+
+	v := view.NewRelease(s)
 	o := a.o
-	o.Progress = view.Progress(cmd.ErrOrStderr())
+	o.Progress = v.Progress()
 
 	if o.Force {
-		view.ForceWarning(cmd.ErrOrStderr(), o.Holder)
+		v.Forced(o.Holder)
 	}
 
 	class := workspace.CommandRelease
@@ -143,7 +159,7 @@ func (a *releaseArgs) run(cmd *cobra.Command) error {
 		return err
 	}
 
-	if err := view.Release(cmd.OutOrStdout(), view.FormatFor(a.asJSON), res); err != nil {
+	if err := v.Result(res); err != nil {
 		return err
 	}
 

@@ -34,7 +34,12 @@ func newStateList(cfgPath *string) *cobra.Command {
 			}
 			defer ws.Close()
 
-			return view.StateList(cmd.OutOrStdout(), view.FormatFor(asJSON), ws.State, ws.Store.Describe())
+			s, err := streams(cmd)
+			if err != nil {
+				return err
+			}
+
+			return view.NewState(s).List(ws.State, ws.Store.Describe())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
@@ -57,7 +62,7 @@ func newStateShow(cfgPath *string) *cobra.Command {
 				return fmt.Errorf("the state has no record of %s (see `ghcrsync state list`)", args[0])
 			}
 
-			return view.StateRecord(cmd.OutOrStdout(), r)
+			return view.NewState(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Record(r)
 		},
 	}
 }
@@ -76,7 +81,7 @@ func newStateRm(cfgPath *string) *cobra.Command {
 				return err
 			}
 
-			view.StateRemoved(cmd.OutOrStdout(), args[0])
+			view.NewState(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Removed(args[0])
 
 			return nil
 		},
@@ -93,7 +98,7 @@ func newStatePull(cfgPath *string) *cobra.Command {
 			}
 			defer ws.Close()
 
-			return view.StatePull(cmd.OutOrStdout(), ws.State)
+			return view.NewState(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Pulled(ws.State)
 		},
 	}
 }
@@ -104,6 +109,8 @@ func newStatePush(cfgPath *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "push FILE", Short: "Write a state file into the configured backend (e.g. local → kubernetes)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v := view.NewState(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()})
+
 			src, err := state.ReadLocal(args[0])
 			if err != nil {
 				return err
@@ -116,7 +123,7 @@ func newStatePush(cfgPath *string) *cobra.Command {
 			// A corrupt state is what push repairs: it is replaced, not read.
 			ws, err := workspace.Open(workspace.Options{ConfigPath: *cfgPath, Lock: true, Overrides: overrides(cmd),
 				UnreadableState: func(err error, _ *state.UnreadableError) error {
-					view.Warning(cmd.ErrOrStderr(), fmt.Sprintf("the state cannot be read (%v): it is replaced", err))
+					v.Warning(fmt.Sprintf("the state cannot be read (%v): it is replaced", err))
 
 					return nil
 				}})
@@ -129,7 +136,7 @@ func newStatePush(cfgPath *string) *cobra.Command {
 				return err
 			}
 
-			view.StatePushed(cmd.OutOrStdout(), src, ws.Store.Describe())
+			v.Pushed(src, ws.Store.Describe())
 
 			return nil
 		},

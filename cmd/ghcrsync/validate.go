@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +39,7 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 				return inputs(cmd, cfg)
 			}
 
-			return validate(cmd, cfg, asJSON)
+			return validate(cmd, cfg)
 		},
 	}
 
@@ -54,7 +53,7 @@ of the pull request. Exit 0 when valid, 1 otherwise (as terraform validate).`,
 
 // validate checks the configuration at cfg and renders the findings: human or JSON, and annotated
 // on their lines under GitHub Actions; exit 1 when it is not valid.
-func validate(cmd *cobra.Command, cfg string, asJSON bool) error {
+func validate(cmd *cobra.Command, cfg string) error {
 	v := config.Validate(cfg)
 
 	s, err := streams(cmd)
@@ -62,16 +61,8 @@ func validate(cmd *cobra.Command, cfg string, asJSON bool) error {
 		return err
 	}
 
-	if s.GitHub {
-		view.ValidateAnnotations(s.Annotations(), v)
-	}
-
-	if asJSON {
-		if err := view.ValidateJSONTo(cmd.OutOrStdout(), v); err != nil {
-			return err
-		}
-	} else {
-		view.ValidateHuman(cmd.OutOrStdout(), v)
+	if err := view.NewValidate(s).Result(v); err != nil {
+		return err
 	}
 
 	return validateStatus(v)
@@ -90,13 +81,14 @@ func inputs(cmd *cobra.Command, path string) error {
 		return err
 	}
 
-	for _, f := range append([]string{cfg.Path}, cfg.SopsFiles()...) {
+	files := append([]string{cfg.Path}, cfg.SopsFiles()...)
+	for i, f := range files {
 		if rel, err := filepath.Rel(wd, f); err == nil && !strings.HasPrefix(rel, "..") {
-			f = filepath.ToSlash(rel)
+			files[i] = filepath.ToSlash(rel)
 		}
-
-		fmt.Fprintln(cmd.OutOrStdout(), f)
 	}
+
+	view.NewValidate(view.Streams{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}).Inputs(files)
 
 	return nil
 }

@@ -65,11 +65,11 @@ func TestFencesGolden(t *testing.T) {
 	rep := fence.Classify(observation())
 
 	var js, human bytes.Buffer
-	if err := view.FencesJSONTo(&js, rep); err != nil {
+	if err := view.NewFences(view.Streams{Out: &js, JSON: true}).Report(rep); err != nil {
 		t.Fatal(err)
 	}
 
-	view.FencesHuman(&human, rep)
+	_ = view.NewFences(view.Streams{Out: &human}).Report(rep)
 	golden(t, "fences.json", js.Bytes())
 	golden(t, "fences.txt", human.Bytes())
 
@@ -151,7 +151,7 @@ func TestCommandsResistInjection(t *testing.T) {
 	}
 
 	var human bytes.Buffer
-	view.FencesHuman(&human, rep)
+	_ = view.NewFences(view.Streams{Out: &human}).Report(rep)
 
 	for _, line := range strings.Split(human.String(), "\n") {
 		if strings.HasPrefix(line, "next") {

@@ -120,7 +120,7 @@ func applyEventLine(w io.Writer, ev apply.Event) error {
 
 // applySummaryLine writes the last line of the `apply --json` stream.
 func applySummaryLine(w io.Writer, res *apply.Result) error {
-	s := NewApplyJSON(res)
+	s := newApplyJSON(res)
 	s.Type = "summary"
 
 	return writeJSONLine(w, s)
@@ -156,7 +156,7 @@ type ApplySecretJSON struct {
 }
 
 // NewApplyJSON converts a run's result to its JSON view.
-func NewApplyJSON(res *apply.Result) ApplyJSON {
+func newApplyJSON(res *apply.Result) ApplyJSON {
 	out := ApplyJSON{
 		FormatVersion: ApplyJSONFormatVersion, CredentialRevision: res.Plan.CredentialRevision, Changes: res.Plan.Changes(),
 		Holder: res.Holder, Nodes: []ApplyNodeJSON{}, Secrets: []ApplySecretJSON{}, Reclaimed: outcomesJSON(res.Reclaimed),
@@ -196,10 +196,10 @@ func NewApplyJSON(res *apply.Result) ApplyJSON {
 	return out
 }
 
-// Apply renders a run's outcome.
-func Apply(w io.Writer, f Format, res *apply.Result) error {
+// applyTo renders a run's outcome.
+func applyTo(w io.Writer, f Format, res *apply.Result) error {
 	if f == JSON {
-		return writeJSON(w, NewApplyJSON(res))
+		return writeJSON(w, newApplyJSON(res))
 	}
 
 	if !res.Plan.Changes() {
@@ -229,7 +229,7 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 	}
 
 	if res.Cancelled {
-		fmt.Fprintln(w, CancelledLine(res))
+		fmt.Fprintln(w, cancelledLine(res))
 	}
 
 	fmt.Fprintln(w)
@@ -240,7 +240,7 @@ func Apply(w io.Writer, f Format, res *apply.Result) error {
 
 // CancelledLine is the one line a cancelled run ends with: what it left held, and the exact
 // command that releases it.
-func CancelledLine(res *apply.Result) string {
+func cancelledLine(res *apply.Result) string {
 	held := res.Held()
 	lease := "its Lease was released"
 
@@ -261,7 +261,7 @@ func CancelledLine(res *apply.Result) string {
 
 // ApplyTimings renders one line per node that ran: its wall time and where it went
 // (`apply --verbose`).
-func ApplyTimings(w io.Writer, res *apply.Result) {
+func applyTimings(w io.Writer, res *apply.Result) {
 	for _, r := range res.Nodes {
 		if len(r.Timings) == 0 {
 			continue

@@ -31,7 +31,7 @@ func (s Streams) Annotations() io.Writer {
 	return s.Out
 }
 
-func (s Streams) format() Format { return FormatFor(s.JSON) }
+func (s Streams) format() Format { return formatFor(s.JSON) }
 
 // gitHub writes a command's annotations and appends its Markdown to the step summary (when
 // GitHub output is on); a summary that cannot be written is a warning annotation, never fatal.
@@ -69,8 +69,8 @@ type PlanView struct{ s Streams }
 // NewPlan is the plan command's view on s.
 func NewPlan(s Streams) *PlanView { return &PlanView{s: s} }
 
-// Plan renders the plan (human or JSON).
-func (v *PlanView) Plan(p *plan.Plan) error { return Plan(v.s.Out, v.s.format(), p) }
+// planTo renders the plan (human or JSON).
+func (v *PlanView) Plan(p *plan.Plan) error { return planTo(v.s.Out, v.s.format(), p) }
 
 // Saved says where the plan was saved (human only: JSON readers have the plan).
 func (v *PlanView) Saved(path string) {
@@ -84,7 +84,7 @@ func (v *PlanView) Saved(path string) {
 func (v *PlanView) Markdown(path string, p *plan.Plan) error {
 	var b bytes.Buffer
 
-	PlanMarkdown(&b, p)
+	planMarkdown(&b, p)
 
 	if err := atomicfile.Write(path, []byte(truncated(b.String())), 0o644); err != nil {
 		return fmt.Errorf("write Markdown plan %s: %w", path, err)
@@ -95,7 +95,7 @@ func (v *PlanView) Markdown(path string, p *plan.Plan) error {
 
 // Published writes the plan's GitHub output and the requests it made (--verbose).
 func (v *PlanView) Published(p *plan.Plan, counted Counted) {
-	v.s.gitHub("ghcrsync plan", func(w io.Writer) { PlanAnnotations(w, p) }, func(w io.Writer) { PlanMarkdown(w, p) })
+	v.s.gitHub("ghcrsync plan", func(w io.Writer) { planAnnotations(w, p) }, func(w io.Writer) { planMarkdown(w, p) })
 	v.s.requests(counted)
 }
 
@@ -108,7 +108,7 @@ func NewApply(s Streams) *ApplyView { return &ApplyView{s: s} }
 // Planned renders the plan --auto-approve made, before it is applied (human only).
 func (v *ApplyView) Planned(p *plan.Plan) {
 	if !v.s.JSON {
-		PlanHuman(v.s.Out, p)
+		planHuman(v.s.Out, p)
 	}
 }
 
@@ -132,7 +132,7 @@ func (v *ApplyView) Result(res *apply.Result, counted Counted) error {
 	if v.s.JSON {
 		err = applySummaryLine(v.s.Out, res)
 	} else {
-		err = Apply(v.s.Out, Human, res)
+		err = applyTo(v.s.Out, Human, res)
 	}
 
 	if err != nil {
@@ -140,17 +140,17 @@ func (v *ApplyView) Result(res *apply.Result, counted Counted) error {
 	}
 
 	if v.s.Verbose {
-		ApplyTimings(v.s.Err, res)
+		applyTimings(v.s.Err, res)
 	}
 
 	v.s.requests(counted)
 	v.s.gitHub("ghcrsync apply", func(w io.Writer) {
-		PlanAnnotations(w, res.Plan)
-		ApplyAnnotations(w, res)
-	}, func(w io.Writer) { ApplyMarkdown(w, res) })
+		planAnnotations(w, res.Plan)
+		applyAnnotations(w, res)
+	}, func(w io.Writer) { applyMarkdown(w, res) })
 
 	if v.s.GitHub {
-		if err := appendOutputs(ApplyOutputs(res)); err != nil {
+		if err := appendOutputs(applyOutputs(res)); err != nil {
 			Annotate(v.s.Annotations(), AnnotateWarning, "ghcrsync apply", err.Error())
 		}
 	}

@@ -20,24 +20,24 @@ type FencesJSON struct {
 	Summary       string        `json:"summary"`
 }
 
-// FencesJSONTo writes the JSON view.
-func FencesJSONTo(w io.Writer, r fence.Report) error {
+// fencesJSONTo writes the JSON view.
+func fencesJSONTo(w io.Writer, r fence.Report) error {
 	return writeJSON(w, FencesJSON{FormatVersion: FencesJSONFormatVersion, Fences: r.Fences, Notes: r.Notes, Summary: r.Summary})
 }
 
-// Fences renders the inventory in the format.
-func Fences(w io.Writer, f Format, r fence.Report) error {
+// fencesTo renders the inventory in the format.
+func fencesTo(w io.Writer, f Format, r fence.Report) error {
 	if f == JSON {
-		return FencesJSONTo(w, r)
+		return fencesJSONTo(w, r)
 	}
 
-	FencesHuman(w, r)
+	fencesHuman(w, r)
 
 	return nil
 }
 
-// FencesHuman renders the inventory in release order.
-func FencesHuman(w io.Writer, r fence.Report) {
+// fencesHuman renders the inventory in release order.
+func fencesHuman(w io.Writer, r fence.Report) {
 	for _, f := range r.Fences {
 		var attrs []string
 		if f.Phase != "" {
@@ -123,8 +123,8 @@ func outcomesJSON(outcomes []fence.Outcome) []OutcomeJSON {
 	return out
 }
 
-// Release renders what release will undo (dry run) or did.
-func Release(w io.Writer, f Format, res *fence.RecoveryResult) error {
+// releaseTo renders what release will undo (dry run) or did.
+func releaseTo(w io.Writer, f Format, res *fence.RecoveryResult) error {
 	if f == JSON {
 		return writeJSON(w, ReleaseJSON{FormatVersion: ReleaseJSONFormatVersion, DryRun: res.DryRun, Fences: res.Report.Fences,
 			Outcomes: outcomesJSON(res.Outcomes), Notes: res.Report.Notes, Held: res.Held(), Summary: res.Report.Summary})
@@ -176,8 +176,8 @@ func releasePreview(w io.Writer, r fence.Report) {
 	fmt.Fprintf(w, "\n%s\n", r.Summary)
 }
 
-// ForceWarning is printed before a forced release.
-func ForceWarning(w io.Writer, holder string) {
+// forceWarning is printed before a forced release.
+func forceWarning(w io.Writer, holder string) {
 	fmt.Fprintf(w, "Warning: --force releases fences of %s even if its run is alive; that run may still cordon, drain, "+
 		"reconfigure or reboot nodes, and nothing will stop it.\n", fence.Display(holder))
 }

@@ -27,7 +27,7 @@ const (
 )
 
 // Annotation is one workflow command line, e.g. "::error title=T::message".
-func Annotation(level, title, msg string) string { return annotationAt(level, title, msg, nil) }
+func annotationText(level, title, msg string) string { return annotationAt(level, title, msg, nil) }
 
 // Place is where in a file an annotation points: the runner shows it on that line of a pull
 // request's diff.
@@ -76,10 +76,10 @@ func escapeProperty(s string) string {
 
 // Annotate writes an annotation to w: through the guard's command channel when w is guarded
 // (starting a new line if needed), else as is.
-func Annotate(w io.Writer, level, title, msg string) { AnnotateAt(w, level, title, msg, nil) }
+func Annotate(w io.Writer, level, title, msg string) { annotateAt(w, level, title, msg, nil) }
 
 // AnnotateAt is Annotate on a place in a file (nil: none).
-func AnnotateAt(w io.Writer, level, title, msg string, at *Place) {
+func annotateAt(w io.Writer, level, title, msg string, at *Place) {
 	line := annotationAt(level, title, msg, at)
 
 	if g, ok := w.(*guard); ok {
@@ -104,8 +104,8 @@ func (g *guard) command(line string) {
 	g.lineStart, g.hashes = true, 0
 }
 
-// PlanAnnotations annotates a plan's warnings.
-func PlanAnnotations(w io.Writer, p *plan.Plan) {
+// planAnnotations annotates a plan's warnings.
+func planAnnotations(w io.Writer, p *plan.Plan) {
 	for _, u := range p.Refused() {
 		Annotate(w, AnnotateError, "ghcrsync plan: emergency rotation", u.Sentence())
 	}
@@ -117,7 +117,7 @@ func PlanAnnotations(w io.Writer, p *plan.Plan) {
 
 // ApplyAnnotations annotates a run's failed and cancelled nodes, a Lease left held and the
 // pull secrets not written.
-func ApplyAnnotations(w io.Writer, res *apply.Result) {
+func applyAnnotations(w io.Writer, res *apply.Result) {
 	for _, n := range res.Nodes {
 		switch n.Outcome {
 		case state.OutcomeFailed:
@@ -141,7 +141,7 @@ func ApplyAnnotations(w io.Writer, res *apply.Result) {
 }
 
 // ApplyMarkdown renders a run's outcome for the step summary.
-func ApplyMarkdown(w io.Writer, res *apply.Result) {
+func applyMarkdown(w io.Writer, res *apply.Result) {
 	p := res.Plan
 	c := res.Counts()
 	nodes := c.Nodes[state.OutcomeFailed]
@@ -241,7 +241,7 @@ func appendSummary(render func(io.Writer)) error {
 // ApplyOutputs are the step outputs of `ghcrsync apply` under GitHub Actions: what a workflow's
 // next step decides on without parsing the output — outcome (done, progressed, partial,
 // cancelled), remaining (the nodes a budget deferred to the next run), safe_to_revoke.
-func ApplyOutputs(res *apply.Result) [][2]string {
+func applyOutputs(res *apply.Result) [][2]string {
 	return [][2]string{
 		{"outcome", RunOutcome(res)},
 		{"remaining", strconv.Itoa(len(res.Deferred()))},

@@ -15,7 +15,7 @@ import (
 const MarkdownMarker = "<!-- ghcrsync-plan"
 
 // Marker is the first line of p's Markdown: MarkdownMarker and the cluster's identity.
-func Marker(p *plan.Plan) string {
+func markerOf(p *plan.Plan) string {
 	return MarkdownMarker + " cluster=" + commentSafe(p.ClusterUID) + " -->"
 }
 
@@ -74,7 +74,7 @@ var disruption = map[plan.Action]string{
 }
 
 // Labels are the pull-request labels that describe a plan.
-func Labels(p *plan.Plan) []string {
+func labelsOf(p *plan.Plan) []string {
 	var out []string
 
 	if !p.Changes() {
@@ -105,7 +105,7 @@ func Labels(p *plan.Plan) []string {
 }
 
 // Headline is the plan in one line: no changes, or how many reboots and live updates.
-func Headline(p *plan.Plan) string {
+func headlineOf(p *plan.Plan) string {
 	if !p.Changes() {
 		return "No changes"
 	}
@@ -143,10 +143,10 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, human.Plural(n, one, many))
 }
 
-// PlanMarkdown renders a plan for a pull-request comment or a step summary, in the human plan's
+// planMarkdown renders a plan for a pull-request comment or a step summary, in the human plan's
 // sections. Every value from outside ghcrsync goes through md, so none can break the tables or
 // inject markup.
-func PlanMarkdown(w io.Writer, p *plan.Plan) {
+func planMarkdown(w io.Writer, p *plan.Plan) {
 	for _, section := range []func(io.Writer, *plan.Plan){
 		mdHeader, mdNodes, mdSecrets, mdTemplates, mdFlux, mdOwners, planVerdictMarkdown, mdWarnings, mdSummary,
 	} {
@@ -156,8 +156,8 @@ func PlanMarkdown(w io.Writer, p *plan.Plan) {
 
 // mdHeader is the marker, the headline, the plan's identity and any emergency or steering note.
 func mdHeader(w io.Writer, p *plan.Plan) {
-	fmt.Fprintln(w, Marker(p))
-	fmt.Fprintf(w, "### ghcrsync plan: %s\n\n", Headline(p))
+	fmt.Fprintln(w, markerOf(p))
+	fmt.Fprintf(w, "### ghcrsync plan: %s\n\n", headlineOf(p))
 	fmt.Fprintf(w, "Credential revision `%s` for %s · cluster `%s` · plan created %s, valid until %s.\n\n",
 		human.Short(p.CredentialRevision), md(p.Registry), human.ShortOrNone(p.ClusterUID),
 		p.CreatedAt.UTC().Format("2006-01-02 15:04Z"), p.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
@@ -336,7 +336,7 @@ func mdSummary(w io.Writer, p *plan.Plan) {
 	fmt.Fprint(w, "\n\n")
 
 	var labels []string
-	for _, l := range Labels(p) {
+	for _, l := range labelsOf(p) {
 		labels = append(labels, "`"+l+"`")
 	}
 

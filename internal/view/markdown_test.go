@@ -65,7 +65,7 @@ func TestMarkdownHoldsHostileValues(t *testing.T) {
 // An annotation holds its message on one line whatever the message holds, with the title's
 // separators escaped as the runner reads them.
 func TestAnnotationIsOneCommand(t *testing.T) {
-	got := view.Annotation(view.AnnotateError, "node a:b,c", hostile)
+	got := view.AnnotationText(view.AnnotateError, "node a:b,c", hostile)
 
 	if strings.Count(got, "\n") != 1 || !strings.HasSuffix(got, "\n") || strings.ContainsAny(got, "\r\x1b") {
 		t.Fatalf("annotation spans lines or holds controls: %q", got)
@@ -76,7 +76,7 @@ func TestAnnotationIsOneCommand(t *testing.T) {
 	}
 
 	// The legacy form is honoured anywhere in a line, an annotation's too.
-	if got := view.Annotation(view.AnnotateError, "t ##[x]", "held by ##[add-mask]pwned"); strings.Contains(got, "##[") {
+	if got := view.AnnotationText(view.AnnotateError, "t ##[x]", "held by ##[add-mask]pwned"); strings.Contains(got, "##[") {
 		t.Fatalf("annotation carries a legacy workflow command: %q", got)
 	}
 
@@ -132,7 +132,7 @@ func TestMarkdownFitsAComment(t *testing.T) {
 	}
 
 	p := &plan.Plan{ClusterUID: "uid --> <script>"}
-	if m := view.Marker(p); strings.Count(m, "-->") != 1 || !strings.HasSuffix(m, " -->") || strings.Contains(m, "<script") {
+	if m := view.MarkerOf(p); strings.Count(m, "-->") != 1 || !strings.HasSuffix(m, " -->") || strings.Contains(m, "<script") {
 		t.Fatalf("marker %q", m)
 	}
 }

@@ -60,8 +60,8 @@ func describe(n plan.NodePlan) string {
 	return n.Name + " (" + strings.Join(attrs, ", ") + ")"
 }
 
-// PlanHuman renders a plan the way `ghcrsync plan` and `ghcrsync show` print it.
-func PlanHuman(w io.Writer, p *plan.Plan) {
+// planHuman renders a plan the way `ghcrsync plan` and `ghcrsync show` print it.
+func planHuman(w io.Writer, p *plan.Plan) {
 	fmt.Fprintf(w, "Credential revision %s for %s", human.Short(p.CredentialRevision), p.Registry)
 
 	if p.ProofSkipped {
@@ -392,13 +392,13 @@ func planSaved(w io.Writer, path string) {
 	fmt.Fprintf(w, "\nSaved the plan to: %s\n\nTo perform exactly these actions, run:\n  ghcrsync apply %s\n", path, path)
 }
 
-// Plan renders a plan in the format.
-func Plan(w io.Writer, f Format, p *plan.Plan) error {
+// planTo renders a plan in the format.
+func planTo(w io.Writer, f Format, p *plan.Plan) error {
 	if f == JSON {
-		return writeJSON(w, NewPlanJSON(p))
+		return writeJSON(w, newPlanJSON(p))
 	}
 
-	PlanHuman(w, p)
+	planHuman(w, p)
 
 	return nil
 }
@@ -591,7 +591,7 @@ func newContinuingJSON(p *plan.Plan) *ContinuingJSON {
 }
 
 // NewPlanJSON converts a plan to its JSON view.
-func NewPlanJSON(p *plan.Plan) PlanJSON {
+func newPlanJSON(p *plan.Plan) PlanJSON {
 	out := PlanJSON{
 		FormatVersion: PlanJSONFormatVersion, CredentialRevision: p.CredentialRevision, Registry: p.Registry,
 		ConfigDigest: p.ConfigDigest, ProofSkipped: p.ProofSkipped, IsolatedFrom: p.IsolatedFrom, Credential: p.Credential, Tenants: p.Tenants, CredentialExpiring: p.CredentialExpiring(), DrainHolds: p.DrainHolds,
@@ -632,8 +632,8 @@ func NewPlanJSON(p *plan.Plan) PlanJSON {
 	return out
 }
 
-// PlanJSONTo writes the JSON view, indented.
-func PlanJSONTo(w io.Writer, p *plan.Plan) error { return writeJSON(w, NewPlanJSON(p)) }
+// planJSONTo writes the JSON view, indented.
+func planJSONTo(w io.Writer, p *plan.Plan) error { return writeJSON(w, newPlanJSON(p)) }
 
 // keyringCount is the summary's count of kubelet-keyring nodes ("" when there are none).
 func keyringCount(s plan.Summary) string {

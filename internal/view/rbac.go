@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// RBAC writes the rendered roles as one YAML stream for `kubectl apply -f -`: a header that
+// rbacTo writes the rendered roles as one YAML stream for `kubectl apply -f -`: a header that
 // says what it is and how to apply it, the namespaces left out, then each object.
-func RBAC(w io.Writer, source string, skipped []string, objs []runtime.Object) error {
+func rbacTo(w io.Writer, source string, skipped []string, objs []runtime.Object) error {
 	fmt.Fprintf(w, "# ghcrsync's RBAC for %s, rendered by `ghcrsync rbac`: each command class's service account\n", Clean(source))
 	fmt.Fprintln(w, "# with exactly the permissions its preflight checks, and the admission policy bounding the Secrets")
 	fmt.Fprintln(w, "# they may write. Review it, then: kubectl apply -f deploy/rbac/namespace.yaml -f THIS_FILE")

@@ -18,8 +18,8 @@ type StateListJSON struct {
 	State         *state.State `json:"state"`
 }
 
-// StateList renders the state's records.
-func StateList(w io.Writer, f Format, st *state.State, backend string) error {
+// stateList renders the state's records.
+func stateList(w io.Writer, f Format, st *state.State, backend string) error {
 	if f == JSON {
 		return writeJSON(w, StateListJSON{FormatVersion: StateListJSONFormatVersion, Backend: backend, State: st})
 	}
@@ -37,19 +37,19 @@ func StateList(w io.Writer, f Format, st *state.State, backend string) error {
 	return nil
 }
 
-// StateRecord renders one node's record (JSON, as stored).
-func StateRecord(w io.Writer, r *state.Record) error { return writeJSON(w, r) }
+// stateRecord renders one node's record (JSON, as stored).
+func stateRecord(w io.Writer, r *state.Record) error { return writeJSON(w, r) }
 
-// StatePull renders the whole state (JSON, as stored).
-func StatePull(w io.Writer, st *state.State) error { return writeJSON(w, st) }
+// statePull renders the whole state (JSON, as stored).
+func statePull(w io.Writer, st *state.State) error { return writeJSON(w, st) }
 
-// StateRemoved confirms `state rm`.
-func StateRemoved(w io.Writer, node string) {
+// stateRemoved confirms `state rm`.
+func stateRemoved(w io.Writer, node string) {
 	fmt.Fprintf(w, "Removed the record of %s from the state. The cluster was not touched: "+
 		"if the node still carries a ghcrsync fence, `ghcrsync fences` still shows it.\n", node)
 }
 
-// StatePushed confirms `state push`.
-func StatePushed(w io.Writer, st *state.State, backend string) {
+// statePushed confirms `state push`.
+func statePushed(w io.Writer, st *state.State, backend string) {
 	fmt.Fprintf(w, "Pushed state lineage %s (now serial %d) to %s.\n", st.Lineage, st.Serial, backend)
 }

@@ -24,7 +24,7 @@ const (
 )
 
 // FormatFor is JSON when asJSON, else Human.
-func FormatFor(asJSON bool) Format {
+func formatFor(asJSON bool) Format {
 	if asJSON {
 		return JSON
 	}
@@ -47,8 +47,8 @@ func requestsLine(w io.Writer, kube, talos string) {
 	fmt.Fprintf(w, "Requests: Kubernetes %s; Talos %s.\n", kube, talos)
 }
 
-// Version renders the version.
-func Version(w io.Writer, version string) {
+// versionLine renders the version.
+func versionLine(w io.Writer, version string) {
 	fmt.Fprintln(w, "ghcrsync", version)
 }
 
@@ -61,8 +61,8 @@ type VersionInfo struct {
 	StateFormat string `json:"state_format_version"`
 }
 
-// VersionJSON prints the version as one JSON object.
-func VersionJSON(w io.Writer, v VersionInfo) error {
+// versionJSON prints the version as one JSON object.
+func versionJSON(w io.Writer, v VersionInfo) error {
 	return writeJSONLine(w, v)
 }
 
@@ -110,9 +110,9 @@ func orNone(s string) string {
 // control character left escaped (Clean).
 func oneLine(s string) string { return Clean(strings.Join(strings.Fields(s), " ")) }
 
-// ValidateHuman renders `ghcrsync validate` as terraform validate does: each finding with the
+// validateHuman renders `ghcrsync validate` as terraform validate does: each finding with the
 // line it is on.
-func ValidateHuman(w io.Writer, v config.Validation) {
+func validateHuman(w io.Writer, v config.Validation) {
 	for _, d := range v.Diagnostics {
 		label := "Error"
 		if d.Severity == diag.Warning {
@@ -147,9 +147,9 @@ func ValidateHuman(w io.Writer, v config.Validation) {
 	}
 }
 
-// ValidateAnnotations annotates each finding on its file and line (a pull request shows it
+// validateAnnotations annotates each finding on its file and line (a pull request shows it
 // inline).
-func ValidateAnnotations(w io.Writer, v config.Validation) {
+func validateAnnotations(w io.Writer, v config.Validation) {
 	for _, d := range v.Diagnostics {
 		level := AnnotateError
 		if d.Severity == diag.Warning {
@@ -162,7 +162,7 @@ func ValidateAnnotations(w io.Writer, v config.Validation) {
 				EndLine: d.Range.End.Line, EndColumn: d.Range.End.Column}
 		}
 
-		AnnotateAt(w, level, "ghcrsync validate: "+d.Summary, d.Detail, at)
+		annotateAt(w, level, "ghcrsync validate: "+d.Summary, d.Detail, at)
 	}
 }
 
@@ -175,8 +175,8 @@ type ValidateJSON struct {
 	Diagnostics   []diag.Diagnostic `json:"diagnostics"`
 }
 
-// ValidateJSONTo writes ValidateJSON.
-func ValidateJSONTo(w io.Writer, v config.Validation) error {
+// validateJSONTo writes ValidateJSON.
+func validateJSONTo(w io.Writer, v config.Validation) error {
 	out := ValidateJSON{FormatVersion: "1.0", Valid: v.Valid, Diagnostics: v.Diagnostics}
 
 	out.ErrorCount = diag.Errors(v.Diagnostics)
@@ -185,15 +185,15 @@ func ValidateJSONTo(w io.Writer, v config.Validation) error {
 	return writeJSONLine(w, out)
 }
 
-// FormattedFiles renders `ghcrsync fmt`: the name of each file it changed (or, with --check,
+// formattedFiles renders `ghcrsync fmt`: the name of each file it changed (or, with --check,
 // would change), one per line, as terraform fmt.
-func FormattedFiles(w io.Writer, files []string) {
+func formattedFiles(w io.Writer, files []string) {
 	for _, f := range files {
 		fmt.Fprintln(w, Clean(f))
 	}
 }
 
-// Deprecated warns that a command is called by a name that will go.
-func Deprecated(w io.Writer, old, instead, why string) {
+// deprecated warns that a command is called by a name that will go.
+func deprecated(w io.Writer, old, instead, why string) {
 	fmt.Fprintf(w, "Warning: %s is deprecated; call %s instead: %s. %s will be removed in a later version.\n\n", old, instead, why, old)
 }
