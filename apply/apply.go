@@ -23,7 +23,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/human"
-	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
 	"github.com/ghcrsync/ghcrsync/internal/window"
@@ -289,7 +288,7 @@ func (r *run) acquire(ctx context.Context) error {
 	r.res.Holder = holder.New(r.cred.Revision(), r.o.RunRef).String()
 
 	// --verbose: its heartbeat's renewals apart from the run's start
-	l, err := r.in.Leasing.Acquire(requests.WithStep(ctx, "run: lease"), lease.Options{
+	l, err := r.in.Leasing.Acquire(requests.WithStep(ctx, "run: lease"), LeaseTerms{
 		Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name, Holder: r.res.Holder,
 		Duration: cfg.Lease.Duration, Heartbeat: cfg.Lease.Heartbeat,
 		Logf:  func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
@@ -349,7 +348,7 @@ func (e *executor) budgetSpent() bool {
 // alarm, enough voters left (plan.Quorum).
 func (e *executor) quorum(ctx context.Context, node string) error {
 	return clock.Until(ctx, e.clock, e.o.ReadyTimeout, time.Second, func() (bool, error) {
-		view, err := fleet.ControlPlanes(ctx, e.nodes, e.etcd, node)
+		view, err := controlPlanes(ctx, e.nodes, e.etcd, node)
 		if err != nil {
 			return false, err
 		}

@@ -22,11 +22,11 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -51,7 +51,7 @@ func wantDigest(cred sandbox.Credential) string {
 func checkFanOut(t *testing.T, sb *sandbox.Sandbox, res *apply.Result, cred sandbox.Credential) {
 	t.Helper()
 
-	if len(res.Secrets) == 0 || res.Secrets[len(res.Secrets)-1].Role != plan.RoleRoot || res.Secrets[len(res.Secrets)-1].Outcome != fanout.Written {
+	if len(res.Secrets) == 0 || res.Secrets[len(res.Secrets)-1].Role != plan.RoleRoot || res.Secrets[len(res.Secrets)-1].Outcome != secretwrite.Written {
 		t.Fatalf("the root was not written last: %+v", res.Secrets)
 	}
 
@@ -202,7 +202,7 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 
 	res2, err := applyCfg(ctx, applyOptions{
 		ConfigPath: r2.cfg, PlanPath: path2,
-		SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+		SecretHooks: secretwrite.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
 			if ns != "team-a" || attempt != 0 {
 				return
 			}
@@ -227,17 +227,17 @@ func TestFanOutNewNamespaceConcurrentWriterForeignSecret(t *testing.T) {
 	for _, s := range res2.Secrets {
 		switch s.Namespace {
 		case "team-a":
-			if s.Outcome != fanout.Written || !strings.Contains(s.Message, "concurrent write") {
+			if s.Outcome != secretwrite.Written || !strings.Contains(s.Message, "concurrent write") {
 				t.Errorf("concurrent writer: %+v", s)
 			}
 		case "team-ext":
-			if s.Outcome != fanout.Skipped || !strings.Contains(s.Message, "ConfigMap team-ext/external-secret") {
+			if s.Outcome != secretwrite.Skipped || !strings.Contains(s.Message, "ConfigMap team-ext/external-secret") {
 				t.Errorf("foreign secret: %+v", s)
 			}
 		case sandbox.RootNamespace:
 			// The consumer another controller owns still holds the old credential: the root
 			// stays, and the verdict names it and what to do.
-			if s.Outcome != fanout.HeldBack || !strings.Contains(s.Message, "team-ext/ghcr-pull") {
+			if s.Outcome != secretwrite.HeldBack || !strings.Contains(s.Message, "team-ext/ghcr-pull") {
 				t.Errorf("the root with a managed consumer on the old credential: %+v", s)
 			}
 		}
@@ -351,7 +351,7 @@ func TestRootHeldBackWhenANodeFails(t *testing.T) {
 	}
 
 	last := res.Secrets[len(res.Secrets)-1]
-	if last.Role != plan.RoleRoot || last.Outcome != fanout.HeldBack || !strings.Contains(last.Message, "keeps its old credential") {
+	if last.Role != plan.RoleRoot || last.Outcome != secretwrite.HeldBack || !strings.Contains(last.Message, "keeps its old credential") {
 		t.Fatalf("root: %+v", last)
 	}
 
@@ -441,7 +441,7 @@ func TestAConsumerNamespaceDeletedSinceThePlanIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := map[string]fanout.Result{}
+	got := map[string]secretwrite.Result{}
 	for _, s := range res.Secrets {
 		got[s.Namespace] = s
 	}
@@ -449,19 +449,19 @@ func TestAConsumerNamespaceDeletedSinceThePlanIsReported(t *testing.T) {
 	for _, ns := range []string{"team-gone", "team-going"} {
 		t.Logf("%s: %s: %s", ns, got[ns].Outcome, got[ns].Message)
 
-		if s := got[ns]; s.Outcome != fanout.Skipped || !strings.Contains(s.Message, "namespace was deleted since the plan") {
+		if s := got[ns]; s.Outcome != secretwrite.Skipped || !strings.Contains(s.Message, "namespace was deleted since the plan") {
 			t.Errorf("%s, deleted since the plan: %+v, want skipped, naming the deletion", ns, s)
 		}
 	}
 
-	if s := got["team-staying"]; s.Outcome != fanout.Written {
+	if s := got["team-staying"]; s.Outcome != secretwrite.Written {
 		t.Errorf("team-staying, still there: %+v, want written", s)
 	}
 
 	// Nothing failed for it: the pull secrets all landed or were reported (the root is held back
 	// here only because this rotation selects no node, and an empty inventory proves nothing).
 	for _, s := range res.Secrets {
-		if s.Outcome == fanout.Failed {
+		if s.Outcome == secretwrite.Failed {
 			t.Errorf("a pull secret failed: %+v", s)
 		}
 	}
@@ -524,7 +524,7 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 
 			res, err := applyCfg(ctx, applyOptions{
 				ConfigPath: r.cfg, PlanPath: path,
-				SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+				SecretHooks: secretwrite.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
 					if ns != sandbox.RootNamespace || attempt != 0 {
 						return
 					}
@@ -556,14 +556,14 @@ func TestCurrentLeaseHolderRetriesSecretCASConflicts(t *testing.T) {
 			s, _ := roots.Get(ctx, sandbox.RootSecret, metav1.GetOptions{})
 
 			if !tc.written {
-				if root.Outcome != fanout.Failed || !strings.Contains(root.Message, tc.refused) || now != before {
+				if root.Outcome != secretwrite.Failed || !strings.Contains(root.Message, tc.refused) || now != before {
 					t.Fatalf("a root that became another controller's: %+v", root)
 				}
 
 				return
 			}
 
-			if root.Outcome != fanout.Written || !strings.Contains(root.Message, "after 1 concurrent write") || now != wantDigest(r.cred) ||
+			if root.Outcome != secretwrite.Written || !strings.Contains(root.Message, "after 1 concurrent write") || now != wantDigest(r.cred) ||
 				s.Annotations["example.com/concurrent"] != "kept" || s.Annotations[object.ConfigurationAnnotation] != "flux-system/ghcr-auth-refresh" ||
 				s.Annotations[object.CredentialAnnotation] == "" {
 				t.Fatalf("the root after a concurrent write: %+v (annotations %v: the concurrent one kept, ghcrsync's marks added)", root, s.Annotations)
@@ -642,11 +642,11 @@ func TestPlanDryRunsTheFanOutWrites(t *testing.T) {
 		switch s.Namespace + "/" + s.Secret {
 		case frozen + "/" + sandbox.ConsumerSecret:
 			// The run names the API's answer by its class (its text is logged): the policy's 422.
-			if s.Outcome != fanout.Failed || !strings.Contains(s.Message, "422 Invalid") {
+			if s.Outcome != secretwrite.Failed || !strings.Contains(s.Message, "422 Invalid") {
 				t.Fatalf("apply did not meet the predicted refusal: %+v", s)
 			}
 		case "team-b/" + sandbox.ConsumerSecret:
-			if s.Outcome != fanout.Written {
+			if s.Outcome != secretwrite.Written {
 				t.Fatalf("the admitted write: %+v", s)
 			}
 		}

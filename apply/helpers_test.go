@@ -22,12 +22,12 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -299,7 +299,7 @@ type applyOptions struct {
 	Logger               hclog.Logger
 	Progress             io.Writer
 	Hooks                apply.Hooks
-	SecretHooks          fanout.Hooks
+	SecretHooks          secretwrite.Hooks
 	Clock                clock.Clock
 	StoreClient          kubernetes.Interface
 	Faults               *workspace.Faults

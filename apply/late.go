@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -135,7 +135,7 @@ func (r *run) rotateLate(ctx context.Context, fresh *plan.Plan, todo []plan.Node
 // never land on a node that cannot pull) and the plan's options (--allow-pending, the proof
 // skipped, the probe image).
 func (r *run) replan(ctx context.Context) (*plan.Plan, error) {
-	snap, in, err := r.in.Fleet.ReadJudged(fleet.Reusing(ctx), r.p.ProofSkipped)
+	snap, in, err := r.in.Fleet.ReadJudged(talos.Reusing(ctx), r.p.ProofSkipped)
 	if err != nil {
 		return nil, err
 	}

@@ -22,11 +22,11 @@ import (
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/authdigest"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -404,7 +404,7 @@ func TestLeaseLossDuringSecretReadStopsBeforePatch(t *testing.T) {
 			}
 
 			res, err := applyCfg(ctx, applyOptions{ConfigPath: r.cfg, PlanPath: path, Logger: hclog.NewNullLogger(),
-				SecretHooks: fanout.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
+				SecretHooks: secretwrite.Hooks{BetweenReadAndWrite: func(ns, name string, attempt int) {
 					if ns != "team-a" || attempt != 0 {
 						return
 					}
@@ -437,7 +437,7 @@ func TestLeaseLossDuringSecretReadStopsBeforePatch(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var teamA fanout.Result
+			var teamA secretwrite.Result
 
 			for _, s := range res.Secrets {
 				if s.Namespace == "team-a" {
@@ -448,19 +448,19 @@ func TestLeaseLossDuringSecretReadStopsBeforePatch(t *testing.T) {
 			written := string(after.Data[corev1.DockerConfigJsonKey]) != string(before.Data[corev1.DockerConfigJsonKey])
 
 			if !tc.lost {
-				if !written || teamA.Outcome != fanout.Written || res.ReleaseErr != nil {
+				if !written || teamA.Outcome != secretwrite.Written || res.ReleaseErr != nil {
 					t.Fatalf("the control: %+v, release %v", teamA, res.ReleaseErr)
 				}
 
 				return
 			}
 
-			if written || teamA.Outcome != fanout.Failed || !strings.Contains(teamA.Message, "held-by-another") {
+			if written || teamA.Outcome != secretwrite.Failed || !strings.Contains(teamA.Message, "held-by-another") {
 				t.Fatalf("a write after the Lease was lost: written %t, %+v", written, teamA)
 			}
 
 			for _, s := range res.Secrets { // the node templates were written before the nodes
-				if s.Outcome == fanout.Written && s.Role != plan.RoleTemplate {
+				if s.Outcome == secretwrite.Written && s.Role != plan.RoleTemplate {
 					t.Errorf("written after the Lease was lost: %+v", s)
 				}
 			}

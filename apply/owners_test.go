@@ -10,9 +10,9 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -81,7 +81,7 @@ func TestPlanNamesAnotherWriterOfAPullSecret(t *testing.T) {
 	}
 
 	for _, s := range res.Secrets {
-		if s.Namespace+"/"+s.Secret == where && s.Outcome != fanout.Written {
+		if s.Namespace+"/"+s.Secret == where && s.Outcome != secretwrite.Written {
 			t.Fatalf("apply did not write %s: %+v", where, s)
 		}
 	}

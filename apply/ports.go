@@ -10,15 +10,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
-	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/maintenance"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -138,16 +138,25 @@ type Suspensions interface {
 
 // PullSecrets are the fan-out's writes (internal/fanout on the cluster's clients).
 type PullSecrets interface {
-	Templates(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result
-	Consumers(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result
+	Templates(ctx context.Context, p *plan.Plan, o secretwrite.Options) []secretwrite.Result
+	Consumers(ctx context.Context, p *plan.Plan, o secretwrite.Options) []secretwrite.Result
 	// Root writes the root Flux secret unless heldBack says why not.
-	Root(ctx context.Context, p *plan.Plan, o fanout.Options, heldBack string) []fanout.Result
+	Root(ctx context.Context, p *plan.Plan, o secretwrite.Options, heldBack string) []secretwrite.Result
 }
 
 // Leasing takes the run Lease (lease.Acquire, on a client of its own) and starts its heartbeat,
 // which lasts until the Lease is released or ctx is done.
 type Leasing interface {
-	Acquire(ctx context.Context, o lease.Options) (RunLease, error)
+	Acquire(ctx context.Context, t LeaseTerms) (RunLease, error)
+}
+
+// LeaseTerms are the run Lease's terms: where it is, whose, how long it lasts and how often it is
+// renewed; where its warnings go, and the run's clock.
+type LeaseTerms struct {
+	Namespace, Name, Holder string
+	Duration, Heartbeat     time.Duration
+	Logf                    func(format string, args ...any)
+	Clock                   clock.Clock
 }
 
 // RunLease is the run Lease as the run holds it: the executor's checks, the fan-out's fresh check

@@ -7,10 +7,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -24,7 +24,7 @@ type Options struct {
 	Logger      hclog.Logger
 	Progress    progress.Func // what long steps report as they go (view.Progress words it)
 	Hooks       Hooks
-	SecretHooks fanout.Hooks
+	SecretHooks secretwrite.Hooks
 	// Observe, if set, sees every Event the run records (apply --json streams them).
 	Observe func(Event)
 }
@@ -58,7 +58,7 @@ type Result struct {
 	Plan       *plan.Plan
 	Holder     string
 	Nodes      []NodeResult
-	Secrets    []fanout.Result
+	Secrets    []secretwrite.Result
 	Reclaimed  []fence.Outcome // fences of terminated runs released before the run
 	ReleaseErr error           // the Lease could not be released after the run
 	// Cancelled is true when a signal stopped the run; MaxFailures is the failure budget it ran
@@ -100,7 +100,7 @@ func (r *Result) Deferred() []string {
 func (r *Result) Progressed() bool {
 	c := r.Counts()
 
-	return len(r.Deferred()) > 0 && !r.Cancelled && c.Failed()-c.Secrets[fanout.HeldBack] == 0
+	return len(r.Deferred()) > 0 && !r.Cancelled && c.Failed()-c.Secrets[secretwrite.HeldBack] == 0
 }
 
 // SafeToRevoke reports whether the run ended with the old credential used by nothing.
@@ -123,14 +123,14 @@ func (r *Result) Held() []string {
 // code all read them.
 type Counts struct {
 	Nodes     map[state.Outcome]int
-	Secrets   map[fanout.Outcome]int // consumer and root pull secrets
-	Templates map[fanout.Outcome]int // node templates
-	FluxLeft  int                    // Flux Kustomizations left suspended
+	Secrets   map[secretwrite.Outcome]int // consumer and root pull secrets
+	Templates map[secretwrite.Outcome]int // node templates
+	FluxLeft  int                         // Flux Kustomizations left suspended
 }
 
 // Counts counts the run's outcomes.
 func (r *Result) Counts() Counts {
-	c := Counts{Nodes: map[state.Outcome]int{}, Secrets: map[fanout.Outcome]int{}, Templates: map[fanout.Outcome]int{}}
+	c := Counts{Nodes: map[state.Outcome]int{}, Secrets: map[secretwrite.Outcome]int{}, Templates: map[secretwrite.Outcome]int{}}
 
 	for _, n := range r.Nodes {
 		c.Nodes[n.Outcome]++
@@ -156,8 +156,8 @@ func (r *Result) Counts() Counts {
 // Failed counts the parts of the run that failed: nodes, pull secrets and node templates, a
 // held-back root (the rotation is not done), Flux Kustomizations left suspended.
 func (c Counts) Failed() int {
-	return c.Nodes[state.OutcomeFailed] + c.Secrets[fanout.Failed] + c.Secrets[fanout.HeldBack] +
-		c.Templates[fanout.Failed] + c.Templates[fanout.HeldBack] + c.FluxLeft
+	return c.Nodes[state.OutcomeFailed] + c.Secrets[secretwrite.Failed] + c.Secrets[secretwrite.HeldBack] +
+		c.Templates[secretwrite.Failed] + c.Templates[secretwrite.HeldBack] + c.FluxLeft
 }
 
 // Failed counts the parts of the run that failed (Counts.Failed).

@@ -19,12 +19,12 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -696,8 +696,10 @@ func (f runFlux) Kustomization(_ context.Context, ns, name string) (plan.Kustomi
 type runLeases struct{ w *runWorld }
 
 func (runLeases) Lease(context.Context, string, string) (*plan.Lease, error) { return nil, nil }
-func (runLeases) ReleaseLease(context.Context, string, string, string) error { return nil }
-func (l runLeases) ServerNow() (time.Time, bool)                             { return l.w.clock.Now(), true }
+func (runLeases) ReleaseLease(context.Context, string, string, string) (bool, error) {
+	return false, nil
+}
+func (l runLeases) ServerNow() (time.Time, bool) { return l.w.clock.Now(), true }
 
 type runEvents struct{}
 
@@ -707,14 +709,14 @@ func (runEvents) Record(context.Context, object.Ref, string, string, bool) error
 // runs beside the run: on the fake clock its waits would move the run's time on).
 type runLeasing struct{ w *runWorld }
 
-func (l runLeasing) Acquire(ctx context.Context, o lease.Options) (RunLease, error) {
+func (l runLeasing) Acquire(ctx context.Context, t LeaseTerms) (RunLease, error) {
 	l.w.world.mu.Lock()
 	l.w.record("lease acquire")
 	l.w.world.mu.Unlock()
 
-	o.Clock, o.Heartbeat = clock.System, 5*time.Millisecond
+	t.Clock, t.Heartbeat = clock.System, 5*time.Millisecond
 
-	held, err := lease.Acquire(ctx, l.w.kube, o)
+	held, err := lease.Acquire(ctx, l.w.kube, lease.Options(t))
 	if err != nil {
 		return nil, err
 	}
@@ -729,12 +731,12 @@ func (l runLeasing) Acquire(ctx context.Context, o lease.Options) (RunLease, err
 // fanout's (its Record), and the Lease asserted.
 type runSecrets struct{ w *runWorld }
 
-func (s runSecrets) Templates(context.Context, *plan.Plan, fanout.Options) []fanout.Result {
+func (s runSecrets) Templates(context.Context, *plan.Plan, secretwrite.Options) []secretwrite.Result {
 	return nil
 }
 
-func (s runSecrets) Consumers(ctx context.Context, p *plan.Plan, o fanout.Options) []fanout.Result {
-	var out []fanout.Result
+func (s runSecrets) Consumers(ctx context.Context, p *plan.Plan, o secretwrite.Options) []secretwrite.Result {
+	var out []secretwrite.Result
 
 	for _, sp := range p.Secrets {
 		if sp.Role != plan.RoleConsumer {
@@ -747,8 +749,8 @@ func (s runSecrets) Consumers(ctx context.Context, p *plan.Plan, o fanout.Option
 	return out
 }
 
-func (s runSecrets) Root(ctx context.Context, p *plan.Plan, o fanout.Options, heldBack string) []fanout.Result {
-	var out []fanout.Result
+func (s runSecrets) Root(ctx context.Context, p *plan.Plan, o secretwrite.Options, heldBack string) []secretwrite.Result {
+	var out []secretwrite.Result
 
 	for _, sp := range p.Secrets {
 		if sp.Role != plan.RoleRoot {
@@ -760,7 +762,7 @@ func (s runSecrets) Root(ctx context.Context, p *plan.Plan, o fanout.Options, he
 			s.w.record("root held back: %s", firstWords(heldBack, 12))
 			s.w.world.mu.Unlock()
 
-			out = append(out, fanout.Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: fanout.HeldBack, Message: heldBack})
+			out = append(out, secretwrite.Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: secretwrite.HeldBack, Message: heldBack})
 
 			continue
 		}
@@ -771,20 +773,20 @@ func (s runSecrets) Root(ctx context.Context, p *plan.Plan, o fanout.Options, he
 	return out
 }
 
-func (s runSecrets) write(ctx context.Context, sp plan.SecretPlan, o fanout.Options) fanout.Result {
-	r := fanout.Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: fanout.Unchanged}
+func (s runSecrets) write(ctx context.Context, sp plan.SecretPlan, o secretwrite.Options) secretwrite.Result {
+	r := secretwrite.Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: secretwrite.Unchanged}
 	if sp.Action != plan.SecretUpdate && sp.Action != plan.SecretCreate {
 		return r
 	}
 
 	if err := o.Assert(ctx); err != nil {
-		r.Outcome, r.Message = fanout.Failed, err.Error()
+		r.Outcome, r.Message = secretwrite.Failed, err.Error()
 
 		return r
 	}
 
 	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, "writing"); err != nil {
-		r.Outcome, r.Message = fanout.Failed, err.Error()
+		r.Outcome, r.Message = secretwrite.Failed, err.Error()
 
 		return r
 	}
@@ -794,7 +796,7 @@ func (s runSecrets) write(ctx context.Context, sp plan.SecretPlan, o fanout.Opti
 
 	s.w.record("write %s %s/%s", sp.Role, sp.Namespace, sp.Secret)
 	s.w.secrets[sp.Namespace+"/"+sp.Secret] = "new"
-	r.Outcome = fanout.Written
+	r.Outcome = secretwrite.Written
 
 	return r
 }

@@ -5,17 +5,17 @@ import (
 	"fmt"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
 // fanoutOptions are the fan-out's inputs: what it writes, and the state write before each write.
-func (r *run) fanoutOptions() fanout.Options {
+func (r *run) fanoutOptions() secretwrite.Options {
 	root := ""
 	if fr := r.in.Config.FluxRoot; fr != nil {
 		root = fr.OCIRepository
@@ -23,7 +23,7 @@ func (r *run) fanoutOptions() fanout.Options {
 
 	st, store := r.in.State, r.in.Store
 
-	return fanout.Options{
+	return secretwrite.Options{
 		Data: r.cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(r.in.Tenants), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
 		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name, Clock: r.in.Clock,
 		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
@@ -96,31 +96,31 @@ func (r *run) root(ctx context.Context) {
 }
 
 // secretOutcome logs a pull secret's outcome and records it as an Event on the Secret.
-func (r *run) secretOutcome(ctx context.Context, s fanout.Result) {
+func (r *run) secretOutcome(ctx context.Context, s secretwrite.Result) {
 	r.log.Info("pull secret", "secret", s.Namespace+"/"+s.Secret, "role", s.Role, "outcome", s.Outcome, "detail", s.Message)
 
 	switch s.Outcome {
-	case fanout.Written:
+	case secretwrite.Written:
 		what := "credential revision " + human.Short(r.p.CredentialRevision) + " (" + r.in.Config.Credential.Registry + " entry only)"
 		if cred, revision := r.desired(s.Namespace, s.Secret); cred != "" {
 			what = "credential " + cred + " at revision " + human.Short(revision)
 		}
 
 		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretWritten", "run "+r.res.Holder+" wrote "+what, false)
-	case fanout.Failed:
+	case secretwrite.Failed:
 		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncPullSecretFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
 }
 
 // templateOutcome logs a node template's outcome and records it as an Event on its Secret.
-func (r *run) templateOutcome(ctx context.Context, s fanout.Result) {
+func (r *run) templateOutcome(ctx context.Context, s secretwrite.Result) {
 	r.log.Info("node template", "secret", s.Namespace+"/"+s.Secret, "key", s.Key, "outcome", s.Outcome, "detail", s.Message)
 
 	switch s.Outcome {
-	case fanout.Written:
+	case secretwrite.Written:
 		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateWritten",
 			"run "+r.res.Holder+" wrote credential revision "+human.Short(r.p.CredentialRevision)+" into node template key "+s.Key, false)
-	case fanout.Failed:
+	case secretwrite.Failed:
 		r.event(ctx, object.SecretRef(s.Namespace, s.Secret), "GhcrsyncNodeTemplateFailed", "run "+r.res.Holder+": "+s.Message, true)
 	}
 }
@@ -133,15 +133,15 @@ func (r *run) settleSecrets() {
 	st, settled := r.in.State, 0
 
 	for _, res := range r.res.Secrets {
-		if res.Outcome != fanout.Unchanged {
+		if res.Outcome != secretwrite.Unchanged {
 			continue
 		}
 
 		for _, rec := range st.Secrets {
-			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(fanout.Failed)
+			unsettled := rec.Outcome == state.SecretWriting || rec.Outcome == string(secretwrite.Failed)
 			if rec.Namespace == res.Namespace && rec.Name == res.RecordName() && unsettled {
 				_, revision := r.desired(rec.Namespace, rec.Name)
-				rec.Outcome, rec.DesiredRevision, rec.Updated = string(fanout.Unchanged), revision, r.in.Clock.Now().UTC()
+				rec.Outcome, rec.DesiredRevision, rec.Updated = string(secretwrite.Unchanged), revision, r.in.Clock.Now().UTC()
 				st.PutSecret(rec)
 				settled++
 			}

@@ -19,11 +19,11 @@ import (
 
 	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/config"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/registry"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -48,7 +48,7 @@ func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 
 	res, err := applyCfg(ctx, applyOptions{
 		ConfigPath: r.cfg, PlanPath: path,
-		SecretHooks: fanout.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
+		SecretHooks: secretwrite.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
 			if attempt == 0 {
 				editTemplate(t, kube, func(cc map[string]any) { cc["imagesForArch"].(map[string]any)["arm64"] = "operator-added" })
 			}
@@ -59,11 +59,11 @@ func TestNodeTemplateRotatesWithTheFleet(t *testing.T) {
 	}
 
 	tr := templateResult(t, res.Secrets)
-	if tr.Outcome != fanout.Written || !strings.Contains(tr.Message, "after 1 concurrent write") {
+	if tr.Outcome != secretwrite.Written || !strings.Contains(tr.Message, "after 1 concurrent write") {
 		t.Fatalf("template: %+v", tr)
 	}
 
-	if root := res.Secrets[len(res.Secrets)-1]; root.Role != plan.RoleRoot || root.Outcome != fanout.Written {
+	if root := res.Secrets[len(res.Secrets)-1]; root.Role != plan.RoleRoot || root.Outcome != secretwrite.Written {
 		t.Fatalf("the root Flux secret after the template: %+v", root)
 	}
 
@@ -140,7 +140,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 
 	res, err := applyCfg(ctx, applyOptions{
 		ConfigPath: r.cfg, PlanPath: path,
-		SecretHooks: fanout.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
+		SecretHooks: secretwrite.Hooks{BetweenTemplateReadAndWrite: func(_ config.NodeTemplate, attempt int) {
 			if attempt != 0 {
 				return
 			}
@@ -162,11 +162,11 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if tr := templateResult(t, res.Secrets); tr.Outcome != fanout.Failed || !strings.Contains(tr.Message, "not base64") || !strings.Contains(tr.Message, "not written") {
+	if tr := templateResult(t, res.Secrets); tr.Outcome != secretwrite.Failed || !strings.Contains(tr.Message, "not base64") || !strings.Contains(tr.Message, "not written") {
 		t.Fatalf("template: %+v", tr)
 	}
 
-	if root := res.Secrets[len(res.Secrets)-1]; root.Outcome != fanout.HeldBack {
+	if root := res.Secrets[len(res.Secrets)-1]; root.Outcome != secretwrite.HeldBack {
 		t.Fatalf("the root Flux secret after a failed template: %+v", root)
 	}
 
@@ -178,7 +178,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 	recorded := false
 
 	for _, rec := range r.readState().Secrets {
-		if rec.Role == plan.RoleTemplate && rec.Name == sandbox.TemplateSecret+"["+sandbox.TemplateKey+"]" && rec.Outcome == string(fanout.Failed) {
+		if rec.Role == plan.RoleTemplate && rec.Name == sandbox.TemplateSecret+"["+sandbox.TemplateKey+"]" && rec.Outcome == string(secretwrite.Failed) {
 			recorded = true
 		}
 	}
@@ -221,7 +221,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if tr := templateResult(t, res.Secrets); tr.Outcome != fanout.Unchanged || !strings.Contains(tr.Message, "restarted to read it") {
+	if tr := templateResult(t, res.Secrets); tr.Outcome != secretwrite.Unchanged || !strings.Contains(tr.Message, "restarted to read it") {
 		t.Fatalf("the repaired template: %+v", tr)
 	}
 
@@ -234,7 +234,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 	})
 
 	for _, rec := range r.readState().Secrets {
-		if rec.Role == plan.RoleTemplate && rec.Outcome != string(fanout.Unchanged) {
+		if rec.Role == plan.RoleTemplate && rec.Outcome != string(secretwrite.Unchanged) {
 			t.Fatalf("the repaired template's record: %+v", rec)
 		}
 	}
@@ -244,7 +244,7 @@ func TestNodeTemplateConcurrentBreakageIsNotOverwritten(t *testing.T) {
 	}
 }
 
-func templateResult(t *testing.T, results []fanout.Result) fanout.Result {
+func templateResult(t *testing.T, results []secretwrite.Result) secretwrite.Result {
 	t.Helper()
 
 	for _, s := range results {
@@ -255,7 +255,7 @@ func templateResult(t *testing.T, results []fanout.Result) fanout.Result {
 
 	t.Fatalf("no node template among the results: %+v", results)
 
-	return fanout.Result{}
+	return secretwrite.Result{}
 }
 
 // templateJSON decodes the sandbox's HCLOUD_CLUSTER_CONFIG.
@@ -390,7 +390,7 @@ func TestRootWaitsForItsTemplateReadersRollout(t *testing.T) {
 			root, waited := rootOutcome(res), strings.Contains(r.log.String(), waits)
 
 			if tc.name == "a restart under way" {
-				if !waited || root.Outcome != fanout.Written || !res.SafeToRevoke() {
+				if !waited || root.Outcome != secretwrite.Written || !res.SafeToRevoke() {
 					t.Fatalf("the root after a reader's restart (waited: %t): %+v, verdict %s", waited, root, res.Verdict.Sentence())
 				}
 
@@ -398,7 +398,7 @@ func TestRootWaitsForItsTemplateReadersRollout(t *testing.T) {
 			}
 
 			where := plan.TemplateRef(sandbox.TemplateNamespace, sandbox.TemplateSecret, sandbox.TemplateKey)
-			if waited || root.Outcome != fanout.HeldBack || res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), where) {
+			if waited || root.Outcome != secretwrite.HeldBack || res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), where) {
 				t.Fatalf("a template put back to the old credential (waited: %t): root %+v, verdict %s", waited, root, res.Verdict.Sentence())
 			}
 		})

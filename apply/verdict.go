@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/clock"
-	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -44,7 +44,7 @@ func (r *run) rootInventory(ctx context.Context) (plan.Revocation, error) {
 
 	// Until's own answer (timed out, cancelled) leaves the last inventory standing.
 	_ = clock.Until(ctx, r.in.Clock, bound, readersPoll, func() (bool, error) {
-		snap, in, err := r.in.Fleet.Read(fleet.Reusing(ctx)) // the machines unchanged since the last relist are not asked again
+		snap, in, err := r.in.Fleet.Read(talos.Reusing(ctx)) // the machines unchanged since the last relist are not asked again
 		if err != nil {
 			readErr = err
 

@@ -15,10 +15,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/probe"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -29,14 +29,14 @@ import (
 // verdict — read from the cluster at the end — says so and keeps the root Flux secret back.
 
 // rootOutcome is what became of the root Flux secret in a run.
-func rootOutcome(res *apply.Result) fanout.Result {
+func rootOutcome(res *apply.Result) secretwrite.Result {
 	for _, s := range res.Secrets {
 		if s.Role == plan.RoleRoot {
 			return s
 		}
 	}
 
-	return fanout.Result{}
+	return secretwrite.Result{}
 }
 
 // restartAutoscaler rolls the autoscaler's Deployment and waits until it read the template again.
@@ -158,7 +158,7 @@ func TestLateNodeIsRotatedInTheSameRun(t *testing.T) {
 			}
 
 			if !tc.rotatable {
-				if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), late) || rootOutcome(res).Outcome != fanout.HeldBack {
+				if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), late) || rootOutcome(res).Outcome != secretwrite.HeldBack {
 					t.Fatalf("a late node left on the old credential: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 				}
 
@@ -170,7 +170,7 @@ func TestLateNodeIsRotatedInTheSameRun(t *testing.T) {
 				t.Fatalf("the late node: %+v", x)
 			}
 
-			if !res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.Written {
+			if !res.SafeToRevoke() || rootOutcome(res).Outcome != secretwrite.Written {
 				t.Fatalf("after rotating the late node: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 			}
 		})
@@ -219,7 +219,7 @@ func TestDeselectedCandidateIsReported(t *testing.T) {
 				return
 			}
 
-			if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), candidate) || rootOutcome(res).Outcome != fanout.HeldBack ||
+			if res.SafeToRevoke() || !strings.Contains(res.Verdict.Sentence(), candidate) || rootOutcome(res).Outcome != secretwrite.HeldBack ||
 				!strings.Contains(rootOutcome(res).Message, candidate) {
 				t.Fatalf("a deselected candidate on the old credential: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 			}
@@ -372,7 +372,7 @@ func TestProofThroughAnInjectedPullSecretIsRefused(t *testing.T) {
 		t.Fatalf("a proof through an injected pull secret: %+v", x)
 	}
 
-	if rootOutcome(res).Outcome != fanout.HeldBack {
+	if rootOutcome(res).Outcome != secretwrite.HeldBack {
 		t.Fatalf("the root after a refused proof: %+v", rootOutcome(res))
 	}
 
@@ -478,14 +478,14 @@ func TestConsumerRevertedBeforeTheRootIsCaught(t *testing.T) {
 			where := target + "/" + sandbox.ConsumerSecret
 
 			if !revert {
-				if !res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.Written {
+				if !res.SafeToRevoke() || rootOutcome(res).Outcome != secretwrite.Written {
 					t.Fatalf("without the revert: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 				}
 
 				return
 			}
 
-			if res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.HeldBack || !strings.Contains(rootOutcome(res).Message, where) ||
+			if res.SafeToRevoke() || rootOutcome(res).Outcome != secretwrite.HeldBack || !strings.Contains(rootOutcome(res).Message, where) ||
 				!strings.Contains(res.Verdict.Sentence(), where) {
 				t.Fatalf("a consumer reverted before the root: root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 			}
@@ -530,7 +530,7 @@ func TestNoRotatedNodeNeverSwitchesTheRoot(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if res.SafeToRevoke() || rootOutcome(res).Outcome != fanout.HeldBack || !strings.Contains(res.Verdict.Sentence(), tc.want) {
+			if res.SafeToRevoke() || rootOutcome(res).Outcome != secretwrite.HeldBack || !strings.Contains(res.Verdict.Sentence(), tc.want) {
 				t.Fatalf("root %+v, verdict %s", rootOutcome(res), res.Verdict.Sentence())
 			}
 		})
@@ -621,17 +621,17 @@ func TestConsumerThatReadsBackWrongHoldsTheRoot(t *testing.T) {
 	for _, s := range res.Secrets {
 		switch s.Namespace + "/" + s.Secret {
 		case target + "/" + sandbox.ConsumerSecret:
-			if s.Outcome != fanout.Failed || !strings.Contains(s.Message, "does not match what was written") {
+			if s.Outcome != secretwrite.Failed || !strings.Contains(s.Message, "does not match what was written") {
 				t.Errorf("the rewritten consumer: %+v", s)
 			}
 		case control + "/" + sandbox.ConsumerSecret:
-			if s.Outcome != fanout.Written {
+			if s.Outcome != secretwrite.Written {
 				t.Errorf("the control consumer: %+v", s)
 			}
 		}
 	}
 
-	if rootOutcome(res).Outcome != fanout.HeldBack || res.SafeToRevoke() {
+	if rootOutcome(res).Outcome != secretwrite.HeldBack || res.SafeToRevoke() {
 		t.Fatalf("root %+v, verdict %+v", rootOutcome(res), res.Verdict)
 	}
 }
@@ -763,7 +763,7 @@ func TestClusterPatchFailureIsNotHidden(t *testing.T) {
 			root := rootOutcome(res)
 
 			if tc.deny != sandbox.RootSecret {
-				if root.Outcome != fanout.Written || !res.SafeToRevoke() {
+				if root.Outcome != secretwrite.Written || !res.SafeToRevoke() {
 					t.Fatalf("the control: %+v\n%s", root, out.String())
 				}
 
@@ -773,7 +773,7 @@ func TestClusterPatchFailureIsNotHidden(t *testing.T) {
 			where := sandbox.RootNamespace + "/" + sandbox.RootSecret
 			// The result carries the answer's class; its own text, the policy's message, goes to the
 			// debug log only (an admission answer may quote what it refused).
-			if root.Outcome != fanout.Failed || !strings.Contains(root.Message, "422 Invalid") || res.SafeToRevoke() ||
+			if root.Outcome != secretwrite.Failed || !strings.Contains(root.Message, "422 Invalid") || res.SafeToRevoke() ||
 				!strings.Contains(r.log.String(), "frozen for a change window") {
 				t.Fatalf("a refused root: %+v", root)
 			}

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -14,8 +15,8 @@ import (
 // apply runs. It returns each write's error by object ("ns/name"; a template "ns/name[key]"),
 // nil for one the server admitted. The node templates are tried on templates, the client apply
 // writes them with (the template identity's).
-func DryRun(ctx context.Context, kube, templates kubernetes.Interface, p *plan.Plan, o Options) map[string]error {
-	o.dryRun, o.Hooks = true, Hooks{}
+func DryRun(ctx context.Context, kube, templates kubernetes.Interface, p *plan.Plan, o secretwrite.Options) map[string]error {
+	o.DryRun, o.Hooks = true, secretwrite.Hooks{}
 	o.Assert = func(context.Context) error { return nil } // no Lease: nothing is written
 
 	out := map[string]error{}

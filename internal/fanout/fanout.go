@@ -14,7 +14,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,85 +29,17 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
-// Outcome is what became of a pull secret.
-type Outcome string
+// clockOf is the fan-out's clock (Options.Clock, clock.System when unset).
+func clockOf(o secretwrite.Options) clock.Clock { return clock.Or(o.Clock) }
 
-// Outcomes of a pull secret.
-const (
-	Written   Outcome = "written"
-	Unchanged Outcome = "unchanged"
-	Skipped   Outcome = "skipped"
-	Failed    Outcome = "failed"
-	HeldBack  Outcome = "held-back"
-)
-
-// Result is one pull secret's or node template's outcome.
-type Result struct {
-	Namespace, Secret, Role string
-	Key                     string // a node template's key in the Secret ("" for a pull secret)
-	Outcome                 Outcome
-	Message                 string
-}
-
-// RecordName is the name the state records the write under: the Secret, or for a node template
-// the Secret and its key.
-func (r Result) RecordName() string { return recordName(r.Secret, r.Key) }
-
-func recordName(secret, key string) string {
-	if key == "" {
-		return secret
-	}
-
-	return secret + "[" + key + "]"
-}
-
-// Hooks let tests act at exact points.
-type Hooks struct {
-	// BetweenReadAndWrite runs after a secret was read and before it is written.
-	BetweenReadAndWrite func(namespace, name string, attempt int)
-	// BetweenTemplateReadAndWrite runs after a node template was read and rewritten in memory,
-	// before the update.
-	BetweenTemplateReadAndWrite func(t config.NodeTemplate, attempt int)
-}
-
-// Options configure a fan-out.
-type Options struct {
-	Data []byte // the dockerconfigjson to write
-	// Tenants are the tenant credentials' dockerconfigjson, by credential name: a pull secret of
-	// a tenant (its plan entry's Credential) receives its tenant's, never Data.
-	Tenants map[string][]byte
-	// Configuration and Credential are the marks every written pull secret carries (the
-	// configuration's identity, the cluster credential's name; a tenant's secret its own).
-	Configuration, Credential string
-	// Registry, Username and Password are the credential the node templates receive.
-	Registry, Username, Password string
-	// Templates are the configured node templates (their plan entries say which need a write).
-	Templates     []config.NodeTemplate
-	OCIRepository string // reconciled after the root secret changed ("" = none)
-	// Assert reports an error unless the run still holds its Lease, read from the API now: it
-	// runs before each write is recorded and again between the write's read and the write
-	// itself, so a Lease taken or deleted since the heartbeat's last look writes nothing.
-	Assert func(context.Context) error
-	Record func(namespace, name, role, outcome string) error // state write before each mutation
-	Hooks  Hooks
-	// Log receives the full text of an API answer a result names only by class (redact.Logged).
-	Log hclog.Logger
-	// Clock times the restarts and the waits between attempts (nil: clock.System).
-	Clock clock.Clock
-
-	dryRun bool // every write is a server-side dry run (DryRun)
-}
-
-// clock is the fan-out's clock (Options.Clock, clock.System when unset).
-func (o Options) clock() clock.Clock { return clock.Or(o.Clock) }
-
-// data is what the pull secret receives: its credential's dockerconfigjson (nil: a tenant this
+// dataFor is what the pull secret receives: its credential's dockerconfigjson (nil: a tenant this
 // run was not given, which writes nothing).
-func (o Options) data(sp plan.SecretPlan) []byte {
+func dataFor(o secretwrite.Options, sp plan.SecretPlan) []byte {
 	if sp.Credential == "" {
 		return o.Data
 	}
@@ -116,8 +47,8 @@ func (o Options) data(sp plan.SecretPlan) []byte {
 	return o.Tenants[sp.Credential]
 }
 
-// marks are the annotations that say which configuration and credential wrote the secret.
-func (o Options) marks(sp plan.SecretPlan) map[string]string {
+// marksFor are the annotations that say which configuration and credential wrote the secret.
+func marksFor(o secretwrite.Options, sp plan.SecretPlan) map[string]string {
 	name := cluster.CredentialMark(sp.Credential, o.Credential)
 
 	out := map[string]string{}
@@ -133,8 +64,8 @@ func (o Options) marks(sp plan.SecretPlan) map[string]string {
 }
 
 // writeMode is the write's dryRun option: All in a dry run, none otherwise.
-func (o Options) writeMode() []string {
-	if o.dryRun {
+func writeMode(o secretwrite.Options) []string {
+	if o.DryRun {
 		return []string{metav1.DryRunAll}
 	}
 
@@ -142,8 +73,8 @@ func (o Options) writeMode() []string {
 }
 
 // Consumers writes every consumer pull secret of the plan.
-func Consumers(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) []Result {
-	var out []Result
+func Consumers(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o secretwrite.Options) []secretwrite.Result {
+	var out []secretwrite.Result
 
 	for _, sp := range p.Secrets {
 		if sp.Role != plan.RoleRoot {
@@ -156,8 +87,8 @@ func Consumers(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o O
 
 // Templates writes the node templates: before any node is fenced, so machines created during
 // the run boot with the new credential.
-func Templates(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o Options) []Result {
-	out := make([]Result, 0, len(o.Templates))
+func Templates(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o secretwrite.Options) []secretwrite.Result {
+	out := make([]secretwrite.Result, 0, len(o.Templates))
 
 	for _, t := range o.Templates {
 		out = append(out, writeTemplate(ctx, kube, t, p, o))
@@ -169,8 +100,8 @@ func Templates(ctx context.Context, kube kubernetes.Interface, p *plan.Plan, o O
 // Root writes the root Flux secret — last, and only when heldBack is "": otherwise it keeps its
 // old credential and heldBack says why (something still uses the old one). A written root is
 // followed by a reconcile request of the OCIRepository, if one is configured.
-func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o Options, heldBack string) []Result {
-	var out []Result
+func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, p *plan.Plan, o secretwrite.Options, heldBack string) []secretwrite.Result {
+	var out []secretwrite.Result
 
 	for _, sp := range p.Secrets {
 		if sp.Role != plan.RoleRoot {
@@ -181,11 +112,11 @@ func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface,
 		case sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate:
 			out = append(out, result(sp, skippedOrUnchanged(sp), sp.Reason))
 		case heldBack != "":
-			out = append(out, result(sp, HeldBack, "the root Flux secret keeps its old credential: "+heldBack))
+			out = append(out, result(sp, secretwrite.HeldBack, "the root Flux secret keeps its old credential: "+heldBack))
 		default:
 			r := write(ctx, kube, sp, o)
-			if r.Outcome == Written && o.OCIRepository != "" {
-				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, o.clock().Now())
+			if r.Outcome == secretwrite.Written && o.OCIRepository != "" {
+				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, clockOf(o).Now())
 			}
 
 			out = append(out, r)
@@ -195,16 +126,16 @@ func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface,
 	return out
 }
 
-func result(sp plan.SecretPlan, outcome Outcome, msg string) Result {
-	return Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: outcome, Message: msg}
+func result(sp plan.SecretPlan, outcome secretwrite.Outcome, msg string) secretwrite.Result {
+	return secretwrite.Result{Namespace: sp.Namespace, Secret: sp.Secret, Role: sp.Role, Outcome: outcome, Message: msg}
 }
 
-func skippedOrUnchanged(sp plan.SecretPlan) Outcome {
+func skippedOrUnchanged(sp plan.SecretPlan) secretwrite.Outcome {
 	if sp.Action == plan.SecretSkip {
-		return Skipped
+		return secretwrite.Skipped
 	}
 
-	return Unchanged
+	return secretwrite.Unchanged
 }
 
 var (
@@ -228,12 +159,12 @@ func namespaceGone(err error) bool {
 
 // write creates or compare-and-swap updates the secret, reads it back, and adds it to its
 // service accounts.
-func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o Options) Result {
+func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o secretwrite.Options) secretwrite.Result {
 	if sp.Action != plan.SecretCreate && sp.Action != plan.SecretUpdate {
 		return result(sp, skippedOrUnchanged(sp), sp.Reason)
 	}
 
-	fail := func(err error) Result { return result(sp, Failed, redact.Logged(o.Log, err)) }
+	fail := func(err error) secretwrite.Result { return result(sp, secretwrite.Failed, redact.Logged(o.Log, err)) }
 
 	if err := o.Assert(ctx); err != nil {
 		return fail(fmt.Errorf("not written: %w", err))
@@ -248,11 +179,11 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 
 	retries, err := put(ctx, secrets, sp, o)
 	if errors.Is(err, errNamespaceGone) {
-		if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(Skipped)); err != nil {
+		if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(secretwrite.Skipped)); err != nil {
 			return fail(err)
 		}
 
-		return result(sp, Skipped, err.Error()+" (or is being deleted): no pod there can pull with it; nothing written")
+		return result(sp, secretwrite.Skipped, err.Error()+" (or is being deleted): no pod there can pull with it; nothing written")
 	}
 
 	if err != nil {
@@ -263,7 +194,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 	switch {
 	case err != nil:
 		return fail(fmt.Errorf("read-back of %s failed: %w", where, err))
-	case !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], o.data(sp)):
+	case !bytes.Equal(back.Data[corev1.DockerConfigJsonKey], dataFor(o, sp)):
 		return fail(fmt.Errorf("read-back of %s does not match what was written", where))
 	}
 
@@ -273,7 +204,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 		}
 	}
 
-	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(Written)); err != nil {
+	if err := o.Record(sp.Namespace, sp.Secret, sp.Role, string(secretwrite.Written)); err != nil {
 		return fail(err)
 	}
 
@@ -286,7 +217,7 @@ func write(ctx context.Context, kube kubernetes.Interface, sp plan.SecretPlan, o
 		msg += "; referenced from service account(s) " + fmt.Sprint(sp.ServiceAccounts)
 	}
 
-	return result(sp, Written, msg)
+	return result(sp, secretwrite.Written, msg)
 }
 
 // pullSecret is the pull secret sp names, as ghcrsync creates it: dockerconfigjson holding data,
@@ -321,26 +252,26 @@ func withCredential(cur *corev1.Secret, data []byte, marks map[string]string) *c
 // put creates the secret, or compare-and-swap updates it (carrying the read resourceVersion),
 // re-reading and retrying when another writer got in between. It refuses a secret that became
 // managed by another controller or changed type since the plan.
-func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.SecretPlan, o Options) (retries int, err error) {
+func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.SecretPlan, o secretwrite.Options) (retries int, err error) {
 	where := sp.Namespace + "/" + sp.Secret
 
-	data := o.data(sp)
+	data := dataFor(o, sp)
 	if len(data) == 0 {
 		return 0, fmt.Errorf("%s: this run holds no credential %q to write; not written", where, sp.Credential)
 	}
 
-	return landed(ctx, o.clock(), where, func(attempt int) error {
+	return landed(ctx, clockOf(o), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, sp.Secret, metav1.GetOptions{})
 
 		switch {
 		case apierrors.IsNotFound(err):
-			o.Hooks.between(sp, attempt)
+			between(o.Hooks, sp, attempt)
 
 			if err := o.Assert(ctx); err != nil {
 				return fmt.Errorf("%s not written: %w", where, err)
 			}
 
-			_, err = secrets.Create(ctx, pullSecret(sp, data, o.marks(sp)), metav1.CreateOptions{DryRun: o.writeMode()})
+			_, err = secrets.Create(ctx, pullSecret(sp, data, marksFor(o, sp)), metav1.CreateOptions{DryRun: writeMode(o)})
 			if namespaceGone(err) {
 				return fmt.Errorf("%s: %w", where, errNamespaceGone)
 			}
@@ -350,16 +281,16 @@ func put(ctx context.Context, secrets typedcorev1.SecretInterface, sp plan.Secre
 			return fmt.Errorf("%s became managed by %s since the plan: %w; not written", where, cluster.Foreign(cur), errForeign)
 		case cur.Type != corev1.SecretTypeDockerConfigJson:
 			return fmt.Errorf("%s is now of type %s: not written", where, cur.Type)
-		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data) && marked(cur, o.marks(sp)):
+		case bytes.Equal(cur.Data[corev1.DockerConfigJsonKey], data) && marked(cur, marksFor(o, sp)):
 			return nil
 		default:
-			o.Hooks.between(sp, attempt)
+			between(o.Hooks, sp, attempt)
 
 			if err := o.Assert(ctx); err != nil {
 				return fmt.Errorf("%s not written: %w", where, err)
 			}
 
-			_, err = secrets.Update(ctx, withCredential(cur, data, o.marks(sp)), metav1.UpdateOptions{DryRun: o.writeMode()})
+			_, err = secrets.Update(ctx, withCredential(cur, data, marksFor(o, sp)), metav1.UpdateOptions{DryRun: writeMode(o)})
 		}
 
 		if err != nil {
@@ -405,13 +336,13 @@ func landed(ctx context.Context, clk clock.Clock, where string, attempt func(n i
 	return retries, fmt.Errorf("%s kept changing under concurrent writers; not written", where)
 }
 
-func (h Hooks) betweenTemplate(t config.NodeTemplate, attempt int) {
+func betweenTemplate(h secretwrite.Hooks, t config.NodeTemplate, attempt int) {
 	if h.BetweenTemplateReadAndWrite != nil {
 		h.BetweenTemplateReadAndWrite(t, attempt)
 	}
 }
 
-func (h Hooks) between(sp plan.SecretPlan, attempt int) {
+func between(h secretwrite.Hooks, sp plan.SecretPlan, attempt int) {
 	if h.BetweenReadAndWrite != nil {
 		h.BetweenReadAndWrite(sp.Namespace, sp.Secret, attempt)
 	}

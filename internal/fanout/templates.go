@@ -18,6 +18,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/nodetemplate"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -26,8 +27,8 @@ import (
 // compare-and-swap update of the Secret's key (re-read, re-checked and rewritten when another
 // writer got in between, so their change and ours are both kept), read back and checked, then the
 // optional rollout restart of the autoscaler that reads it.
-func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, p *plan.Plan, o Options) Result {
-	res := Result{Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Role: plan.RoleTemplate}
+func writeTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, p *plan.Plan, o secretwrite.Options) secretwrite.Result {
+	res := secretwrite.Result{Namespace: t.Namespace, Secret: t.Secret, Key: t.Key, Role: plan.RoleTemplate}
 	pools, update, restartOnly := templateActions(p, t)
 
 	if !update {
@@ -53,16 +54,16 @@ func templateActions(p *plan.Plan, t config.NodeTemplate) (pools []string, updat
 
 // leaveTemplate is a template that carries the credential already: unchanged, its reader
 // restarted when it had not read it since it changed.
-func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options, res Result, restartOnly bool) Result {
+func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o secretwrite.Options, res secretwrite.Result, restartOnly bool) secretwrite.Result {
 	unchanged := "already carries the credential (auth digest " + human.Short(authdigest.Of(o.Username, o.Password)) + ")"
-	res.Outcome, res.Message = Unchanged, unchanged
+	res.Outcome, res.Message = secretwrite.Unchanged, unchanged
 
 	if !restartOnly || t.RestartDeployment == "" {
 		return res
 	}
 
-	fail := func(err error) Result {
-		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
+	fail := func(err error) secretwrite.Result {
+		res.Outcome, res.Message = secretwrite.Failed, redact.Logged(o.Log, err)
 
 		return res
 	}
@@ -71,7 +72,7 @@ func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 		return fail(fmt.Errorf("its reader not restarted: %w", err))
 	}
 
-	if err := restart(ctx, o.clock(), kube, t.RestartDeployment); err != nil {
+	if err := restart(ctx, clockOf(o), kube, t.RestartDeployment); err != nil {
 		return fail(fmt.Errorf("%s, but its reader had not restarted since it changed, and the rollout restart of deployment %s failed: %w (restart it by hand)",
 			unchanged, t.RestartDeployment, err))
 	}
@@ -83,28 +84,28 @@ func leaveTemplate(ctx context.Context, kube kubernetes.Interface, t config.Node
 
 // rewriteTemplate writes the credential into the template's pools (recorded before and after),
 // reads it back and restarts its reader.
-func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options, res Result, pools []string) Result {
+func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o secretwrite.Options, res secretwrite.Result, pools []string) secretwrite.Result {
 	if err := o.Assert(ctx); err != nil {
-		res.Outcome, res.Message = Failed, redact.Logged(o.Log, fmt.Errorf("not written: %w", err))
+		res.Outcome, res.Message = secretwrite.Failed, redact.Logged(o.Log, fmt.Errorf("not written: %w", err))
 
 		return res
 	}
 
-	record := recordName(t.Secret, t.Key)
+	record := secretwrite.RecordNameOf(t.Secret, t.Key)
 
 	if err := o.Record(t.Namespace, record, plan.RoleTemplate, state.SecretWriting); err != nil {
-		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
+		res.Outcome, res.Message = secretwrite.Failed, redact.Logged(o.Log, err)
 
 		return res
 	}
 
 	// From here a failure is recorded as such: the state must not say a write is in flight.
-	fail := func(err error) Result {
-		if rerr := o.Record(t.Namespace, record, plan.RoleTemplate, string(Failed)); rerr != nil {
+	fail := func(err error) secretwrite.Result {
+		if rerr := o.Record(t.Namespace, record, plan.RoleTemplate, string(secretwrite.Failed)); rerr != nil {
 			err = fmt.Errorf("%w (and recording the failure in the state failed: %w)", err, rerr)
 		}
 
-		res.Outcome, res.Message = Failed, redact.Logged(o.Log, err)
+		res.Outcome, res.Message = secretwrite.Failed, redact.Logged(o.Log, err)
 
 		return res
 	}
@@ -124,7 +125,7 @@ func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.No
 	}
 
 	if t.RestartDeployment != "" {
-		if err := restart(ctx, o.clock(), kube, t.RestartDeployment); err != nil {
+		if err := restart(ctx, clockOf(o), kube, t.RestartDeployment); err != nil {
 			return fail(fmt.Errorf("%s; but the rollout restart of deployment %s failed: %w (restart it by hand so the autoscaler reads the template)",
 				msg, t.RestartDeployment, err))
 		}
@@ -132,11 +133,11 @@ func rewriteTemplate(ctx context.Context, kube kubernetes.Interface, t config.No
 		msg += "; deployment " + t.RestartDeployment + " restarted to read it"
 	}
 
-	if err := o.Record(t.Namespace, record, plan.RoleTemplate, string(Written)); err != nil {
+	if err := o.Record(t.Namespace, record, plan.RoleTemplate, string(secretwrite.Written)); err != nil {
 		return fail(err)
 	}
 
-	res.Outcome, res.Message = Written, msg
+	res.Outcome, res.Message = secretwrite.Written, msg
 
 	return res
 }
@@ -151,11 +152,11 @@ func describePools(pools []string) string {
 
 // putTemplate is the compare-and-swap loop: read, rewrite the credential only, update carrying
 // the read resourceVersion; on a conflict start over from a fresh read.
-func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options) (retries int, err error) {
+func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o secretwrite.Options) (retries int, err error) {
 	secrets := kube.CoreV1().Secrets(t.Namespace)
 	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
 
-	return landed(ctx, o.clock(), where, func(attempt int) error {
+	return landed(ctx, clockOf(o), where, func(attempt int) error {
 		cur, err := secrets.Get(ctx, t.Secret, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read %s: %w; not written", where, err)
@@ -175,7 +176,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 			return nil
 		}
 
-		o.Hooks.betweenTemplate(t, attempt)
+		betweenTemplate(o.Hooks, t, attempt)
 
 		if err := o.Assert(ctx); err != nil {
 			return fmt.Errorf("%s not written: %w", where, err)
@@ -184,7 +185,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 		upd := cur.DeepCopy()
 		upd.Data[t.Key] = next
 
-		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{DryRun: o.writeMode()}); err != nil {
+		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{DryRun: writeMode(o)}); err != nil {
 			return fmt.Errorf("write %s: %w", where, err)
 		}
 
@@ -193,7 +194,7 @@ func putTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTe
 }
 
 // readBackTemplate checks that every selected config of the template now carries the credential.
-func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o Options) error {
+func readBackTemplate(ctx context.Context, kube kubernetes.Interface, t config.NodeTemplate, o secretwrite.Options) error {
 	where := fmt.Sprintf("node template %s/%s[%s]", t.Namespace, t.Secret, t.Key)
 
 	back, err := kube.CoreV1().Secrets(t.Namespace).Get(ctx, t.Secret, metav1.GetOptions{})

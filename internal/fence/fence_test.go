@@ -3,13 +3,14 @@ package fence_test
 import (
 	"bytes"
 	"errors"
-	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"

@@ -219,7 +219,7 @@ func checkHolders(ctx context.Context, pods liveness.Source, o Observation, sour
 	return verdicts
 }
 
-// podCheck asks pods (liveness.Pod, nil: not asked) about a holder's pod.
+// podCheck asks pods (cluster.PodLiveness, nil: not asked) about a holder's pod.
 func podCheck(ctx context.Context, pods liveness.Source, id holder.ID) (liveness.Verdict, error) {
 	if pods == nil {
 		return liveness.Verdict{}, nil

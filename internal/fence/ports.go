@@ -26,7 +26,9 @@ type Nodes interface {
 // clock (ok is false before it has answered).
 type Leases interface {
 	Lease(ctx context.Context, namespace, name string) (*plan.Lease, error)
-	ReleaseLease(ctx context.Context, namespace, name, holder string) error
+	// ReleaseLease gives holder's Lease back; gone is true when it no longer exists (nothing to
+	// release).
+	ReleaseLease(ctx context.Context, namespace, name, holder string) (gone bool, err error)
 	ServerNow() (now time.Time, ok bool)
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/answer"
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/drain"
-	"github.com/ghcrsync/ghcrsync/internal/lease"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/progress"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
@@ -175,11 +174,12 @@ func releaseLease(ctx context.Context, leases Leases, f Fence, nodeFailed bool) 
 	}
 
 	ns, name, _ := strings.Cut(f.Name, "/")
-	if err := leases.ReleaseLease(ctx, ns, name, f.Holder); err != nil {
-		if lease.IsDeleted(err) {
-			return Outcome{Fence: f, Released: true, Message: "the Lease no longer exists: nothing to release"}
-		}
+	gone, err := leases.ReleaseLease(ctx, ns, name, f.Holder)
 
+	switch {
+	case gone:
+		return Outcome{Fence: f, Released: true, Message: "the Lease no longer exists: nothing to release"}
+	case err != nil:
 		return Outcome{Fence: f, Message: "not released: " + redact.Error(err)}
 	}
 

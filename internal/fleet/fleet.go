@@ -26,10 +26,45 @@ type Facts interface {
 	FillFacts(ctx context.Context, nodes []plan.Node, registry string, parallel int) map[string]talos.Read
 }
 
+// Cluster is the Kubernetes API as the fleet reader reads it (cluster.Connection): its Nodes and
+// what runs on them, the secrets it writes and watches, and the run's own objects.
+type Cluster interface {
+	NodeReader
+	SecretReader
+	RunReader
+}
+
+// NodeReader reads the Nodes (those the selector picks, and the rest), the pods' image pull
+// secrets, the machines being provisioned, and the cluster's identity.
+type NodeReader interface {
+	ClusterUID(ctx context.Context) (string, error)
+	Nodes(ctx context.Context, selector string) (fleet, outside []plan.Node, err error)
+	Pods(ctx context.Context, registry string) (cluster.PodsObs, error)
+	Provisioning(ctx context.Context) (*plan.AutoscalerObs, error)
+}
+
+// SecretReader reads the pull secrets and node templates, and the namespaces a selector picks.
+type SecretReader interface {
+	ObserveSecret(ctx context.Context, t cluster.SecretTarget, registry string) (plan.SecretObs, *credential.Credential, error)
+	SelectedNamespaces(ctx context.Context, selector string) ([]string, error)
+	TemplateReader(ctx context.Context, nsName string) (*plan.ReaderObs, error)
+	TemplateValue(ctx context.Context, namespace, name, key string) ([]byte, cluster.TemplateMeta, error)
+}
+
+// RunReader reads the run Lease and the Flux Kustomizations a run suspends.
+type RunReader interface {
+	Lease(ctx context.Context, namespace, name string) (*plan.Lease, error)
+	Kustomization(ctx context.Context, ns, name string) (plan.KustomizationObs, error)
+}
+
+var _ Cluster = (*cluster.Connection)(nil)
+
 // Reader reads the fleet the configuration names, on the clients it is handed.
 type Reader struct {
 	Config *config.Config
-	Kube   *cluster.Connection
+	Kube   Cluster
+	// Endpoint is the API server's host the snapshot names.
+	Endpoint string
 	// Talos connects the Talos client when a read first needs it.
 	Talos func(ctx context.Context) (Facts, error)
 	Clock clock.Clock
@@ -101,7 +136,7 @@ func (r *Reader) Read(ctx context.Context) (plan.Snapshot, Memory, error) {
 		}
 	}
 
-	return plan.Snapshot{TakenAt: r.Clock.Now().UTC(), APIEndpoint: r.Kube.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: plan.Identities(outside),
+	return plan.Snapshot{TakenAt: r.Clock.Now().UTC(), APIEndpoint: r.Endpoint, ClusterUID: uid, Nodes: nodes, OtherNodes: plan.Identities(outside),
 		Outside: outside, Lease: lease, Secrets: secrets, Templates: templates, Kustomizations: kustomizations, PullSecretRefs: refs, Autoscaler: autoscaler}, mem, nil
 }
 
@@ -384,8 +419,3 @@ func (r *Reader) HeldByNodes(ctx context.Context) ([]Held, error) {
 
 	return held, nil
 }
-
-// Reusing marks ctx for a read that may reuse the Talos facts of a node unchanged since the last
-// whole read (talos.Reusing): the late-node relists and the root's judgement, never plan or the
-// verdict.
-func Reusing(ctx context.Context) context.Context { return talos.Reusing(ctx) }

@@ -68,7 +68,7 @@ func RunRef(explicit string) string {
 
 // The downward API's names for the pod a run is in (docs/deploy/job.yaml sets them): its run ref
 // is then pod:NAMESPACE/NAME/UID, and a later run can ask the API server whether that pod is over
-// (liveness.Pod).
+// (cluster.PodLiveness).
 const (
 	PodNamespaceEnv = "GHCRSYNC_POD_NAMESPACE"
 	PodNameEnv      = "GHCRSYNC_POD_NAME"

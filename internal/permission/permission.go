@@ -79,7 +79,7 @@ func Needs(cfg *config.Config, command string, targets []cluster.SecretTarget) [
 func releaseNeeds(cfg *config.Config, kubeState bool) []cluster.Access {
 	needs := []cluster.Access{
 		// The pod a run in the cluster ran in: ended or gone, its fences are releasable
-		// without --holder (liveness.Pod). plan and apply list pods already.
+		// without --holder (cluster.PodLiveness). plan and apply list pods already.
 		access("list", "", "pods", "", ""),
 		access("patch", "", "nodes", "", ""),
 		access("patch", "coordination.k8s.io", "leases", cfg.Lease.Namespace, cfg.Lease.Name),

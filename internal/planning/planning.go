@@ -17,12 +17,12 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	"github.com/ghcrsync/ghcrsync/internal/pool"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/internal/window"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -71,7 +71,7 @@ type Talos interface {
 
 // Writes are the fan-out's writes made as server-side dry runs (fanout.DryRun on a client).
 type Writes interface {
-	DryRun(ctx context.Context, p *plan.Plan, o fanout.Options) map[string]error
+	DryRun(ctx context.Context, p *plan.Plan, o secretwrite.Options) map[string]error
 }
 
 // Admission is the API server asked whether the runtime probe's pod would be admitted on a node.
@@ -240,7 +240,7 @@ func (pl *Planner) dryRunWrites(ctx context.Context, snap *plan.Snapshot, p *pla
 		return 0
 	}
 
-	answers := pl.Writes.DryRun(ctx, p, fanout.Options{
+	answers := pl.Writes.DryRun(ctx, p, secretwrite.Options{
 		Data: cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(tenants), Registry: pl.Config.Credential.Registry, Username: cred.Username, Password: cred.Password(),
 		Templates: pl.Config.NodeTemplates, Configuration: pl.Config.Identity(), Credential: pl.Config.Credential.Name,
 	})

@@ -20,11 +20,11 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/config"
 	"github.com/ghcrsync/ghcrsync/internal/credential"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fleet"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/secretfile"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -120,7 +120,7 @@ func (w *world) calls() []string {
 
 type writes struct{ w *world }
 
-func (d writes) DryRun(_ context.Context, p *plan.Plan, _ fanout.Options) map[string]error {
+func (d writes) DryRun(_ context.Context, p *plan.Plan, _ secretwrite.Options) map[string]error {
 	d.w.log = append(d.w.log, "write dry run")
 
 	return d.w.writeRefused

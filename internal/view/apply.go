@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/human"
 	leasepkg "github.com/ghcrsync/ghcrsync/internal/lease"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -349,7 +349,7 @@ func applyFlux(w io.Writer, res *apply.Result, c apply.Counts) {
 	}
 }
 
-var secretMarks = map[fanout.Outcome]string{fanout.Written: "✓", fanout.Unchanged: "=", fanout.Skipped: "-", fanout.Failed: "✗", fanout.HeldBack: "✗"}
+var secretMarks = map[secretwrite.Outcome]string{secretwrite.Written: "✓", secretwrite.Unchanged: "=", secretwrite.Skipped: "-", secretwrite.Failed: "✗", secretwrite.HeldBack: "✗"}
 
 // applySecrets renders the fan-out.
 func applySecrets(w io.Writer, res *apply.Result, c apply.Counts) {
@@ -372,13 +372,13 @@ func applySecrets(w io.Writer, res *apply.Result, c apply.Counts) {
 	}
 
 	fmt.Fprintf(w, "\nPull secrets: %d written, %d unchanged, %d left alone, %d failed, %d held back.\n",
-		counts[fanout.Written], counts[fanout.Unchanged], counts[fanout.Skipped], counts[fanout.Failed], counts[fanout.HeldBack])
+		counts[secretwrite.Written], counts[secretwrite.Unchanged], counts[secretwrite.Skipped], counts[secretwrite.Failed], counts[secretwrite.HeldBack])
 
 	if len(templates) > 0 {
-		fmt.Fprintf(w, "Node templates: %d written, %d unchanged, %d failed.\n", templates[fanout.Written], templates[fanout.Unchanged], templates[fanout.Failed])
+		fmt.Fprintf(w, "Node templates: %d written, %d unchanged, %d failed.\n", templates[secretwrite.Written], templates[secretwrite.Unchanged], templates[secretwrite.Failed])
 	}
 
-	if counts[fanout.HeldBack] > 0 {
+	if counts[secretwrite.HeldBack] > 0 {
 		fmt.Fprintln(w, "The root Flux secret still holds the old credential: see the verdict; fix what it names and run plan and apply again.")
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/readlimit"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
@@ -128,7 +128,7 @@ func applyAnnotations(w io.Writer, res *apply.Result) {
 	}
 
 	for _, s := range res.Secrets {
-		if s.Outcome == fanout.Failed {
+		if s.Outcome == secretwrite.Failed {
 			Annotate(w, AnnotateError, "ghcrsync: pull secret "+s.Namespace+"/"+s.Secret, s.Message)
 		}
 	}

@@ -3,13 +3,14 @@ package view_test
 import (
 	"bytes"
 	"errors"
-	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
 	"path/filepath"
 	"testing"
 	"time"
 
+	goldenfile "github.com/ghcrsync/ghcrsync/internal/golden"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
+
 	"github.com/ghcrsync/ghcrsync/apply"
-	"github.com/ghcrsync/ghcrsync/internal/fanout"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/view"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -77,9 +78,9 @@ func applyResult() *apply.Result {
 			{Node: "prod-worker-2", Action: plan.ActionFence, Outcome: state.OutcomeFailed, Reason: plan.ReasonTaintsChanged,
 				Message: "refusing to configure prod-worker-2: its taints changed outside ghcrsync: + example.com/maintenance:NoSchedule"},
 		},
-		Secrets: []fanout.Result{
-			{Namespace: "team-a", Secret: "ghcr-pull", Role: plan.RoleConsumer, Outcome: fanout.Written, Message: "written and read back"},
-			{Namespace: "flux-system", Secret: "ghcr-auth", Role: plan.RoleRoot, Outcome: fanout.HeldBack, Message: "the root Flux secret keeps its old credential: 1 part(s) of this run failed"},
+		Secrets: []secretwrite.Result{
+			{Namespace: "team-a", Secret: "ghcr-pull", Role: plan.RoleConsumer, Outcome: secretwrite.Written, Message: "written and read back"},
+			{Namespace: "flux-system", Secret: "ghcr-auth", Role: plan.RoleRoot, Outcome: secretwrite.HeldBack, Message: "the root Flux secret keeps its old credential: 1 part(s) of this run failed"},
 		},
 		Reclaimed: []fence.Outcome{{Fence: fence.Fence{Kind: fence.KindLease, Name: "flux-system/ghcr-auth-refresh", Holder: "dead-run"}, Released: true, Message: "Lease released"}},
 		Verdict:   verdictOf(true),

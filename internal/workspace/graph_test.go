@@ -5,7 +5,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +26,7 @@ var layers = [][]string{
 	},
 	{ // 1: the model and the pure rules
 		"state", "plan", "internal/probe", "internal/drain", "internal/config", "internal/credential", "internal/nodetemplate", "internal/registryauth", "internal/keyring",
-		"internal/liveness", "internal/metrics", "internal/object",
+		"internal/liveness", "internal/metrics", "internal/object", "internal/secretwrite",
 	},
 	{ // 2: adapters: one client each
 		"internal/cluster", "internal/talos", "internal/lease", "state/kubestate", "internal/fanout", "internal/permission",
@@ -52,9 +54,10 @@ func layerOf(pkg string) int {
 
 // source is one package's non-test files, parsed.
 type source struct {
-	files   []*ast.File
-	imports map[string]bool // ghcrsync packages, module-relative
-	fset    *token.FileSet  // where the files are: the module's one file set
+	files    []*ast.File
+	imports  map[string]bool // ghcrsync packages, module-relative
+	clientGo bool            // imports a package of k8s.io/client-go: a Kubernetes API client
+	fset     *token.FileSet  // where the files are: the module's one file set
 }
 
 func parseModule(t *testing.T) map[string]*source {
@@ -102,6 +105,10 @@ func parseModule(t *testing.T) map[string]*source {
 			if strings.HasPrefix(p, module) {
 				s.imports[strings.TrimPrefix(p, module)] = true
 			}
+
+			if strings.HasPrefix(p, "k8s.io/client-go/") {
+				s.clientGo = true
+			}
 		}
 
 		return nil
@@ -113,47 +120,66 @@ func parseModule(t *testing.T) map[string]*source {
 	return pkgs
 }
 
-// kubeAdapters are the packages the operations reach the cluster through, by ports only: what
-// they need of a Node's vocabulary is internal/object's.
-var kubeAdapters = []string{"internal/cluster"}
-
 // operations are the packages that run the rotation on ports.
 var operations = []string{"apply", "internal/fence"}
 
-// adapterImports are the Kubernetes adapters among imports.
-func adapterImports(imports map[string]bool) []string {
-	var out []string
+// clientPath is the way from pkg to a package that imports k8s.io/client-go (pkg first, the client's
+// importer last), or nil when no such way exists: pkg reaches a Kubernetes API client only
+// through it.
+func clientPath(pkgs map[string]*source, pkg string) []string {
+	seen := map[string]bool{}
 
-	for _, a := range kubeAdapters {
-		if imports[a] {
-			out = append(out, a)
+	var walk func(p string) []string
+
+	walk = func(p string) []string {
+		s := pkgs[p]
+		if s == nil || seen[p] {
+			return nil
 		}
+
+		seen[p] = true
+
+		if s.clientGo {
+			return []string{p}
+		}
+
+		for _, imp := range slices.Sorted(maps.Keys(s.imports)) {
+			if path := walk(imp); path != nil {
+				return append([]string{p}, path...)
+			}
+		}
+
+		return nil
 	}
 
-	return out
+	return walk(pkg)
 }
 
-// apply and fence import no Kubernetes adapter: every read and write of theirs goes through a
-// port, and every fast test can stand in for it.
-func TestOperationsImportNoKubernetesAdapter(t *testing.T) {
+// apply and fence reach no Kubernetes adapter, nor any package that holds a Kubernetes API client:
+// every read and write of theirs goes through a port the workspace wires, and every fast test can
+// stand in for it.
+func TestOperationsReachNoKubernetesClient(t *testing.T) {
 	pkgs := parseModule(t)
 
 	for _, op := range operations {
-		s := pkgs[op]
-		if s == nil {
+		if pkgs[op] == nil {
 			t.Fatalf("package %s not found", op)
 		}
 
-		if bad := adapterImports(s.imports); len(bad) > 0 {
-			t.Errorf("%s imports %v: reach the cluster through a port, and take a Node's vocabulary from internal/object", op, bad)
+		if path := clientPath(pkgs, op); path != nil {
+			t.Errorf("%s reaches a Kubernetes API client: %s imports k8s.io/client-go; reach the cluster through a port, and take a Node's vocabulary from internal/object",
+				strings.Join(path, " → "), path[len(path)-1])
 		}
 	}
-}
 
-// The negative control: an operation importing the adapter is seen.
-func TestAdapterImportsSeesTheAdapter(t *testing.T) {
-	if bad := adapterImports(map[string]bool{"plan": true, "internal/cluster": true}); len(bad) != 1 {
-		t.Fatalf("an import of internal/cluster was not seen: %v", bad)
+	// The negative control: an operation importing the adapter, which imports client-go, is seen.
+	adapter := map[string]*source{
+		"apply":            {imports: map[string]bool{"plan": true, "internal/cluster": true}},
+		"plan":             {imports: map[string]bool{}},
+		"internal/cluster": {imports: map[string]bool{}, clientGo: true},
+	}
+	if path := clientPath(adapter, "apply"); len(path) != 2 || path[1] != "internal/cluster" {
+		t.Fatalf("apply → internal/cluster → client-go was not seen: %v", path)
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/keyring"
 	"github.com/ghcrsync/ghcrsync/internal/lease"
-	"github.com/ghcrsync/ghcrsync/internal/liveness"
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
@@ -22,7 +22,7 @@ import (
 // and write, the Kubernetes connection behind each of fence's ports.
 func (w *Workspace) Fences() fence.Inputs {
 	return fence.Inputs{
-		Config: w.Config, Nodes: w.Kube, Leases: leases{w.Kube}, Flux: w.Kube, Events: w.Kube, Pods: liveness.Pod{Client: w.Kube.Client},
+		Config: w.Config, Nodes: w.Kube, Leases: leases{w.Kube}, Flux: w.Kube, Events: w.Kube, Pods: cluster.PodLiveness{Client: w.Kube.Client},
 		Store: w.Store, State: w.State, Liveness: w.Liveness(), Clock: w.clock, Writers: w.Kube, Kured: w.others(),
 	}
 }
@@ -31,8 +31,13 @@ func (w *Workspace) Fences() fence.Inputs {
 // lease.ReleaseHolder makes.
 type leases struct{ *cluster.Connection }
 
-func (l leases) ReleaseLease(ctx context.Context, namespace, name, holder string) error {
-	return lease.ReleaseHolder(ctx, l.Clock, l.Client, namespace, name, holder)
+func (l leases) ReleaseLease(ctx context.Context, namespace, name, holder string) (gone bool, err error) {
+	err = lease.ReleaseHolder(ctx, l.Clock, l.Client, namespace, name, holder)
+	if lease.IsDeleted(err) {
+		return true, nil
+	}
+
+	return false, err
 }
 
 // Apply is a run's inputs: the fence commands', the credential decrypted once, the node this
@@ -107,15 +112,15 @@ type pullSecrets struct {
 	templates *cluster.Connection
 }
 
-func (p pullSecrets) Templates(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {
+func (p pullSecrets) Templates(ctx context.Context, pl *plan.Plan, o secretwrite.Options) []secretwrite.Result {
 	return fanout.Templates(ctx, p.templates.Client, pl, o)
 }
 
-func (p pullSecrets) Consumers(ctx context.Context, pl *plan.Plan, o fanout.Options) []fanout.Result {
+func (p pullSecrets) Consumers(ctx context.Context, pl *plan.Plan, o secretwrite.Options) []secretwrite.Result {
 	return fanout.Consumers(ctx, p.Client, pl, o)
 }
 
-func (p pullSecrets) Root(ctx context.Context, pl *plan.Plan, o fanout.Options, heldBack string) []fanout.Result {
+func (p pullSecrets) Root(ctx context.Context, pl *plan.Plan, o secretwrite.Options, heldBack string) []secretwrite.Result {
 	dyn, err := p.Dynamic()
 	if err != nil && heldBack == "" {
 		heldBack = "dynamic client: " + redact.Error(err)
@@ -128,13 +133,13 @@ func (p pullSecrets) Root(ctx context.Context, pl *plan.Plan, o fanout.Options, 
 // the run's other requests).
 type leasing struct{ *cluster.Connection }
 
-func (l leasing) Acquire(ctx context.Context, o lease.Options) (apply.RunLease, error) {
+func (l leasing) Acquire(ctx context.Context, t apply.LeaseTerms) (apply.RunLease, error) {
 	client, err := l.LeaseClient()
 	if err != nil {
 		return nil, err
 	}
 
-	held, err := lease.Acquire(ctx, client, o)
+	held, err := lease.Acquire(ctx, client, lease.Options(t))
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/planning"
 	"github.com/ghcrsync/ghcrsync/internal/prover"
 	"github.com/ghcrsync/ghcrsync/internal/requests"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/talos"
 	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
@@ -355,7 +356,7 @@ func (w *Workspace) Talos(ctx context.Context) (*talos.Client, error) {
 // client (connected when a read first needs it), the consumer namespaces the preflight found
 // outside the roles.
 func (w *Workspace) Fleet() *fleet.Reader {
-	return &fleet.Reader{Config: w.Config, Kube: w.Kube, Talos: w.facts, Clock: w.clock, OutsideRoles: w.outside}
+	return &fleet.Reader{Config: w.Config, Kube: w.Kube, Endpoint: w.Kube.Endpoint, Talos: w.facts, Clock: w.clock, OutsideRoles: w.outside}
 }
 
 func (w *Workspace) facts(ctx context.Context) (fleet.Facts, error) {
@@ -391,7 +392,7 @@ func (w *Workspace) dryRunner(ctx context.Context) (planning.Talos, error) {
 // the node templates on the template identity's (TemplateKube).
 type writes struct{ w *Workspace }
 
-func (d writes) DryRun(ctx context.Context, p *plan.Plan, o fanout.Options) map[string]error {
+func (d writes) DryRun(ctx context.Context, p *plan.Plan, o secretwrite.Options) map[string]error {
 	templates, err := d.w.TemplateKube()
 	if err != nil { // apply's preflight connected it; plan's (the plan identity's) dry runs are its own
 		templates = d.w.Kube

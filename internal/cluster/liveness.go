@@ -1,4 +1,4 @@
-package liveness
+package cluster
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/liveness"
 )
 
-// Pod judges a run from the pod it ran in (its run ref pod:NAMESPACE/NAME/UID, holder.RunRef), as
+// PodLiveness judges a run from the pod it ran in (its run ref pod:NAMESPACE/NAME/UID, holder.RunRef), as
 // the API server sees it:
 //   - the pod ended (phase Succeeded or Failed: its kubelet reported every container
 //     terminated — a Job's pod killed by SIGKILL or OOM, or evicted) — the run's process is gone:
@@ -24,25 +25,25 @@ import (
 //   - the pod is running, or the API cannot say — not terminated (fail closed).
 //
 // It reads the pod with a list by name (the list right plan and apply hold already).
-type Pod struct {
+type PodLiveness struct {
 	Client kubernetes.Interface
 }
 
 // Check judges the holder's pod; a holder whose run ref names no pod is not judged. Unique is set
 // for a pod that ended: proof beyond its Lease.
-func (p Pod) Check(ctx context.Context, id holder.ID) (Verdict, error) {
+func (p PodLiveness) Check(ctx context.Context, id holder.ID) (liveness.Verdict, error) {
 	ns, name, uid, ok := holder.ParsePodRef(id.RunRef)
 	if !ok || p.Client == nil {
-		return Verdict{}, nil
+		return liveness.Verdict{}, nil
 	}
 
 	list, err := p.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		if apierrors.IsForbidden(err) {
-			return Verdict{}, fmt.Errorf("pod %s/%s of the run: %w (the identity needs list pods in %s)", ns, name, err, ns)
+			return liveness.Verdict{}, fmt.Errorf("pod %s/%s of the run: %w (the identity needs list pods in %s)", ns, name, err, ns)
 		}
 
-		return Verdict{}, fmt.Errorf("pod %s/%s of the run: %w", ns, name, err)
+		return liveness.Verdict{}, fmt.Errorf("pod %s/%s of the run: %w", ns, name, err)
 	}
 
 	var pod *corev1.Pod
@@ -55,14 +56,14 @@ func (p Pod) Check(ctx context.Context, id holder.ID) (Verdict, error) {
 
 	switch {
 	case pod == nil:
-		return Verdict{Applicable: true, Terminal: true,
+		return liveness.Verdict{Applicable: true, Terminal: true,
 			Evidence: fmt.Sprintf("pod %s/%s (uid %s) of the run no longer exists", ns, name, uid)}, nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-		return Verdict{Applicable: true, Terminal: true, Unique: true,
+		return liveness.Verdict{Applicable: true, Terminal: true, Unique: true,
 			Evidence: fmt.Sprintf("pod %s/%s (uid %s) of the run has ended (%s%s)", ns, name, uid, pod.Status.Phase, reason(pod))}, nil
 	}
 
-	return Verdict{Applicable: true,
+	return liveness.Verdict{Applicable: true,
 		Evidence: fmt.Sprintf("pod %s/%s (uid %s) of the run is %s on %s", ns, name, uid, pod.Status.Phase, pod.Spec.NodeName)}, nil
 }
 

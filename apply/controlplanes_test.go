@@ -1,4 +1,4 @@
-package fleet
+package apply
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func TestControlPlanes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var asked []string
 
-			got, err := ControlPlanes(context.Background(), c.nodes, etcdAt{views: c.views, asked: &asked}, c.down)
+			got, err := controlPlanes(context.Background(), c.nodes, etcdAt{views: c.views, asked: &asked}, c.down)
 			if (err != nil) != c.wantErr {
 				t.Fatalf("error: %v, want one: %v", err, c.wantErr)
 			}

@@ -1,4 +1,4 @@
-package fleet
+package apply
 
 import (
 	"context"
@@ -10,20 +10,15 @@ import (
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// ControlPlaneNodes lists every control-plane Node of the cluster (not only a plan's).
-type ControlPlaneNodes interface {
+// controlPlaneNodes lists every control-plane Node of the cluster (not only a plan's: Nodes).
+type controlPlaneNodes interface {
 	ControlPlanes(ctx context.Context) ([]corev1.Node, error)
 }
 
-// EtcdMembers reads a control plane's etcd member, at its address.
-type EtcdMembers interface {
-	Etcd(ctx context.Context, node string) (*plan.EtcdView, error)
-}
-
-// ControlPlanes reads the control planes as the etcd gate (plan.Quorum) judges them: each Node,
+// controlPlanes reads the control planes as the etcd gate (plan.Quorum) judges them: each Node,
 // and — for every one but down, the node to be taken down — its etcd member's answer. An
 // unreadable member is read as its error, for the gate to judge; only the LIST failing fails.
-func ControlPlanes(ctx context.Context, nodes ControlPlaneNodes, etcd EtcdMembers, down string) ([]plan.ControlPlane, error) {
+func controlPlanes(ctx context.Context, nodes controlPlaneNodes, etcd Etcd, down string) ([]plan.ControlPlane, error) {
 	cps, err := nodes.ControlPlanes(ctx)
 	if err != nil {
 		return nil, err

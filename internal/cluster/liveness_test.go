@@ -1,4 +1,4 @@
-package liveness
+package cluster
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ghcrsync/ghcrsync/internal/holder"
+	"github.com/ghcrsync/ghcrsync/internal/liveness"
 )
 
 func TestPodJudgesTheRunsPod(t *testing.T) {
@@ -37,28 +38,28 @@ func TestPodJudgesTheRunsPod(t *testing.T) {
 		id       holder.ID
 		objects  []runtime.Object
 		listErr  error
-		want     Verdict
+		want     liveness.Verdict
 		wantErr  string
 		evidence string
 	}{
 		{name: "killed: the pod failed", id: run, objects: []runtime.Object{pod("1", corev1.PodFailed)},
-			want: Verdict{Applicable: true, Terminal: true, Unique: true}, evidence: "has ended (Failed: OOMKilled, exit 137)"},
+			want: liveness.Verdict{Applicable: true, Terminal: true, Unique: true}, evidence: "has ended (Failed: OOMKilled, exit 137)"},
 		{name: "finished: the pod succeeded", id: run, objects: []runtime.Object{pod("1", corev1.PodSucceeded)},
-			want: Verdict{Applicable: true, Terminal: true, Unique: true}, evidence: "has ended (Succeeded)"},
+			want: liveness.Verdict{Applicable: true, Terminal: true, Unique: true}, evidence: "has ended (Succeeded)"},
 		{name: "gone: terminated, no proof beyond the Lease", id: run,
-			want: Verdict{Applicable: true, Terminal: true}, evidence: "no longer exists"},
+			want: liveness.Verdict{Applicable: true, Terminal: true}, evidence: "no longer exists"},
 		{name: "the name is another pod's now", id: run, objects: []runtime.Object{pod("2", corev1.PodRunning)},
-			want: Verdict{Applicable: true, Terminal: true}, evidence: "no longer exists"},
+			want: liveness.Verdict{Applicable: true, Terminal: true}, evidence: "no longer exists"},
 		{name: "running: alive", id: run, objects: []runtime.Object{pod("1", corev1.PodRunning)},
-			want: Verdict{Applicable: true}, evidence: "is Running on cp-1"},
+			want: liveness.Verdict{Applicable: true}, evidence: "is Running on cp-1"},
 		{name: "terminating but running: alive", id: run, objects: []runtime.Object{func() *corev1.Pod {
 			p := pod("1", corev1.PodRunning)
 			p.DeletionTimestamp = &metav1.Time{}
 
 			return p
-		}()}, want: Verdict{Applicable: true}, evidence: "is Running"},
-		{name: "not a pod's run: not judged", id: holder.ID{RunRef: "gh12.1", PID: 1}, want: Verdict{}},
-		{name: "a hostile ref: not judged", id: holder.ID{RunRef: "pod:a/b", PID: 1}, want: Verdict{}},
+		}()}, want: liveness.Verdict{Applicable: true}, evidence: "is Running"},
+		{name: "not a pod's run: not judged", id: holder.ID{RunRef: "gh12.1", PID: 1}, want: liveness.Verdict{}},
+		{name: "a hostile ref: not judged", id: holder.ID{RunRef: "pod:a/b", PID: 1}, want: liveness.Verdict{}},
 		{name: "forbidden: an error (alive), naming the right", id: run,
 			listErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no")), wantErr: "needs list pods in ghcrsync-system"},
 	}
@@ -70,7 +71,7 @@ func TestPodJudgesTheRunsPod(t *testing.T) {
 				client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.listErr })
 			}
 
-			got, err := Pod{Client: client}.Check(context.Background(), tt.id)
+			got, err := PodLiveness{Client: client}.Check(context.Background(), tt.id)
 
 			switch {
 			case tt.wantErr != "":
