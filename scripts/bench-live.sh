@@ -29,10 +29,12 @@ for p in "${parallelism[@]}"; do
   sed "s/^nodes {/nodes {\n  live_parallelism = $p/" "$dir/ghcrsync.hcl" >"$dir/bench-$p.hcl"
   bin/ghcrsync plan --config "$dir/bench-$p.hcl" --out "$dir/bench-$p.plan" >/dev/null
   start=$(date +%s.%N)
-  bin/ghcrsync apply --config "$dir/bench-$p.hcl" --log-level warn --json --verbose "$dir/bench-$p.plan" >"$dir/bench-$p.jsonl" 2>"$dir/bench-$p.err"
+  GHCRSYNC_RESOURCES="$dir/resources-$p.json" bin/ghcrsync apply --config "$dir/bench-$p.hcl" --log-level warn --json --verbose "$dir/bench-$p.plan" >"$dir/bench-$p.jsonl" 2>"$dir/bench-$p.err"
   end=$(date +%s.%N)
   cordons=$(grep -c '"reason":"GhcrsyncClaim"' "$dir/bench-$p.jsonl" || true)
   requests=$(sed -n 's/^Requests: Kubernetes \([0-9]*\).*/\1/p' "$dir/bench-$p.err")
+  talos_calls=$(sed -n 's/^Requests: .*; Talos \([0-9]*\).*/\1/p' "$dir/bench-$p.err")
+  read -r cpu heap < <(scripts/bench-resources.py "$dir/resources-$p.json")
 
   # Now every node is in sync: a fresh plan and apply must write nothing (Talos writes from the
   # sandbox's witness, Kubernetes writes from apply --verbose's request count).
@@ -44,8 +46,8 @@ for p in "${parallelism[@]}"; do
     awk '$1 ~ /^(PATCH|PUT|DELETE)$/ {n += $2} END {print n + 0}')
 
   if [ -n "${BENCH_ROWS:-}" ]; then
-    printf '{"bench":"apply-live","nodes":%d,"live_parallelism":%d,"wall_s":%s,"cordons":%d,"kubernetes_requests":%d,"in_sync_talos_writes":%d,"in_sync_kubernetes_writes":%d}\n' \
-      "$((workers + 1))" "$p" "$(awk "BEGIN{printf \"%.2f\", $end - $start}")" "$cordons" "$requests" "$talos" "$kube" >>"$BENCH_ROWS"
+    printf '{"bench":"apply-live","nodes":%d,"live_parallelism":%d,"wall_s":%s,"cpu_s":%s,"peak_heap_mib":%s,"cordons":%d,"kubernetes_requests":%d,"talos_requests":%d,"in_sync_talos_writes":%d,"in_sync_kubernetes_writes":%d}\n' \
+      "$((workers + 1))" "$p" "$(awk "BEGIN{printf \"%.2f\", $end - $start}")" "$cpu" "$heap" "$cordons" "$requests" "${talos_calls:-0}" "$talos" "$kube" >>"$BENCH_ROWS"
   fi
   echo "then, every node in sync, plan + apply again: $talos Talos writes, $kube Kubernetes writes (PATCH/PUT/DELETE)"
   printf 'live rotation of %d nodes, live_parallelism %2d: %6.1f s, %s cordons, %s Kubernetes requests (%.2f a node)\n' "$((workers + 1))" "$p" \

@@ -14,8 +14,8 @@ sizes=("$@")
 
 read -r -a latencies <<<"${LATENCIES:-0 25ms}"
 
-echo "| nodes | Talos round-trip added | plan wall (median of 5) | peak RSS | Kubernetes requests | Talos requests | one process per question | plan is faster |"
-echo "|---:|---:|---:|---:|---|---|---:|---:|"
+echo "| nodes | Talos round-trip added | plan wall (median of 5) | ghcrsync CPU (user + system) | peak Go heap | peak RSS | Kubernetes requests | Talos requests | one process per question | plan is faster |"
+echo "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"
 
 for n in "${sizes[@]}"; do
 for lat in "${latencies[@]}"; do
@@ -25,14 +25,15 @@ for lat in "${latencies[@]}"; do
   export SOPS_AGE_KEY_FILE="$dir/age.key"
 
   walls=()
-  for _ in 1 2 3 4 5; do
+  for i in 1 2 3 4 5; do
     start=$(date +%s.%N)
-    bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --output plain --verbose >/dev/null 2>"$dir/plan.err"
+    GHCRSYNC_RESOURCES="$dir/resources.$i.json" bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --output plain --verbose >/dev/null 2>"$dir/plan.err"
     end=$(date +%s.%N)
     walls+=("$(awk "BEGIN{printf \"%.2f\", $end - $start}")")
   done
 
   median=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n 3p)
+  read -r cpu heap < <(scripts/bench-resources.py "$dir"/resources.*.json)
   rss=unknown
   if [ -x /usr/bin/time ]; then
     /usr/bin/time -v bin/ghcrsync plan --config "$dir/ghcrsync.hcl" --output plain >/dev/null 2>"$dir/time.err" || true
@@ -47,13 +48,13 @@ for lat in "${latencies[@]}"; do
     ratio=$(awk "BEGIN{printf \"%.0f\", $pred / $median}")
   fi
   if [ "$pred" = null ]; then
-    echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos | — | — |"
+    echo "| $((n + 1)) | $lat | ${median} s | ${cpu} s | ${heap} MiB | $rss | $kube | $talos | — | — |"
   else
-    echo "| $((n + 1)) | $lat | ${median} s | $rss | $kube | $talos | ${pred} s | ${ratio}× |"
+    echo "| $((n + 1)) | $lat | ${median} s | ${cpu} s | ${heap} MiB | $rss | $kube | $talos | ${pred} s | ${ratio}× |"
   fi
   if [ -n "${BENCH_ROWS:-}" ]; then
-    printf '{"bench":"plan","nodes":%d,"talos_rtt":"%s","wall_median_s":%s,"peak_rss":"%s","kubernetes_requests":"%s","talos_requests":"%s","one_process_per_question_s":%s,"speedup":%s}\n' \
-      "$((n + 1))" "$lat" "$median" "$rss" "$kube" "$talos" "$pred" "$ratio" >>"$BENCH_ROWS"
+    printf '{"bench":"plan","nodes":%d,"talos_rtt":"%s","wall_median_s":%s,"cpu_s":%s,"peak_heap_mib":%s,"peak_rss":"%s","kubernetes_requests":"%s","talos_requests":"%s","one_process_per_question_s":%s,"speedup":%s}\n' \
+      "$((n + 1))" "$lat" "$median" "$cpu" "$heap" "$rss" "$kube" "$talos" "$pred" "$ratio" >>"$BENCH_ROWS"
   fi
 
   bin/ghcrsync-sandbox down --dir "$dir" >/dev/null 2>&1 || true

@@ -44,15 +44,16 @@ scripts/bench-live.sh "${LIVE_WORKERS:-99}" >&2
 LIVE_PARALLELISM=${LIVE_LARGE_PARALLELISM:-10 50} scripts/bench-live.sh "${LIVE_LARGE_WORKERS:-999}" >&2
 python3 - "$BENCH_ROWS" <<'PY' | tee -a "$tables"
 import json, sys
-print("| nodes | live_parallelism | wall | Kubernetes requests | per node | floor at 50 QPS | wall / floor | cordons | then in sync, plan + apply again: Talos / Kubernetes writes |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| nodes | live_parallelism | wall | floor at 50 QPS | wall / floor | ghcrsync CPU | peak Go heap | Kubernetes requests | per node | Talos calls | per node | cordons | then in sync, plan + apply again: Talos / Kubernetes writes |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["bench"] == "apply-live":
         req = r.get("kubernetes_requests", 0)
         floor = req / 50
         ratio = f"{r['wall_s'] / floor:.2f}" if floor else "—"
-        print(f"| {r['nodes']} | {r['live_parallelism']} | {r['wall_s']:.1f} s | {req} | {req / r['nodes']:.2f} | {floor:.1f} s | {ratio} | {r['cordons']} | {r['in_sync_talos_writes']} / {r['in_sync_kubernetes_writes']} |")
+        talos = r.get("talos_requests", 0)
+        print(f"| {r['nodes']} | {r['live_parallelism']} | {r['wall_s']:.1f} s | {floor:.1f} s | {ratio} | {r.get('cpu_s')} s | {r.get('peak_heap_mib')} MiB | {req} | {req / r['nodes']:.2f} | {talos} | {talos / r['nodes']:.2f} | {r['cordons']} | {r['in_sync_talos_writes']} / {r['in_sync_kubernetes_writes']} |")
 PY
 
 section "a drain a budget holds (one worker fenced, its only pod held by a PodDisruptionBudget)"

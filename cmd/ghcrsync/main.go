@@ -47,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	routeLibraryOutput(stderr)
 
 	defer startProfile(stderr)()
+	defer measureResources(stderr)()
 
 	ctx, signalled, stop := catchSignals(stderr)
 	defer stop()
