@@ -67,6 +67,12 @@ func Main(m *testing.M, o sandbox.Options) {
 		_ = os.RemoveAll(dir)
 	}
 
+	// The package's ghcrsync binary (Binary), 140 MB a package: kept, it filled the disk after
+	// a few runs of the suite.
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+
 	os.Exit(code)
 }
 
