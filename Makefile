@@ -15,7 +15,7 @@ export GHCRSYNC_CLUSTER_AUTOSCALER ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghc
 # The static binary of the images a sandbox's real nodes run (pause, and the probe's entrypoint).
 export GHCRSYNC_PAUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/pause/pause
 
-.PHONY: all build release control-plane talosctl cluster-autoscaler runtime kubelet tools test unit demo bench vet check-leaks check-build clean chaos fuzz
+.PHONY: all build release control-plane talosctl cluster-autoscaler flux runtime kubelet tools test unit demo bench vet check-leaks check-build clean chaos fuzz
 
 all: build
 
@@ -53,6 +53,11 @@ talosctl:
 cluster-autoscaler:
 	@scripts/build-cluster-autoscaler.sh >/dev/null
 
+# Flux's source-controller and kustomize-controller v1.9.6 with their CRDs (the sandbox's `--flux
+# real`, test/flux), built once from the module proxy into ~/.cache/ghcrsync/flux, then reused.
+flux:
+	@scripts/build-flux.sh >/dev/null
+
 # The operator's tools the quickstart test runs as a reader does: the real kubectl and sops CLI
 # (1-6 min cold), into ~/.cache/ghcrsync/tools, then reused.
 export GHCRSYNC_TOOLS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ghcrsync/tools/operator-kubectl-v1.37.2-sops-v3.13.3
@@ -79,7 +84,7 @@ vet:
 # talosctl against the simulated machines), then a check that no sandbox process outlived them.
 # scripts/test.sh runs TEST_P packages at a time; APPLY_SHARDS=n > 1 splits the apply package's
 # sandbox tests over n processes beside them, for a machine with more cores.
-test: control-plane talosctl cluster-autoscaler runtime kubelet tools vet check-build
+test: control-plane talosctl cluster-autoscaler flux runtime kubelet tools vet check-build
 	GHCRSYNC_REAL_RUNTIME=$$(command -v containerd >/dev/null && [ "$$(id -u)" = 0 ] && echo required) \
 		GO=$(GO) TEST_P=$(TEST_P) APPLY_SHARDS=$(APPLY_SHARDS) scripts/test.sh
 	@FUZZTIME=3s scripts/fuzz.sh

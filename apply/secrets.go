@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/internal/credential"
 	"github.com/ghcrsync/ghcrsync/internal/human"
@@ -16,15 +17,18 @@ import (
 
 // fanoutOptions are the fan-out's inputs: what it writes, and the state write before each write.
 func (r *run) fanoutOptions() secretwrite.Options {
-	root := ""
+	root, proof := "", time.Duration(0)
 	if fr := r.in.Config.FluxRoot; fr != nil {
 		root = fr.OCIRepository
+		if fr.Prove {
+			proof = fr.ProofTimeout
+		}
 	}
 
 	st, store := r.in.State, r.in.Store
 
 	return secretwrite.Options{
-		Data: r.cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(r.in.Tenants), OCIRepository: root, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
+		Data: r.cred.PullSecretJSON(), Tenants: credential.PullSecretJSONs(r.in.Tenants), OCIRepository: root, RootProof: proof, Assert: r.lease.Verify, Hooks: r.o.SecretHooks, Log: r.log,
 		Configuration: r.in.Config.Identity(), Credential: r.in.Config.Credential.Name, Clock: r.in.Clock,
 		Registry: r.in.Config.Credential.Registry, Username: r.cred.Username, Password: r.cred.Password(), Templates: r.in.Config.NodeTemplates,
 		Record: func(ns, name, role, outcome string) error {

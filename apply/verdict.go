@@ -109,6 +109,14 @@ func (r *run) verdict(ctx context.Context) {
 		return
 	}
 
+	// The root written this run and not proved by Flux: revoking the old credential is not safe
+	// while deploys cannot pull with the new one (flux_root.prove).
+	for _, s := range r.res.Secrets {
+		if s.Role == plan.RoleRoot && s.NotProved != "" {
+			v = v.RootNotProved(s.Namespace+"/"+r.in.Config.FluxRoot.OCIRepository, s.NotProved)
+		}
+	}
+
 	r.res.Verdict = &v
 
 	if v.Clean() {

@@ -43,6 +43,10 @@ const (
 	// UseProvisioning is machines an autoscaler node group is creating, not Nodes yet: made from
 	// the template as the autoscaler read it, they may boot with the old credential.
 	UseProvisioning = "provisioning"
+	// UseFluxSource is Flux's root source (its OCIRepository) when Flux could not pull with the
+	// new root credential (flux_root.prove): not a use of the old credential, but a cluster whose
+	// deploys stop when it is revoked is not one where revoking it is safe.
+	UseFluxSource = "flux-source"
 )
 
 // Use is one object and the credential it uses.
@@ -182,10 +186,22 @@ func tenantInventory(s Snapshot, in Input, t TenantRotation) Revocation {
 	return v
 }
 
+// RootNotProved is v with Flux's root source (namespace/name) unable to pull with the new root
+// credential, and why: the old credential is then not safe to revoke, whatever else holds it.
+func (v Revocation) RootNotProved(source, why string) Revocation {
+	v.Uses = slices.Clone(v.Uses)
+	v.add(Use{Kind: UseFluxSource, Name: source, State: UseUnknown, Why: "Flux could not pull with the new root credential: " + why,
+		Next: "see the OCIRepository's Ready condition (flux get sources oci -A); the root secret holds the new credential: fix what refuses it, or write the old one back, before revoking"})
+	v.SafeToRevoke = false
+	v.sortUses()
+
+	return v
+}
+
 // sortUses puts the old and unknown uses first, by kind.
 func (v *Revocation) sortUses() {
 	rank := map[UseState]int{UseOld: 0, UseUnknown: 1, UseNew: 2}
-	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseProvisioning: 2, UseTemplate: 3, UseSecret: 4, UseUnmanaged: 5, UseRoot: 6}
+	kinds := map[string]int{UseFleet: 0, UseNode: 1, UseProvisioning: 2, UseTemplate: 3, UseSecret: 4, UseUnmanaged: 5, UseRoot: 6, UseFluxSource: 7}
 	sort.SliceStable(v.Uses, func(i, j int) bool {
 		a, b := v.Uses[i], v.Uses[j]
 		if rank[a.State] != rank[b.State] {
@@ -496,7 +512,7 @@ func (v Revocation) own() string {
 // (ns/x)").
 func (v Revocation) StillUsedBy() string {
 	counts := map[string][]string{}
-	order := []string{UseFleet, UseNode, UseProvisioning, UseSecret, UseUnmanaged, UseTemplate, UseRoot}
+	order := []string{UseFleet, UseNode, UseProvisioning, UseSecret, UseUnmanaged, UseTemplate, UseRoot, UseFluxSource}
 
 	for _, u := range v.Still() {
 		counts[u.Kind] = append(counts[u.Kind], u.Name)
@@ -536,6 +552,8 @@ func describe(kind string, names []string) string {
 		return "an empty fleet (no Node matches nodes.selector)"
 	case UseRoot:
 		return what[0] + " " + strings.Join(shown, ", ")
+	case UseFluxSource:
+		return "Flux's root source " + strings.Join(shown, ", ") + ", which could not pull with the new root credential"
 	}
 
 	noun := what[0]

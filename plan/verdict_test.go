@@ -132,6 +132,27 @@ func TestRevocationExcept(t *testing.T) {
 	}
 }
 
+// A root Flux could not pull with the new credential keeps a clean verdict from saying safe to
+// revoke, and names the source and why; the verdict it came from is left as it was.
+func TestRootNotProved(t *testing.T) {
+	v := Revocation{SafeToRevoke: true}
+	v.add(Use{Kind: UseNode, Name: "w1", State: UseNew})
+
+	got := v.RootNotProved("flux-system/flux-system", "OCIArtifactPullFailed: UNAUTHORIZED")
+
+	if got.Clean() || !v.Clean() || len(v.Uses) != 1 {
+		t.Fatalf("RootNotProved: %+v (from %+v)", got, v)
+	}
+
+	if s := got.StillUsedBy(); !strings.Contains(s, "Flux's root source flux-system/flux-system") {
+		t.Errorf("StillUsedBy says %q", s)
+	}
+
+	if u := got.Uses[0]; u.Kind != UseFluxSource || !strings.Contains(u.Why, "UNAUTHORIZED") || u.Next == "" {
+		t.Errorf("the first use is %+v, want Flux's root source with why and what to do", u)
+	}
+}
+
 // A Node record names one machine when it has a uid and one InternalIP per family that no other
 // Node reports.
 func TestIdentityProblems(t *testing.T) {

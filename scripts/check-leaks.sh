@@ -12,7 +12,7 @@ for p in /proc/[0-9]*; do
   state=$(awk '{print $3}' "$p/stat" 2>/dev/null)
   [ "$state" = "Z" ] && continue
   case "$exe" in
-    "$cp_root"/*|*/ghcrsync-sandbox|*/ghcrsync/cluster-autoscaler/*|*/ghcrsync/kubelet/*) leaks+=("$pid $exe") ;;
+    "$cp_root"/*|*/ghcrsync-sandbox|*/ghcrsync/cluster-autoscaler/*|*/ghcrsync/kubelet/*|*/ghcrsync/flux/*) leaks+=("$pid $exe") ;;
     # A sandbox node's real containerd runs with a config under a test's temporary folder.
     */containerd)
       case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"--config /tmp/"*) leaks+=("$pid $exe") ;; esac ;;
@@ -24,6 +24,8 @@ if command -v ip >/dev/null; then
   while read -r b; do leaks+=("bridge $b (a real node's pod network)"); done < <(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^ghcrsync[0-9]+(@|$)/ {print $2}')
 fi
 for d in "${TMPDIR:-/tmp}"/ghcrsync-node-*; do [ -e "$d" ] && leaks+=("folder $d (a real node's)"); done
+# A test package's ghcrsync binary (sandboxtest.Binary): 140 MB each, kept they fill the disk.
+for d in "${TMPDIR:-/tmp}"/ghcrsync-bin-*; do [ -e "$d" ] && leaks+=("folder $d (a test package's ghcrsync binary)"); done
 if [ ${#leaks[@]} -gt 0 ]; then
   echo "check-leaks: sandbox processes still running:" >&2
   printf '  %s\n' "${leaks[@]}" >&2

@@ -94,6 +94,8 @@ func newUp() *cobra.Command {
 	f.DurationVar(&o.AutoscalerInterval, "autoscaler-interval", 10*time.Second, "cluster-autoscaler loop interval")
 	f.Float64Var(&o.AutoscalerScaleRate, "autoscaler-scale-rate", 0.02, "chance per autoscaler loop of a scale-down and of a scale-up (0: only via ctl; default 0 with --autoscaled 0)")
 	f.BoolVar(&o.AutoscalerPaused, "autoscaler-paused", false, "start with the autoscaler paused")
+	f.StringVar(&o.Flux, "flux", sandbox.FluxSim, "sim: Flux's kinds, nothing reading them; real: Flux's source-controller and kustomize-controller "+sandbox.FluxVersion+
+		" (build them with: make flux)")
 	f.StringVar(&o.Autoscaler, "autoscaler", sandbox.AutoscalerSim, "sim: the seeded simulation; real: the real cluster-autoscaler "+sandbox.ClusterAutoscalerVersion+
 		" against a fake Hetzner Cloud API (build it with: make cluster-autoscaler)")
 	f.StringVar(&o.TalosVersion, "talos-version", "1.13", "Talos version of the machines: 1.13 (registry auth needs a reboot) or 1.14 (live); a list like 1.13,1.14 mixes them, machine by machine")

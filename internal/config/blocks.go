@@ -186,10 +186,13 @@ func (d *decoder) consumers(raw *file, body hcl.Body, cfg *Config) {
 	cfg.Consumers, cfg.ConsumerSelector = d.consumerBlocks(raw.Consumers, raw.Selected, attrRange(body, "consumers", "selector"), "")
 
 	if raw.FluxRoot != nil {
-		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret}
+		cfg.FluxRoot = &FluxRoot{Namespace: raw.FluxRoot.Namespace, Secret: raw.FluxRoot.Secret,
+			ProofTimeout: d.duration(raw.FluxRoot.ProofTimeout, DefaultRootProofTimeout, "flux_root.proof_timeout")}
 		if raw.FluxRoot.OCIRepository != nil {
 			cfg.FluxRoot.OCIRepository = *raw.FluxRoot.OCIRepository
 		}
+
+		cfg.FluxRoot.Prove = cfg.FluxRoot.OCIRepository != "" && (raw.FluxRoot.Prove == nil || *raw.FluxRoot.Prove)
 	}
 }
 

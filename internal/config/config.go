@@ -327,7 +327,14 @@ type FluxRoot struct {
 	Namespace     string
 	Secret        string
 	OCIRepository string
+	// Prove waits, up to ProofTimeout, for Flux's source-controller to pull the OCIRepository
+	// with the root secret just written (flux_root.prove, on by default with an oci_repository).
+	Prove        bool
+	ProofTimeout time.Duration
 }
+
+// DefaultRootProofTimeout bounds the wait for Flux to pull with the new root credential.
+const DefaultRootProofTimeout = 2 * time.Minute
 
 // NamespacedName names a namespaced object.
 type NamespacedName struct{ Namespace, Name string }

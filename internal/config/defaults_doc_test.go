@@ -42,6 +42,11 @@ consumers {
   selector = "a=b"
   secret   = "ghcr-pull"
 }
+flux_root {
+  namespace      = "flux-system"
+  secret         = "ghcr-auth"
+  oci_repository = "flux-system"
+}
 node_template "t" {
   namespace = "kube-system"
   secret    = "s"
@@ -111,6 +116,8 @@ nodes {
 		"run.reserve":                           fmt.Sprint(cfg.Run.Reserve),
 		"maintenance.kured":                     cfg.Others.Kured.String(),
 		"maintenance.held_drain":                cfg.Others.HeldDrain,
+		"flux_root.prove":                       fmt.Sprint(cfg.FluxRoot.Prove),
+		"flux_root.proof_timeout":               fmt.Sprint(cfg.FluxRoot.ProofTimeout),
 	}
 	notLiteral := map[string]string{
 		"cluster.kubeconfig":         "the kubeconfig loading rules decide, not the decoder",

@@ -117,9 +117,11 @@ type consumersBlock struct {
 }
 
 type fluxRootBlock struct {
-	Namespace     string  `hcl:"namespace"`
-	Secret        string  `hcl:"secret"`
-	OCIRepository *string `hcl:"oci_repository,optional"`
+	Namespace     string         `hcl:"namespace"`
+	Secret        string         `hcl:"secret"`
+	OCIRepository *string        `hcl:"oci_repository,optional"`
+	Prove         *bool          `hcl:"prove,optional"`
+	ProofTimeout  hcl.Expression `hcl:"proof_timeout,optional"`
 }
 
 type fluxBlock struct {

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -116,7 +117,7 @@ func Root(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface,
 		default:
 			r := write(ctx, kube, sp, o)
 			if r.Outcome == secretwrite.Written && o.OCIRepository != "" {
-				r.Message += "; " + reconcile(ctx, dyn, sp.Namespace, o.OCIRepository, clockOf(o).Now())
+				r = reconcileRoot(ctx, dyn, sp.Namespace, o, r)
 			}
 
 			out = append(out, r)
@@ -381,19 +382,120 @@ func addPullSecret(ctx context.Context, kube kubernetes.Interface, ns, name, sec
 }
 
 // reconcile asks Flux to reconcile the OCIRepository now.
-func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name string, now time.Time) string {
+func reconcile(ctx context.Context, dyn dynamic.Interface, ns, name, token string) (msg string, asked bool) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		cluster.ReconcileRequestAnnotation: now.UTC().Format(time.RFC3339Nano),
+		cluster.ReconcileRequestAnnotation: token,
 	}}})
 
 	_, err := dyn.Resource(cluster.OCIRepositories).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 
 	switch {
 	case err == nil:
-		return "reconcile of OCIRepository " + ns + "/" + name + " requested"
+		return "reconcile of OCIRepository " + ns + "/" + name + " requested", true
 	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
-		return "no OCIRepository " + ns + "/" + name + " to reconcile"
+		return "no OCIRepository " + ns + "/" + name + " to reconcile", false
 	}
 
-	return "requesting a reconcile of OCIRepository " + ns + "/" + name + " failed: " + redact.Error(err)
+	return "requesting a reconcile of OCIRepository " + ns + "/" + name + " failed: " + redact.Error(err), false
+}
+
+// reconcileRoot asks Flux to reconcile the root's OCIRepository after its secret was written
+// and, under RootProof, waits for source-controller to have handled that request and judges the
+// source then: Ready is a pull with the new credential; anything else, or no answer within
+// RootProof, leaves the root not proved (NotProved says why).
+func reconcileRoot(ctx context.Context, dyn dynamic.Interface, ns string, o secretwrite.Options, r secretwrite.Result) secretwrite.Result {
+	clk, name := clockOf(o), o.OCIRepository
+	token := clk.Now().UTC().Format(time.RFC3339Nano)
+
+	msg, asked := reconcile(ctx, dyn, ns, name, token)
+	r.Message += "; " + msg
+
+	if o.RootProof <= 0 {
+		return r
+	}
+
+	if !asked { // fail closed: a misnamed source would leave Flux's real one unproved
+		r.NotProved = msg + " (flux_root.oci_repository names none Flux reconciles; without Flux, set flux_root.prove = false)"
+		r.Message += "; Flux could not pull with the new root credential: " + r.NotProved
+
+		return r
+	}
+
+	var proof rootProof
+
+	err := clock.Until(ctx, clk, o.RootProof, time.Second, func() (bool, error) {
+		src, err := dyn.Resource(cluster.OCIRepositories).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			proof = rootProof{why: "OCIRepository " + ns + "/" + name + " could not be read: " + redact.Error(err)}
+
+			return false, nil // read again until the bound: the API may be back
+		}
+
+		proof = judgeRoot(src.Object, token)
+
+		return proof.handled, nil
+	})
+
+	switch {
+	case proof.handled && proof.ready:
+		r.Message += "; Flux's source-controller pulled it with the new credential (" + proof.why + ")"
+	case proof.handled:
+		r.NotProved = proof.why
+	case err != nil && proof.why == "":
+		r.NotProved = "source-controller did not handle the reconcile within " + o.RootProof.String() + " (flux_root.proof_timeout)"
+	default:
+		r.NotProved = proof.why
+	}
+
+	if r.NotProved != "" {
+		r.Message += "; Flux could not pull with the new root credential: " + r.NotProved
+	}
+
+	return r
+}
+
+// rootProof is the root source as judged after a reconcile request: whether source-controller
+// handled it, whether the source was Ready then, and what it says.
+type rootProof struct {
+	handled, ready bool
+	why            string
+}
+
+// judgeRoot judges an OCIRepository (its object, as read) after the reconcile requested with
+// token: handled once its status.lastHandledReconcileAt is token; then Ready=True (for the
+// object's generation) is a pull with the credential the secret holds, naming the artifact, and
+// anything else says why not.
+func judgeRoot(obj map[string]any, token string) rootProof {
+	handled, _, _ := unstructured.NestedString(obj, "status", "lastHandledReconcileAt")
+	if handled != token {
+		return rootProof{why: "source-controller has not handled the reconcile asked at " + token + " yet"}
+	}
+
+	gen, _, _ := unstructured.NestedInt64(obj, "metadata", "generation")
+	conds, _, _ := unstructured.NestedSlice(obj, "status", "conditions")
+
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" {
+			continue
+		}
+
+		status, _ := m["status"].(string)
+		reason, _ := m["reason"].(string)
+		message, _ := m["message"].(string)
+		observed, _, _ := unstructured.NestedInt64(m, "observedGeneration")
+
+		switch {
+		case observed != 0 && observed != gen:
+			return rootProof{handled: true, why: fmt.Sprintf("its Ready condition is of generation %d, not %d", observed, gen)}
+		case status == "True":
+			digest, _, _ := unstructured.NestedString(obj, "status", "artifact", "digest")
+
+			return rootProof{handled: true, ready: true, why: "artifact " + digest}
+		}
+
+		return rootProof{handled: true, why: reason + ": " + redact.Scrub(message)}
+	}
+
+	return rootProof{handled: true, why: "it reports no Ready condition"}
 }

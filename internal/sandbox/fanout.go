@@ -53,14 +53,8 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 		return err
 	}
 
-	for _, crd := range []struct {
-		gvr    schema.GroupVersionResource
-		kind   string
-		status bool
-	}{{OCIRepositoryGVR, "OCIRepository", false}, {KustomizationGVR, "Kustomization", true}} {
-		if err := installCRD(ctx, dyn, crd.gvr, crd.kind, crd.status); err != nil {
-			return err
-		}
+	if err := s.installFlux(ctx, dyn); err != nil {
+		return err
 	}
 
 	ks := &unstructured.Unstructured{Object: map[string]any{
@@ -78,10 +72,7 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 	repo := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
 		"metadata": map[string]any{"name": OCIRepository, "namespace": RootNamespace},
-		"spec": map[string]any{
-			"url": "oci://" + registry.RegistryHost + "/" + registry.PrivateOrg + "/app", "ref": map[string]any{"tag": "v1"},
-			"interval": "1m", "secretRef": map[string]any{"name": RootSecret},
-		},
+		"spec":     s.fluxRootSpec(),
 	}}
 	if _, err := dyn.Resource(OCIRepositoryGVR).Namespace(RootNamespace).Create(ctx, repo, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("sandbox: create OCIRepository: %w", err)
@@ -115,6 +106,32 @@ func (s *Sandbox) seedFanOut(ctx context.Context, kube kubernetes.Interface, cre
 			if err := pullingDeployment(ctx, kube, ns); err != nil {
 				return err
 			}
+		}
+	}
+
+	return nil
+}
+
+// installFlux installs Flux's kinds: stand-ins of any shape (FluxSim), or Flux's own CRDs and the
+// root's artifact in the registry (FluxReal).
+func (s *Sandbox) installFlux(ctx context.Context, dyn dynamic.Interface) error {
+	if s.opts.Flux == FluxReal {
+		if err := installFluxCRDs(ctx, dyn); err != nil {
+			return err
+		}
+
+		_, err := s.registry.PushFluxArtifact(FluxRootArtifact, "https://github.com/ghcrsync/sandbox", fluxRootFiles)
+
+		return err
+	}
+
+	for _, crd := range []struct {
+		gvr    schema.GroupVersionResource
+		kind   string
+		status bool
+	}{{OCIRepositoryGVR, "OCIRepository", false}, {KustomizationGVR, "Kustomization", true}} {
+		if err := installCRD(ctx, dyn, crd.gvr, crd.kind, crd.status); err != nil {
+			return err
 		}
 	}
 

@@ -63,7 +63,10 @@ type Options struct {
 	AutoscalerPaused    bool
 	// Autoscaler is AutoscalerSim (the default: the seeded simulation) or AutoscalerReal (the
 	// real cluster-autoscaler against a fake Hetzner Cloud API; make cluster-autoscaler).
-	Autoscaler   string
+	Autoscaler string
+	// Flux is FluxSim (the default: Flux's kinds, nothing reading them) or FluxReal (Flux's
+	// source-controller and kustomize-controller: `make flux`).
+	Flux         string
 	TalosVersion string
 	VIP          bool
 	InSync       bool // start the fleet on the secret file's credential
@@ -124,6 +127,10 @@ func (o *Options) defaults() {
 		o.KeyringCache = keyring.CacheLifetime
 	}
 
+	if o.Flux == "" {
+		o.Flux = FluxSim
+	}
+
 	if o.Autoscaler == "" {
 		o.Autoscaler = AutoscalerSim
 	}
@@ -161,6 +168,7 @@ type Sandbox struct {
 	apid        *apid
 	autoscaler  *autoscaler
 	real        *realAutoscaler // AutoscalerReal
+	flux        *realFlux       // FluxReal
 	admin       *adminAPI
 	// delays are the delay lines in front of the endpoints (TalosLatency, APILatency);
 	// talosAddr is where clients reach the Talos API (apid, or its delay line).
@@ -219,6 +227,10 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 
 	if opts.RealNodes > opts.Workers {
 		return nil, fmt.Errorf("sandbox: %d real nodes of %d workers: real nodes are static workers", opts.RealNodes, opts.Workers)
+	}
+
+	if opts.Flux != FluxSim && opts.Flux != FluxReal {
+		return nil, fmt.Errorf("sandbox: flux %q: want %q or %q", opts.Flux, FluxSim, FluxReal)
 	}
 
 	if opts.Autoscaler != AutoscalerSim && opts.Autoscaler != AutoscalerReal {
@@ -427,6 +439,12 @@ func Start(ctx context.Context, opts Options) (_ *Sandbox, err error) {
 		f.watchAutoscalerDeployment(s.autoscaler.restart)
 	}
 
+	if opts.Flux == FluxReal {
+		if s.flux, err = startRealFlux(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+
 	if s.admin, err = startAdminAPI(s); err != nil {
 		return nil, err
 	}
@@ -630,6 +648,11 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 		switch b.Type() {
 		case "credential":
 			b.Body().SetAttributeValue("endpoint", cty.StringVal(s.registry.URL()))
+		case "flux_root":
+			// Nothing reconciles the stand-in OCIRepository: only real Flux can prove the root.
+			if s.opts.Flux != FluxReal {
+				b.Body().SetAttributeValue("prove", cty.False)
+			}
 		case "lease":
 			b.Body().SetAttributeValue("namespace", cty.StringVal(LeaseNamespace))
 			b.Body().SetAttributeValue("name", cty.StringVal(LeaseName))
@@ -710,6 +733,10 @@ func (s *Sandbox) Stop() {
 
 	if s.real != nil {
 		s.real.stop()
+	}
+
+	if s.flux != nil {
+		s.flux.stop()
 	}
 
 	if s.admin != nil {
@@ -875,10 +902,18 @@ func (s *Sandbox) EndpointURL() string                { return s.fleet.endpoint.
 func (s *Sandbox) TalosEndpoint() string              { return s.talosAddr }
 func (s *Sandbox) CIURL() string                      { return s.ci.url() }
 
-// ChildPIDs are the processes the sandbox started: the control plane's, and each real node's
-// containerd and kubelet.
+// ChildPIDs are the processes the sandbox started: the control plane's, each real node's
+// containerd and kubelet, and real Flux's controllers.
 func (s *Sandbox) ChildPIDs() []int {
 	pids := s.cp.pids()
+
+	if s.flux != nil {
+		for _, p := range []*process{s.flux.source, s.flux.kustomize} {
+			if p != nil {
+				pids = append(pids, p.Pid())
+			}
+		}
+	}
 
 	for _, m := range s.fleet.Machines() {
 		if m.real != nil {

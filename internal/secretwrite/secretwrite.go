@@ -6,6 +6,7 @@ package secretwrite
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -31,6 +32,9 @@ type Result struct {
 	Key                     string // a node template's key in the Secret ("" for a pull secret)
 	Outcome                 Outcome
 	Message                 string
+	// NotProved is, for the root secret written under RootProof, why Flux's root source could not
+	// pull with it ("": it did, or nothing was asked).
+	NotProved string
 }
 
 // RecordName is the name the state records the write under: the Secret, or for a node template
@@ -70,6 +74,10 @@ type Options struct {
 	// Templates are the configured node templates (their plan entries say which need a write).
 	Templates     []config.NodeTemplate
 	OCIRepository string // reconciled after the root secret changed ("" = none)
+	// RootProof, when positive, waits up to that long after the root secret's write for Flux's
+	// source-controller to handle the reconcile asked of OCIRepository, and judges it then
+	// (flux_root.prove): Result.NotProved says why Flux could not pull with the new credential.
+	RootProof time.Duration
 	// Assert reports an error unless the run still holds its Lease, read from the API now: it
 	// runs before each write is recorded and again between the write's read and the write
 	// itself, so a Lease taken or deleted since the heartbeat's last look writes nothing.

@@ -655,7 +655,14 @@ func (r *Registry) v2(w http.ResponseWriter, req *http.Request) {
 	realm := r.realm
 	r.mu.Unlock()
 
-	if realm == "" {
+	switch {
+	case realm != "":
+	case req.URL.IsAbs() && req.URL.Host == RegistryHost:
+		// Asked through an HTTP proxy as ghcr.io itself (real Flux's source-controller): its
+		// realm is ghcr.io's too, reached the same way — a client refuses a realm on a loopback
+		// address it did not ask.
+		realm = "http://" + RegistryHost + "/token"
+	default:
 		realm = "http://" + r.addr + "/token"
 	}
 
