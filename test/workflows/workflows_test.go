@@ -103,8 +103,55 @@ func TestShippedWorkflowsLint(t *testing.T) {
 			for _, p := range timeouts(t, content) {
 				t.Errorf("%s: %s", filepath.Base(path), p)
 			}
+
+			for _, s := range applyAfterCancel(t, content) {
+				t.Errorf("%s: %s runs ghcrsync apply under an if: that holds after a cancellation: a cancelled run would take the Lease again", filepath.Base(path), s)
+			}
 		})
 	}
+}
+
+// afterCancel matches an if: that holds after the run was cancelled: always(), or cancelled()
+// not negated (`!cancelled()` is the opposite).
+var afterCancel = regexp.MustCompile(`always\(\)|(^|[^!\s]\s*|[^!])cancelled\(\)`)
+
+// applyAfterCancel lists the steps that run `ghcrsync apply` — the command that takes the run
+// Lease and fences nodes — under an if: that holds after a cancellation (always(), cancelled()):
+// the runner would start a new run in the middle of the cancelled one's wind-down (A11b).
+func applyAfterCancel(t *testing.T, content []byte) []string {
+	t.Helper()
+
+	wf, errs := actions.Parse(content)
+	if len(errs) > 0 {
+		t.Fatalf("parse: %v", errs[0])
+	}
+
+	var out []string
+
+	for id, job := range wf.Jobs {
+		jobIf := ""
+		if job.If != nil {
+			jobIf = job.If.Value
+		}
+
+		for i, step := range job.Steps {
+			run, ok := step.Exec.(*actionlint.ExecRun)
+			if !ok || run.Run == nil || !regexp.MustCompile(`\bghcrsync\s+apply\b`).MatchString(run.Run.Value) {
+				continue
+			}
+
+			stepIf := ""
+			if step.If != nil {
+				stepIf = step.If.Value
+			}
+
+			if afterCancel.MatchString(stepIf) || afterCancel.MatchString(jobIf) {
+				out = append(out, id+" step "+strconv.Itoa(i+1))
+			}
+		}
+	}
+
+	return out
 }
 
 var pinned = regexp.MustCompile(`^\s*(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+){0,2}$`)
@@ -380,5 +427,29 @@ jobs:
 `)
 	if bad := timeouts(t, short); len(bad) != 2 {
 		t.Fatalf("a timeout shorter than its budget + 15 and a job without one were not both found: %v", bad)
+	}
+
+	afterCancelling := []byte(`name: x
+on: push
+jobs:
+  a:
+    runs-on: ubuntu-latest
+    steps:
+      - run: exec ghcrsync apply plan.out
+        if: always()
+      - run: ghcrsync apply plan.out
+        if: ${{ cancelled() || failure() }}
+      - run: ghcrsync apply plan.out
+        if: ${{ !cancelled() }}
+      - run: ghcrsync release
+        if: cancelled()
+  b:
+    if: always()
+    runs-on: ubuntu-latest
+    steps:
+      - run: ghcrsync apply plan.out
+`)
+	if bad := applyAfterCancel(t, afterCancelling); len(bad) != 3 {
+		t.Fatalf("apply under always(), under cancelled() and in a job under always() were not all found, or !cancelled() or a release was: %v", bad)
 	}
 }
