@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ghcrsync/ghcrsync/internal/clock"
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/redact"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -76,7 +77,12 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 		h(fp.Ref(), phaseSuspending)
 	}
 
-	ours, err := r.in.Suspensions.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder)
+	request := ""
+	if r.in.Config.FluxQuiesce > 0 {
+		request = r.res.Holder + "@" + r.in.Clock.Now().UTC().Format(time.RFC3339Nano)
+	}
+
+	ours, err := r.in.Suspensions.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder, request)
 	if err != nil {
 		// The write may have landed: the record stays until the resume at the end confirms.
 		res.Suspended, res.Message = true, "suspension not confirmed: "+redact.Error(err)
@@ -94,12 +100,51 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 	}
 
 	res.Suspended, res.Message = true, "suspended for the run"
+
+	if request != "" {
+		if err := r.quiesced(ctx, fp, request); err != nil {
+			res.Message = "suspended, not taken: " + err.Error()
+
+			return res, fmt.Errorf("Flux Kustomization %s: %w; no node or secret was changed, and the suspension is lifted now (or by `ghcrsync release`)", fp.Ref(), err)
+		}
+
+		res.Message = "suspended for the run, and taken by kustomize-controller"
+	}
+
 	r.log.Info("Flux Kustomization suspended for the run", "kustomization", fp.Ref())
 	r.event(ctx, object.LeaseRef(r.in.Config.Lease.Namespace, r.in.Config.Lease.Name), "GhcrsyncFluxSuspended",
 		"run "+r.res.Holder+" suspended Flux Kustomization "+fp.Ref()+" for the rotation", false)
 
 	return res, nil
 }
+
+// quiesced waits, up to flux.quiesce_timeout, until kustomize-controller has taken the
+// suspension (it answered request): a reconcile begun before it — applying Git's desired state,
+// the old credential with it — has then ended, and none begins while it holds.
+func (r *run) quiesced(ctx context.Context, fp plan.FluxPlan, request string) error {
+	bound := r.in.Config.FluxQuiesce
+
+	var readErr error
+
+	err := clock.Until(ctx, r.in.Clock, bound, quiescePoll, func() (bool, error) {
+		taken, err := r.in.Suspensions.Taken(ctx, fp.Namespace, fp.Name, request)
+		readErr = err
+
+		return err == nil && taken, nil // an unreadable Kustomization is asked again until the bound
+	})
+
+	switch {
+	case err == nil:
+		return nil
+	case readErr != nil:
+		return fmt.Errorf("kustomize-controller's answer could not be read within %s (flux.quiesce_timeout): %s", bound, redact.Error(readErr))
+	}
+
+	return fmt.Errorf("kustomize-controller did not take the suspension within %s (flux.quiesce_timeout): a reconcile begun before it may still apply Git's credential; is kustomize-controller running? (flux.quiesce = false where none is)", bound)
+}
+
+// quiescePoll is how often a suspension's answer is looked for.
+const quiescePoll = 500 * time.Millisecond
 
 // resume lifts every suspension the state says the run may hold, even when the run's context is
 // done: a Kustomization is never left suspended by a finished run. Each record is dropped only

@@ -228,7 +228,7 @@ func TestFluxSuspendRacesStatusWrites(t *testing.T) {
 
 	const holder = "race-run"
 
-	ours, err := conn.Suspend(ctx, sandbox.RootNamespace, sandbox.Kustomization, holder)
+	ours, err := conn.Suspend(ctx, sandbox.RootNamespace, sandbox.Kustomization, holder, "")
 	if err != nil || !ours {
 		t.Fatalf("Suspend under a racing status write and a lost answer: ours=%v err=%v", ours, err)
 	}

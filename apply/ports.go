@@ -132,7 +132,12 @@ type ProbeWatch interface {
 
 // Suspensions are the Flux Kustomizations the run suspends, and resumes.
 type Suspensions interface {
-	Suspend(ctx context.Context, namespace, name, holder string) (ours bool, err error)
+	// Suspend suspends it for holder's run; request, when not "", is a reconcile request
+	// written with the suspension, which kustomize-controller answers once it has taken it.
+	Suspend(ctx context.Context, namespace, name, holder, request string) (ours bool, err error)
+	// Taken reports whether kustomize-controller answered request: no reconcile begun before
+	// the suspension is still in flight.
+	Taken(ctx context.Context, namespace, name, request string) (bool, error)
 	Resume(ctx context.Context, namespace, name, holder string) (gone bool, err error)
 }
 

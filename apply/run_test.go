@@ -659,7 +659,7 @@ func (runWatches) CASPatchFrom(context.Context, *corev1.Node, string, int, func(
 
 type runFlux struct{ w *runWorld }
 
-func (f runFlux) Suspend(_ context.Context, ns, name, _ string) (bool, error) {
+func (f runFlux) Suspend(_ context.Context, ns, name, _, _ string) (bool, error) {
 	if err := f.w.fail("suspend " + ns + "/" + name); err != nil {
 		return false, err
 	}
@@ -668,6 +668,21 @@ func (f runFlux) Suspend(_ context.Context, ns, name, _ string) (bool, error) {
 	defer f.w.world.mu.Unlock()
 
 	f.w.suspended[ns+"/"+name] = true
+
+	return true, nil
+}
+
+// Taken: "fail taken" is a kustomize-controller that never answers the request (each poll
+// unrecorded); an answer is recorded once.
+func (f runFlux) Taken(_ context.Context, ns, name, _ string) (bool, error) {
+	f.w.world.mu.Lock()
+	defer f.w.world.mu.Unlock()
+
+	if f.w.s.fails["taken"] {
+		return false, nil
+	}
+
+	f.w.record("taken %s/%s", ns, name)
 
 	return true, nil
 }

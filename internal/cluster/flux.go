@@ -71,10 +71,11 @@ var ErrGone = errors.New("no such Kustomization")
 
 // Suspend sets spec.suspend on the Kustomization ns/name for holder's run, with its
 // annotation, by a compare-and-swap on its resourceVersion (kustomize-controller writes its
-// status meanwhile). ours is false when it was suspended already by someone else: it is left as
-// it is, and the run never resumes it. A lost answer is looked for at the next read: the
-// annotation tells whether the write landed.
-func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours bool, err error) {
+// status meanwhile); request, when not "", is written with it as a reconcile request
+// (Taken). ours is false when it was suspended already by someone else: it is left as it is,
+// and the run never resumes it. A lost answer is looked for at the next read: the annotation
+// tells whether the write landed.
+func (c *Connection) Suspend(ctx context.Context, ns, name, holder, request string) (ours bool, err error) {
 	return c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
 		if k.GetAnnotations()[object.SuspendedByAnnotation] == holder {
 			return true, nil // landed already
@@ -84,8 +85,23 @@ func (c *Connection) Suspend(ctx context.Context, ns, name, holder string) (ours
 			return false, nil // someone else's suspension
 		}
 
-		return true, &suspension{suspend: true, by: holder}
+		return true, &suspension{suspend: true, by: holder, request: request}
 	})
+}
+
+// Taken reports whether kustomize-controller has taken the suspension written with request
+// (Suspend): it answers a reconcile request (status.lastHandledReconcileAt) at the end of each
+// reconcile, one at a time, so an answer to one written with the suspension is from a reconcile
+// that saw it — every reconcile begun before it has ended, and none begins while it holds.
+func (c *Connection) Taken(ctx context.Context, ns, name, request string) (bool, error) {
+	k, err := c.getKustomization(ctx, ns, name)
+	if err != nil {
+		return false, err
+	}
+
+	handled, _, _ := unstructured.NestedString(k.Object, "status", "lastHandledReconcileAt")
+
+	return handled == request, nil
 }
 
 // Resume lifts holder's suspension of the Kustomization ns/name. gone is true when there is none
@@ -107,11 +123,13 @@ func (c *Connection) Resume(ctx context.Context, ns, name, holder string) (gone 
 	return !resumed, err
 }
 
-// suspension is the one write ghcrsync makes on a Kustomization: spec.suspend, and the annotation
-// naming the run that set it ("" removes it). Nothing else of the object is sent.
+// suspension is the one write ghcrsync makes on a Kustomization: spec.suspend, the annotation
+// naming the run that set it ("" removes it), and with a suspension a reconcile request the
+// controller answers once it has taken it. Nothing else of the object is sent.
 type suspension struct {
 	suspend bool
 	by      string
+	request string // a reconcile request written with it ("": none)
 }
 
 // patch is the suspension as a merge patch that holds only if the Kustomization is still at rv.
@@ -121,8 +139,13 @@ func (s suspension) patch(rv string) []byte {
 		by = s.by
 	}
 
+	ann := map[string]any{object.SuspendedByAnnotation: by}
+	if s.request != "" {
+		ann[ReconcileRequestAnnotation] = s.request
+	}
+
 	body, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": rv, "annotations": map[string]any{object.SuspendedByAnnotation: by}},
+		"metadata": map[string]any{"resourceVersion": rv, "annotations": ann},
 		"spec":     map[string]any{"suspend": s.suspend},
 	})
 

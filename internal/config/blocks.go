@@ -252,6 +252,10 @@ func (d *decoder) flux(raw *file, body hcl.Body, cfg *Config) {
 
 		cfg.FluxSuspend = append(cfg.FluxSuspend, n)
 	}
+
+	if raw.Flux.Quiesce == nil || *raw.Flux.Quiesce {
+		cfg.FluxQuiesce = d.duration(raw.Flux.QuiesceTimeout, DefaultFluxQuiesce, "flux.quiesce_timeout")
+	}
 }
 
 // templates decodes the node_template blocks.

@@ -42,6 +42,10 @@ type Config struct {
 	// FluxSuspend are the Flux Kustomizations suspended for the run (the flux block): the
 	// GitOps controllers that would apply the credential from Git mid-rotation.
 	FluxSuspend []NamespacedName
+	// FluxQuiesce bounds the wait, after each suspension, for kustomize-controller to take it
+	// (flux.quiesce, flux.quiesce_timeout): until then a reconcile begun before it may still apply
+	// Git's credential. 0: not waited for.
+	FluxQuiesce time.Duration
 	// NodeTemplates are the machine templates new nodes boot from (the autoscaler's).
 	NodeTemplates []NodeTemplate
 	Lease         Lease
@@ -332,6 +336,10 @@ type FluxRoot struct {
 	Prove        bool
 	ProofTimeout time.Duration
 }
+
+// DefaultFluxQuiesce bounds the wait for kustomize-controller to take a suspension: a
+// reconcile in flight ends within its Kustomization's timeout (Flux's default is its interval).
+const DefaultFluxQuiesce = 2 * time.Minute
 
 // DefaultRootProofTimeout bounds the wait for Flux to pull with the new root credential.
 const DefaultRootProofTimeout = 2 * time.Minute

@@ -47,6 +47,9 @@ flux_root {
   secret         = "ghcr-auth"
   oci_repository = "flux-system"
 }
+flux {
+  suspend = ["flux-system/flux-system"]
+}
 node_template "t" {
   namespace = "kube-system"
   secret    = "s"
@@ -118,6 +121,8 @@ nodes {
 		"maintenance.held_drain":                cfg.Others.HeldDrain,
 		"flux_root.prove":                       fmt.Sprint(cfg.FluxRoot.Prove),
 		"flux_root.proof_timeout":               fmt.Sprint(cfg.FluxRoot.ProofTimeout),
+		"flux.quiesce":                          fmt.Sprint(cfg.FluxQuiesce > 0),
+		"flux.quiesce_timeout":                  fmt.Sprint(cfg.FluxQuiesce),
 	}
 	notLiteral := map[string]string{
 		"cluster.kubeconfig":         "the kubeconfig loading rules decide, not the decoder",

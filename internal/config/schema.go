@@ -125,7 +125,9 @@ type fluxRootBlock struct {
 }
 
 type fluxBlock struct {
-	Suspend []string `hcl:"suspend"`
+	Suspend        []string       `hcl:"suspend"`
+	Quiesce        *bool          `hcl:"quiesce,optional"`
+	QuiesceTimeout hcl.Expression `hcl:"quiesce_timeout,optional"`
 }
 
 type templateBlock struct {

@@ -32,7 +32,7 @@ import (
 //	                          autoscaler's scale-down-disabled annotation
 //	ghcrsync-serviceaccounts  ServiceAccounts: imagePullSecrets
 //	ghcrsync-deployments      Deployments: the pod template's kubectl.kubernetes.io/restartedAt
-//	ghcrsync-kustomizations   Flux Kustomizations: spec.suspend and ghcrsync.dev/suspended-by
+//	ghcrsync-kustomizations   Flux Kustomizations: spec.suspend, ghcrsync.dev/suspended-by and the reconcile request
 //	ghcrsync-ocirepositories  Flux OCIRepositories: reconcile.fluxcd.io/requestedAt
 //	ghcrsync-daemonsets       DaemonSets: kured's lock annotation (weave.works/kured-node-lock)
 //	ghcrsync-pods             Pods: the runtime probe's shape, nothing else
@@ -530,7 +530,7 @@ func deploymentsPolicy() policy {
 
 func kustomizationsPolicy() policy {
 	return policy{name: KustomizationsPolicy, group: cluster.Kustomizations.Group, resource: cluster.Kustomizations.Resource, operations: update,
-		rules: append(onlyMetadata("Kustomization", keyIn(object.SuspendedByAnnotation)),
+		rules: append(onlyMetadata("Kustomization", keyIn(object.SuspendedByAnnotation, cluster.ReconcileRequestAnnotation)),
 			rule(unchanged("object", "oldObject", keyIn("metadata", "spec")), "ghcrsync's identities change only the spec of a Kustomization"),
 			rule(unchanged("object.spec", "oldObject.spec", keyIn("suspend")), "ghcrsync's identities change only spec.suspend of a Kustomization"),
 		)}

@@ -653,6 +653,11 @@ func (s *Sandbox) renderConfig() ([]byte, error) {
 			if s.opts.Flux != FluxReal {
 				b.Body().SetAttributeValue("prove", cty.False)
 			}
+		case "flux":
+			// Nor takes a suspension: only real Flux's kustomize-controller answers one.
+			if s.opts.Flux != FluxReal {
+				b.Body().SetAttributeValue("quiesce", cty.False)
+			}
 		case "lease":
 			b.Body().SetAttributeValue("namespace", cty.StringVal(LeaseNamespace))
 			b.Body().SetAttributeValue("name", cty.StringVal(LeaseName))

@@ -253,3 +253,194 @@ func TestApplyNamesARootFluxCannotPull(t *testing.T) {
 		t.Errorf("apply's verdict does not name the root Flux could not pull:\n%s", out)
 	}
 }
+
+// slowKustomization is a Kustomization whose every reconcile stays in flight slowFor: it applies
+// a Deployment no node can run and waits for it to be ready (spec.wait), until its timeout.
+const (
+	slowKustomization = "slow"
+	slowFor           = 20 * time.Second
+)
+
+// slowSource installs the slow Kustomization's source (an artifact holding that Deployment) and
+// the Kustomization, suspended; resumeSlow starts its reconciles.
+func slowSource(t *testing.T, sb *sandbox.Sandbox, dyn dynamic.Interface) {
+	t.Helper()
+
+	ctx := context.Background()
+	deploy := `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: flux-slow
+  namespace: apps
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: flux-slow}
+  template:
+    metadata:
+      labels: {app: flux-slow}
+    spec:
+      nodeSelector: {flux.test/nowhere: "true"}
+      containers:
+        - name: app
+          image: ` + registry.RegistryHost + "/" + registry.PublicImage + "\n"
+
+	if _, err := sb.Registry().PushFluxArtifact(registry.PrivateOrg+"/slow:v1", "https://github.com/ghcrsync/slow", registry.FluxArtifact{"deploy.yaml": deploy}); err != nil {
+		t.Fatal(err)
+	}
+
+	objects := []struct {
+		gvr schema.GroupVersionResource
+		obj map[string]any
+	}{
+		{sandbox.OCIRepositoryGVR, map[string]any{
+			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
+			"metadata": map[string]any{"name": slowKustomization, "namespace": sandbox.RootNamespace},
+			"spec": map[string]any{"url": "oci://" + registry.RegistryHost + "/" + registry.PrivateOrg + "/slow", "ref": map[string]any{"tag": "v1"},
+				"interval": "10m", "insecure": true, "secretRef": map[string]any{"name": sandbox.RootSecret}},
+		}},
+		{sandbox.KustomizationGVR, map[string]any{
+			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+			"metadata": map[string]any{"name": slowKustomization, "namespace": sandbox.RootNamespace},
+			"spec": map[string]any{"interval": "10m", "path": "./", "prune": true, "wait": true, "timeout": slowFor.String(), "suspend": true,
+				"sourceRef": map[string]any{"kind": "OCIRepository", "name": slowKustomization}},
+		}},
+	}
+
+	for _, o := range objects {
+		if _, err := dyn.Resource(o.gvr).Namespace(sandbox.RootNamespace).Create(ctx, &unstructured.Unstructured{Object: o.obj}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ready(t, dyn, sandbox.OCIRepositoryGVR, slowKustomization, 2*time.Minute)
+}
+
+// inFlight resumes the slow Kustomization (or asks it to reconcile) and waits until a reconcile of
+// it is in flight: its Ready condition Unknown, Progressing.
+func inFlight(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+
+	patch := fmt.Sprintf(`{"spec":{"suspend":false},"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":%q}}}`, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := dyn.Resource(sandbox.KustomizationGVR).Namespace(sandbox.RootNamespace).Patch(context.Background(), slowKustomization, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sandboxtest.Eventually(t, time.Minute, "a reconcile of the slow Kustomization in flight", func() error {
+		k, err := dyn.Resource(sandbox.KustomizationGVR).Namespace(sandbox.RootNamespace).Get(context.Background(), slowKustomization, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if s, r, m := condition(k, "Ready"); s != "Unknown" || r != "Progressing" {
+			return fmt.Errorf("Ready=%q (%s): %s", s, r, m)
+		}
+
+		return nil
+	})
+}
+
+// firstWriteAndReconcileEnd runs apply and returns when it first wrote a machine's config (the new
+// credential in a Talos config) and when the slow Kustomization's reconcile in flight at its start
+// ended (its Ready condition left Unknown), both as this test saw them.
+func firstWriteAndReconcileEnd(t *testing.T, sb *sandbox.Sandbox, dyn dynamic.Interface, cfg string, want sandbox.Credential) (write, end time.Time, code int, out string) {
+	t.Helper()
+
+	done := make(chan struct{})
+	seen := make(chan [2]time.Time, 1)
+
+	go func() {
+		var w, e, deadline time.Time
+
+		for {
+			now := time.Now()
+
+			if w.IsZero() {
+				for _, m := range sb.Fleet().Machines() {
+					if m.Configured().Username == want.Username {
+						w = now
+					}
+				}
+			}
+
+			if e.IsZero() {
+				if k, err := dyn.Resource(sandbox.KustomizationGVR).Namespace(sandbox.RootNamespace).Get(context.Background(), slowKustomization, metav1.GetOptions{}); err == nil {
+					if s, _, _ := condition(k, "Ready"); s != "Unknown" {
+						e = now
+					}
+				}
+			}
+
+			select {
+			case <-done:
+				if deadline.IsZero() { // apply ended: what it left in flight ends within its timeout
+					deadline = now.Add(slowFor + 30*time.Second)
+				}
+			default:
+			}
+
+			if (!w.IsZero() && !e.IsZero()) || (!deadline.IsZero() && now.After(deadline)) {
+				seen <- [2]time.Time{w, e}
+
+				return
+			}
+
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	code, stdout, stderr := sandboxtest.Run(t, sb, "apply", "--auto-approve", "--json", "--config", cfg)
+	close(done)
+
+	ts := <-seen
+
+	return ts[0], ts[1], code, stdout + stderr
+}
+
+// The suspension as the predecessor held it: a reconcile of a suspended Kustomization already in
+// flight when the run starts (applying Git's desired state, and with it Git's credential) is
+// waited out — apply writes no machine's config until kustomize-controller has taken the
+// suspension, which it does only after that reconcile ended. The negative control: the same run
+// with flux.quiesce = false writes while the reconcile is still in flight.
+func TestSuspensionWaitsOutAReconcileInFlight(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	dyn := sandboxtest.DynamicFrom(t, sb.Path("kubeconfig"))
+	ready(t, dyn, sandbox.OCIRepositoryGVR, sandbox.OCIRepository, 2*time.Minute)
+	slowSource(t, sb, dyn)
+
+	config := func(quiesce bool) string {
+		return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
+			s = strings.Replace(s, `suspend = ["flux-system/flux-system"]`, `suspend = ["flux-system/flux-system", "flux-system/`+slowKustomization+`"]`, 1)
+			if !quiesce {
+				s = strings.Replace(s, "flux {\n", "flux {\n  quiesce = false\n", 1)
+			}
+
+			return s
+		})
+	}
+
+	for _, tc := range []struct {
+		name    string
+		quiesce bool
+	}{{"quiesced: the first write after the reconcile in flight ended", true}, {"control, not quiesced: a write while it is in flight", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cred, err := sb.RotateSecret("flux-quiesce")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			cfg := config(tc.quiesce)
+
+			inFlight(t, dyn)
+
+			write, end, code, out := firstWriteAndReconcileEnd(t, sb, dyn, cfg, cred)
+			if code != 0 || write.IsZero() || end.IsZero() {
+				t.Fatalf("apply exited %d; first write at %v, the reconcile's end at %v:\n%s", code, write, end, out)
+			}
+
+			if tc.quiesce != write.After(end) {
+				t.Errorf("the first Talos write at %s, the reconcile in flight ended at %s: want the write after it %v", write.Format(time.StampMilli), end.Format(time.StampMilli), tc.quiesce)
+			}
+		})
+	}
+}
