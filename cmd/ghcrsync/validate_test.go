@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,6 +54,14 @@ func TestValidate(t *testing.T) {
 		})
 	}
 
+	// The unclosed block appended to the sandbox's configuration opens on the line after it.
+	base, err := os.ReadFile(sb.Path(sandbox.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	unclosedAt := fmt.Sprintf("ghcrsync.hcl line %d", strings.Count(string(base), "\n")+2)
+
 	plaintext := filepath.Join(dir, "plain.yaml")
 	_ = os.WriteFile(plaintext, []byte("stringData:\n  ghcr_dockerconfigjson: '{}'\n"), 0o600)
 
@@ -78,7 +87,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "valid_decrypted", cfg: config(nil), keyFile: sb.Path(sandbox.AgeKeyFile), code: 0, says: "Success!"},
 		{name: "valid_without_a_key", cfg: config(nil), code: 0, says: "Credential not decrypted", warnings: 1, at: "sops_file"},
-		{name: "malformed_hcl", cfg: config(func(s string) string { return s + "\nnodes {\n" }), code: 1, says: "ghcrsync.hcl line 96", errorsMin: 1},
+		{name: "malformed_hcl", cfg: config(func(s string) string { return s + "\nnodes {\n" }), code: 1, says: unclosedAt, errorsMin: 1},
 		{name: "no_probe_image", cfg: config(func(s string) string {
 			s = strings.Replace(s, `prove     = ["ghcrsync/private-probe:v1"]`, "", 1)
 			return strings.Replace(s, `image     = "ghcr.io/ghcrsync/private-probe:v1"`, "", 1)
