@@ -4,9 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -40,29 +37,8 @@ func exitLiterals(t *testing.T, fset *token.FileSet, files map[string]string) []
 // Only exitcode.go turns a result into an exit status: every command returns its result's status
 // from there (one table, docs/ci.md), never a code of its own.
 func TestExitStatusIsMappedInOnePlace(t *testing.T) {
-	names, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	files := map[string]string{}
-
-	for _, n := range names {
-		if strings.HasSuffix(n, "_test.go") || n == "exitcode.go" {
-			continue
-		}
-
-		b, err := os.ReadFile(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		files[n] = string(b)
-	}
-
-	if len(files) < 10 {
-		t.Fatalf("read %d command files: not the command's folder", len(files))
-	}
+	files := commandSources(t)
+	delete(files, "exitcode.go")
 
 	if bad := exitLiterals(t, token.NewFileSet(), files); len(bad) > 0 {
 		t.Errorf("an exit status is set outside exitcode.go at %v: return the result's status from exitcode.go", bad)

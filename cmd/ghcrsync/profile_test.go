@@ -27,7 +27,6 @@ func TestMeasureResources(t *testing.T) {
 		held[i%64][i%(1<<20)]++
 	}
 
-
 	stop()
 
 	b, err := os.ReadFile(path)

@@ -61,13 +61,32 @@ func renderedOutside(t *testing.T, fset *token.FileSet, name, src string) []stri
 // Every command renders through its view (internal/view: New…), never with a renderer or a
 // fmt.Fprint of its own.
 func TestEveryCommandRendersThroughAView(t *testing.T) {
+	fset := token.NewFileSet()
+
+	for n, src := range commandSources(t) {
+		for _, at := range renderedOutside(t, fset, n, src) {
+			t.Errorf("%s: render it through the command's view (internal/view)", at)
+		}
+	}
+
+	// The negative control: a renderer called, and a line printed, by a command are both seen.
+	own := "package main\n\nfunc f() {\n\tview.Fences(nil, 0, r)\n\tfmt.Fprintln(w, x)\n\tview.NewFences(s)\n}\n"
+	if got := renderedOutside(t, token.NewFileSet(), "x.go", own); len(got) != 2 {
+		t.Fatalf("a command's own rendering was not seen: %v", got)
+	}
+}
+
+// commandSources are the command's own files (not its tests), by name: what the AST guards of
+// this folder read.
+func commandSources(t *testing.T) map[string]string {
+	t.Helper()
+
 	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	fset := token.NewFileSet()
-	read := 0
+	files := map[string]string{}
 
 	for _, n := range names {
 		if strings.HasSuffix(n, "_test.go") {
@@ -79,20 +98,12 @@ func TestEveryCommandRendersThroughAView(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		read++
-
-		for _, at := range renderedOutside(t, fset, n, string(b)) {
-			t.Errorf("%s: render it through the command's view (internal/view)", at)
-		}
+		files[n] = string(b)
 	}
 
-	if read < 10 {
-		t.Fatalf("read %d command files: not the command's folder", read)
+	if len(files) < 10 {
+		t.Fatalf("read %d command files: not the command's folder", len(files))
 	}
 
-	// The negative control: a renderer called, and a line printed, by a command are both seen.
-	own := "package main\n\nfunc f() {\n\tview.Fences(nil, 0, r)\n\tfmt.Fprintln(w, x)\n\tview.NewFences(s)\n}\n"
-	if got := renderedOutside(t, token.NewFileSet(), "x.go", own); len(got) != 2 {
-		t.Fatalf("a command's own rendering was not seen: %v", got)
-	}
+	return files
 }

@@ -423,7 +423,7 @@ func reconcileRoot(ctx context.Context, dyn dynamic.Interface, ns string, o secr
 
 	var proof rootProof
 
-	err := clock.Until(ctx, clk, o.RootProof, time.Second, func() (bool, error) {
+	_ = clock.Until(ctx, clk, o.RootProof, time.Second, func() (bool, error) { // its own answer (timed out, cancelled) is proof.handled false
 		src, err := dyn.Resource(cluster.OCIRepositories).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			proof = rootProof{why: "OCIRepository " + ns + "/" + name + " could not be read: " + redact.Error(err)}
@@ -441,10 +441,8 @@ func reconcileRoot(ctx context.Context, dyn dynamic.Interface, ns string, o secr
 		r.Message += "; Flux's source-controller pulled it with the new credential (" + proof.why + ")"
 	case proof.handled:
 		r.NotProved = proof.why
-	case err != nil && proof.why == "":
-		r.NotProved = "source-controller did not handle the reconcile within " + o.RootProof.String() + " (flux_root.proof_timeout)"
-	default:
-		r.NotProved = proof.why
+	default: // the bound passed, or the run was cancelled, before an answer
+		r.NotProved = "no answer within " + o.RootProof.String() + " (flux_root.proof_timeout): " + proof.why
 	}
 
 	if r.NotProved != "" {
