@@ -44,6 +44,8 @@ type run struct {
 	res   *Result
 
 	stopWatch func() // ends the run's Node and probe watches (watched)
+
+	written []gitWrite // the writes of what Git also holds made so far (underSuspension)
 }
 
 // Run executes the plan under the Lease, writing the state before every mutation.
@@ -153,11 +155,12 @@ func (r *run) begin(ctx context.Context) error {
 // stopped by its budget or its window has then done them.
 // (Ordinarily they follow the nodes.) The root stays last, after the verdict.
 func (r *run) write(ctx context.Context) error {
-	r.templates(ctx)
+	templates, consumers := gitWrite{"the node templates", r.templates}, gitWrite{"the consumer pull secrets", r.consumers}
+	r.underSuspension(ctx, templates)
 
 	early := r.p.Emergency() || r.res.Budget > 0 || r.in.Config.Run.Window != nil
 	if early {
-		r.consumers(ctx)
+		r.underSuspension(ctx, consumers)
 	}
 
 	if err := r.nodes(ctx); err != nil {
@@ -168,7 +171,7 @@ func (r *run) write(ctx context.Context) error {
 
 	if r.res.Cancelled = ctx.Err() != nil; !r.res.Cancelled {
 		if !early {
-			r.consumers(ctx)
+			r.underSuspension(ctx, consumers)
 		}
 
 		r.settleProvisioning(ctx)

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,7 +26,13 @@ type FluxResult struct {
 	// Suspended: the run suspended it; Resumed: and lifted its suspension at the end; Left: the
 	// run ended with its suspension on (`ghcrsync release` lifts it).
 	Suspended, Resumed, Left bool
-	Message                  string
+	// Reclaimed counts the times someone lifted the run's suspension mid-run (`flux resume`) and
+	// the run suspended it again before its next write of what Git also holds (kept).
+	Reclaimed int
+	// Lost: the run could not keep it suspended (lifted again past reclaimCap, the suspension
+	// refused or unreadable): its later writes of what Git also holds were not made.
+	Lost    bool
+	Message string
 }
 
 // Held reports whether the run left its suspension on (not while the run goes on: the
@@ -73,24 +80,24 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 		return res, fmt.Errorf("Kustomization %s is not suspended: write state (%s) first: %w; no node or secret was changed", fp.Ref(), store.Describe(), err)
 	}
 
-	if h := r.o.Hooks.BeforeFlux; h != nil {
-		h(fp.Ref(), phaseSuspending)
-	}
+	ours, err := r.claim(ctx, fp.Namespace, fp.Name)
 
-	request := ""
-	if r.in.Config.FluxQuiesce > 0 {
-		request = r.res.Holder + "@" + r.in.Clock.Now().UTC().Format(time.RFC3339Nano)
-	}
+	switch {
+	case errors.Is(err, errLifted):
+		// Someone lifted it at once: it is claimed again before the run's first write (kept).
+		res.Suspended, res.Message = true, "suspended for the run; someone lifted it at once"
 
-	ours, err := r.in.Suspensions.Suspend(ctx, fp.Namespace, fp.Name, r.res.Holder, request)
-	if err != nil {
+		return res, nil
+	case errors.Is(err, errNotTaken):
+		res.Suspended, res.Message = true, "suspended, not taken: "+err.Error()
+
+		return res, fmt.Errorf("Flux Kustomization %s: %w; no node or secret was changed, and the suspension is lifted now (or by `ghcrsync release`)", fp.Ref(), err)
+	case err != nil:
 		// The write may have landed: the record stays until the resume at the end confirms.
 		res.Suspended, res.Message = true, "suspension not confirmed: "+redact.Error(err)
 
 		return res, fmt.Errorf("suspend Flux Kustomization %s: %s; no node or secret was changed (its suspension, if it landed, is lifted now, or by `ghcrsync release`)", fp.Ref(), redact.Error(err))
-	}
-
-	if !ours {
+	case !ours:
 		st.DropSuspension(fp.Namespace, fp.Name, r.res.Holder)
 		_ = store.Write(st)
 		res.Message = "suspended meanwhile by someone else: left suspended, not resumed by this run"
@@ -100,14 +107,7 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 	}
 
 	res.Suspended, res.Message = true, "suspended for the run"
-
-	if request != "" {
-		if err := r.quiesced(ctx, fp, request); err != nil {
-			res.Message = "suspended, not taken: " + err.Error()
-
-			return res, fmt.Errorf("Flux Kustomization %s: %w; no node or secret was changed, and the suspension is lifted now (or by `ghcrsync release`)", fp.Ref(), err)
-		}
-
+	if r.in.Config.FluxQuiesce > 0 {
 		res.Message = "suspended for the run, and taken by kustomize-controller"
 	}
 
@@ -118,29 +118,66 @@ func (r *run) suspendOne(ctx context.Context, fp plan.FluxPlan) (FluxResult, err
 	return res, nil
 }
 
+// claim suspends the Kustomization for the run and, with flux.quiesce, waits until
+// kustomize-controller has taken the suspension (errNotTaken when it does not: a lift meanwhile,
+// or no answer within the bound). ours is false when someone else suspended it first.
+func (r *run) claim(ctx context.Context, ns, name string) (ours bool, err error) {
+	if h := r.o.Hooks.BeforeFlux; h != nil {
+		h(ns+"/"+name, phaseSuspending)
+	}
+
+	request := ""
+	if r.in.Config.FluxQuiesce > 0 {
+		request = r.res.Holder + "@" + r.in.Clock.Now().UTC().Format(time.RFC3339Nano)
+	}
+
+	if ours, err = r.in.Suspensions.Suspend(ctx, ns, name, r.res.Holder, request); err != nil || !ours || request == "" {
+		return ours, err
+	}
+
+	return true, r.quiesced(ctx, ns, name, request)
+}
+
+// errNotTaken is a suspension kustomize-controller did not take (quiesced).
+var errNotTaken = errors.New("kustomize-controller did not take the suspension")
+
+// errLifted is a suspension lifted by someone else before kustomize-controller took it.
+var errLifted = errors.New("someone lifted it first")
+
 // quiesced waits, up to flux.quiesce_timeout, until kustomize-controller has taken the
 // suspension (it answered request): a reconcile begun before it — applying Git's desired state,
-// the old credential with it — has then ended, and none begins while it holds.
-func (r *run) quiesced(ctx context.Context, fp plan.FluxPlan, request string) error {
+// the old credential with it — has then ended, and none begins while it holds. A suspension
+// lifted meanwhile is not waited for (errLifted).
+func (r *run) quiesced(ctx context.Context, ns, name, request string) error {
 	bound := r.in.Config.FluxQuiesce
 
-	var readErr error
+	var readErr, lifted error
 
 	err := clock.Until(ctx, r.in.Clock, bound, quiescePoll, func() (bool, error) {
-		taken, err := r.in.Suspensions.Taken(ctx, fp.Namespace, fp.Name, request)
-		readErr = err
+		k, err := r.in.Suspensions.Kustomization(ctx, ns, name)
+		if readErr = err; err != nil {
+			return false, nil // an unreadable Kustomization is asked again until the bound
+		}
 
-		return err == nil && taken, nil // an unreadable Kustomization is asked again until the bound
+		if k.Exists && !k.Suspended {
+			lifted = errLifted
+
+			return true, nil
+		}
+
+		return !k.Exists || k.Handled == request, nil // gone: nothing reconciles it
 	})
 
 	switch {
+	case err == nil && lifted != nil:
+		return fmt.Errorf("%w: %w", errNotTaken, lifted)
 	case err == nil:
 		return nil
 	case readErr != nil:
-		return fmt.Errorf("kustomize-controller's answer could not be read within %s (flux.quiesce_timeout): %s", bound, redact.Error(readErr))
+		return fmt.Errorf("%w: its answer could not be read within %s (flux.quiesce_timeout): %s", errNotTaken, bound, redact.Error(readErr))
 	}
 
-	return fmt.Errorf("kustomize-controller did not take the suspension within %s (flux.quiesce_timeout): a reconcile begun before it may still apply Git's credential; is kustomize-controller running? (flux.quiesce = false where none is)", bound)
+	return fmt.Errorf("%w within %s (flux.quiesce_timeout): a reconcile begun before it may still apply Git's credential; is kustomize-controller running? (flux.quiesce = false where none is)", errNotTaken, bound)
 }
 
 // quiescePoll is how often a suspension's answer is looked for.
@@ -201,12 +238,14 @@ func (r *run) noteResumed(ref string, gone bool, err error) {
 	f := &r.res.Flux[i]
 
 	switch {
+	case f.Lost:
+		f.Resumed = err == nil
 	case err != nil:
 		f.Left, f.Message = true, "LEFT SUSPENDED: "+redact.Error(err)+"; `ghcrsync release` resumes it"
 	case gone:
 		f.Resumed, f.Message = true, "no suspension of this run on it any more (resumed by someone, or deleted)"
 	default:
-		f.Resumed, f.Message = true, "suspended for the run, resumed: Flux applies Git again"
+		f.Resumed, f.Message = true, "suspended for the run, resumed: Flux applies Git again"+f.reclaimNote()
 		r.log.Info("Flux Kustomization resumed", "kustomization", ref)
 	}
 }

@@ -135,9 +135,10 @@ type Suspensions interface {
 	// Suspend suspends it for holder's run; request, when not "", is a reconcile request
 	// written with the suspension, which kustomize-controller answers once it has taken it.
 	Suspend(ctx context.Context, namespace, name, holder, request string) (ours bool, err error)
-	// Taken reports whether kustomize-controller answered request: no reconcile begun before
-	// the suspension is still in flight.
-	Taken(ctx context.Context, namespace, name, request string) (bool, error)
+	// Kustomization reads it as it is now: whether it is suspended and by whom, and the last
+	// reconcile request kustomize-controller answered (a suspension's request answered: no
+	// reconcile begun before the suspension is still in flight).
+	Kustomization(ctx context.Context, namespace, name string) (plan.KustomizationObs, error)
 	Resume(ctx context.Context, namespace, name, holder string) (gone bool, err error)
 }
 

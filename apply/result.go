@@ -126,6 +126,7 @@ type Counts struct {
 	Secrets   map[secretwrite.Outcome]int // consumer and root pull secrets
 	Templates map[secretwrite.Outcome]int // node templates
 	FluxLeft  int                         // Flux Kustomizations left suspended
+	FluxLost  int                         // Flux Kustomizations whose suspension the run could not keep
 }
 
 // Counts counts the run's outcomes.
@@ -148,16 +149,21 @@ func (r *Result) Counts() Counts {
 		if f.Held() {
 			c.FluxLeft++
 		}
+
+		if f.Lost {
+			c.FluxLost++
+		}
 	}
 
 	return c
 }
 
 // Failed counts the parts of the run that failed: nodes, pull secrets and node templates, a
-// held-back root (the rotation is not done), Flux Kustomizations left suspended.
+// held-back root (the rotation is not done), Flux Kustomizations left suspended or not kept
+// suspended.
 func (c Counts) Failed() int {
 	return c.Nodes[state.OutcomeFailed] + c.Secrets[secretwrite.Failed] + c.Secrets[secretwrite.HeldBack] +
-		c.Templates[secretwrite.Failed] + c.Templates[secretwrite.HeldBack] + c.FluxLeft
+		c.Templates[secretwrite.Failed] + c.Templates[secretwrite.HeldBack] + c.FluxLeft + c.FluxLost
 }
 
 // Failed counts the parts of the run that failed (Counts.Failed).

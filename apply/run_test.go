@@ -42,6 +42,8 @@ import (
 //	revoked                      the registry refuses the old credential: an emergency
 //	within 20m                   apply --within (a fenced node's estimate is 6m)
 //	fail prove|preflight|suspend|resume  a port's answer is an error
+//	lifted 1                     from the root on, someone lifts the run's Flux suspension at
+//	                             each of the next N reads (`flux resume`)
 //	drain-fails w1 MESSAGE       (also probe-fails NODE MESSAGE)
 //	joins w3 at relist 1         a node joins the fleet as the run re-lists it
 //	old x1                       a node the plan leaves alone (nodes.exclude), on the old credential
@@ -58,6 +60,7 @@ type runScript struct {
 	rotated                     []string // nodes and pull secrets already on the new credential
 	endpoint                    string
 	revoked                     bool
+	lifts                       int // someone lifts the run's suspension this many times
 	within                      time.Duration
 	fails                       map[string]bool
 	faults                      []string
@@ -138,6 +141,10 @@ func parseRunScript(t *testing.T, file string, b goldenfile.Case) runScript {
 			s.within = d
 		case "fail":
 			s.fails[f[1]] = true
+		case "lifted":
+			if _, err := fmt.Sscanf(f[1], "%d", &s.lifts); err != nil {
+				t.Fatalf("%s: %q: %v", s.At(), line, err)
+			}
 		case "drain-fails", "probe-fails":
 			s.faults = append(s.faults, line)
 		case "joins":
@@ -247,6 +254,9 @@ type runWorld struct {
 
 	secrets   map[string]string // "namespace/name" → "old" | "new"
 	suspended map[string]bool
+	requested map[string]string // a Kustomization's last suspension's reconcile request
+	taken     map[string]string // and the last one kustomize-controller answered
+	lifts     int               // the lifts still to come ("lifted N")
 	relists   int
 	mu        sync.Mutex
 }
@@ -255,7 +265,8 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 	t.Helper()
 
 	w := &runWorld{world: newWorld(), s: s, fx: fx, clock: clock.NewFake(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)), kube: fake.NewClientset(),
-		secrets: map[string]string{"flux-system/ghcr-auth": "old"}, suspended: map[string]bool{}}
+		secrets: map[string]string{"flux-system/ghcr-auth": "old"}, suspended: map[string]bool{},
+		requested: map[string]string{}, taken: map[string]string{}}
 
 	for _, n := range slices.Concat(s.fleet, s.live, s.old) {
 		w.addNode(n, strings.HasPrefix(n, "cp"))
@@ -320,6 +331,12 @@ func (s runScript) run(t *testing.T, fx runFixture) []string {
 					w.event(node, f[3], cancel)
 				}
 			}
+		},
+		BeforeRoot: func() { // "lifted N": someone lifts the suspension from here on
+			w.world.mu.Lock()
+			defer w.world.mu.Unlock()
+
+			w.lifts = s.lifts
 		},
 		BeforeRelist: func(round int) {
 			for _, n := range s.joins[round] {
@@ -442,6 +459,12 @@ func (w *runWorld) render(res *Result, err error) []string {
 	}
 
 	out = append(out, "flux suspended: "+orNone(strings.Join(suspended, " ")))
+
+	for _, f := range res.Flux {
+		if f.Reclaimed > 0 || f.Lost {
+			out = append(out, fmt.Sprintf("flux %s: suspended again %d time(s), kept %v", f.Kustomization, f.Reclaimed, !f.Lost))
+		}
+	}
 
 	holder := "none"
 	if l, err := w.kube.CoordinationV1().Leases("flux-system").Get(context.Background(), "ghcr-auth-refresh", metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
@@ -659,7 +682,7 @@ func (runWatches) CASPatchFrom(context.Context, *corev1.Node, string, int, func(
 
 type runFlux struct{ w *runWorld }
 
-func (f runFlux) Suspend(_ context.Context, ns, name, _, _ string) (bool, error) {
+func (f runFlux) Suspend(_ context.Context, ns, name, _, request string) (bool, error) {
 	if err := f.w.fail("suspend " + ns + "/" + name); err != nil {
 		return false, err
 	}
@@ -667,22 +690,7 @@ func (f runFlux) Suspend(_ context.Context, ns, name, _, _ string) (bool, error)
 	f.w.world.mu.Lock()
 	defer f.w.world.mu.Unlock()
 
-	f.w.suspended[ns+"/"+name] = true
-
-	return true, nil
-}
-
-// Taken: "fail taken" is a kustomize-controller that never answers the request (each poll
-// unrecorded); an answer is recorded once.
-func (f runFlux) Taken(_ context.Context, ns, name, _ string) (bool, error) {
-	f.w.world.mu.Lock()
-	defer f.w.world.mu.Unlock()
-
-	if f.w.s.fails["taken"] {
-		return false, nil
-	}
-
-	f.w.record("taken %s/%s", ns, name)
+	f.w.suspended[ns+"/"+name], f.w.requested[ns+"/"+name] = true, request
 
 	return true, nil
 }
@@ -701,11 +709,30 @@ func (f runFlux) Resume(_ context.Context, ns, name, _ string) (bool, error) {
 	return gone, nil
 }
 
+// Kustomization: kustomize-controller answers a suspension's request at once, recorded once
+// ("fail taken": it never does); "lifted N": someone lifts the suspension at each of the next N
+// reads after it was first taken.
 func (f runFlux) Kustomization(_ context.Context, ns, name string) (plan.KustomizationObs, error) {
 	f.w.world.mu.Lock()
 	defer f.w.world.mu.Unlock()
 
-	return plan.KustomizationObs{Namespace: ns, Name: name, Exists: true, UID: "uid-" + name, Suspended: f.w.suspended[ns+"/"+name]}, nil
+	k := ns + "/" + name
+	if f.w.suspended[k] && f.w.taken[k] != "" && f.w.lifts > 0 {
+		f.w.lifts--
+		f.w.suspended[k] = false
+		f.w.record("-- someone lifts the suspension of %s (flux resume)", k)
+	}
+
+	obs := plan.KustomizationObs{Namespace: ns, Name: name, Exists: true, UID: "uid-" + name, Suspended: f.w.suspended[k]}
+	if request := f.w.requested[k]; request != "" && !f.w.s.fails["taken"] && obs.Suspended {
+		obs.Handled = request
+		if f.w.taken[k] != request {
+			f.w.taken[k] = request
+			f.w.record("taken %s", k)
+		}
+	}
+
+	return obs, nil
 }
 
 type runLeases struct{ w *runWorld }

@@ -58,7 +58,7 @@ func (r *run) desired(namespace, name string) (credential, revision string) {
 // creates while the run goes on boots with the new credential.
 func (r *run) templates(ctx context.Context) {
 	for _, s := range r.in.PullSecrets.Templates(ctx, r.p, r.fanoutOptions()) {
-		r.res.Secrets = append(r.res.Secrets, s)
+		r.keptSecret(s)
 		r.templateOutcome(ctx, s)
 	}
 }
@@ -68,7 +68,7 @@ func (r *run) consumers(ctx context.Context) {
 	ctx = requests.WithStep(ctx, "run: secrets")
 
 	for _, s := range r.in.PullSecrets.Consumers(ctx, r.p, r.fanoutOptions()) {
-		r.res.Secrets = append(r.res.Secrets, s)
+		r.keptSecret(s)
 		r.secretOutcome(ctx, s)
 	}
 }
@@ -84,7 +84,14 @@ func (r *run) root(ctx context.Context) {
 
 	held := ""
 
+	reclaimed, keepErr := r.kept(ctx, "the root")
+	if keepErr == nil && reclaimed {
+		r.rewrite(ctx)
+	}
+
 	switch v, err := r.rootInventory(ctx); {
+	case keepErr != nil:
+		held = "the Flux suspension was not kept (" + keepErr.Error() + "): kustomize-controller may put Git's copy back"
 	case r.res.Failed() > 0:
 		held = fmt.Sprintf("%d part(s) of this run failed", r.res.Failed())
 	case err != nil:

@@ -573,4 +573,7 @@ type KustomizationObs struct {
 	// SuspendedBy is the run whose suspension it carries (ghcrsync's annotation; "": a person's,
 	// or none).
 	SuspendedBy string `json:"suspended_by,omitempty"`
+	// Handled is the last reconcile request kustomize-controller answered
+	// (status.lastHandledReconcileAt): a run's read while it waits, not part of a plan.
+	Handled string `json:"-"`
 }

@@ -42,6 +42,7 @@ func (c *Connection) Kustomization(ctx context.Context, ns, name string) (plan.K
 	obs.Exists, obs.UID = true, string(k.GetUID())
 	obs.Suspended, _, _ = unstructured.NestedBool(k.Object, "spec", "suspend")
 	obs.SuspendedBy = k.GetAnnotations()[object.SuspendedByAnnotation]
+	obs.Handled, _, _ = unstructured.NestedString(k.Object, "status", "lastHandledReconcileAt")
 
 	return obs, nil
 }
@@ -71,37 +72,26 @@ var ErrGone = errors.New("no such Kustomization")
 
 // Suspend sets spec.suspend on the Kustomization ns/name for holder's run, with its
 // annotation, by a compare-and-swap on its resourceVersion (kustomize-controller writes its
-// status meanwhile); request, when not "", is written with it as a reconcile request
-// (Taken). ours is false when it was suspended already by someone else: it is left as it is,
-// and the run never resumes it. A lost answer is looked for at the next read: the annotation
-// tells whether the write landed.
+// status meanwhile). request, when not "", is written with it as a reconcile request, which
+// kustomize-controller answers (status.lastHandledReconcileAt, read by Kustomization) at the end
+// of a reconcile that saw the suspension: reconciles are serial, so every one begun before it has
+// ended, and none begins while it holds. ours is false when it was suspended already by someone
+// else: it is left as it is, and the run never resumes it. The run's own suspension lifted since
+// (`flux resume` leaves its annotation) is written again. A lost answer is looked for at the
+// next read: the annotation tells whether the write landed.
 func (c *Connection) Suspend(ctx context.Context, ns, name, holder, request string) (ours bool, err error) {
 	return c.casKustomization(ctx, ns, name, func(k *unstructured.Unstructured) (bool, *suspension) {
-		if k.GetAnnotations()[object.SuspendedByAnnotation] == holder {
-			return true, nil // landed already
-		}
+		s, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend")
 
-		if s, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); s {
+		switch {
+		case s && k.GetAnnotations()[object.SuspendedByAnnotation] == holder:
+			return true, nil // landed already
+		case s:
 			return false, nil // someone else's suspension
 		}
 
 		return true, &suspension{suspend: true, by: holder, request: request}
 	})
-}
-
-// Taken reports whether kustomize-controller has taken the suspension written with request
-// (Suspend): it answers a reconcile request (status.lastHandledReconcileAt) at the end of each
-// reconcile, one at a time, so an answer to one written with the suspension is from a reconcile
-// that saw it — every reconcile begun before it has ended, and none begins while it holds.
-func (c *Connection) Taken(ctx context.Context, ns, name, request string) (bool, error) {
-	k, err := c.getKustomization(ctx, ns, name)
-	if err != nil {
-		return false, err
-	}
-
-	handled, _, _ := unstructured.NestedString(k.Object, "status", "lastHandledReconcileAt")
-
-	return handled == request, nil
 }
 
 // Resume lifts holder's suspension of the Kustomization ns/name. gone is true when there is none

@@ -92,7 +92,11 @@ type ApplyFluxJSON struct {
 	Suspended     bool   `json:"suspended"`
 	Resumed       bool   `json:"resumed"`
 	Held          bool   `json:"held"`
-	Message       string `json:"message"`
+	// Reclaimed: someone lifted the run's suspension mid-run this many times, and the run
+	// suspended it again; Lost: it could not be kept, and the writes of what Git holds stopped.
+	Reclaimed int    `json:"reclaimed,omitempty"`
+	Lost      bool   `json:"lost,omitempty"`
+	Message   string `json:"message"`
 }
 
 // ApplyEventJSON is one line of the `apply --json` stream: a step of the run, as recorded in
@@ -171,7 +175,7 @@ func newApplyJSON(res *apply.Result) ApplyJSON {
 	}
 
 	for _, f := range res.Flux {
-		out.Flux = append(out.Flux, ApplyFluxJSON{Kustomization: f.Kustomization, Suspended: f.Suspended, Resumed: f.Resumed, Held: f.Held(), Message: f.Message})
+		out.Flux = append(out.Flux, ApplyFluxJSON{Kustomization: f.Kustomization, Suspended: f.Suspended, Resumed: f.Resumed, Held: f.Held(), Reclaimed: f.Reclaimed, Lost: f.Lost, Message: f.Message})
 	}
 
 	if res.ReleaseErr != nil {
@@ -335,7 +339,7 @@ func applyFlux(w io.Writer, res *apply.Result, c apply.Counts) {
 	for _, f := range res.Flux {
 		mark := "="
 		switch {
-		case f.Held():
+		case f.Held(), f.Lost:
 			mark = "✗"
 		case f.Resumed:
 			mark = "✓"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -262,7 +263,7 @@ const (
 )
 
 // slowSource installs the slow Kustomization's source (an artifact holding that Deployment) and
-// the Kustomization, suspended; resumeSlow starts its reconciles.
+// the Kustomization, suspended, unless an earlier test did; inFlight starts its reconciles.
 func slowSource(t *testing.T, sb *sandbox.Sandbox, dyn dynamic.Interface) {
 	t.Helper()
 
@@ -308,7 +309,7 @@ spec:
 	}
 
 	for _, o := range objects {
-		if _, err := dyn.Resource(o.gvr).Namespace(sandbox.RootNamespace).Create(ctx, &unstructured.Unstructured{Object: o.obj}, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(o.gvr).Namespace(sandbox.RootNamespace).Create(ctx, &unstructured.Unstructured{Object: o.obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
