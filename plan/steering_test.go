@@ -18,6 +18,12 @@ func TestCheckDestinations(t *testing.T) {
 		{Digest: "new", Desired: true, Nodes: []string{"current"}, State: CredentialValid},
 	}
 	ordinary := []CredentialInUse{{Digest: "old", Nodes: []string{"stale"}, State: CredentialValid}}
+	// The new credential in every config (pushed to "pushed" without a reboot), the old one
+	// refused where a node still holds it.
+	pushed := []CredentialInUse{
+		{Digest: "old", Nodes: []string{"stale"}, State: CredentialRefused},
+		{Digest: "new", Desired: true, Nodes: []string{"current", "pushed"}, State: CredentialValid},
+	}
 
 	ready := func(name string) Destination { return Destination{Name: name, Ready: true} }
 	hard := Destination{Name: "stale", Ready: true, Taints: []taints.Taint{{Key: taints.Steering, Effect: taints.NoSchedule}}}
@@ -30,6 +36,7 @@ func TestCheckDestinations(t *testing.T) {
 		inUse        []CredentialInUse
 		effect       string
 		allowPending bool
+		stale        []string // the plan's StaleRuntimes
 		pods         int
 		ds           []Destination
 		refuse       string // "" passes
@@ -47,9 +54,18 @@ func TestCheckDestinations(t *testing.T) {
 		{name: "nowhere_to_go", inUse: emergency, effect: taints.NoSchedule, pods: 1, ds: []Destination{hard}, refuse: "wait Pending"},
 		{name: "nowhere_to_go_allowed", inUse: emergency, effect: taints.NoSchedule, allowPending: true, pods: 1, ds: []Destination{hard}},
 		{name: "nothing_to_evict", inUse: emergency, effect: taints.NoSchedule, pods: 0, ds: []Destination{hard}},
+		// H7's residual: an untainted, Ready, schedulable node whose config holds the new
+		// credential (an operator pushed it with --mode=no-reboot) while its runtime still runs
+		// with what it booted with, in an emergency: it takes pods and cannot be known to pull.
+		{name: "untainted_stale_runtime_in_an_emergency", inUse: pushed, stale: []string{"pushed"}, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{ready("current"), ready("pushed")}, refuse: "still uses the credential it booted with"},
+		{name: "stale_runtime_proved_this_boot_pulls", inUse: pushed, stale: []string{"pushed"}, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{ready("current"), {Name: "pushed", Ready: true, VerifiedRevision: rev, VerifiedBoot: "b2", BootID: "b2"}}},
+		{name: "stale_runtime_cordoned_takes_nothing", inUse: pushed, stale: []string{"pushed"}, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{ready("current"), {Name: "pushed", Ready: true, Unschedulable: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &Plan{CredentialRevision: rev, CredentialsInUse: tc.inUse, Steering: Steering{Effect: tc.effect, AllowPending: tc.allowPending}}
+			p := &Plan{CredentialRevision: rev, CredentialsInUse: tc.inUse, StaleRuntimes: tc.stale, Steering: Steering{Effect: tc.effect, AllowPending: tc.allowPending}}
 
 			err := p.CheckDestinations("drained", tc.pods, tc.ds)
 
