@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/ghcrsync/ghcrsync/apply"
 	"github.com/ghcrsync/ghcrsync/internal/fence"
 	"github.com/ghcrsync/ghcrsync/internal/holder"
 	"github.com/ghcrsync/ghcrsync/internal/object"
@@ -26,6 +27,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
+	"github.com/ghcrsync/ghcrsync/plan"
 	"github.com/ghcrsync/ghcrsync/state"
 )
 
@@ -920,4 +922,54 @@ func TestFenceReportBlocksEveryJournalWhenAnyIsMalformed(t *testing.T) {
 	assertReleased(t, sb, name, false)
 	assertReleased(t, sb, tampered, true)
 	assertLeaseFree(t, sb, "malformed-journal")
+}
+
+// L6: a fence reclaimed from a run killed after its Talos write (at rebooting: the node's config
+// holds the new credential, its runtime never proved) never returns to service unproved. The
+// next run's plan leaves the node to its reclaim, which puts it on ghcrsync's unproven hold; at
+// every relist of that run the node is still cordoned and marked, or already proved by the run
+// on its current boot (a relist rotates it as a late node), and the run ends with it proved,
+// uncordoned. The control: killed before its Talos write (guarded), the reclaim returns the node
+// to service at once, no hold.
+func TestReclaimedMutatingFenceStaysHeldUntilProved(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	const name = "prod-worker-1"
+
+	for _, tc := range []struct {
+		phase state.Phase
+		held  bool
+	}{{state.PhaseRebooting, true}, {state.PhaseGuarded, false}} {
+		t.Run(string(tc.phase), func(t *testing.T) {
+			r := newRotation(t, sb, shortLease("l6-"+string(tc.phase)), name)
+			killRun(t, r, r.plan(), tc.phase)
+
+			// The next run finds the node fenced by the dead run and leaves it to its reclaim.
+			r.mayDeselect = map[string]bool{name: true}
+
+			var seen []plan.Node
+
+			res, err := r.apply(r.plan(), apply.Hooks{BeforeRelist: func(int) { seen = append(seen, object.FromNode(node(t, sb, name))) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if len(res.Reclaimed) == 0 || len(seen) == 0 || seen[0].HeldUnproven != tc.held {
+				t.Fatalf("the next run reclaimed %+v; at its first relist the node on the unproven hold: %v, want %v\n%s", res.Reclaimed, len(seen) > 0 && seen[0].HeldUnproven, tc.held, r.log.String())
+			}
+
+			for i, n := range seen {
+				proved := n.VerifiedRevision == r.planned.CredentialRevision && n.VerifiedBoot == n.BootID
+				if tc.held && !(n.HeldUnproven && n.Unschedulable) && !proved {
+					t.Fatalf("at the next run's relist %d the node is out of the hold, unproved: %+v\n%s", i+1, n, r.log.String())
+				}
+			}
+
+			if n := object.FromNode(node(t, sb, name)); n.HeldUnproven || n.VerifiedBoot != n.BootID {
+				t.Fatalf("after the next run the node is on the hold (%v) or unproved on its boot (%q, boot %q)", n.HeldUnproven, n.VerifiedBoot, n.BootID)
+			}
+
+			assertReleased(t, sb, name, false)
+			waitReady(t, sb, name)
+		})
+	}
 }
