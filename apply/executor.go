@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -345,18 +346,26 @@ func (e *executor) budgetSpent() bool {
 
 // quorum waits (up to ready_timeout) until the etcd gate lets node be taken down: every other
 // control plane Ready, not cordoned, fenced by no one, its etcd member healthy and a voter, no
-// alarm, enough voters left (plan.Quorum).
+// alarm, enough voters left (plan.Quorum). Too few voters, every one healthy, is refused at
+// once: no wait adds a member.
 func (e *executor) quorum(ctx context.Context, node string) error {
-	return clock.Until(ctx, e.clock, e.o.ReadyTimeout, time.Second, func() (bool, error) {
+	var tooFew error
+
+	err := clock.Until(ctx, e.clock, e.o.ReadyTimeout, time.Second, func() (bool, error) {
 		view, err := controlPlanes(ctx, e.nodes, e.etcd, node)
 		if err != nil {
 			return false, err
 		}
 
-		if err := plan.Quorum(node, view, e.o.AllowQuorumLoss); err != nil {
-			return false, err
+		err = plan.Quorum(node, view, e.o.AllowQuorumLoss)
+		if errors.Is(err, plan.ErrTooFewVoters) {
+			tooFew = err
+
+			return true, nil
 		}
 
-		return true, nil
+		return err == nil, err
 	})
+
+	return cmp.Or(tooFew, err)
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,6 +35,10 @@ type ControlPlane struct {
 // MinOtherVoters is how many other healthy voting members a control plane's reboot or live
 // update needs: with fewer, one more failure loses etcd's quorum.
 const MinOtherVoters = 2
+
+// ErrTooFewVoters is a gate that holds because the cluster has too few voting members, every one
+// healthy: no wait changes that (nodes.allow_quorum_loss does).
+var ErrTooFewVoters = errors.New("too few etcd voters")
 
 // Quorum is the etcd gate before a control plane (self) is claimed, rebooted or updated live:
 // every other voting member is healthy — its Node Ready, not cordoned and fenced by no one, its
@@ -89,8 +94,8 @@ func Quorum(self string, cps []ControlPlane, allowLoss bool) error {
 	case len(down) > 0:
 		return fmt.Errorf("not every other control plane is healthy: %s", strings.Join(down, "; "))
 	case healthy < MinOtherVoters && !allowLoss:
-		return fmt.Errorf("only %d other voting etcd member(s): taking %s down leaves no room for another failure; "+
-			"set nodes.allow_quorum_loss = true to rotate control planes anyway", healthy, self)
+		return fmt.Errorf("%w: only %d other voting etcd member(s), all healthy: taking %s down leaves no room for another failure; "+
+			"set nodes.allow_quorum_loss = true to rotate control planes anyway", ErrTooFewVoters, healthy, self)
 	}
 
 	return nil
