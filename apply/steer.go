@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -162,7 +163,10 @@ func (t *txn) destinations(ctx context.Context) drain.Check {
 			return err // asked again
 		}
 
-		if err := view.CheckDestinations(t.np.Name, pods, ds); err != nil {
+		switch err := view.CheckDestinations(t.np.Name, pods, ds); {
+		case errors.Is(err, plan.ErrUncordonLag):
+			return err // asked again: the node lifecycle controller is about to let pods onto it
+		case err != nil:
 			return &drain.Refused{Why: err}
 		}
 

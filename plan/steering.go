@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -126,11 +127,42 @@ func (p *Plan) CheckDestinations(node string, pods int, ds []Destination) error 
 	}
 
 	if pods > 0 && able == 0 && !p.Steering.AllowPending && p.Steering.Hard() {
+		if d, ok := p.uncordoning(node, ds); ok {
+			return fmt.Errorf("%w: %s is uncordoned and can pull, and still carries %s (the node lifecycle controller takes it off a moment after the uncordon): the eviction waits for it",
+				ErrUncordonLag, d, taints.Unschedulable)
+		}
+
 		return fmt.Errorf("no Ready, schedulable node that can pull can take its %d %s: they would wait Pending; "+
 			"re-plan with --allow-pending to accept that, or free a worker", pods, human.Plural(pods, "pod", "pods"))
 	}
 
 	return nil
+}
+
+// ErrUncordonLag is a destination check that finds no node to take the pods only because a node
+// just uncordoned (the seed, released) still carries the taint mirroring its cordon: the
+// drain asks again (it waits, bounded by its timeout) instead of refusing.
+var ErrUncordonLag = errors.New("a node is being uncordoned")
+
+// uncordoning names a node other than node that takes pods, and can pull, once the node lifecycle
+// controller catches up: Ready, spec.unschedulable false, and its only hard taint the
+// node.kubernetes.io/unschedulable that mirrors a cordon.
+func (p *Plan) uncordoning(node string, ds []Destination) (string, bool) {
+	for _, d := range ds {
+		if d.Name == node || !d.Ready || d.Unschedulable || !slices.ContainsFunc(d.Taints, func(t taints.Taint) bool { return t.Key == taints.Unschedulable }) {
+			continue
+		}
+
+		if slices.ContainsFunc(d.Taints, func(t taints.Taint) bool { return taints.Hard(t) && t.Key != taints.Unschedulable }) {
+			continue
+		}
+
+		if ok, _ := p.CanPull(d); ok {
+			return d.Name, true
+		}
+	}
+
+	return "", false
 }
 
 // steer decides the run's steering from the ordered plan and the snapshot.

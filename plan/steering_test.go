@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -40,6 +41,7 @@ func TestCheckDestinations(t *testing.T) {
 		pods         int
 		ds           []Destination
 		refuse       string // "" passes
+		wait         bool   // the refusal is one the drain waits out (ErrUncordonLag)
 	}{
 		{name: "ordinary_everyone_pulls", inUse: ordinary, effect: taints.PreferNoSchedule, pods: 2, ds: []Destination{ready("drained"), soft}},
 		{name: "stale_schedulable_peer_refuses", inUse: emergency, effect: taints.NoSchedule, pods: 1, ds: []Destination{ready("drained"), ready("current"), ready("stale")}, refuse: "onto stale"},
@@ -61,6 +63,14 @@ func TestCheckDestinations(t *testing.T) {
 			ds: []Destination{ready("current"), ready("pushed")}, refuse: "still uses the credential it booted with"},
 		{name: "stale_runtime_proved_this_boot_pulls", inUse: pushed, stale: []string{"pushed"}, effect: taints.NoSchedule, pods: 1,
 			ds: []Destination{ready("current"), {Name: "pushed", Ready: true, VerifiedRevision: rev, VerifiedBoot: "b2", BootID: "b2"}}},
+		// I4: the seed just uncordoned, its cordon's mirror taint not yet taken off: the check
+		// waits (asked again) instead of refusing; a node still cordoned is refused.
+		{name: "uncordoned_seed_mirror_taint_lingers_waits", inUse: emergency, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{hard, {Name: "current", Ready: true, Taints: []taints.Taint{{Key: taints.Unschedulable, Effect: taints.NoSchedule}}}}, refuse: "the eviction waits", wait: true},
+		{name: "cordoned_node_with_the_mirror_taint_refuses", inUse: emergency, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{hard, {Name: "current", Ready: true, Unschedulable: true, Taints: []taints.Taint{{Key: taints.Unschedulable, Effect: taints.NoSchedule}}}}, refuse: "wait Pending"},
+		{name: "mirror_taint_and_another_hard_taint_refuses", inUse: emergency, effect: taints.NoSchedule, pods: 1,
+			ds: []Destination{{Name: "current", Ready: true, Taints: []taints.Taint{{Key: taints.Unschedulable, Effect: taints.NoSchedule}, {Key: "x", Effect: taints.NoSchedule}}}}, refuse: "wait Pending"},
 		{name: "stale_runtime_cordoned_takes_nothing", inUse: pushed, stale: []string{"pushed"}, effect: taints.NoSchedule, pods: 1,
 			ds: []Destination{ready("current"), {Name: "pushed", Ready: true, Unschedulable: true}}},
 	} {
@@ -74,6 +84,8 @@ func TestCheckDestinations(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.refuse != "" && (err == nil || !strings.Contains(err.Error(), tc.refuse)):
 				t.Fatalf("err %v, want one saying %q", err, tc.refuse)
+			case err != nil && errors.Is(err, ErrUncordonLag) != tc.wait:
+				t.Fatalf("err %v: waited out %v, want %v", err, !tc.wait, tc.wait)
 			}
 		})
 	}
