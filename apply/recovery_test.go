@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/ghcrsync/ghcrsync/internal/object"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox"
 	"github.com/ghcrsync/ghcrsync/internal/sandbox/sandboxtest"
+	"github.com/ghcrsync/ghcrsync/internal/secretwrite"
 	"github.com/ghcrsync/ghcrsync/internal/taints"
 	"github.com/ghcrsync/ghcrsync/internal/workspace"
 	"github.com/ghcrsync/ghcrsync/plan"
@@ -972,4 +974,130 @@ func TestReclaimedMutatingFenceStaysHeldUntilProved(t *testing.T) {
 			waitReady(t, sb, name)
 		})
 	}
+}
+
+// nodeReadFault answers the run's reads of Nodes, once armed, with a 403, a 500, a body cut
+// short, or a NotFound for name: every GET of the Node, every list and watch of Nodes, and the
+// watch the run already has (its stream ends), so the run's reads of the Node reach the fault.
+type nodeReadFault struct {
+	name, kind string
+	armed      atomic.Bool
+}
+
+func (f *nodeReadFault) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		nodes := req.Method == http.MethodGet && (req.URL.Path == "/api/v1/nodes" || req.URL.Path == "/api/v1/nodes/"+f.name)
+		if !nodes || !f.armed.Load() {
+			resp, err := next.RoundTrip(req)
+			if err == nil && nodes && req.URL.Query().Get("watch") != "" {
+				resp.Body = &cutOff{ReadCloser: resp.Body, armed: &f.armed}
+			}
+
+			return resp, err
+		}
+
+		switch {
+		case f.kind == "forbidden":
+			return statusAnswer(req, http.StatusForbidden, "Forbidden"), nil
+		case f.kind == "failing":
+			return statusAnswer(req, http.StatusInternalServerError, "InternalError"), nil
+		case f.kind == "notfound" && req.URL.Path != "/api/v1/nodes":
+			return statusAnswer(req, http.StatusNotFound, "NotFound"), nil
+		case f.kind == "notfound": // the list without the Node: it is gone
+			return statusAnswer(req, http.StatusServiceUnavailable, "ServiceUnavailable"), nil
+		}
+
+		body := `{"kind":"Node","apiVersion":"v1","metadata":{"name":"` + f.name + `","uid":"` // truncated
+		if req.URL.Path == "/api/v1/nodes" {
+			body = `{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"`
+		}
+
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+	})
+}
+
+// cutOff ends a watch's stream once the fault is armed.
+type cutOff struct {
+	io.ReadCloser
+	armed *atomic.Bool
+}
+
+func (c *cutOff) Read(p []byte) (int, error) {
+	if c.armed.Load() {
+		return 0, io.ErrUnexpectedEOF
+	}
+
+	return c.ReadCloser.Read(p)
+}
+
+// D9 during the roll: the Node read that the run's next mutation is judged on answers 403, 500
+// or a body cut short — before the Talos write (armed before the drain) or after it (armed
+// before the reboot), the run's Node watch cut off too. No answer is evidence: the run asks again until ready_timeout, then fails the node,
+// keeps its fence, and holds the root back. The control: an authoritative NotFound for the Node
+// (its watch cut off too) is taken as the Node gone: before the Talos write it is deselected,
+// after it gone-after-mutation — neither a failure.
+func TestNodeReadFaultsDuringTheRollFailClosed(t *testing.T) {
+	sb := sandboxtest.Get(t)
+	const name = "prod-worker-2"
+
+	for _, kind := range []string{"forbidden", "failing", "truncated", "notfound"} {
+		for _, at := range []state.Phase{state.PhaseDrained, state.PhaseRebooting} {
+			t.Run(kind+"/"+string(at), func(t *testing.T) {
+				r := newRotation(t, sb, shortLease("d9-"+kind+"-"+string(at), func(s string) string {
+					return strings.Replace(s, `ready_timeout         = "60s"`, `ready_timeout         = "6s"`, 1)
+				}), name)
+				f := &nodeReadFault{name: name, kind: kind}
+				r.faults = &workspace.Faults{Kube: f.wrap}
+
+				res, err := r.apply(r.plan(), apply.Hooks{BeforeMutation: func(node string, phase state.Phase) {
+					if node == name && phase == at {
+						f.armed.Store(true)
+						time.Sleep(3 * time.Second) // the run's Node watch, cut off, is no longer fresh: its reads go to the API
+					}
+				}})
+				f.armed.Store(false)
+
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				x := r.result(res, name)
+				root := heldRoot(res)
+				t.Logf("%s at %s: %s (fenced %v): %s; root held back: %v", kind, at, x.Outcome, x.Fenced, x.Message, root)
+
+				want := map[state.Phase]state.Outcome{state.PhaseDrained: state.OutcomeDeselected, state.PhaseRebooting: state.OutcomeGoneAfterMutation}[at]
+				if kind != "notfound" {
+					want = state.OutcomeFailed
+				}
+
+				switch {
+				case x.Outcome != want:
+					t.Fatalf("%s on the Node read at %s: %s, want %s\n%s", kind, at, x.Outcome, want, r.log.String())
+				case kind != "notfound" && (!x.Fenced || !root || res.SafeToRevoke()):
+					t.Fatalf("%s at %s: fence kept %v, root held back %v, safe %v: want the fence kept and the root held back", kind, at, x.Fenced, root, res.SafeToRevoke())
+				}
+
+				// The fence the run left (or, for a Node it took for gone, the claim still on it).
+				releaseHolder(t, r.cfg, res.Holder)
+
+				if n := node(t, sb, name); n.Annotations[object.UnprovenAnnotation] != "" {
+					liftUnproven(t, sb, r.cfg, name)
+				}
+
+				assertReleased(t, sb, name, false)
+				waitReady(t, sb, name)
+			})
+		}
+	}
+}
+
+// heldRoot reports whether the run held the root Flux secret back.
+func heldRoot(res *apply.Result) bool {
+	for _, s := range res.Secrets {
+		if s.Role == plan.RoleRoot {
+			return s.Outcome == secretwrite.HeldBack
+		}
+	}
+
+	return false
 }
