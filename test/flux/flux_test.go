@@ -317,6 +317,16 @@ spec:
 	ready(t, dyn, sandbox.OCIRepositoryGVR, slowKustomization, 2*time.Minute)
 }
 
+// slowConfig is the sandbox's configuration, the slow Kustomization suspended for the run beside
+// the root one, edited further by more.
+func slowConfig(t *testing.T, sb *sandbox.Sandbox, more func(string) string) string {
+	t.Helper()
+
+	return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
+		return more(strings.Replace(s, `suspend = ["flux-system/flux-system"]`, `suspend = ["flux-system/flux-system", "flux-system/`+slowKustomization+`"]`, 1))
+	})
+}
+
 // inFlight resumes the slow Kustomization (or asks it to reconcile) and waits until a reconcile of
 // it is in flight: its Ready condition Unknown, Progressing. It returns when it saw that: the
 // reconcile cannot end before slowFor from then, less the poll that saw it.
@@ -414,8 +424,7 @@ func TestSuspensionWaitsOutAReconcileInFlight(t *testing.T) {
 	slowSource(t, sb, dyn)
 
 	config := func(quiesce bool) string {
-		return sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-			s = strings.Replace(s, `suspend = ["flux-system/flux-system"]`, `suspend = ["flux-system/flux-system", "flux-system/`+slowKustomization+`"]`, 1)
+		return slowConfig(t, sb, func(s string) string {
 			if !quiesce {
 				s = strings.Replace(s, "flux {\n", "flux {\n  quiesce = false\n", 1)
 			}

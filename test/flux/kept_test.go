@@ -140,9 +140,7 @@ func TestSuspensionLiftedMidRunIsClaimedAgain(t *testing.T) {
 	ready(t, dyn, sandbox.OCIRepositoryGVR, sandbox.OCIRepository, 2*time.Minute)
 	slowSource(t, sb, dyn)
 
-	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		return strings.Replace(s, `suspend = ["flux-system/flux-system"]`, `suspend = ["flux-system/flux-system", "flux-system/`+slowKustomization+`"]`, 1)
-	})
+	cfg := slowConfig(t, sb, func(s string) string { return s })
 	slow := sandbox.RootNamespace + "/" + slowKustomization
 
 	// The run suspends it: no one else's suspension on it (the run's resume at the end of each
@@ -255,9 +253,7 @@ func TestReleaseResumesTheSuspensionOfAKilledRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := sandboxtest.CopyConfig(t, sb, t.TempDir(), func(s string) string {
-		return strings.Replace(s, `suspend = ["flux-system/flux-system"]`, `suspend = ["flux-system/flux-system", "flux-system/`+slowKustomization+`"]`, 1)
-	})
+	cfg := slowConfig(t, sb, func(s string) string { return s })
 
 	get := func(name string) *unstructured.Unstructured {
 		k, err := dyn.Resource(sandbox.KustomizationGVR).Namespace(sandbox.RootNamespace).Get(context.Background(), name, metav1.GetOptions{})
