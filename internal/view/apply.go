@@ -18,8 +18,9 @@ import (
 )
 
 // ApplyJSONFormatVersion is the version of ApplyJSON; additive changes keep the major version
-// (1.1: each node's timings; 1.2: the verdict, late nodes; 1.3: the flux block's Kustomizations).
-const ApplyJSONFormatVersion = "1.4"
+// (1.1: each node's timings; 1.2: the verdict, late nodes; 1.3: the flux block's Kustomizations;
+// 1.4: the run's outcome; 1.5: each Kustomization's reclaimed and lost).
+const ApplyJSONFormatVersion = "1.5"
 
 // ApplyJSON is `ghcrsync apply --json`.
 type ApplyJSON struct {
