@@ -151,7 +151,10 @@ var errLifted = errors.New("someone lifted it first")
 func (r *run) quiesced(ctx context.Context, ns, name, request string) error {
 	bound := r.in.Config.FluxQuiesce
 
-	var readErr, lifted error
+	var (
+		readErr error
+		lifted  bool
+	)
 
 	err := clock.Until(ctx, r.in.Clock, bound, quiescePoll, func() (bool, error) {
 		k, err := r.in.Suspensions.Kustomization(ctx, ns, name)
@@ -159,9 +162,7 @@ func (r *run) quiesced(ctx context.Context, ns, name, request string) error {
 			return false, nil // an unreadable Kustomization is asked again until the bound
 		}
 
-		if k.Exists && !k.Suspended {
-			lifted = errLifted
-
+		if lifted = k.Exists && !k.Suspended; lifted {
 			return true, nil
 		}
 
@@ -169,8 +170,8 @@ func (r *run) quiesced(ctx context.Context, ns, name, request string) error {
 	})
 
 	switch {
-	case err == nil && lifted != nil:
-		return fmt.Errorf("%w: %w", errNotTaken, lifted)
+	case err == nil && lifted:
+		return fmt.Errorf("%w: %w", errNotTaken, errLifted)
 	case err == nil:
 		return nil
 	case readErr != nil:

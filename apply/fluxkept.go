@@ -28,26 +28,29 @@ type gitWrite struct {
 // reconcile while it was lifted may have put Git's copy back; each write is a no-op where the
 // credential is still there). A suspension that cannot be kept skips the write.
 func (r *run) underSuspension(ctx context.Context, w gitWrite) {
-	reclaimed, err := r.kept(ctx, w.what)
-	if err != nil {
+	if r.held(ctx, w.what) != nil {
 		return
-	}
-
-	if reclaimed {
-		r.rewrite(ctx)
 	}
 
 	w.write(ctx)
 	r.written = append(r.written, w)
 }
 
-// rewrite makes again the writes of what Git holds that the run made before a suspension had to
-// be claimed again.
-func (r *run) rewrite(ctx context.Context) {
+// held is the one check before a write of what Git also holds (before names it): every
+// suspension of the run kept (kept), and when one had to be claimed again, the writes of what Git
+// holds made before it made again. The error says which suspension was not kept.
+func (r *run) held(ctx context.Context, before string) error {
+	reclaimed, err := r.kept(ctx, before)
+	if err != nil || !reclaimed {
+		return err
+	}
+
 	for _, w := range r.written {
 		r.log.Info("written again: a Flux suspension was lifted since", "what", w.what)
 		w.write(ctx)
 	}
+
+	return nil
 }
 
 // kept re-reads every Kustomization the run holds suspended, before it writes what Git also holds
@@ -130,7 +133,7 @@ func (f FluxResult) reclaimNote() string {
 }
 
 // keptSecret puts a fan-out result in the run's result, replacing the same target's result from
-// an earlier write (rewrite): one line per target.
+// an earlier write (made again by held): one line per target.
 func (r *run) keptSecret(s secretwrite.Result) {
 	for i, x := range r.res.Secrets {
 		if x.Namespace == s.Namespace && x.Secret == s.Secret && x.Key == s.Key && x.Role == s.Role {

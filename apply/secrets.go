@@ -84,10 +84,7 @@ func (r *run) root(ctx context.Context) {
 
 	held := ""
 
-	reclaimed, keepErr := r.kept(ctx, "the root")
-	if keepErr == nil && reclaimed {
-		r.rewrite(ctx)
-	}
+	keepErr := r.held(ctx, "the root")
 
 	switch v, err := r.rootInventory(ctx); {
 	case keepErr != nil:

@@ -144,20 +144,19 @@ func (p *Plan) CheckDestinations(node string, pods int, ds []Destination) error 
 // drain asks again (it waits, bounded by its timeout) instead of refusing.
 var ErrUncordonLag = errors.New("a node is being uncordoned")
 
-// uncordoning names a node other than node that takes pods, and can pull, once the node lifecycle
-// controller catches up: Ready, spec.unschedulable false, and its only hard taint the
-// node.kubernetes.io/unschedulable that mirrors a cordon.
+// uncordoning names a node other than node that takes pods (Takes), and can pull, once the node
+// lifecycle controller catches up: it carries the node.kubernetes.io/unschedulable that mirrors a
+// cordon, and without that taint it would take them.
 func (p *Plan) uncordoning(node string, ds []Destination) (string, bool) {
+	mirror := func(t taints.Taint) bool { return t.Key == taints.Unschedulable }
+
 	for _, d := range ds {
-		if d.Name == node || !d.Ready || d.Unschedulable || !slices.ContainsFunc(d.Taints, func(t taints.Taint) bool { return t.Key == taints.Unschedulable }) {
+		if d.Name == node || !slices.ContainsFunc(d.Taints, mirror) {
 			continue
 		}
 
-		if slices.ContainsFunc(d.Taints, func(t taints.Taint) bool { return taints.Hard(t) && t.Key != taints.Unschedulable }) {
-			continue
-		}
-
-		if ok, _ := p.CanPull(d); ok {
+		d.Taints = slices.DeleteFunc(slices.Clone(d.Taints), mirror)
+		if ok, _ := p.CanPull(d); ok && d.Takes() {
 			return d.Name, true
 		}
 	}
