@@ -16,12 +16,15 @@ import (
 // The runtimes' restart waits of the nodes rotated live at once ask together: each question for
 // a runtime's last start waits a moment for the others, then one one-to-many ServiceList answers
 // them all (apid fans it out to the machines its metadata names), and the waits that follow
-// line up, so a wave of live nodes polls with one call, not one a node. A call that fails as a
+// line up, so a wave of live nodes polls with one call, not one a node. The moment is a quarter
+// of a second: a wave's writes end spread over that much on a loaded control plane (50 ms
+// shared nothing in CI: six nodes, six calls), and the runtime's restart it waits for takes
+// seconds. A call that fails as a
 // whole (a machine that never answers holds it to the deadline) is asked again node by node, so
 // one bad machine fails alone.
 
 // gather is how long a question waits for others to share its call.
-const gather = 50 * time.Millisecond
+const gather = 250 * time.Millisecond
 
 type runtimeAnswer struct {
 	started time.Time
