@@ -232,10 +232,10 @@ func TestALiveRotationCostsACreateAndAPatchANode(t *testing.T) {
 	// Waiting for the runtime's restart (1 s after the write, on the sandbox) takes when the
 	// config changed from the write's read-back (a List a node before), and polls only the
 	// runtime's start — the nodes waiting at once with one one-to-many call a poll (3 for the
-	// six here; 16 when each polled alone, measured with no moment to gather: its restart a second
-	// away, a poll each 500 ms). A
-	// loaded machine can spread the wave's writes so that each node first asks after its
-	// runtime restarted: one call each, still no more polls than nodes.
+	// six here; 16 when each polled alone, measured with no moment to gather: its restart a
+	// second away, a poll each 500 ms). A loaded machine can spread the wave's writes so that
+	// each node first asks after its runtime restarted: one call each, still no more polls than
+	// nodes.
 	restart := stepCounts(t, stderr, "restart", "Talos")
 	if restart["List"] != 0 || restart["Get"] != 0 || restart["ServiceList"] == 0 || restart["ServiceList"] > nodes {
 		t.Errorf("waiting for the runtimes' restart made Talos calls %v for %d nodes: want no config read, and no more polls than nodes (shared)", restart, nodes)
