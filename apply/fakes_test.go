@@ -55,9 +55,14 @@ type world struct {
 	active, staged map[string]string
 	// configUpdated and criStarted are when each node's active config last changed and its
 	// container runtime last started, on the world's own clock (ticks); runtimeStays makes a
-	// node's runtime not restart after a live write (Talos's CRI controller stuck).
+	// node's runtime not restart after a live write (Talos's CRI controller stuck);
+	// restartedBefore a node whose runtime restarted for another reason after the run last saw
+	// it and before the write, so the write's bound (the start seen before) is older than that
+	// restart, and the write's own restart comes at the runtime's second poll.
 	configUpdated, criStarted map[string]time.Time
 	runtimeStays              map[string]bool
+	restartedBefore           map[string]bool
+	restartDue                map[string]int
 	ticks                     int
 	// keyrings are each node's kubelet keyring (its credential digest, "" none); keyringHeld the
 	// keyring an earlier rotation wrote, as the plan sees it; keyringUnread nodes whose kubelet
@@ -85,6 +90,7 @@ func newWorld() *world {
 	return &world{nodes: map[string]*corev1.Node{}, drainErr: map[string]error{}, configureErr: map[string]error{},
 		probeErr: map[string]error{}, conflicts: map[string]int{}, active: map[string]string{}, staged: map[string]string{},
 		due: map[string]*dueEvent{}, configUpdated: map[string]time.Time{}, criStarted: map[string]time.Time{}, runtimeStays: map[string]bool{},
+		restartedBefore: map[string]bool{}, restartDue: map[string]int{},
 		keyrings: map[string]string{}, keyringHeld: map[string]string{}, keyringUnread: map[string]bool{},
 		heldBy: map[string]string{}, kuredTaken: map[string]bool{}}
 }
@@ -389,7 +395,14 @@ func (f fakeTalos) RuntimeStarted(_ context.Context, ip string) (time.Time, erro
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
-	return f.w.criStarted[nodeOfIP(ip)], nil
+	node := nodeOfIP(ip)
+	if f.w.restartDue[node] > 0 {
+		if f.w.restartDue[node]--; f.w.restartDue[node] == 0 {
+			f.w.criStarted[node] = f.w.tick()
+		}
+	}
+
+	return f.w.criStarted[node], nil
 }
 
 func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool) (time.Time, error) {
@@ -408,6 +421,15 @@ func (f fakeTalos) Configure(ctx context.Context, ip, _, _, _ string, live bool)
 	}
 
 	f.w.staged[node] = "new"
+	if live && f.w.restartedBefore[node] {
+		seen := f.w.criStarted[node]
+		f.w.criStarted[node] = f.w.tick()
+		f.w.active[node], f.w.configUpdated[node] = "new", f.w.tick()
+		f.w.restartDue[node] = 2
+
+		return seen, nil
+	}
+
 	if live {
 		// Talos 1.14: the active config changes, and its CRI controller restarts the runtime.
 		f.w.active[node], f.w.configUpdated[node] = "new", f.w.tick()

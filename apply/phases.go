@@ -267,12 +267,13 @@ func awaited(newBoot, ready, lifecycle bool) string {
 // moment after the write answered, and until then the runtime pulls with the credential it
 // started with — a proof taken before would prove the old credential. A runtime that does not
 // restart within the ready timeout fails the node: its config holds the new credential, its
-// runtime may not, and the next plan fences it (a reboot loads it for sure). When the config
-// changed is the write's own read-back; each poll asks only for the runtime's last start.
+// runtime may not, and the next plan fences it (a reboot loads it for sure). What the start
+// must follow is the write's (talos.Configure: its read-back, or the runtime's start before it);
+// each poll asks only for the runtime's last start.
 func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 	deadline := t.e.clock.Now().Add(t.e.o.ReadyTimeout)
 
-	changed := t.configChanged // the write's read-back: no read of its own
+	changed := t.configChanged // the write's: no read of its own
 
 	for {
 		started, err := t.e.talos.RuntimeStarted(ctx, t.ip)
@@ -281,6 +282,8 @@ func (t *txn) awaitRuntime(ctx context.Context) *NodeResult {
 		}
 
 		if started.After(changed) {
+			t.runtimeStarted = started
+
 			return nil
 		}
 
@@ -314,20 +317,44 @@ func (t *txn) proveWith(ctx context.Context, proof func(context.Context) (*NodeR
 		return r
 	}
 
-	if r, err := proof(ctx); r != nil {
-		return r
-	} else if err != nil {
-		return t.callFailed(ctx, "not proved", err)
-	}
+	for again := false; ; again = true {
+		if r, err := proof(ctx); r != nil {
+			return r
+		} else if err != nil {
+			return t.callFailed(ctx, "not proved", err)
+		}
 
-	// The proof is of this config: the active one must carry the new credential now.
-	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
-	switch {
-	case err != nil:
-		return t.callFailed(ctx, "not proved: its active Talos config could not be read again", err)
-	case facts.ConfiguredDigest != t.p.AuthDigest:
-		return t.failKeepingFence(fmt.Sprintf("not proved: its active Talos config carries %s, not the new credential %s, when the proof was taken",
-			human.ShortOrNone(facts.ConfiguredDigest), human.Short(t.p.AuthDigest)))
+		// The proof is of this config: the active one must carry the new credential now. For a
+		// live write this read is its read-back too (talos.Configure).
+		facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+		switch {
+		case err != nil:
+			return t.callFailed(ctx, "not proved: its active Talos config could not be read again", err)
+		case facts.ConfiguredDigest != t.p.AuthDigest:
+			return t.failKeepingFence(fmt.Sprintf("not proved: its active Talos config carries %s, not the new credential %s, when the proof was taken",
+				human.ShortOrNone(facts.ConfiguredDigest), human.Short(t.p.AuthDigest)))
+		case t.runtimeStarted.IsZero() || t.runtimeStarted.After(facts.ConfigUpdated):
+			// no runtime restart awaited (a reboot, a keyring), or the runtime proved ran on
+			// this config
+		case again:
+			return t.failKeepingFence(fmt.Sprintf("not proved: its active Talos config changed at %s, after its container runtime's restart at %s, twice: "+
+				"something else writes its config; the next plan reads it again", human.Clock(facts.ConfigUpdated), human.Clock(t.runtimeStarted)))
+		default:
+			// The restart the wait saw was before the write changed the config (the write
+			// knew only the runtime's start before it): wait for this config's, prove again.
+			t.configChanged = facts.ConfigUpdated
+			if r := t.awaitRuntime(ctx); r != nil {
+				return r
+			}
+
+			if n, r = t.guard(ctx, plan.StepProve); r != nil { // the probe is a write: judged again
+				return r
+			}
+
+			continue
+		}
+
+		break
 	}
 
 	// Proved: the marker, and the steering taint off (pods may land here now), in one patch.

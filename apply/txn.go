@@ -26,8 +26,9 @@ type txn struct {
 	ip  string
 	// keyringProved says what proved a kubelet-keyring node's runtime (the result's message).
 	keyringProved string
-	// configChanged is when its Talos config write changed the config, as Talos recorded it.
-	configChanged time.Time
+	// configChanged is what its runtime's start must follow to run on the config written
+	// (talos.Configure), on the machine's clock; runtimeStarted is that start as awaited.
+	configChanged, runtimeStarted time.Time
 }
 
 type phaseStep struct {

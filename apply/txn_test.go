@@ -258,6 +258,8 @@ func (s txnScript) fault(t *testing.T, h *harness, line string) {
 		h.w.probeErr[f[1]] = errors.New(rest(2))
 	case "runtime-stays":
 		h.w.runtimeStays[f[1]] = true
+	case "restarted-before": // NODE: its runtime restarted between the run's last look and the write
+		h.w.restartedBefore[f[1]] = true
 	case "keyring-held": // NODE DIGEST: an earlier rotation wrote the node's keyring
 		h.w.keyrings[f[1]], h.w.keyringHeld[f[1]] = f[2], f[2]
 	case "keyring-unread":
@@ -445,7 +447,7 @@ func (s *txnScript) parse(text string) error {
 		}
 	case "kured":
 		s.faults = append(s.faults, text)
-	case "state-fails", "runtime-stays", "keyring-unread", "kured-taken":
+	case "state-fails", "runtime-stays", "restarted-before", "keyring-unread", "kured-taken":
 		if err = need(2); err == nil {
 			s.faults = append(s.faults, text)
 		}
@@ -455,7 +457,7 @@ func (s *txnScript) parse(text string) error {
 			s.events = append(s.events, text)
 		}
 	default:
-		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, runtime-stays, keyring-held, keyring-unread, at)", text)
+		err = fmt.Errorf("%q: unknown line (fleet, plan, parallelism, max-failures, refuse, conflicts, foreign-owner, drain-fails, probe-fails, state-fails, runtime-stays, restarted-before, keyring-held, keyring-unread, at)", text)
 	}
 
 	return err

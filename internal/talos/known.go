@@ -2,18 +2,22 @@ package talos
 
 import (
 	"context"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// known is what a whole read (FillFacts) learned of one node, kept until a write or a reboot
-// through this client touches its address: a relist of a node whose Node (uid), boot and
-// address did not change, and that nothing was written to since, reuses it instead of asking
-// its machine again.
+// known is what a whole read (FillFacts) learned of one node: a relist of a node whose Node
+// (uid), boot and address did not change reuses it instead of asking its machine again. A
+// reboot through this client forgets it. A write through this client sets it aside (written)
+// until a read of the machine's configs after the write (ConfigFacts: the proof's own read of a
+// node rotated live) renews it: a live write changes the machine's configs, never its name,
+// boot or version, so that read is a whole read's worth.
 type known struct {
 	uid, bootID, ip string
 	facts           plan.TalosFacts
 	read            Read
+	written         bool
 }
 
 type reuseKey struct{}
@@ -32,7 +36,7 @@ func (c *Client) reuse(n *plan.Node, reads map[string]Read) bool {
 	defer c.mu.Unlock()
 
 	k, ok := c.known[n.Name]
-	if !ok || k.uid != n.UID || k.bootID != n.BootID || k.ip != n.InternalIP || n.UID == "" || n.BootID == "" {
+	if !ok || k.written || k.uid != n.UID || k.bootID != n.BootID || k.ip != n.InternalIP || n.UID == "" || n.BootID == "" {
 		return false
 	}
 
@@ -72,4 +76,90 @@ func (c *Client) forget(ip string) {
 			delete(c.known, name)
 		}
 	}
+}
+
+// writing sets aside what is known of the machine at an address: a write is about to change
+// its configs (set aside before the call, so a write whose answer is lost leaves nothing to
+// reuse).
+func (c *Client) writing(ip string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	for name, k := range c.known {
+		if k.ip == ip {
+			k.written = true
+			c.known[name] = k
+		}
+	}
+}
+
+// reread renews what is known of the machine at an address with a read of its configs: their
+// facts and read as now, its name, boot and version as the whole read found them, its
+// runtime's start the latest seen.
+func (c *Client) reread(ip string, facts *plan.TalosFacts, r Read) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	for name, k := range c.known {
+		if k.ip != ip {
+			continue
+		}
+
+		renewed := *facts
+		renewed.Version, renewed.CRIStarted = k.facts.Version, later(k.facts.CRIStarted, facts.CRIStarted)
+		k.facts, k.read, k.written = renewed, r, false
+		c.known[name] = k
+	}
+}
+
+// runtimeSeen keeps the latest start of the runtime at an address that a restart wait saw.
+func (c *Client) runtimeSeen(ip string, started time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	for name, k := range c.known {
+		if k.ip == ip && started.After(k.facts.CRIStarted) {
+			k.facts.CRIStarted = started
+			c.known[name] = k
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+
+	return a
+}
+
+// runtimeBefore is the start of the runtime at an address as last seen (a whole read, a restart
+// wait), zero when unknown.
+func (c *Client) runtimeBefore(ip string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	for _, k := range c.known {
+		if k.ip == ip {
+			return k.facts.CRIStarted
+		}
+	}
+
+	return time.Time{}
+}
+
+// named reports whether the machine at n's address said it is n in a whole read of the same Node
+// (uid), boot and address: its configs are read again, its name is not. Another machine at the
+// address is a replaced or re-addressed one, and each of those changes one of the three — a
+// Node registered anew (uid), a machine booted (boot id), or the kubelet reporting its address
+// (the address). What this cannot see: a machine that took the address of a running node
+// whose kubelet has not yet reported that node's own new one (it does within its status
+// update, 10 s by default). Every guard before a write, a claim or a reboot asks the name again.
+func (c *Client) named(n *plan.Node) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	k, ok := c.known[n.Name]
+
+	return ok && n.UID != "" && n.BootID != "" && k.uid == n.UID && k.bootID == n.BootID && k.ip == n.InternalIP
 }

@@ -3,6 +3,7 @@ package talos
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -23,8 +24,9 @@ func TestKnownFactsAreReusedOnlyWhileTheyStand(t *testing.T) {
 		{"another Node of the name", func(n *plan.Node, _ *Client) { n.UID = "u2" }, false},
 		{"rebooted by someone", func(n *plan.Node, _ *Client) { n.BootID = "b2" }, false},
 		{"another address", func(n *plan.Node, _ *Client) { n.InternalIP = "10.0.0.2" }, false},
-		{"written to since", func(_ *plan.Node, c *Client) { c.forget("10.0.0.1") }, false},
-		{"another machine written to", func(_ *plan.Node, c *Client) { c.forget("10.0.0.9") }, true},
+		{"written to since", func(_ *plan.Node, c *Client) { c.writing("10.0.0.1") }, false},
+		{"rebooted through the client", func(_ *plan.Node, c *Client) { c.forget("10.0.0.1") }, false},
+		{"another machine written to", func(_ *plan.Node, c *Client) { c.writing("10.0.0.9") }, true},
 		{"no boot id to compare", func(n *plan.Node, _ *Client) { n.BootID = "" }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,5 +66,68 @@ func TestAFailedReadForgets(t *testing.T) {
 
 	if c.reuse(&plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1"}, map[string]Read{}) {
 		t.Fatal("the facts of a node whose last read failed were reused")
+	}
+}
+
+// A read of the machine's configs after a write renews what is known of it: its configs as read
+// then, its version as the whole read found it, its runtime's start the latest a restart wait
+// saw. Before that read the write keeps it from being reused.
+func TestAReadAfterTheWriteRenewsWhatIsKnown(t *testing.T) {
+	c := &Client{}
+	started := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	n := plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1",
+		Talos: &plan.TalosFacts{Version: "v1.14.0", ConfiguredDigest: "old", CRIStarted: started}}
+	c.learn(&n, Read{})
+
+	again := func() (plan.Node, bool) {
+		m := plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1"}
+		ok := c.reuse(&m, map[string]Read{})
+
+		return m, ok
+	}
+
+	c.writing("10.0.0.1")
+	c.runtimeSeen("10.0.0.1", started.Add(time.Minute))
+
+	if _, ok := again(); ok {
+		t.Fatal("reused before the configs were read after the write")
+	}
+
+	c.reread("10.0.0.1", &plan.TalosFacts{ConfiguredDigest: "new", ConfigUpdated: started.Add(30 * time.Second)}, Read{})
+
+	m, ok := again()
+	switch {
+	case !ok:
+		t.Fatal("not reused after the read that followed the write")
+	case m.Talos.ConfiguredDigest != "new" || m.Talos.Version != "v1.14.0" || !m.Talos.CRIStarted.Equal(started.Add(time.Minute)):
+		t.Fatalf("renewed facts %+v: want the new digest, the whole read's version, the runtime's latest start", m.Talos)
+	}
+}
+
+// A machine's name is asked again unless a whole read found it at the same Node (uid), boot
+// and address: a replaced or re-addressed machine changes one of them.
+func TestTheNameIsAskedOnceANodeBootAndAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		again plan.Node
+		named bool
+	}{
+		{"unchanged", plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1"}, true},
+		{"registered anew", plan.Node{Name: "w1", UID: "u2", BootID: "b1", InternalIP: "10.0.0.1"}, false},
+		{"booted", plan.Node{Name: "w1", UID: "u1", BootID: "b2", InternalIP: "10.0.0.1"}, false},
+		{"another address", plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.2"}, false},
+		{"never read", plan.Node{Name: "w2", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1"}, false},
+		{"no boot id", plan.Node{Name: "w1", UID: "u1", InternalIP: "10.0.0.1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Client{}
+			read := plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1", Talos: &plan.TalosFacts{Version: "v1.14.0"}}
+			c.learn(&read, Read{})
+			c.writing("10.0.0.1") // a write changes the configs, not the machine's name
+
+			if got := c.named(&tc.again); got != tc.named {
+				t.Fatalf("named: %t, want %t", got, tc.named)
+			}
+		})
 	}
 }

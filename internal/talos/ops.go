@@ -28,16 +28,24 @@ import (
 // Talos accepts a no-reboot registry-auth change, but its container runtime keeps the credential
 // it booted with (applied, not loaded), so only the reboot that follows makes it count. The new
 // config is built on the next-boot config (so a change an operator staged is kept, never
-// dropped) — the one its guard's ConfigFacts just read at the address, else read again — and read
-// back and checked. It returns when the written config changed, as Talos recorded it (what the
-// runtime's restart is waited against).
+// dropped) — the one its guard's ConfigFacts just read at the address, else read again.
+//
+// It returns a time on the machine's clock that the runtime must have started after to run on
+// the written config. A staged write, or one whose answer was lost, is read back and checked,
+// and that is when the write changed the config. A live write that answered is not read back
+// when the runtime's start before it is known (a whole read, a restart wait): it returns the
+// later of that start and the config's last change before the write, and the proof's own read
+// of the active config afterwards is the read-back — it checks the credential, and that the
+// runtime it saw start did so after the config it found (apply's proveWith).
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error) {
-	c.forget(node)
+	c.writing(node)
 
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
-	next, err := c.base(nctx, Read{next: c.recalled(node)})
+	guard := c.recalled(node)
+
+	next, err := c.base(nctx, Read{next: guard.next})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read machine config of %s: %w", node, err)
 	}
@@ -52,17 +60,22 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 		mode, check = machine.ApplyConfigurationRequest_NO_REBOOT, talosconfig.ActiveID
 	}
 
-	if _, err := c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode}); err != nil {
-		if !Ambiguous(err) {
-			return time.Time{}, fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
-		}
+	_, err = c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode})
 
+	switch before := c.runtimeBefore(node); {
+	case err != nil && !Ambiguous(err):
+		return time.Time{}, fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
+	case err != nil:
 		// The answer was lost, perhaps not the write: the read-back below tells (its own
 		// deadline: the call's may be what expired).
 		cancel()
 
 		nctx, cancel = c.bounded(ctx, node)
 		defer cancel()
+	case live && guard.next != nil && !before.IsZero() && registryauth.Digest(next, registry) != authdigest.Of(username, password):
+		// a change (a config that carried the credential already is read back: no restart
+		// would follow it)
+		return later(before, guard.updated), nil
 	}
 
 	got, err := safe.StateGetByID[*talosconfig.MachineConfig](nctx, c.c.COSI, check)

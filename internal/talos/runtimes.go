@@ -76,6 +76,10 @@ func (c *Client) askRuntimes(ctx context.Context) {
 	answers := c.runtimesStarted(ctx, addresses(waiting))
 
 	for node, chans := range waiting {
+		if a := answers[node]; a.err == nil {
+			c.runtimeSeen(node, a.started)
+		}
+
 		for _, ch := range chans {
 			ch <- answers[node]
 		}

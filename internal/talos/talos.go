@@ -57,10 +57,12 @@ type Client struct {
 	rt runtimes
 }
 
-// lastRead is a next-boot config as read, and when.
+// lastRead is a next-boot config as read, and when; and when the active config last changed,
+// as the machine recorded it.
 type lastRead struct {
-	next []byte
-	at   time.Time
+	next    []byte
+	at      time.Time
+	updated time.Time
 }
 
 // freshRead is how old a guard's read may be for a write to build on it (the guard reads right
@@ -68,7 +70,7 @@ type lastRead struct {
 const freshRead = 10 * time.Second
 
 // remember keeps what ConfigFacts read at node for the write that may follow.
-func (c *Client) remember(node string, r Read) {
+func (c *Client) remember(node string, r Read, updated time.Time) {
 	if r.next == nil {
 		return
 	}
@@ -80,11 +82,11 @@ func (c *Client) remember(node string, r Read) {
 		c.read = map[string]lastRead{}
 	}
 
-	c.read[node] = lastRead{next: r.next, at: time.Now()}
+	c.read[node] = lastRead{next: r.next, at: time.Now(), updated: updated}
 }
 
-// recalled is, once, the next-boot config a guard read at node within freshRead (nil: none).
-func (c *Client) recalled(node string) []byte {
+// recalled is, once, what a guard read at node within freshRead (next nil: none).
+func (c *Client) recalled(node string) lastRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
@@ -92,10 +94,10 @@ func (c *Client) recalled(node string) []byte {
 	delete(c.read, node)
 
 	if !ok || time.Since(r.at) > freshRead {
-		return nil
+		return lastRead{}
 	}
 
-	return r.next
+	return r
 }
 
 // DefaultTimeout bounds one Talos call when the configuration sets none.
@@ -193,13 +195,15 @@ func (c *Client) Close() error { return c.c.Close() }
 
 // ConfigFacts reads what the node's machine configs say: the registry credential's digest in the
 // active and the next-boot (staged) config, and whether a staged config differs from the active.
+// What it reads renews what a whole read knew of the machine at the address (known.go).
 func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
 	facts, read, err := c.configFactsAndCredential(nctx, registry)
 	if err == nil {
-		c.remember(node, read)
+		c.remember(node, read, facts.ConfigUpdated)
+		c.reread(node, facts, read)
 	}
 
 	return facts, err
@@ -401,13 +405,17 @@ func (c *Client) toRead(ctx context.Context, nodes []plan.Node, reads map[string
 
 // machineFacts reads n's machine configs and, in the same round-trip, the machine's own name:
 // the facts of another machine at the address (an address reused, a server replaced) are not
-// this Node's. It sets n.Talos (its version and runtime start kept) or n.TalosError.
+// this Node's. The name is asked once for each Node (uid), boot and address (named). It sets n.Talos (its version and runtime start kept) or n.TalosError.
 func (c *Client) machineFacts(ctx context.Context, n *plan.Node, registry string) (Read, bool) {
 	nctx, cancel := c.bounded(ctx, n.InternalIP)
 	defer cancel()
 
 	named := make(chan error, 1)
-	go func() { named <- c.isTheNode(nctx, n) }()
+	if c.named(n) {
+		named <- nil
+	} else {
+		go func() { named <- c.isTheNode(nctx, n) }()
+	}
 
 	cf, read, err := c.configFactsAndCredential(nctx, registry)
 	if errName := <-named; errName != nil {
