@@ -312,3 +312,69 @@ func readFile(t *testing.T, path string) string {
 
 	return string(b)
 }
+
+// docs/parity.md names ghcrsync's tests for each of the predecessor's scenarios: every one it
+// names (outside the predecessor's own column) is a test of this repository, so a test renamed
+// or removed fails here instead of leaving the page pointing at nothing. The control: a name
+// that exists nowhere is found.
+func TestParityNamesRealTests(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "parity.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+
+	err = filepath.WalkDir(filepath.Join("..", ".."), func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && (d.Name() == ".git" || d.Name() == "bin"):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, "_test.go"):
+			return nil
+		}
+
+		b, err := os.ReadFile(path)
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	missing := func(text string) []string {
+		var out []string
+
+		for _, m := range regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(text, -1) {
+			if !defined[m[1]] {
+				out = append(out, m[1])
+			}
+		}
+
+		return out
+	}
+
+	var ours strings.Builder
+
+	for _, line := range strings.Split(string(page), "\n") {
+		cells := strings.Split(line, " | ")
+		if strings.HasPrefix(line, "| `Test") && len(cells) > 2 { // the predecessor's test, then ghcrsync's
+			line = strings.Join(cells[2:], " | ")
+		}
+
+		ours.WriteString(line + "\n")
+	}
+
+	if m := missing(ours.String()); len(m) > 0 {
+		t.Errorf("docs/parity.md names tests this repository does not have: %v", m)
+	}
+
+	if m := missing("`TestNoSuchTestAnywhere`"); len(m) != 1 {
+		t.Errorf("the check finds no unknown name: %v", m)
+	}
+}
