@@ -382,11 +382,11 @@ func nodeOfIP(ip string) string {
 	return strings.TrimRight(string(b[2:]), "\x00")
 }
 
-func (f fakeTalos) ConfigFacts(_ context.Context, ip, _ string) (*plan.TalosFacts, error) {
+func (f fakeTalos) ConfigFacts(_ context.Context, at plan.Node, _ string) (*plan.TalosFacts, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 
-	node := nodeOfIP(ip)
+	node := nodeOfIP(at.InternalIP)
 
 	return &plan.TalosFacts{ConfiguredDigest: digestOf(f.w.active, node), StagedDigest: digestOf(f.w.staged, node), ConfigUpdated: f.w.configUpdated[node]}, nil
 }

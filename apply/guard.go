@@ -83,7 +83,7 @@ func (t *txn) judged(ctx context.Context, step plan.Step) (*corev1.Node, *NodeRe
 		return nil, r
 	}
 
-	facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+	facts, err := t.e.talos.ConfigFacts(ctx, plan.Node{InternalIP: t.ip}, t.e.o.Registry)
 	if err != nil {
 		if r := t.interrupted(); r != nil {
 			return nil, r

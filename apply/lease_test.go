@@ -231,7 +231,7 @@ func TestKillDashNineAtEachPhase(t *testing.T) {
 
 			n := node(t, sb, name)
 			owner := n.Annotations[object.OwnerAnnotation]
-			facts, err := tc.ConfigFacts(ctx, m.IP, "ghcr.io")
+			facts, err := tc.ConfigFacts(ctx, plan.Node{InternalIP: m.IP}, "ghcr.io")
 			if err != nil {
 				t.Fatal(err)
 			}

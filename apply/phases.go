@@ -93,9 +93,12 @@ func (t *txn) configure(ctx context.Context, live bool) *NodeResult {
 
 	// The guard asks the machine at the pinned address who it is, and reads its Talos facts,
 	// before the phase is recorded (judged).
-	if _, r := t.advance(ctx, plan.StepConfigure, state.PhaseConfigured); r != nil {
+	n, r := t.advance(ctx, plan.StepConfigure, state.PhaseConfigured)
+	if r != nil {
 		return r
 	}
+
+	t.wroteOnBoot = n.Status.NodeInfo.BootID
 
 	changed, err := t.e.talos.Configure(ctx, t.ip, t.e.o.Registry, t.e.o.Username, t.e.o.Password, live)
 	if err != nil {
@@ -325,8 +328,9 @@ func (t *txn) proveWith(ctx context.Context, proof func(context.Context) (*NodeR
 		}
 
 		// The proof is of this config: the active one must carry the new credential now. For a
-		// live write this read is its read-back too (talos.Configure).
-		facts, err := t.e.talos.ConfigFacts(ctx, t.ip, t.e.o.Registry)
+		// live write this read is its read-back too (talos.Configure), and — the machine having
+		// said it is this Node on this boot before the write — it stands for a whole read of it.
+		facts, err := t.e.talos.ConfigFacts(ctx, t.vouched(n), t.e.o.Registry)
 		switch {
 		case err != nil:
 			return t.callFailed(ctx, "not proved: its active Talos config could not be read again", err)
@@ -363,6 +367,20 @@ func (t *txn) proveWith(ctx context.Context, proof func(context.Context) (*NodeR
 	}
 
 	return t.patch(ctx, plan.StepAnnotate, "write verified marker", mark, nil)
+}
+
+// vouched is the machine at the pinned address as this Node, after a write that did not reboot
+// it: the write's guard had the machine say it is this Node, on the boot it is on now. A fenced
+// node was rebooted after its guard, and a boot changed since the write vouches for nothing:
+// only its address.
+func (t *txn) vouched(n *corev1.Node) plan.Node {
+	live := t.np.Action == plan.ActionApplyLive || t.np.Action == plan.ActionKeyring
+	if boot := n.Status.NodeInfo.BootID; !live || boot == "" || boot != t.wroteOnBoot {
+		return plan.Node{InternalIP: t.ip}
+	}
+
+	return plan.Node{Name: t.np.Name, UID: string(n.UID), BootID: n.Status.NodeInfo.BootID, InternalIP: t.ip,
+		Talos: &plan.TalosFacts{Version: t.np.Talos, CRIStarted: t.runtimeStarted}}
 }
 
 // release takes the fence off: the rotation is done.

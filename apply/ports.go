@@ -200,8 +200,10 @@ type Workloads interface {
 
 // Talos is what the executor needs from a machine's Talos API.
 type Talos interface {
-	// ConfigFacts reads the credential digests of the active and staged configs.
-	ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error)
+	// ConfigFacts reads the credential digests of the active and staged configs at
+	// at.InternalIP; naming the Node (at.Name, uid, boot id, at.Talos) vouches that the machine
+	// there just said it is that Node on this boot, and the read then stands for a whole read.
+	ConfigFacts(ctx context.Context, at plan.Node, registry string) (*plan.TalosFacts, error)
 	// Configure writes the credential and returns when the config changed, as Talos recorded it.
 	Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error)
 	Reboot(ctx context.Context, node string) error

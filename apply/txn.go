@@ -29,6 +29,8 @@ type txn struct {
 	// configChanged is what its runtime's start must follow to run on the config written
 	// (talos.Configure), on the machine's clock; runtimeStarted is that start as awaited.
 	configChanged, runtimeStarted time.Time
+	// wroteOnBoot is the boot its Talos write's guard saw the machine on.
+	wroteOnBoot string
 }
 
 type phaseStep struct {

@@ -7,12 +7,10 @@ import (
 	"github.com/ghcrsync/ghcrsync/plan"
 )
 
-// known is what a whole read (FillFacts) learned of one node: a relist of a node whose Node
-// (uid), boot and address did not change reuses it instead of asking its machine again. A
-// reboot through this client forgets it. A write through this client sets it aside (written)
-// until a read of the machine's configs after the write (ConfigFacts: the proof's own read of a
-// node rotated live) renews it: a live write changes the machine's configs, never its name,
-// boot or version, so that read is a whole read's worth.
+// known is what a whole read (FillFacts) learned of one node, or a read its caller vouched for
+// (ConfigFacts: the proof's read of a node rotated live): a relist of a node whose Node (uid),
+// boot and address did not change reuses it instead of asking its machine again. A reboot
+// through this client forgets it; a write sets it aside (written) until such a read after it.
 type known struct {
 	uid, bootID, ip string
 	facts           plan.TalosFacts
@@ -93,23 +91,23 @@ func (c *Client) writing(ip string) {
 	}
 }
 
-// reread renews what is known of the machine at an address with a read of its configs: their
-// facts and read as now, its name, boot and version as the whole read found them, its
-// runtime's start the latest seen.
-func (c *Client) reread(ip string, facts *plan.TalosFacts, r Read) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	for name, k := range c.known {
-		if k.ip != ip {
-			continue
-		}
-
-		renewed := *facts
-		renewed.Version, renewed.CRIStarted = k.facts.Version, later(k.facts.CRIStarted, facts.CRIStarted)
-		k.facts, k.read, k.written = renewed, r, false
-		c.known[name] = k
+// vouched learns the Node at names, as a whole read would have, from a read of its configs
+// the caller vouches for (ConfigFacts): its configs as read now, its Talos version and runtime
+// start as at.Talos says (the later of that and any start seen since).
+func (c *Client) vouched(at plan.Node, facts *plan.TalosFacts, r Read) {
+	known := *facts
+	if at.Talos != nil {
+		known.Version, known.CRIStarted = at.Talos.Version, at.Talos.CRIStarted
 	}
+
+	c.mu.Lock()
+	if k, ok := c.known[at.Name]; ok && k.ip == at.InternalIP {
+		known.CRIStarted = later(known.CRIStarted, k.facts.CRIStarted)
+	}
+	c.mu.Unlock()
+
+	at.Talos, at.TalosError = &known, ""
+	c.learn(&at, r)
 }
 
 // runtimeSeen keeps the latest start of the runtime at an address that a restart wait saw.
@@ -131,21 +129,6 @@ func later(a, b time.Time) time.Time {
 	}
 
 	return a
-}
-
-// runtimeBefore is the start of the runtime at an address as last seen (a whole read, a restart
-// wait), zero when unknown.
-func (c *Client) runtimeBefore(ip string) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	for _, k := range c.known {
-		if k.ip == ip {
-			return k.facts.CRIStarted
-		}
-	}
-
-	return time.Time{}
 }
 
 // named reports whether the machine at n's address said it is n in a whole read of the same Node

@@ -69,10 +69,11 @@ func TestAFailedReadForgets(t *testing.T) {
 	}
 }
 
-// A read of the machine's configs after a write renews what is known of it: its configs as read
-// then, its version as the whole read found it, its runtime's start the latest a restart wait
-// saw. Before that read the write keeps it from being reused.
-func TestAReadAfterTheWriteRenewsWhatIsKnown(t *testing.T) {
+// A read of the machine's configs its caller vouches for (the proof's, after a live write) is
+// known as a whole read's: its configs as read then, its version and runtime start as the
+// caller says (or the later start a restart wait saw). Before it the write keeps what was known
+// from being reused; with no Node named, a read teaches nothing.
+func TestAVouchedReadIsKnown(t *testing.T) {
 	c := &Client{}
 	started := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
 	n := plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1",
@@ -93,14 +94,23 @@ func TestAReadAfterTheWriteRenewsWhatIsKnown(t *testing.T) {
 		t.Fatal("reused before the configs were read after the write")
 	}
 
-	c.reread("10.0.0.1", &plan.TalosFacts{ConfiguredDigest: "new", ConfigUpdated: started.Add(30 * time.Second)}, Read{})
+	read := &plan.TalosFacts{ConfiguredDigest: "new", ConfigUpdated: started.Add(30 * time.Second)}
+	c.vouched(plan.Node{Name: "w1", UID: "u1", BootID: "b1", InternalIP: "10.0.0.1",
+		Talos: &plan.TalosFacts{Version: "v1.14.0", CRIStarted: started.Add(50 * time.Second)}}, read, Read{})
 
 	m, ok := again()
 	switch {
 	case !ok:
-		t.Fatal("not reused after the read that followed the write")
+		t.Fatal("not reused after the vouched read")
 	case m.Talos.ConfiguredDigest != "new" || m.Talos.Version != "v1.14.0" || !m.Talos.CRIStarted.Equal(started.Add(time.Minute)):
-		t.Fatalf("renewed facts %+v: want the new digest, the whole read's version, the runtime's latest start", m.Talos)
+		t.Fatalf("known facts %+v: want the new digest, the version, the runtime's latest start", m.Talos)
+	}
+
+	fresh := &Client{} // nothing known before: the vouched read is all there is
+	fresh.vouched(plan.Node{Name: "w2", UID: "u2", BootID: "b2", InternalIP: "10.0.0.2", Talos: &plan.TalosFacts{Version: "v1.14.0"}}, read, Read{})
+
+	if !fresh.reuse(&plan.Node{Name: "w2", UID: "u2", BootID: "b2", InternalIP: "10.0.0.2"}, map[string]Read{}) {
+		t.Fatal("a vouched read of a node not known before is not known")
 	}
 }
 

@@ -32,11 +32,12 @@ import (
 //
 // It returns a time on the machine's clock that the runtime must have started after to run on
 // the written config. A staged write, or one whose answer was lost, is read back and checked,
-// and that is when the write changed the config. A live write that answered is not read back
-// when the runtime's start before it is known (a whole read, a restart wait): it returns the
-// later of that start and the config's last change before the write, and the proof's own read
-// of the active config afterwards is the read-back — it checks the credential, and that the
-// runtime it saw start did so after the config it found (apply's proveWith).
+// and that is when the write changed the config. A live write that answered is not read back:
+// the runtime's start is asked right before it (one one-to-many call for the nodes writing at
+// once), it returns the later of that start and the config's last change before the write, and
+// the proof's own read of the active config afterwards is the read-back — it checks the
+// credential, and that the runtime it saw start did so after the config it found (apply's
+// proveWith). Without that start (its call failed) the write is read back.
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error) {
 	c.writing(node)
 
@@ -60,9 +61,14 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 		mode, check = machine.ApplyConfigurationRequest_NO_REBOOT, talosconfig.ActiveID
 	}
 
+	var before time.Time // the runtime's start right before a live write (asked with the wave's)
+	if live {
+		before, _ = c.RuntimeStarted(ctx, node)
+	}
+
 	_, err = c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode})
 
-	switch before := c.runtimeBefore(node); {
+	switch {
 	case err != nil && !Ambiguous(err):
 		return time.Time{}, fmt.Errorf("apply machine config to %s (%s): %w", node, mode, err)
 	case err != nil:

@@ -193,20 +193,29 @@ func talosconfigPath(path string) (string, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.c.Close() }
 
-// ConfigFacts reads what the node's machine configs say: the registry credential's digest in the
-// active and the next-boot (staged) config, and whether a staged config differs from the active.
-// What it reads renews what a whole read knew of the machine at the address (known.go).
-func (c *Client) ConfigFacts(ctx context.Context, node, registry string) (*plan.TalosFacts, error) {
-	nctx, cancel := c.bounded(ctx, node)
+// ConfigFacts reads what the machine configs at at.InternalIP say: the registry credential's
+// digest in the active and the next-boot (staged) config, and whether a staged config differs
+// from the active. When the caller names the Node the machine is (at.Name, with its uid, boot
+// id, and in at.Talos its Talos version and runtime start) — it has just had the machine at
+// that address say it is that Node, on this boot — what is read stands for a whole read of it
+// (known.go): the proof's read after a live write does, so the late-node relists need not ask
+// that machine again.
+func (c *Client) ConfigFacts(ctx context.Context, at plan.Node, registry string) (*plan.TalosFacts, error) {
+	nctx, cancel := c.bounded(ctx, at.InternalIP)
 	defer cancel()
 
 	facts, read, err := c.configFactsAndCredential(nctx, registry)
-	if err == nil {
-		c.remember(node, read, facts.ConfigUpdated)
-		c.reread(node, facts, read)
+	if err != nil {
+		return nil, err
 	}
 
-	return facts, err
+	c.remember(at.InternalIP, read, facts.ConfigUpdated)
+
+	if at.Name != "" {
+		c.vouched(at, facts, read)
+	}
+
+	return facts, nil
 }
 
 func (c *Client) configFacts(nctx context.Context, registry string) (*plan.TalosFacts, error) {
