@@ -41,6 +41,11 @@ import (
 func (c *Client) Configure(ctx context.Context, node, registry, username, password string, live bool) (time.Time, error) {
 	c.writing(node)
 
+	var before time.Time // the runtime's start right before a live write (asked with the wave's)
+	if live {
+		before, _ = c.RuntimeStarted(ctx, node) // before the write's own deadline starts
+	}
+
 	nctx, cancel := c.bounded(ctx, node)
 	defer cancel()
 
@@ -59,11 +64,6 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 	mode, check := machine.ApplyConfigurationRequest_STAGED, talosconfig.PersistentID
 	if live {
 		mode, check = machine.ApplyConfigurationRequest_NO_REBOOT, talosconfig.ActiveID
-	}
-
-	var before time.Time // the runtime's start right before a live write (asked with the wave's)
-	if live {
-		before, _ = c.RuntimeStarted(ctx, node)
 	}
 
 	_, err = c.c.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: mode})
