@@ -2,7 +2,6 @@ package talos
 
 import (
 	"context"
-	"time"
 
 	"github.com/ghcrsync/ghcrsync/plan"
 )
@@ -93,42 +92,15 @@ func (c *Client) writing(ip string) {
 
 // vouched learns the Node at names, as a whole read would have, from a read of its configs
 // the caller vouches for (ConfigFacts): its configs as read now, its Talos version and runtime
-// start as at.Talos says (the later of that and any start seen since).
+// start as at.Talos says (the start the proof's restart wait saw).
 func (c *Client) vouched(at plan.Node, facts *plan.TalosFacts, r Read) {
 	known := *facts
 	if at.Talos != nil {
 		known.Version, known.CRIStarted = at.Talos.Version, at.Talos.CRIStarted
 	}
 
-	c.mu.Lock()
-	if k, ok := c.known[at.Name]; ok && k.ip == at.InternalIP {
-		known.CRIStarted = later(known.CRIStarted, k.facts.CRIStarted)
-	}
-	c.mu.Unlock()
-
 	at.Talos, at.TalosError = &known, ""
 	c.learn(&at, r)
-}
-
-// runtimeSeen keeps the latest start of the runtime at an address that a restart wait saw.
-func (c *Client) runtimeSeen(ip string, started time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	for name, k := range c.known {
-		if k.ip == ip && started.After(k.facts.CRIStarted) {
-			k.facts.CRIStarted = started
-			c.known[name] = k
-		}
-	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-
-	return a
 }
 
 // named reports whether the machine at n's address said it is n in a whole read of the same Node

@@ -96,6 +96,14 @@ func (c *Client) Configure(ctx context.Context, node, registry, username, passwo
 	return got.Metadata().Updated().UTC(), nil
 }
 
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+
+	return a
+}
+
 // DryRun asks the node's Talos what it would do with exactly the config Configure would write
 // (ApplyConfiguration with dry_run: the mode it would take, never a write), built on the
 // next-boot config FillFacts read (read again when it kept none). refused is Talos's own refusal

@@ -19,9 +19,8 @@ import (
 // line up, so a wave of live nodes polls with one call, not one a node. The moment is a quarter
 // of a second: a wave's writes end spread over that much on a loaded control plane (50 ms
 // shared nothing in CI: six nodes, six calls), and the runtime's restart it waits for takes
-// seconds. A call that fails as a
-// whole (a machine that never answers holds it to the deadline) is asked again node by node, so
-// one bad machine fails alone.
+// seconds. A call that fails as a whole (a machine that never answers holds it to the deadline)
+// is asked again node by node, so one bad machine fails alone.
 
 // gather is how long a question waits for others to share its call.
 const gather = 250 * time.Millisecond
@@ -76,10 +75,6 @@ func (c *Client) askRuntimes(ctx context.Context) {
 	answers := c.runtimesStarted(ctx, addresses(waiting))
 
 	for node, chans := range waiting {
-		if a := answers[node]; a.err == nil {
-			c.runtimeSeen(node, a.started)
-		}
-
 		for _, ch := range chans {
 			ch <- answers[node]
 		}

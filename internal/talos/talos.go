@@ -414,7 +414,8 @@ func (c *Client) toRead(ctx context.Context, nodes []plan.Node, reads map[string
 
 // machineFacts reads n's machine configs and, in the same round-trip, the machine's own name:
 // the facts of another machine at the address (an address reused, a server replaced) are not
-// this Node's. The name is asked once for each Node (uid), boot and address (named). It sets n.Talos (its version and runtime start kept) or n.TalosError.
+// this Node's. The name is asked once for each Node (uid), boot and address (named). It sets
+// n.Talos (its version and runtime start kept) or n.TalosError.
 func (c *Client) machineFacts(ctx context.Context, n *plan.Node, registry string) (Read, bool) {
 	nctx, cancel := c.bounded(ctx, n.InternalIP)
 	defer cancel()
